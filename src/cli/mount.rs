@@ -1,0 +1,245 @@
+//! `rewind mount`.
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use clap::Args;
+
+use super::{CliResult, Failure, Registration};
+use crate::fs::{self, MountConfig};
+use crate::store::Store;
+
+/// Mount rewind over DIR: from now on every change made in DIR is recorded first.
+///
+/// Returns once the mount answers (the daemon keeps running in the background); with
+/// --foreground it stays attached and logs to stderr until unmounted or sent SIGTERM/SIGINT.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The project directory to mount over.
+    pub dir: PathBuf,
+    /// Where the history store lives (default: $XDG_DATA_HOME/rewind/<name>-<hash>).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Stay in the foreground and log to stderr.
+    #[arg(long)]
+    pub foreground: bool,
+    /// The default session for changes made by processes with no other attribution.
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// Let other users use the mount (normal permission checks apply).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Serve file data through the daemon instead of FUSE passthrough (for comparison).
+    #[arg(long, hide = true)]
+    pub no_passthrough: bool,
+}
+
+/// The environment variable through which a daemon tells the `rewind mount` that started it
+/// that the mount is ready (or why it failed).
+const READY_FD: &str = "REWIND_READY_FD";
+
+pub fn run(cwd: &Path, args: MountArgs) -> CliResult {
+    let dir = cwd.join(&args.dir);
+    let mut config = MountConfig::new(&dir)?;
+    config.allow_other = args.allow_other;
+    config.passthrough = !args.no_passthrough;
+    let store = args
+        .store
+        .clone()
+        .map(|s| cwd.join(s))
+        .unwrap_or_else(|| super::default_store(&config.workspace));
+    if store.starts_with(&config.workspace) {
+        return Err(Failure::usage(format!(
+            "the store {} must not be inside the workspace {}",
+            store.display(),
+            config.workspace.display()
+        )));
+    }
+    if args.foreground {
+        let ready = std::env::var(READY_FD)
+            .ok()
+            .and_then(|fd| fd.parse::<RawFd>().ok());
+        // SAFETY: the fd was handed to us by our parent for exactly this purpose.
+        let mut ready = ready.map(|fd| unsafe { std::fs::File::from_raw_fd(fd) });
+        let result = serve(&config, &store, &args, ready.as_ref());
+        if let (Err(e), Some(pipe)) = (&result, ready.as_mut()) {
+            let _ = writeln!(pipe, "error: {}", e.message);
+        }
+        return result;
+    }
+    daemonize(&config, &store, &args)
+}
+
+/// Start `rewind mount --foreground` detached, and wait until it says the mount is ready.
+fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Failure::failed(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fresh fds we own.
+    let (mut read_end, write_end) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    std::fs::create_dir_all(store)
+        .map_err(|e| Failure::failed(format!("{}: {e}", store.display())))?;
+    let log_path = store.join("daemon.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Failure::failed(format!("{}: {e}", log_path.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::failed(format!("cannot find the rewind binary: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(&config.workspace)
+        .arg("--foreground")
+        .arg("--store")
+        .arg(store);
+    if let Some(s) = &args.session {
+        cmd.arg("--session").arg(s);
+    }
+    if args.allow_other {
+        cmd.arg("--allow-other");
+    }
+    if args.no_passthrough {
+        cmd.arg("--no-passthrough");
+    }
+    let write_fd = fds[1];
+    cmd.env(READY_FD, write_fd.to_string())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(
+            log.try_clone()
+                .map_err(|e| Failure::failed(e.to_string()))?,
+        )
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            // Let the write end survive exec.
+            libc::fcntl(write_fd, libc::F_SETFD, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::failed(format!("cannot start the daemon: {e}")))?;
+    drop(write_end);
+    let mut answer = String::new();
+    let _ = read_end.read_to_string(&mut answer);
+    if answer.starts_with("ready") {
+        println!(
+            "mounted {} (store {}, daemon pid {})",
+            config.workspace.display(),
+            store.display(),
+            child.id()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let _ = child.wait();
+    let why = answer
+        .trim()
+        .strip_prefix("error: ")
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("the daemon exited; see {}", log_path.display()));
+    Err(Failure::failed(format!(
+        "cannot mount {}: {why}",
+        config.workspace.display()
+    )))
+}
+
+/// Mount and serve in this process until unmounted or signalled.
+fn serve(
+    config: &MountConfig,
+    store_dir: &Path,
+    _args: &MountArgs,
+    ready: Option<&std::fs::File>,
+) -> CliResult {
+    crate::logging::init();
+    let store = Store::open(store_dir)?;
+    store.put_meta(
+        b"workspace",
+        config.workspace.as_os_str().as_encoded_bytes(),
+    )?;
+    Registration {
+        workspace: config.workspace.clone(),
+        store: store_dir.to_path_buf(),
+        pid: std::process::id(),
+    }
+    .write()
+    .map_err(|e| Failure::failed(format!("cannot register the mount: {e}")))?;
+
+    let fs = fs::filesystem(config)?;
+    let ready = ready
+        .map(|f| f.try_clone())
+        .transpose()
+        .map_err(|e| Failure::failed(e.to_string()))?;
+    let workspace = config.workspace.clone();
+    fs.on_ready(move |passthrough| {
+        tracing::info!(workspace = %workspace.display(), passthrough, "serving");
+        if let Some(mut pipe) = ready {
+            let _ = writeln!(pipe, "ready passthrough={passthrough}");
+        }
+    });
+    let signals = block_signals();
+    let mounted = fs::mount(config, fs)?;
+    let workspace = config.workspace.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || wait_and_unmount(signals, &workspace))
+        .map_err(|e| Failure::failed(e.to_string()))?;
+    let result = mounted.run();
+    store.sync()?;
+    let _ = std::fs::remove_file(super::registry_entry(&config.workspace));
+    tracing::info!("unmounted");
+    result.map_err(|e| Failure::failed(format!("serving {}: {e}", config.workspace.display())))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Block SIGTERM, SIGINT and SIGHUP in this thread (and the threads it starts), so that only
+/// the signal thread receives them, with `sigwait`.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain sigset manipulation on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_and_unmount(set: libc::sigset_t, workspace: &Path) {
+    loop {
+        let mut sig = 0;
+        // SAFETY: sigwait on a set blocked in every thread.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            continue;
+        }
+        tracing::info!(signal = sig, "unmounting");
+        match fs::unmount(workspace, false) {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                tracing::warn!("files are still open; detaching the mount lazily");
+                if fs::unmount(workspace, true).is_ok() {
+                    return;
+                }
+            }
+            Err(e) => tracing::error!("unmount failed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! `rewind unmount`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::{CliResult, Failure, Registration};
+use crate::fs;
+
+/// Unmount a workspace. The directory is left exactly as it was last written.
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    /// The workspace (default: the one the current directory is in).
+    pub dir: Option<PathBuf>,
+    /// Detach even if files are still open (they keep working until closed).
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
+    let dir = match &args.dir {
+        Some(d) => cwd.join(d),
+        None => super::find_workspace(cwd)?,
+    };
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
+    if fs::mount_type(&dir)?.as_deref() != Some("fuse.rewind") {
+        return Err(Failure::usage(format!(
+            "{} is not a rewind mount",
+            dir.display()
+        )));
+    }
+    let daemon = Registration::read(&dir).map(|r| r.pid);
+    match fs::unmount(&dir, args.force) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            return Err(Failure::failed(format!(
+                "{} is busy: files in it are still open (see `fuser -vm {}`). Close them, or \
+                 force with `rewind unmount --force {}` (open files keep working until closed).",
+                dir.display(),
+                dir.display(),
+                dir.display()
+            )));
+        }
+        Err(e) => {
+            return Err(Failure::failed(format!(
+                "cannot unmount {}: {e}",
+                dir.display()
+            )));
+        }
+    }
+    // Wait for the daemon to flush its store and exit, so a following mount finds it closed.
+    if let Some(pid) = daemon {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        while unsafe { libc::kill(pid as i32, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    println!("unmounted {}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1112 @@
+//! The FUSE filesystem: a passthrough over the workspace directory it is mounted on.
+//!
+//! Data I/O on regular files goes through the kernel (FUSE passthrough: `open_backing` and
+//! `opened_passthrough`), so the daemon only sees the edges of a write episode (open, truncate,
+//! fallocate, copy_file_range, rename, unlink, release) — exactly the points where recording
+//! must run before content is destroyed. Without passthrough (not root) the kernel's writeback
+//! cache is used and `read`/`write` come here.
+//!
+//! Each `Filesystem` method is thin: it calls a `do_*` function returning `Result<T, Errno>`
+//! and replies exactly once.
+//!
+//! Lock order: `inodes` before `backing_ids`; handle tables are leaves. No lock is held across
+//! a syscall on the backing directory except `backing_ids` around the `BACKING_OPEN` ioctl,
+//! which must be atomic with the check for an existing id.
+
+pub mod backing;
+pub mod handle;
+pub mod inode;
+mod mount;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+
+use backing::{Backing, Xattr};
+use handle::HandleTable;
+use inode::{BackingKey, InodeTable};
+pub use mount::{MountConfig, Mounted, filesystem, mount, mount_type, unmount};
+
+type Result<T> = std::result::Result<T, Errno>;
+
+/// How long the kernel may cache entries and attributes. The mount is the only writer of the
+/// directory underneath, so the kernel's view only goes stale through us, and we tell it.
+const TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// An open regular file.
+struct OpenFile {
+    file: File,
+    /// Held while the handle is open: the kernel must see the same backing id for every open
+    /// handle of an inode.
+    _backing_id: Option<Arc<BackingId>>,
+}
+
+/// An open directory: its entries, read once at `opendir` so offsets stay stable.
+struct OpenDir {
+    path: Vec<u8>,
+    /// Name, backing inode number (a hint for plain `readdir`), type.
+    entries: Vec<(Vec<u8>, u64, FileType)>,
+}
+
+pub struct RewindFs {
+    backing: Backing,
+    inodes: Mutex<InodeTable>,
+    files: HandleTable<OpenFile>,
+    dirs: HandleTable<OpenDir>,
+    /// Per FUSE inode, the backing id shared by its open handles.
+    backing_ids: Mutex<HashMap<u64, Weak<BackingId>>>,
+    /// Set in `init` when the kernel agreed to passthrough.
+    passthrough: AtomicBool,
+    /// Whether to ask for passthrough at all (needs CAP_SYS_ADMIN).
+    want_passthrough: bool,
+    /// The daemon's own uid: when root, objects created for another user are given to them.
+    euid: u32,
+    /// Called once the kernel has finished `init`: the mount answers from then on.
+    on_ready: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+}
+
+fn errno(e: io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dirent_type(d_type: u8) -> FileType {
+    match d_type {
+        libc::DT_DIR => FileType::Directory,
+        libc::DT_LNK => FileType::Symlink,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn attr(ino: u64, st: &libc::stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: file_type(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+fn key(st: &libc::stat) -> BackingKey {
+    (st.st_dev, st.st_ino)
+}
+
+fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as i64,
+            },
+            Err(e) => libc::timespec {
+                tv_sec: -(e.duration().as_secs() as i64) - 1,
+                tv_nsec: (1_000_000_000 - e.duration().subsec_nanos() as i64) % 1_000_000_000,
+            },
+        },
+    }
+}
+
+impl RewindFs {
+    pub fn new(backing: Backing, want_passthrough: bool) -> io::Result<RewindFs> {
+        let root = backing::stat_fd(backing.root_fd())?;
+        Ok(RewindFs {
+            backing,
+            inodes: Mutex::new(InodeTable::new(key(&root))),
+            files: HandleTable::default(),
+            dirs: HandleTable::default(),
+            backing_ids: Mutex::new(HashMap::new()),
+            passthrough: AtomicBool::new(false),
+            want_passthrough,
+            // SAFETY: geteuid cannot fail.
+            euid: unsafe { libc::geteuid() },
+            on_ready: Mutex::new(None),
+        })
+    }
+
+    /// Run `f` (with whether passthrough is on) once the mount answers requests.
+    pub fn on_ready(&self, f: impl FnOnce(bool) + Send + 'static) {
+        *self.on_ready.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    fn inodes(&self) -> std::sync::MutexGuard<'_, InodeTable> {
+        self.inodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        self.inodes().path(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    /// Look up `name` in `parent` (whose path is `parent_path`), taking one kernel lookup.
+    fn entry(&self, parent: INodeNo, parent_path: &[u8], name: &OsStr) -> Result<FileAttr> {
+        let st = self.backing.stat_at(parent_path, name).map_err(errno)?;
+        let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+        Ok(attr(ino, &st))
+    }
+
+    /// Give a newly created object to the user who asked for it (we may be root).
+    fn chown_new(&self, req: &Request, path: &[u8]) -> Result<()> {
+        if self.euid == 0 && (req.uid() != 0 || req.gid() != 0) {
+            self.backing
+                .chown(path, Some(req.uid()), Some(req.gid()))
+                .map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    fn check_name(name: &OsStr) -> Result<()> {
+        if name.len() > 255 {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok(())
+    }
+
+    fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr> {
+        Self::check_name(name)?;
+        let parent_path = self.path(parent)?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    fn do_getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<FileAttr> {
+        if let Some(open) = fh.and_then(|fh| self.files.get(fh.0)) {
+            return Ok(attr(
+                ino.0,
+                &backing::stat_fd(open.file.as_fd()).map_err(errno)?,
+            ));
+        }
+        let path = self.path(ino)?;
+        Ok(attr(ino.0, &self.backing.stat(&path).map_err(errno)?))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_setattr(
+        &self,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        fh: Option<FileHandle>,
+    ) -> Result<FileAttr> {
+        let path = self.path(ino).ok();
+        let open = fh.and_then(|fh| self.files.get(fh.0));
+        if let Some(mode) = mode {
+            match &open {
+                Some(o) => set_fd_mode(&o.file, mode).map_err(errno)?,
+                None => {
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
+                    self.backing.chmod(path, mode & 0o7777).map_err(errno)?
+                }
+            }
+        }
+        if uid.is_some() || gid.is_some() {
+            let path = path.as_deref().ok_or(Errno::ENOENT)?;
+            self.backing.chown(path, uid, gid).map_err(errno)?;
+        }
+        if let Some(size) = size {
+            match &open {
+                Some(o) => o.file.set_len(size).map_err(errno)?,
+                None => {
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
+                    let f = self
+                        .backing
+                        .open_file(path, libc::O_WRONLY, 0)
+                        .map_err(errno)?;
+                    f.set_len(size).map_err(errno)?;
+                }
+            }
+        }
+        if atime.is_some() || mtime.is_some() {
+            let times = [timespec(atime), timespec(mtime)];
+            match (&open, path.as_deref()) {
+                (Some(o), _) => futimens(&o.file, &times).map_err(errno)?,
+                (None, Some(path)) => self.backing.utimens(path, &times).map_err(errno)?,
+                (None, None) => return Err(Errno::ENOENT),
+            }
+        }
+        self.do_getattr(ino, fh)
+    }
+
+    fn do_readlink(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        let path = self.path(ino)?;
+        self.backing.readlink(&path).map_err(errno)
+    }
+
+    fn do_mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<FileAttr> {
+        Self::check_name(name)?;
+        let parent_path = self.path(parent)?;
+        let mode = mode & !umask;
+        self.backing
+            .mknod(&parent_path, name, mode, rdev as u64)
+            .map_err(errno)?;
+        self.chown_new(req, &backing::join(&parent_path, name))?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    fn do_mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr> {
+        Self::check_name(name)?;
+        let parent_path = self.path(parent)?;
+        self.backing
+            .mkdir(&parent_path, name, mode & !umask & 0o7777)
+            .map_err(errno)?;
+        self.chown_new(req, &backing::join(&parent_path, name))?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    fn do_unlink(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<()> {
+        let parent_path = self.path(parent)?;
+        let st = self.backing.stat_at(&parent_path, name).map_err(errno)?;
+        self.backing
+            .unlink(&parent_path, name, dir)
+            .map_err(errno)?;
+        if dir || st.st_nlink <= 1 {
+            self.inodes().removed(key(&st));
+        }
+        Ok(())
+    }
+
+    fn do_symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &Path,
+    ) -> Result<FileAttr> {
+        Self::check_name(name)?;
+        let parent_path = self.path(parent)?;
+        self.backing
+            .symlink(&parent_path, name, target.as_os_str().as_bytes())
+            .map_err(errno)?;
+        self.chown_new(req, &backing::join(&parent_path, name))?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        Self::check_name(new_name)?;
+        let parent_path = self.path(parent)?;
+        let new_parent_path = self.path(new_parent)?;
+        let src = self.backing.stat_at(&parent_path, name).map_err(errno)?;
+        let dst = self.backing.stat_at(&new_parent_path, new_name).ok();
+        self.backing
+            .rename(&parent_path, name, &new_parent_path, new_name, flags.bits())
+            .map_err(errno)?;
+        let mut inodes = self.inodes();
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            if let Some(dst) = &dst {
+                inodes.moved(key(dst), parent.0, name.as_bytes());
+            }
+        } else if let Some(dst) = &dst
+            && key(dst) != key(&src)
+            && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        {
+            inodes.removed(key(dst));
+        }
+        inodes.moved(key(&src), new_parent.0, new_name.as_bytes());
+        Ok(())
+    }
+
+    fn do_link(&self, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr) -> Result<FileAttr> {
+        Self::check_name(new_name)?;
+        let path = self.path(ino)?;
+        let new_parent_path = self.path(new_parent)?;
+        self.backing
+            .link(&path, &new_parent_path, new_name)
+            .map_err(errno)?;
+        self.entry(new_parent, &new_parent_path, new_name)
+    }
+
+    /// Flags for the backing open: the caller's, less those that only make sense at creation,
+    /// and reading allowed where the kernel may need it for the page cache.
+    fn backing_flags(&self, flags: i32) -> i32 {
+        let mut flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        if !self.passthrough.load(Ordering::Relaxed) {
+            // The writeback cache reads pages around partial writes and sends appends as
+            // positioned writes, so the backing fd must be readable and not O_APPEND.
+            flags &= !libc::O_APPEND;
+            if flags & libc::O_ACCMODE == libc::O_WRONLY {
+                flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        flags
+    }
+
+    /// The backing id to pass through for `ino`, shared with its other open handles.
+    fn backing_id(
+        &self,
+        ino: u64,
+        file: &File,
+        open: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> io::Result<Arc<BackingId>> {
+        let mut ids = self.backing_ids.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = ids.get(&ino).and_then(Weak::upgrade) {
+            return Ok(id);
+        }
+        let id = Arc::new(open(file)?);
+        ids.insert(ino, Arc::downgrade(&id));
+        if ids.len() > 1024 {
+            ids.retain(|_, w| w.strong_count() > 0);
+        }
+        Ok(id)
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.passthrough.load(Ordering::Relaxed) {
+            FopenFlags::empty()
+        } else {
+            // The mount is the only writer underneath, so cached pages stay valid across opens.
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut filled = 0;
+        while filled < buf.len() {
+            match open
+                .file
+                .read_at(&mut buf[filled..], offset + filled as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        buf.truncate(filled);
+        Ok(buf)
+    }
+
+    fn do_write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        open.file.write_all_at(data, offset).map_err(errno)?;
+        Ok(data.len() as u32)
+    }
+
+    fn do_opendir(&self, ino: INodeNo) -> Result<u64> {
+        let path = self.path(ino)?;
+        let dir = self.backing.open_dir(&path).map_err(errno)?;
+        let entries = backing::read_dir_entries(&dir)
+            .map_err(errno)?
+            .into_iter()
+            .map(|(name, d_ino, d_type)| (name, d_ino, dirent_type(d_type)))
+            .collect();
+        Ok(self.dirs.insert(OpenDir { path, entries }))
+    }
+
+    fn do_statfs(&self) -> Result<libc::statvfs> {
+        self.backing.statfs().map_err(errno)
+    }
+
+    fn xattr_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        self.path(ino)
+    }
+
+    fn do_fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: fallocate on an fd we own.
+        let ret =
+            unsafe { libc::fallocate(open.file.as_raw_fd(), mode, offset as i64, length as i64) };
+        if ret < 0 {
+            return Err(errno(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_copy_file_range(
+        &self,
+        fh_in: FileHandle,
+        offset_in: u64,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u32> {
+        use std::os::fd::AsRawFd;
+        let src = self.files.get(fh_in.0).ok_or(Errno::EBADF)?;
+        let dst = self.files.get(fh_out.0).ok_or(Errno::EBADF)?;
+        let mut off_in = offset_in as i64;
+        let mut off_out = offset_out as i64;
+        // SAFETY: copy_file_range between fds we own, with offsets we own.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.file.as_raw_fd(),
+                &mut off_in,
+                dst.file.as_raw_fd(),
+                &mut off_out,
+                len.min(u32::MAX as u64 & !0xfff) as usize,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(errno(io::Error::last_os_error()));
+        }
+        Ok(n as u32)
+    }
+
+    fn do_lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Result<i64> {
+        use std::os::fd::AsRawFd;
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        // SAFETY: lseek on an fd we own; only SEEK_DATA/SEEK_HOLE reach us.
+        let ret = unsafe { libc::lseek(open.file.as_raw_fd(), offset, whence) };
+        if ret < 0 {
+            return Err(errno(io::Error::last_os_error()));
+        }
+        Ok(ret)
+    }
+}
+
+fn set_fd_mode(file: &File, mode: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fchmod on an fd we own.
+    if unsafe { libc::fchmod(file.as_raw_fd(), mode & 0o7777) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn futimens(file: &File, times: &[libc::timespec; 2]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: futimens on an fd we own with two valid timespecs.
+    if unsafe { libc::futimens(file.as_raw_fd(), times.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Filesystem for RewindFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let caps = config.capabilities();
+        let mut want = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_EXPORT_SUPPORT
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_SPLICE_READ
+            | InitFlags::FUSE_SPLICE_WRITE
+            | InitFlags::FUSE_SPLICE_MOVE;
+        let passthrough = self.want_passthrough
+            && caps.contains(InitFlags::FUSE_PASSTHROUGH)
+            && config.set_max_stack_depth(1).is_ok();
+        if passthrough {
+            want |= InitFlags::FUSE_PASSTHROUGH;
+        } else {
+            want |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let _ = config.add_capabilities(want & caps);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        self.passthrough.store(passthrough, Ordering::Relaxed);
+        tracing::info!(passthrough, "mount ready");
+        if let Some(f) = self
+            .on_ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            f(passthrough);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.do_lookup(parent, name) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.do_getattr(ino, fh) {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh) {
+            Ok(attr) => reply.attr(&TTL, &attr),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.do_readlink(ino) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.do_mknod(req, parent, name, mode, umask, rdev) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.do_mkdir(req, parent, name, mode, umask) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.do_unlink(parent, name, false) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.do_unlink(parent, name, true) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        match self.do_symlink(req, parent, link_name, target) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.do_rename(parent, name, newparent, newname, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match self.do_link(ino, newparent, newname) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = (|| -> Result<(u64, Option<Arc<BackingId>>)> {
+            let path = self.path(ino)?;
+            let file = self
+                .backing
+                .open_file(&path, self.backing_flags(flags.0), 0)
+                .map_err(errno)?;
+            let id = if self.passthrough.load(Ordering::Relaxed) {
+                Some(
+                    self.backing_id(ino.0, &file, |f| reply.open_backing(f))
+                        .map_err(errno)?,
+                )
+            } else {
+                None
+            };
+            let fh = self.files.insert(OpenFile {
+                file,
+                _backing_id: id.clone(),
+            });
+            Ok((fh, id))
+        })();
+        match result {
+            Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), self.open_flags(), &id),
+            Ok((fh, None)) => reply.opened(FileHandle(fh), self.open_flags()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = (|| -> Result<(FileAttr, u64, Option<Arc<BackingId>>)> {
+            Self::check_name(name)?;
+            let parent_path = self.path(parent)?;
+            let path = backing::join(&parent_path, name);
+            let file = self
+                .backing
+                .open_file(
+                    &path,
+                    self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL),
+                    mode & !umask & 0o7777,
+                )
+                .map_err(errno)?;
+            self.chown_new(req, &path)?;
+            let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+            let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+            let id = if self.passthrough.load(Ordering::Relaxed) {
+                Some(
+                    self.backing_id(ino, &file, |f| reply.open_backing(f))
+                        .map_err(errno)?,
+                )
+            } else {
+                None
+            };
+            let fh = self.files.insert(OpenFile {
+                file,
+                _backing_id: id.clone(),
+            });
+            Ok((attr(ino, &st), fh, id))
+        })();
+        match result {
+            Ok((attr, fh, Some(id))) => reply.created_passthrough(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                self.open_flags(),
+                &id,
+            ),
+            Ok((attr, fh, None)) => reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.do_read(fh, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.do_write(fh, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.files.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let result = match self.files.get(fh.0) {
+            None => Err(Errno::EBADF),
+            Some(open) if datasync => open.file.sync_data().map_err(errno),
+            Some(open) => open.file.sync_all().map_err(errno),
+        };
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.do_opendir(ino) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_CACHE_DIR),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, d_ino, kind)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            // The inode number in a plain readdir is only a hint; lookups give the real one.
+            if reply.add(
+                INodeNo(*d_ino),
+                i as u64 + 1,
+                *kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, _, _)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            let name = OsStr::from_bytes(name);
+            // Entries that vanished since opendir are skipped.
+            let Ok(st) = self.backing.stat_at(&dir.path, name) else {
+                continue;
+            };
+            let child = self.inodes().lookup(ino.0, name.as_bytes(), key(&st));
+            if reply.add(
+                INodeNo(child),
+                i as u64 + 1,
+                name,
+                &TTL,
+                &attr(child, &st),
+                Generation(0),
+            ) {
+                // Not sent: give the lookup back.
+                self.inodes().forget(child, 1);
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.do_statfs() {
+            Ok(st) => reply.statfs(
+                st.f_blocks,
+                st.f_bfree,
+                st.f_bavail,
+                st.f_files,
+                st.f_ffree,
+                st.f_bsize as u32,
+                st.f_namemax as u32,
+                st.f_frsize as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .xattr_path(ino)
+            .and_then(|p| self.backing.setxattr(&p, name, value, flags).map_err(errno));
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.xattr_path(ino).and_then(|p| {
+            self.backing
+                .getxattr(&p, name, size as usize)
+                .map_err(errno)
+        });
+        match result {
+            Ok(Xattr::Size(n)) => reply.size(n),
+            Ok(Xattr::Data(data)) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self
+            .xattr_path(ino)
+            .and_then(|p| self.backing.listxattr(&p, size as usize).map_err(errno));
+        match result {
+            Ok(Xattr::Size(n)) => reply.size(n),
+            Ok(Xattr::Data(data)) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .xattr_path(ino)
+            .and_then(|p| self.backing.removexattr(&p, name).map_err(errno));
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Mounted with default_permissions: the kernel checks access itself.
+        reply.ok();
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.do_fallocate(fh, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.do_lseek(fh, offset, whence) {
+            Ok(off) => reply.offset(off),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self.do_copy_file_range(fh_in, offset_in, fh_out, offset_out, len) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+}

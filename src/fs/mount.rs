@@ -1,0 +1,174 @@
+//! Mounting the filesystem over the workspace itself, and unmounting it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use fuser::{Config, MountOption, SessionACL};
+
+use super::RewindFs;
+use super::backing::Backing;
+use crate::error::{Error, IoResultExt, Result};
+
+/// Everything `mount` needs, validated.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// The workspace, canonical.
+    pub workspace: PathBuf,
+    /// Let other users in (normal permission checks apply).
+    pub allow_other: bool,
+    /// Use FUSE passthrough when the kernel and our privileges allow it.
+    pub passthrough: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+}
+
+impl MountConfig {
+    /// Check that `dir` can be mounted over: an existing directory, not already a rewind mount.
+    pub fn new(dir: &Path) -> Result<MountConfig> {
+        let workspace = dir.canonicalize().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::Invalid(format!("{} does not exist", dir.display())),
+            _ => Error::Io {
+                path: dir.to_owned(),
+                source: e,
+            },
+        })?;
+        let meta = std::fs::metadata(&workspace).with_path(&workspace)?;
+        if !meta.is_dir() {
+            return Err(Error::Invalid(format!(
+                "{} is not a directory; rewind mounts over a project directory",
+                workspace.display()
+            )));
+        }
+        if let Some(fstype) = mount_type(&workspace)? {
+            return Err(Error::Invalid(format!(
+                "{} is already mounted ({fstype}); run `rewind unmount {}` first",
+                workspace.display(),
+                workspace.display()
+            )));
+        }
+        Ok(MountConfig {
+            workspace,
+            allow_other: false,
+            passthrough: true,
+            threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2) * 2),
+        })
+    }
+}
+
+/// A mounted session, not yet serving. [`Mounted::run`] serves until unmounted.
+pub struct Mounted {
+    session: fuser::Session<RewindFs>,
+}
+
+impl Mounted {
+    /// Serve requests until the filesystem is unmounted.
+    pub fn run(self) -> io::Result<()> {
+        self.session.run()
+    }
+}
+
+/// Unmount the rewind mount at `dir`. Busy (files still open) is `EBUSY` unless `lazy`, which
+/// detaches the mount now and lets the open files finish.
+pub fn unmount(dir: &Path, lazy: bool) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: umount2 of a NUL-terminated path.
+    if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return Err(err);
+    }
+    // Not root: the setuid helper may unmount our own mounts.
+    let out = std::process::Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg("--")
+        .arg(dir)
+        .output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr);
+    if msg.contains("busy") {
+        return Err(io::Error::from_raw_os_error(libc::EBUSY));
+    }
+    Err(io::Error::other(msg.trim().to_string()))
+}
+
+/// Mount `fs` over `config.workspace`. The mount exists when this returns; requests are
+/// answered once [`Mounted::run`] is called.
+pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
+    let mut fuse = Config::default();
+    fuse.mount_options = vec![
+        MountOption::FSName(format!("rewind:{}", config.workspace.display())),
+        MountOption::Subtype("rewind".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Suid,
+        MountOption::Dev,
+        MountOption::Exec,
+    ];
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    fuse.acl = if config.allow_other {
+        SessionACL::All
+    } else if !root && user_allow_other() {
+        // The owner, and root too (the kernel lets root in only via allow_other).
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    fuse.n_threads = Some(config.threads);
+    fuse.clone_fd = true;
+    let session = fuser::Session::new(fs, &config.workspace, &fuse)
+        .map_err(|e| Error::Invalid(format!("cannot mount {}: {e}", config.workspace.display())))?;
+    Ok(Mounted { session })
+}
+
+/// The backing directory and filesystem for `config`: opened before the mount covers it.
+pub fn filesystem(config: &MountConfig) -> Result<RewindFs> {
+    let backing = Backing::open(&config.workspace).with_path(&config.workspace)?;
+    RewindFs::new(backing, config.passthrough).with_path(&config.workspace)
+}
+
+/// The filesystem type mounted exactly at `dir`, if any (from /proc/self/mountinfo).
+pub fn mount_type(dir: &Path) -> Result<Option<String>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").with_path("/proc/self/mountinfo")?;
+    let want = dir.to_string_lossy();
+    let mut found = None;
+    for line in info.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() > sep + 1 && fields.get(4).map(|p| unescape(p)) == Some(want.to_string()) {
+            found = Some(fields[sep + 1].to_string());
+        }
+    }
+    Ok(found.filter(|t| t.starts_with("fuse")))
+}
+
+/// Whether /etc/fuse.conf lets users mount with `allow_other`.
+fn user_allow_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"))
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,9 @@
+//! What a change means: who made it ([`who`]), which paths count ([`ignore`]), and turning
+//! filesystem operations into recorded changes ([`recorder`]).
+
+pub mod ignore;
+pub mod recorder;
+pub mod who;
+
+pub use recorder::{Recorder, Source};
+pub use who::{Attributor, Who};

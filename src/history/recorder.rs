@@ -1,0 +1,683 @@
+//! Recording: turning what the filesystem sees into changes, with the content they destroy
+//! stored first.
+//!
+//! The filesystem calls in at the edges of a write episode and around every destructive
+//! operation:
+//!
+//! - `begin_write` (open for writing, `O_TRUNC`, truncate) stores the file's current content
+//!   before the kernel can touch it and notes an open episode in the store; `end_write` (last
+//!   release) stores the new content and records one `modify` — or nothing if it is unchanged.
+//! - `begin_create` starts an episode with no before. At its end the create is held back for a
+//!   moment (`PENDING_FOR`): if the new file is renamed over another before it is recorded, that
+//!   is a save-by-rename and is recorded as one `modify` of the target; if it is deleted, it
+//!   never shows at all.
+//! - Unlink, rename and chmod are recorded *before* they happen (their before content already
+//!   stored) and retracted if they then fail; mkdir, rmdir, symlink and link after they succeed.
+//!
+//! Lock order: `pending`, then `episodes`, then `known`; none is held across I/O or a store
+//! write.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::ignore::IgnoreRules;
+use super::who::{Attributor, Who};
+use crate::error::{Error, Result};
+use crate::store::{
+    Change, ChangeKind, Extra, FileKind, FileState, NewChange, OpenEpisode, Seen, Store,
+};
+
+/// How long a new file's creation is held back, waiting to see whether it is a temporary file
+/// renamed over its target (save-by-rename) or deleted.
+pub const PENDING_FOR: Duration = Duration::from_millis(500);
+
+/// A backing file's identity: `(st_dev, st_ino)`.
+pub type Key = (u64, u64);
+
+/// Read access to the workspace underneath the mount.
+pub trait Source: Send + Sync {
+    fn open_read(&self, path: &[u8]) -> io::Result<File>;
+    fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>>;
+    fn lstat(&self, path: &[u8]) -> io::Result<libc::stat>;
+}
+
+pub fn key_of(st: &libc::stat) -> Key {
+    (st.st_dev, st.st_ino)
+}
+
+pub fn kind_of(st: &libc::stat) -> FileKind {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Special,
+    }
+}
+
+pub fn seen_of(st: &libc::stat) -> Seen {
+    Seen {
+        kind: kind_of(st),
+        size: if kind_of(st) == FileKind::Dir {
+            0
+        } else {
+            st.st_size as u64
+        },
+        mode: st.st_mode & 0o7777,
+        mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+    }
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The stat fields that change whenever content may have.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Sig {
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Sig {
+    fn of(st: &libc::stat) -> Sig {
+        Sig {
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+struct Episode {
+    path: Vec<u8>,
+    before: Option<FileState>,
+    opens: u32,
+    who: Who,
+    /// The file was created in this episode.
+    created: bool,
+    /// The file lost its last name while open: nothing more to record.
+    orphaned: bool,
+}
+
+/// A created file whose creation is not recorded yet.
+struct Pending {
+    after: FileState,
+    seen: Seen,
+    who: Who,
+    time_ns: u64,
+    since: Instant,
+}
+
+pub struct Recorder {
+    store: Arc<Store>,
+    source: Arc<dyn Source>,
+    who: Attributor,
+    ignore: RwLock<IgnoreRules>,
+    pending: Mutex<HashMap<Vec<u8>, Pending>>,
+    episodes: Mutex<HashMap<Key, Episode>>,
+    /// The last captured state of each backing file, valid while its `Sig` is unchanged.
+    known: Mutex<HashMap<Key, (Sig, FileState)>>,
+    subscribers: Mutex<Vec<Sender<Arc<Change>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Recorder {
+    pub fn new(store: Arc<Store>, source: Arc<dyn Source>, default_session: String) -> Recorder {
+        let rules = match source.open_read(b".rewindignore") {
+            Ok(f) => io::read_to_string(f).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        Recorder {
+            store,
+            source,
+            who: Attributor::new(default_session),
+            ignore: RwLock::new(IgnoreRules::new(&rules)),
+            pending: Mutex::new(HashMap::new()),
+            episodes: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn attributor(&self) -> &Attributor {
+        &self.who
+    }
+
+    /// Whether changes to `path` are recorded at all.
+    pub fn records(&self, path: &[u8], is_dir: bool) -> bool {
+        !self
+            .ignore
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ignored(path, is_dir)
+    }
+
+    /// Re-read `.rewindignore` after it changed.
+    fn reload_ignore_if(&self, path: &[u8]) {
+        if path == b".rewindignore" {
+            let rules = match self.source.open_read(b".rewindignore") {
+                Ok(f) => io::read_to_string(f).unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            *self.ignore.write().unwrap_or_else(|e| e.into_inner()) = IgnoreRules::new(&rules);
+        }
+    }
+
+    /// A channel that receives every change as it is recorded.
+    pub fn subscribe(&self) -> Receiver<Arc<Change>> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        lock(&self.subscribers).push(tx);
+        rx
+    }
+
+    fn publish(&self, change: Change) -> Change {
+        let shared = Arc::new(change);
+        lock(&self.subscribers).retain(|tx| tx.send(shared.clone()).is_ok());
+        Arc::unwrap_or_clone(shared)
+    }
+
+    fn record(&self, change: NewChange, extra: &Extra<'_>) -> Result<Change> {
+        let recorded = self.store.record_with(change, extra)?;
+        Ok(self.publish(recorded))
+    }
+
+    /// The state of `path` as `st` describes it, with its content stored.
+    fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        let mode = st.st_mode & 0o7777;
+        let io_err = |source| Error::Io {
+            path: String::from_utf8_lossy(path).into_owned().into(),
+            source,
+        };
+        match kind_of(st) {
+            FileKind::File => {
+                let key = key_of(st);
+                let sig = Sig::of(st);
+                if let Some((s, state)) = lock(&self.known).get(&key)
+                    && *s == sig
+                {
+                    return Ok(FileState {
+                        mode,
+                        ..state.clone()
+                    });
+                }
+                let file = self.source.open_read(path).map_err(io_err)?;
+                let (hash, size) = self
+                    .store
+                    .put_blob_reader(BufReader::with_capacity(1 << 16, file))?;
+                let state = FileState {
+                    kind: FileKind::File,
+                    size,
+                    mode,
+                    hash: Some(hash),
+                };
+                let mut known = lock(&self.known);
+                if known.len() > 100_000 {
+                    known.clear();
+                }
+                known.insert(key, (sig, state.clone()));
+                Ok(state)
+            }
+            FileKind::Symlink => {
+                let target = self.source.readlink(path).map_err(io_err)?;
+                let hash = self.store.put_blob(&target)?;
+                Ok(FileState {
+                    kind: FileKind::Symlink,
+                    size: target.len() as u64,
+                    mode: 0o777,
+                    hash: Some(hash),
+                })
+            }
+            kind => Ok(FileState {
+                kind,
+                size: 0,
+                mode,
+                hash: None,
+            }),
+        }
+    }
+
+    fn change(&self, kind: ChangeKind, path: &[u8], who: &Who) -> NewChange {
+        NewChange {
+            time_ns: now_ns(),
+            kind,
+            path: path.to_vec(),
+            from: None,
+            before: None,
+            after: None,
+            session: who.session.clone(),
+            agent: who.agent.clone(),
+            pid: who.pid,
+            process: who.process.clone(),
+        }
+    }
+
+    // ---- write episodes ------------------------------------------------------------------
+
+    /// A regular file is about to be opened for writing (or truncated): store its content.
+    /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
+    pub fn begin_write(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+        if kind_of(st) != FileKind::File || !self.records(path, false) {
+            return Ok(None);
+        }
+        self.flush_pending(path)?;
+        let key = key_of(st);
+        if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+            ep.opens += 1;
+            return Ok(Some(key));
+        }
+        let before = self.capture(path, st)?;
+        let who = self.who.who(pid);
+        self.open_episode(key, path, Some(before), who, false)?;
+        Ok(Some(key))
+    }
+
+    /// A regular file was just created (and opened).
+    pub fn begin_create(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+        if !self.records(path, false) {
+            return Ok(None);
+        }
+        let who = self.who.who(pid);
+        self.open_episode(key_of(st), path, None, who, true)?;
+        Ok(Some(key_of(st)))
+    }
+
+    fn open_episode(
+        &self,
+        key: Key,
+        path: &[u8],
+        before: Option<FileState>,
+        who: Who,
+        created: bool,
+    ) -> Result<()> {
+        let marker = OpenEpisode {
+            before: before.clone(),
+            time_ns: now_ns(),
+            session: who.session.clone(),
+            agent: who.agent.clone(),
+            pid: who.pid,
+            process: who.process.clone(),
+        };
+        self.store.put_open_episode(path, &marker)?;
+        let mut episodes = lock(&self.episodes);
+        // Another open of the same file may have won the race while we captured: join it.
+        episodes
+            .entry(key)
+            .and_modify(|ep| ep.opens += 1)
+            .or_insert(Episode {
+                path: path.to_vec(),
+                before,
+                opens: 1,
+                who,
+                created,
+                orphaned: false,
+            });
+        Ok(())
+    }
+
+    /// A handle that began an episode was released. At the last one, record what changed.
+    pub fn end_write(&self, key: Key) -> Result<()> {
+        let ep = {
+            let mut episodes = lock(&self.episodes);
+            let Some(ep) = episodes.get_mut(&key) else {
+                return Ok(());
+            };
+            ep.opens -= 1;
+            if ep.opens > 0 {
+                return Ok(());
+            }
+            episodes.remove(&key).expect("present above")
+        };
+        if ep.orphaned {
+            return self.store.drop_open_episode(&ep.path);
+        }
+        let st = match self.source.lstat(&ep.path) {
+            Ok(st) if key_of(&st) == key => st,
+            // The name now belongs to something else; what this file became is not in the tree.
+            _ => return self.store.drop_open_episode(&ep.path),
+        };
+        let after = self.capture(&ep.path, &st)?;
+        self.reload_ignore_if(&ep.path);
+        if ep.created {
+            lock(&self.pending).insert(
+                ep.path.clone(),
+                Pending {
+                    after,
+                    seen: seen_of(&st),
+                    who: ep.who,
+                    time_ns: now_ns(),
+                    since: Instant::now(),
+                },
+            );
+            return Ok(());
+        }
+        if ep.before.as_ref() == Some(&after) {
+            return self.store.drop_open_episode(&ep.path);
+        }
+        let mut change = self.change(ChangeKind::Modify, &ep.path, &ep.who);
+        change.before = ep.before;
+        change.after = Some(after);
+        let manifest = [(ep.path.clone(), Some(seen_of(&st)))];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: Some(&ep.path),
+                manifest: &manifest,
+            },
+        )?;
+        Ok(())
+    }
+
+    // ---- pending creates -----------------------------------------------------------------
+
+    /// Record the creation of `path` now if it is held back.
+    fn flush_pending(&self, path: &[u8]) -> Result<()> {
+        let Some(p) = lock(&self.pending).remove(path) else {
+            return Ok(());
+        };
+        self.record_create(path, p)
+    }
+
+    fn record_create(&self, path: &[u8], p: Pending) -> Result<()> {
+        let mut change = self.change(ChangeKind::Create, path, &p.who);
+        change.time_ns = p.time_ns;
+        change.after = Some(p.after);
+        let manifest = [(path.to_vec(), Some(p.seen))];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: Some(path),
+                manifest: &manifest,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`).
+    pub fn flush_pending_older(&self, all: bool) -> Result<()> {
+        let due: Vec<(Vec<u8>, Pending)> = {
+            let mut pending = lock(&self.pending);
+            let keys: Vec<Vec<u8>> = pending
+                .iter()
+                .filter(|(_, p)| all || p.since.elapsed() >= PENDING_FOR)
+                .map(|(k, _)| k.clone())
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| pending.remove_entry(&k))
+                .collect()
+        };
+        let mut due = due;
+        due.sort_by_key(|(_, p)| p.time_ns);
+        for (path, p) in due {
+            self.record_create(&path, p)?;
+        }
+        Ok(())
+    }
+
+    /// Flush held-back creates at or below `dir` (before the directory is renamed).
+    fn flush_pending_under(&self, dir: &[u8]) -> Result<()> {
+        let mut prefix = dir.to_vec();
+        prefix.push(b'/');
+        let paths: Vec<Vec<u8>> = lock(&self.pending)
+            .keys()
+            .filter(|p| p.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for p in paths {
+            self.flush_pending(&p)?;
+        }
+        Ok(())
+    }
+
+    // ---- single operations ---------------------------------------------------------------
+
+    /// `path` (described by `st`) is about to be unlinked. Returns the change to retract if the
+    /// unlink then fails.
+    pub fn before_unlink(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Change>> {
+        let key = key_of(st);
+        if st.st_nlink <= 1
+            && let Some(ep) = lock(&self.episodes).get_mut(&key)
+        {
+            ep.orphaned = true;
+        }
+        if lock(&self.pending).remove(path).is_some() {
+            // Created and deleted before anyone saw it: a temporary file. Nothing to record.
+            self.store.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        if !self.records(path, false) {
+            return Ok(None);
+        }
+        let before = self.capture(path, st)?;
+        let who = self.who.who(pid);
+        let mut change = self.change(ChangeKind::Delete, path, &who);
+        change.before = Some(before);
+        let manifest = [(path.to_vec(), None)];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest: &manifest,
+            },
+        )
+        .map(Some)
+    }
+
+    /// `path` was removed by `rmdir`; `st` is how it was.
+    pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<()> {
+        if !self.records(path, true) {
+            return Ok(());
+        }
+        let who = self.who.who(pid);
+        let mut change = self.change(ChangeKind::Rmdir, path, &who);
+        change.before = Some(self.capture(path, st)?);
+        let manifest = [(path.to_vec(), None)];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest: &manifest,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// A new object exists at `path` (mkdir, symlink, link, mknod): record it.
+    pub fn after_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+        let Ok(st) = self.source.lstat(path) else {
+            return Ok(());
+        };
+        if !self.records(path, kind_of(&st) == FileKind::Dir) {
+            return Ok(());
+        }
+        let who = self.who.who(pid);
+        let mut change = self.change(kind, path, &who);
+        change.after = Some(self.capture(path, &st)?);
+        let manifest = [(path.to_vec(), Some(seen_of(&st)))];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest: &manifest,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails.
+    pub fn before_chmod(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        mode: u32,
+        pid: u32,
+    ) -> Result<Option<Change>> {
+        let is_dir = kind_of(st) == FileKind::Dir;
+        if st.st_mode & 0o7777 == mode & 0o7777 || !self.records(path, is_dir) {
+            return Ok(None);
+        }
+        self.flush_pending(path)?;
+        let who = self.who.who(pid);
+        let before = self.capture(path, st)?;
+        let after = FileState {
+            mode: mode & 0o7777,
+            ..before.clone()
+        };
+        let mut seen = seen_of(st);
+        seen.mode = after.mode;
+        let mut change = self.change(ChangeKind::Chmod, path, &who);
+        change.before = Some(before);
+        change.after = Some(after);
+        let manifest = [(path.to_vec(), Some(seen))];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest: &manifest,
+            },
+        )
+        .map(Some)
+    }
+
+    /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
+    /// changes to retract if the rename then fails.
+    pub fn before_rename(
+        &self,
+        src: &[u8],
+        src_st: &libc::stat,
+        dst: &[u8],
+        dst_st: Option<&libc::stat>,
+        exchange: bool,
+        pid: u32,
+    ) -> Result<Vec<Change>> {
+        let src_dir = kind_of(src_st) == FileKind::Dir;
+        if src_dir {
+            self.flush_pending_under(src)?;
+        }
+        self.flush_pending(dst)?;
+        let src_recorded = self.records(src, src_dir);
+        let dst_recorded = self.records(dst, src_dir);
+        let who = self.who.who(pid);
+        let dst_before = match dst_st {
+            Some(st) if dst_recorded => Some(self.capture(dst, st)?),
+            _ => None,
+        };
+        if let Some(st) = dst_st
+            && !exchange
+            && st.st_nlink <= 1
+            && let Some(ep) = lock(&self.episodes).get_mut(&key_of(st))
+        {
+            ep.orphaned = true;
+        }
+        // An episode still open on the source moves with it.
+        if let Some(ep) = lock(&self.episodes).get_mut(&key_of(src_st)) {
+            ep.path = dst.to_vec();
+            if ep.created && dst_before.is_some() {
+                ep.created = false;
+                ep.before = dst_before.clone();
+            }
+        }
+        let mut out = Vec::new();
+        let src_seen = seen_of(src_st);
+        if let Some(p) = lock(&self.pending).remove(src) {
+            // Save-by-rename: a new file renamed into place. One change of the target.
+            self.store.drop_open_episode(src)?;
+            if !dst_recorded {
+                return Ok(out);
+            }
+            let kind = if dst_before.is_some() {
+                ChangeKind::Modify
+            } else {
+                ChangeKind::Create
+            };
+            let mut change = self.change(kind, dst, &p.who);
+            change.before = dst_before;
+            change.after = Some(p.after);
+            let manifest = [(dst.to_vec(), Some(p.seen))];
+            out.push(self.record(
+                change,
+                &Extra {
+                    finish_episode: None,
+                    manifest: &manifest,
+                },
+            )?);
+            return Ok(out);
+        }
+        if !src_recorded && !dst_recorded {
+            return Ok(out);
+        }
+        let src_state = self.capture(src, src_st)?;
+        let mut change = self.change(ChangeKind::Rename, dst, &who);
+        change.from = src_recorded.then(|| src.to_vec());
+        change.before = dst_before.clone();
+        change.after = dst_recorded.then(|| src_state.clone());
+        let mut manifest = vec![(dst.to_vec(), dst_recorded.then(|| src_seen.clone()))];
+        if exchange {
+            if let Some(st) = dst_st {
+                manifest.push((src.to_vec(), Some(seen_of(st))));
+            }
+        } else {
+            manifest.push((src.to_vec(), None));
+        }
+        out.push(self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest: &manifest,
+            },
+        )?);
+        if exchange && let Some(dst_before) = dst_before {
+            let mut back = self.change(ChangeKind::Rename, src, &who);
+            back.from = Some(dst.to_vec());
+            back.before = Some(src_state);
+            back.after = Some(dst_before);
+            out.push(self.record(back, &Extra::default())?);
+        }
+        Ok(out)
+    }
+
+    /// An operation recorded in advance failed: take its changes back.
+    pub fn retract(&self, changes: &[Change]) {
+        for c in changes.iter().rev() {
+            if let Err(e) = self.store.retract(c) {
+                tracing::error!(
+                    "cannot retract change {} after a failed operation: {e}",
+                    c.id
+                );
+            }
+        }
+    }
+
+    /// Metadata of `path` changed without a recorded change (timestamps): keep the manifest
+    /// in step so the next mount does not mistake it for an outside change.
+    pub fn touched(&self, path: &[u8]) {
+        if let Ok(st) = self.source.lstat(path)
+            && self.records(path, kind_of(&st) == FileKind::Dir)
+            && let Err(e) = self
+                .store
+                .put_manifest(&[(path.to_vec(), Some(seen_of(&st)))])
+        {
+            tracing::warn!("manifest update failed: {e}");
+        }
+    }
+
+    /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
+    pub fn sync(&self) -> Result<()> {
+        self.flush_pending_older(true)?;
+        self.store.sync()
+    }
+}

@@ -1,0 +1,221 @@
+//! Attribution: which session and agent made a change.
+//!
+//! In order: `REWIND_SESSION` / `REWIND_AGENT` in the environment of the process that made the
+//! change (read from `/proc`, so a bash tool started by an agent inherits them); a registration
+//! of the process or one of its ancestors (`session start` written to `.rewind/ctl`, or a
+//! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
+//! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
+//! another process's attribution.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Who made a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Who {
+    pub session: String,
+    pub agent: String,
+    pub pid: u32,
+    pub process: String,
+}
+
+/// A process identity that survives pid reuse: pid and start time (clock ticks since boot).
+type ProcKey = (u32, u64);
+
+#[derive(Clone, Debug)]
+struct Registration {
+    session: String,
+    agent: Option<String>,
+}
+
+pub struct Attributor {
+    default_session: String,
+    registrations: Mutex<HashMap<ProcKey, Registration>>,
+    cache: Mutex<HashMap<ProcKey, (String, String)>>,
+}
+
+/// What `/proc/PID/stat` says of a process: its parent and its start time.
+fn stat(pid: u32) -> Option<(u32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself contain spaces or parentheses.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // After the name: state(0) ppid(1) ... starttime(19).
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+fn proc_key(pid: u32) -> Option<ProcKey> {
+    stat(pid).map(|(_, start)| (pid, start))
+}
+
+/// The process name (`comm`).
+pub fn process_name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
+fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
+    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return (None, None);
+    };
+    let mut session = None;
+    let mut agent = None;
+    for var in env.split(|&b| b == 0) {
+        if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
+            session = valid(v);
+        } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
+            agent = valid(v);
+        }
+    }
+    (session, agent)
+}
+
+/// A name from the environment, if it is one the store accepts.
+fn valid(bytes: &[u8]) -> Option<String> {
+    let s = String::from_utf8_lossy(bytes).into_owned();
+    crate::store::validate_name("session", &s).ok().map(|_| s)
+}
+
+impl Attributor {
+    pub fn new(default_session: String) -> Attributor {
+        Attributor {
+            default_session,
+            registrations: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn default_session(&self) -> &str {
+        &self.default_session
+    }
+
+    /// Attribute `pid` and its descendants to `session` (and `agent`, if given).
+    pub fn register(&self, pid: u32, session: String, agent: Option<String>) -> bool {
+        let Some(key) = proc_key(pid) else {
+            return false;
+        };
+        self.lock_registrations()
+            .insert(key, Registration { session, agent });
+        self.lock_cache().clear();
+        true
+    }
+
+    /// Drop the registration of `pid` or its nearest registered ancestor. Returns the session.
+    pub fn unregister(&self, pid: u32) -> Option<String> {
+        let mut regs = self.lock_registrations();
+        let mut cur = pid;
+        for _ in 0..64 {
+            let (ppid, start) = stat(cur)?;
+            if let Some(r) = regs.remove(&(cur, start)) {
+                drop(regs);
+                self.lock_cache().clear();
+                return Some(r.session);
+            }
+            if cur <= 1 {
+                return None;
+            }
+            cur = ppid;
+        }
+        None
+    }
+
+    /// Who `pid` is, for recording a change it makes.
+    pub fn who(&self, pid: u32) -> Who {
+        let process = process_name(pid);
+        let key = proc_key(pid);
+        if let Some(key) = key
+            && let Some((session, agent)) = self.lock_cache().get(&key).cloned()
+        {
+            return Who {
+                session,
+                agent,
+                pid,
+                process,
+            };
+        }
+        let (session, agent) = self.resolve(pid);
+        if let Some(key) = key {
+            let mut cache = self.lock_cache();
+            if cache.len() > 4096 {
+                cache.clear();
+            }
+            cache.insert(key, (session.clone(), agent.clone()));
+        }
+        Who {
+            session,
+            agent,
+            pid,
+            process,
+        }
+    }
+
+    fn resolve(&self, pid: u32) -> (String, String) {
+        let (env_session, env_agent) = env_vars(pid);
+        if let Some(session) = env_session {
+            return (session, env_agent.unwrap_or_else(|| "unknown".into()));
+        }
+        let regs = self.lock_registrations();
+        if !regs.is_empty() {
+            let mut cur = pid;
+            for _ in 0..64 {
+                let Some((ppid, start)) = stat(cur) else {
+                    break;
+                };
+                if let Some(r) = regs.get(&(cur, start)) {
+                    let agent = r
+                        .agent
+                        .clone()
+                        .or(env_agent)
+                        .unwrap_or_else(|| "unknown".into());
+                    return (r.session.clone(), agent);
+                }
+                if cur <= 1 {
+                    break;
+                }
+                cur = ppid;
+            }
+        }
+        (
+            self.default_session.clone(),
+            env_agent.unwrap_or_else(|| "unknown".into()),
+        )
+    }
+
+    fn lock_registrations(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, Registration>> {
+        self.registrations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, (String, String)>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parses_names_with_spaces_and_parens() {
+        let (ppid, start) = stat(std::process::id()).unwrap();
+        assert!(ppid > 0 && start > 0);
+        assert!(stat(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn registrations_cover_the_process_and_fall_back_to_the_default() {
+        let a = Attributor::new("default".into());
+        let me = std::process::id();
+        let who = a.who(me);
+        assert_eq!(who.pid, me);
+        if std::env::var_os("REWIND_SESSION").is_none() {
+            assert_eq!(who.session, "default");
+            assert!(a.register(me, "s1".into(), Some("bot".into())));
+            let who = a.who(me);
+            assert_eq!((who.session.as_str(), who.agent.as_str()), ("s1", "bot"));
+            assert_eq!(a.unregister(me).as_deref(), Some("s1"));
+            assert_eq!(a.who(me).session, "default");
+        }
+    }
+}

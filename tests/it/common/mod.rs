@@ -1,0 +1,183 @@
+//! Shared helpers: a temp workspace mounted through the real `rewind` binary (always unmounted
+//! on drop, lazily if need be), and small filesystems for full-disk tests.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
+
+/// A workspace in a temp dir with its own store and data home, mountable with rewind.
+pub struct Workspace {
+    root: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        let root = tempfile::Builder::new()
+            .prefix("rewind-test-")
+            .tempdir()
+            .unwrap();
+        for sub in ["ws", "store", "data", "plain"] {
+            std::fs::create_dir(root.path().join(sub)).unwrap();
+        }
+        Workspace {
+            root,
+            mounted: false,
+        }
+    }
+
+    /// The workspace directory (the mount point once mounted).
+    pub fn path(&self) -> PathBuf {
+        self.root.path().join("ws")
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.root.path().join("store")
+    }
+
+    /// A plain directory beside the workspace, for comparisons.
+    pub fn plain(&self) -> PathBuf {
+        self.root.path().join("plain")
+    }
+
+    /// `rewind ARGS` with this workspace's data home, from inside the workspace.
+    pub fn command(&self, args: &[impl AsRef<OsStr>]) -> Command {
+        let mut cmd = Command::new(REWIND);
+        cmd.args(args)
+            .current_dir(self.root.path())
+            .env("XDG_DATA_HOME", self.root.path().join("data"))
+            .env_remove("REWIND_SESSION")
+            .env_remove("REWIND_AGENT");
+        cmd
+    }
+
+    pub fn rewind(&self, args: &[impl AsRef<OsStr>]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    pub fn mount(&mut self) {
+        self.mount_with(&[] as &[&str]);
+    }
+
+    pub fn mount_with(&mut self, extra: &[impl AsRef<OsStr>]) {
+        let mut cmd = self.command(&["mount"]);
+        cmd.arg(self.path())
+            .arg("--store")
+            .arg(self.store())
+            .args(extra);
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = true;
+        assert!(
+            is_mounted(&self.path()),
+            "mount returned but {} is not mounted",
+            self.path().display()
+        );
+    }
+
+    pub fn unmount(&mut self) {
+        let out = self.rewind(&[OsStr::new("unmount"), self.path().as_os_str()]);
+        assert!(
+            out.status.success(),
+            "unmount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = false;
+        assert!(!is_mounted(&self.path()));
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if self.mounted || is_mounted(&self.path()) {
+            let _ = self
+                .command(&[
+                    OsStr::new("unmount"),
+                    OsStr::new("--force"),
+                    self.path().as_os_str(),
+                ])
+                .output();
+            if is_mounted(&self.path()) {
+                let _ = Command::new("umount").arg("-l").arg(self.path()).status();
+            }
+        }
+    }
+}
+
+/// Whether a FUSE filesystem is mounted exactly at `dir`.
+pub fn is_mounted(dir: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = dir.to_string_lossy();
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.get(4) == Some(&want.as_ref()) && l.contains(" - fuse")
+    })
+}
+
+/// Run a shell script in `dir`; panic with its output if it fails.
+pub fn sh(dir: &Path, script: &str) -> String {
+    let out = Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "script failed in {}:\n{script}\nstdout:\n{}\nstderr:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Wait until `f` holds, for at most `secs` seconds.
+pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// A tmpfs of a few MiB, unmounted (lazily if need be) on drop. `None` when we may not mount.
+pub struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    pub fn new(mib: u32) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .ok()?
+            .success();
+        ok.then_some(SmallFs { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}

@@ -1,0 +1,5 @@
+//! The integration tests: one binary, so the build links once.
+
+mod common;
+mod mount;
+mod store;

@@ -1,0 +1,519 @@
+//! The store against a real RocksDB directory.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use rewind::Error;
+use rewind::store::{
+    ALL_CFS, CHUNK, ChangeKind, FileKind, FileState, GcPolicy, Hash, NewChange, Order, Query,
+    Store, keys,
+};
+
+fn file(content: &[u8], hash: Hash) -> FileState {
+    FileState {
+        kind: FileKind::File,
+        size: content.len() as u64,
+        mode: 0o644,
+        hash: Some(hash),
+    }
+}
+
+fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> NewChange {
+    NewChange {
+        time_ns,
+        kind: ChangeKind::Modify,
+        path: path.as_bytes().to_vec(),
+        from: None,
+        before: None,
+        after: None,
+        session: session.into(),
+        agent: agent.into(),
+        pid: 42,
+        process: "test".into(),
+    }
+}
+
+/// Record a modify of `path` from `before` to `after` content, storing both blobs first.
+fn modify(store: &Store, path: &str, t: u64, before: &[u8], after: &[u8]) -> u64 {
+    let b = store.put_blob(before).unwrap();
+    let a = store.put_blob(after).unwrap();
+    let mut c = change(path, t, "s1", "claude");
+    c.before = Some(file(before, b));
+    c.after = Some(file(after, a));
+    store.record(c).unwrap().id
+}
+
+#[test]
+fn blobs_are_stored_once_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let h1 = store.put_blob(b"hello\n").unwrap();
+    let before = store.stats().unwrap();
+    let h2 = store.put_blob(b"hello\n").unwrap();
+    assert_eq!(h1, h2);
+    assert_eq!(store.stats().unwrap().blobs, before.blobs);
+    assert_eq!(store.read_blob(&h1).unwrap(), b"hello\n");
+    assert_eq!(h1, Hash::of(b"hello\n"));
+    assert!(!store.has_blob(&Hash::of(b"never stored")).unwrap());
+}
+
+#[test]
+fn large_blobs_are_chunked_and_streamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // 3.5 chunks, with the first two chunks identical (stored once).
+    let mut data = vec![7u8; 2 * CHUNK];
+    data.extend((0..CHUNK + CHUNK / 2).map(|i| (i * 31 % 251) as u8));
+    let (hash, size) = store.put_blob_reader(&data[..]).unwrap();
+    assert_eq!(size, data.len() as u64);
+    assert_eq!(hash, Hash::of(&data));
+    let mut out = Vec::new();
+    assert_eq!(
+        store.read_blob_to(&hash, &mut out).unwrap(),
+        data.len() as u64
+    );
+    assert!(out == data);
+    // Manifest + 3 distinct chunks.
+    assert_eq!(store.stats().unwrap().blobs, 4);
+}
+
+#[test]
+fn ids_increase_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.last_id().unwrap(), 0);
+        assert_eq!(modify(&store, "a", 1, b"1", b"2"), 1);
+        assert_eq!(modify(&store, "b", 2, b"1", b"2"), 2);
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.last_id().unwrap(), 2);
+    assert_eq!(modify(&store, "a", 3, b"2", b"3"), 3);
+    let c = store.change(3).unwrap().unwrap();
+    assert_eq!(c.path, b"a");
+    assert_eq!(
+        store.read_blob(&c.before.unwrap().hash.unwrap()).unwrap(),
+        b"2"
+    );
+}
+
+#[test]
+fn queries_by_path_session_agent_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let specs = [
+        ("src/a.rs", 10, "s1", "claude"),
+        ("src/a.rs.bak", 20, "s1", "codex"),
+        ("src/a.rs", 30, "s2", "codex"),
+        ("src/b.rs", 40, "s2", "claude"),
+        ("src/a.rs", 50, "s1", "claude"),
+    ];
+    for (path, t, s, a) in specs {
+        store.record(change(path, t, s, a)).unwrap();
+    }
+    let ids = |q: Query| {
+        store
+            .query(&q)
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect::<Vec<_>>()
+    };
+    let path = |p: &str| Some(p.as_bytes().to_vec());
+
+    assert_eq!(
+        ids(Query {
+            path: path("src/a.rs"),
+            ..Query::default()
+        }),
+        [1, 3, 5]
+    );
+    assert_eq!(
+        ids(Query {
+            path: path("src/a.rs"),
+            order: Order::NewestFirst,
+            limit: Some(2),
+            ..Query::default()
+        }),
+        [5, 3]
+    );
+    assert_eq!(
+        ids(Query {
+            session: Some("s2".into()),
+            ..Query::default()
+        }),
+        [3, 4]
+    );
+    assert_eq!(
+        ids(Query {
+            agent: Some("claude".into()),
+            ..Query::default()
+        }),
+        [1, 4, 5]
+    );
+    assert_eq!(
+        ids(Query {
+            agent: Some("claude".into()),
+            session: Some("s1".into()),
+            ..Query::default()
+        }),
+        [1, 5]
+    );
+    assert_eq!(
+        ids(Query {
+            since_ns: Some(20),
+            until_ns: Some(40),
+            ..Query::default()
+        }),
+        [2, 3, 4]
+    );
+    assert_eq!(
+        ids(Query {
+            after_id: Some(3),
+            ..Query::default()
+        }),
+        [4, 5]
+    );
+    assert_eq!(
+        ids(Query {
+            order: Order::NewestFirst,
+            limit: Some(1),
+            ..Query::default()
+        }),
+        [5]
+    );
+
+    assert_eq!(
+        store
+            .first_change_after(b"src/a.rs", 1)
+            .unwrap()
+            .unwrap()
+            .id,
+        3
+    );
+    assert!(store.first_change_after(b"src/a.rs", 5).unwrap().is_none());
+    assert_eq!(
+        store.last_change_until(b"src/a.rs", 4).unwrap().unwrap().id,
+        3
+    );
+    assert_eq!(store.id_at_time(35).unwrap(), 3);
+    assert_eq!(store.id_at_time(5).unwrap(), 0);
+    assert_eq!(
+        store.paths_with_prefix(b"src/").unwrap(),
+        [
+            b"src/a.rs".to_vec(),
+            b"src/a.rs.bak".to_vec(),
+            b"src/b.rs".to_vec()
+        ]
+    );
+
+    let sessions = store.sessions().unwrap();
+    let s1 = sessions.iter().find(|s| s.name == "s1").unwrap();
+    assert_eq!((s1.count, s1.first_id, s1.last_id), (3, 1, 5));
+    assert_eq!((s1.first_time_ns, s1.last_time_ns), (10, 50));
+    assert_eq!(s1.agents, ["claude", "codex"]);
+}
+
+#[test]
+fn renames_are_found_under_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut c = change("new", 1, "s", "a");
+    c.kind = ChangeKind::Rename;
+    c.from = Some(b"old".to_vec());
+    store.record(c).unwrap();
+    assert_eq!(store.first_change_after(b"old", 0).unwrap().unwrap().id, 1);
+    assert_eq!(store.first_change_after(b"new", 0).unwrap().unwrap().id, 1);
+}
+
+#[test]
+fn checkpoints_name_the_current_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.record(change("a", 1, "s", "a")).unwrap();
+    let cp = store.put_checkpoint("before-refactor", 5).unwrap();
+    store.record(change("a", 9, "s", "a")).unwrap();
+    assert_eq!(cp.id, 1);
+    assert_eq!(store.checkpoint("before-refactor").unwrap().unwrap().id, 1);
+    assert!(store.checkpoint("nope").unwrap().is_none());
+    assert!(matches!(
+        store.put_checkpoint("", 1),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        store.put_checkpoint("a\0b", 1),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(store.checkpoints().unwrap().len(), 1);
+}
+
+#[test]
+fn bad_names_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(matches!(
+        store.record(change("a", 1, "", "x")),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        store.record(change("a", 1, "s", "x\0y")),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(store.last_id().unwrap(), 0);
+    // The store is not poisoned by bad input.
+    store.record(change("a", 1, "s", "x")).unwrap();
+}
+
+/// Overwrite raw values, then check that reading them is an error that names the key.
+#[test]
+fn corrupt_values_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let blob_hash;
+    {
+        let store = Store::open(dir.path()).unwrap();
+        modify(&store, "a", 1, b"old content", b"new content");
+        modify(&store, "b", 2, b"x", b"y");
+        blob_hash = Hash::of(b"old content");
+    }
+    {
+        let opts = rocksdb::Options::default();
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        db.put_cf(
+            db.cf_handle("changes").unwrap(),
+            keys::change(1),
+            b"\x01garbage",
+        )
+        .unwrap();
+        db.put_cf(
+            db.cf_handle("blobs").unwrap(),
+            blob_hash.0,
+            b"\x01\x00not zstd",
+        )
+        .unwrap();
+        db.put_cf(db.cf_handle("sessions").unwrap(), b"s1", b"\x07")
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let err = store.change(1).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { cf: "changes", .. }), "{err}");
+    assert!(
+        err.to_string().contains(&keys::hex(&keys::change(1))),
+        "{err}"
+    );
+    assert!(matches!(
+        store.read_blob(&blob_hash),
+        Err(Error::Corrupt { cf: "blobs", .. })
+    ));
+    assert!(matches!(
+        store.sessions(),
+        Err(Error::Corrupt { cf: "sessions", .. })
+    ));
+    // Everything else is still readable.
+    assert_eq!(store.change(2).unwrap().unwrap().path, b"b");
+    assert_eq!(store.read_blob(&Hash::of(b"y")).unwrap(), b"y");
+}
+
+/// The child half of the SIGKILL test: record changes forever, printing each id once `record`
+/// has returned. Does nothing unless the parent test started it.
+#[test]
+fn sigkill_writer_child() {
+    let Ok(dir) = std::env::var("REWIND_TEST_STORE_CHILD") else {
+        return;
+    };
+    let store = Store::open(std::path::Path::new(&dir)).unwrap();
+    for i in 0u64.. {
+        let content = format!("content {i}\n").repeat(1 + (i as usize % 50));
+        let id = modify(
+            &store,
+            &format!("dir/file{}", i % 97),
+            i,
+            b"",
+            content.as_bytes(),
+        );
+        println!("{id}");
+    }
+}
+
+#[test]
+fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "store::sigkill_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REWIND_TEST_STORE_CHILD", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut acknowledged = 0u64;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let Ok(id) = line.unwrap().trim().parse::<u64>() else {
+            continue;
+        };
+        acknowledged = id;
+        if id >= 3000 {
+            break;
+        }
+    }
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(
+        acknowledged >= 3000,
+        "child stopped early at {acknowledged}"
+    );
+
+    let store = Store::open(dir.path()).unwrap();
+    let last = store.last_id().unwrap();
+    assert!(
+        last >= acknowledged,
+        "lost acknowledged writes: {last} < {acknowledged}"
+    );
+    let all = store.query(&Query::default()).unwrap();
+    assert_eq!(all.len() as u64, last, "ids have holes");
+    for c in &all {
+        let hash = c.after.as_ref().unwrap().hash.unwrap();
+        let content = store.read_blob(&hash).unwrap();
+        assert_eq!(content.len() as u64, c.after.as_ref().unwrap().size);
+        let by_path = store
+            .query(&Query {
+                path: Some(c.path.clone()),
+                after_id: Some(c.id - 1),
+                limit: Some(1),
+                ..Query::default()
+            })
+            .unwrap();
+        assert_eq!(by_path[0].id, c.id, "index entry missing for {}", c.id);
+    }
+    // The next writer goes on from there.
+    assert_eq!(modify(&store, "after", 1, b"a", b"b"), last + 1);
+}
+
+#[test]
+fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    modify(&store, "a", 10, b"a0", b"a1"); // 1: old, superseded by 3
+    modify(&store, "b", 20, b"b0", b"b1"); // 2: old, but the newest of b: kept
+    modify(&store, "a", 30, b"a1", b"a2"); // 3: old, superseded by 4
+    modify(&store, "a", 100, b"a2", b"a3"); // 4: new
+    let report = store
+        .gc(&GcPolicy {
+            older_than_ns: Some(50),
+            max_bytes: None,
+        })
+        .unwrap();
+    assert_eq!(report.changes_removed, 2);
+    let left: Vec<u64> = store
+        .query(&Query::default())
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(left, [2, 4]);
+    // a0 and a1 are gone; every blob of a remaining change reads back.
+    assert_eq!(report.blobs_removed, 2);
+    assert!(!store.has_blob(&Hash::of(b"a0")).unwrap());
+    for c in store.query(&Query::default()).unwrap() {
+        for s in [c.before, c.after].into_iter().flatten() {
+            store.read_blob(&s.hash.unwrap()).unwrap();
+        }
+    }
+    let s1 = store.session("s1").unwrap().unwrap();
+    assert_eq!((s1.count, s1.first_id), (2, 2));
+    // Indexes no longer point at removed changes.
+    let a: Vec<u64> = store
+        .query(&Query {
+            path: Some(b"a".to_vec()),
+            ..Query::default()
+        })
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(a, [4]);
+}
+
+#[test]
+fn gc_by_size_removes_oldest_history_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // Incompressible 64 KiB versions of one file.
+    let version = |i: u64| -> Vec<u8> {
+        let mut x = i.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..65536)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    for i in 0..10 {
+        modify(&store, "big", i, &version(i), &version(i + 1));
+    }
+    let before = store.stats().unwrap().blob_bytes;
+    assert!(before > 10 * 65536);
+    let report = store
+        .gc(&GcPolicy {
+            older_than_ns: None,
+            max_bytes: Some(4 * 66_000),
+        })
+        .unwrap();
+    assert!(report.bytes_after <= 4 * 66_000, "{report:?}");
+    assert_eq!(store.stats().unwrap().blob_bytes, report.bytes_after);
+    let left: Vec<u64> = store
+        .query(&Query::default())
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    // Oldest removed first; the newest change of the path always stays.
+    assert_eq!(*left.last().unwrap(), 10);
+    assert_eq!(left, (11 - left.len() as u64..=10).collect::<Vec<_>>());
+    for c in store.query(&Query::default()).unwrap() {
+        store.read_blob(&c.before.unwrap().hash.unwrap()).unwrap();
+    }
+}
+
+/// A store on a tiny filesystem: when it fills, writes fail with a typed error that maps to
+/// ENOSPC, and the store refuses further writes until reopened.
+#[test]
+fn a_full_disk_poisons_the_store() {
+    let Some(mnt) = crate::common::SmallFs::new(4) else {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    };
+    let store = Store::open(&mnt.path().join("store")).unwrap();
+    let mut x = 0x12345678u64;
+    let mut failure = None;
+    for _ in 0..1000 {
+        let data: Vec<u8> = (0..65536)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        if let Err(e) = store.put_blob(&data) {
+            failure = Some(e);
+            break;
+        }
+    }
+    let failure = failure.expect("a 4 MiB filesystem filled up");
+    assert_eq!(failure.errno(), libc::ENOSPC, "{failure}");
+    let again = store.put_blob(b"tiny").unwrap_err();
+    assert!(matches!(again, Error::Poisoned(_)), "{again}");
+    assert_eq!(again.errno(), libc::ENOSPC);
+    assert!(matches!(
+        store.record(change("a", 1, "s", "a")),
+        Err(Error::Poisoned(_))
+    ));
+}
