@@ -147,10 +147,7 @@ pub fn find_workspace(cwd: &Path) -> Result<PathBuf, Failure> {
         .canonicalize()
         .map_err(|e| Failure::usage(format!("{}: {e}", cwd.display())))?;
     for dir in cwd.ancestors() {
-        let mounted = crate::fs::mount_type(dir)
-            .ok()
-            .flatten()
-            .is_some_and(|t| t == "fuse.rewind");
+        let mounted = crate::fs::is_rewind_mount(dir);
         if mounted || registry_entry(dir).exists() || default_store(dir).exists() {
             return Ok(dir.to_path_buf());
         }

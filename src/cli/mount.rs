@@ -1,6 +1,6 @@
 //! `rewind mount`.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Write};
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -137,8 +137,9 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
         .spawn()
         .map_err(|e| Failure::failed(format!("cannot start the daemon: {e}")))?;
     drop(write_end);
+    // One line: "ready ..." or "error: ...". EOF without one means the daemon died.
     let mut answer = String::new();
-    let _ = read_end.read_to_string(&mut answer);
+    let _ = std::io::BufReader::new(&mut read_end).read_line(&mut answer);
     if answer.starts_with("ready") {
         println!(
             "mounted {} (store {}, daemon pid {})",
@@ -168,6 +169,9 @@ fn serve(
     ready: Option<&std::fs::File>,
 ) -> CliResult {
     crate::logging::init();
+    // Before any thread exists (RocksDB starts its own), so every thread inherits the mask and
+    // only the signal thread ever takes these signals.
+    let signals = block_signals();
     let store = Store::open(store_dir)?;
     store.put_meta(
         b"workspace",
@@ -193,7 +197,6 @@ fn serve(
             let _ = writeln!(pipe, "ready passthrough={passthrough}");
         }
     });
-    let signals = block_signals();
     let mounted = fs::mount(config, fs)?;
     let workspace = config.workspace.clone();
     std::thread::Builder::new()

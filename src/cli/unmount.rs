@@ -27,7 +27,7 @@ pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
     let dir = dir
         .canonicalize()
         .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
-    if fs::mount_type(&dir)?.as_deref() != Some("fuse.rewind") {
+    if !fs::is_rewind_mount(&dir) {
         return Err(Failure::usage(format!(
             "{} is not a rewind mount",
             dir.display()
@@ -53,7 +53,8 @@ pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
         }
     }
     // Wait for the daemon to flush its store and exit, so a following mount finds it closed.
-    if let Some(pid) = daemon {
+    // After a forced (lazy) unmount it lives on until the open files are closed.
+    if let Some(pid) = daemon.filter(|_| !args.force) {
         let deadline = Instant::now() + Duration::from_secs(30);
         // SAFETY: kill with signal 0 only checks that the process exists.
         while unsafe { libc::kill(pid as i32, 0) } == 0 && Instant::now() < deadline {

@@ -70,6 +70,14 @@ impl InodeTable {
         Some(path)
     }
 
+    /// The parent of `ino` (the root is its own parent; unknown or unlinked nodes report the root).
+    pub fn parent(&self, ino: u64) -> u64 {
+        match self.nodes.get(&ino) {
+            Some(n) if n.parent != 0 => n.parent,
+            _ => ROOT,
+        }
+    }
+
     pub fn key(&self, ino: u64) -> Option<BackingKey> {
         self.nodes.get(&ino).map(|n| n.key)
     }

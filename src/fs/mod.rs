@@ -41,7 +41,7 @@ use fuser::{
 use backing::{Backing, Xattr};
 use handle::HandleTable;
 use inode::{BackingKey, InodeTable};
-pub use mount::{MountConfig, Mounted, filesystem, mount, mount_type, unmount};
+pub use mount::{MountConfig, Mounted, filesystem, is_rewind_mount, mount, mount_type, unmount};
 
 type Result<T> = std::result::Result<T, Errno>;
 
@@ -60,6 +60,8 @@ struct OpenFile {
 /// An open directory: its entries, read once at `opendir` so offsets stay stable.
 struct OpenDir {
     path: Vec<u8>,
+    /// The FUSE inode of the parent, for `..`.
+    parent: u64,
     /// Name, backing inode number (a hint for plain `readdir`), type.
     entries: Vec<(Vec<u8>, u64, FileType)>,
 }
@@ -465,14 +467,29 @@ impl RewindFs {
     }
 
     fn do_opendir(&self, ino: INodeNo) -> Result<u64> {
-        let path = self.path(ino)?;
+        let (path, parent) = {
+            let inodes = self.inodes();
+            (
+                inodes.path(ino.0).ok_or(Errno::ENOENT)?,
+                inodes.parent(ino.0),
+            )
+        };
         let dir = self.backing.open_dir(&path).map_err(errno)?;
-        let entries = backing::read_dir_entries(&dir)
-            .map_err(errno)?
-            .into_iter()
-            .map(|(name, d_ino, d_type)| (name, d_ino, dirent_type(d_type)))
-            .collect();
-        Ok(self.dirs.insert(OpenDir { path, entries }))
+        let mut entries = vec![
+            (b".".to_vec(), ino.0, FileType::Directory),
+            (b"..".to_vec(), parent, FileType::Directory),
+        ];
+        entries.extend(
+            backing::read_dir_entries(&dir)
+                .map_err(errno)?
+                .into_iter()
+                .map(|(name, d_ino, d_type)| (name, d_ino, dirent_type(d_type))),
+        );
+        Ok(self.dirs.insert(OpenDir {
+            path,
+            parent,
+            entries,
+        }))
     }
 
     fn do_statfs(&self) -> Result<libc::statvfs> {
@@ -941,6 +958,34 @@ impl Filesystem for RewindFs {
             return reply.error(Errno::EBADF);
         };
         for (i, (name, _, _)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            let next = i as u64 + 1;
+            if name == b"." || name == b".." {
+                // The kernel takes no lookup for these; they only need to be listed.
+                let (target, path) = if name == b"." {
+                    (ino.0, dir.path.clone())
+                } else {
+                    (
+                        dir.parent,
+                        backing::split(&dir.path)
+                            .map(|(p, _)| p.to_vec())
+                            .unwrap_or_default(),
+                    )
+                };
+                let Ok(st) = self.backing.stat(&path) else {
+                    continue;
+                };
+                if reply.add(
+                    INodeNo(target),
+                    next,
+                    OsStr::from_bytes(name),
+                    &TTL,
+                    &attr(target, &st),
+                    Generation(0),
+                ) {
+                    break;
+                }
+                continue;
+            }
             let name = OsStr::from_bytes(name);
             // Entries that vanished since opendir are skipped.
             let Ok(st) = self.backing.stat_at(&dir.path, name) else {

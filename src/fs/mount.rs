@@ -39,9 +39,9 @@ impl MountConfig {
                 workspace.display()
             )));
         }
-        if let Some(fstype) = mount_type(&workspace)? {
+        if let Some(source) = mount_type(&workspace)? {
             return Err(Error::Invalid(format!(
-                "{} is already mounted ({fstype}); run `rewind unmount {}` first",
+                "{} is already mounted ({source}); run `rewind unmount {}` first",
                 workspace.display(),
                 workspace.display()
             )));
@@ -132,7 +132,8 @@ pub fn filesystem(config: &MountConfig) -> Result<RewindFs> {
     RewindFs::new(backing, config.passthrough).with_path(&config.workspace)
 }
 
-/// The filesystem type mounted exactly at `dir`, if any (from /proc/self/mountinfo).
+/// What is mounted exactly at `dir`, if it is a FUSE filesystem: its mount source (for rewind,
+/// `rewind:<workspace>`), from /proc/self/mountinfo. The last mount at a path is the visible one.
 pub fn mount_type(dir: &Path) -> Result<Option<String>> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").with_path("/proc/self/mountinfo")?;
     let want = dir.to_string_lossy();
@@ -142,11 +143,21 @@ pub fn mount_type(dir: &Path) -> Result<Option<String>> {
         let Some(sep) = fields.iter().position(|f| *f == "-") else {
             continue;
         };
-        if fields.len() > sep + 1 && fields.get(4).map(|p| unescape(p)) == Some(want.to_string()) {
-            found = Some(fields[sep + 1].to_string());
+        if fields.get(4).map(|p| unescape(p)).as_deref() == Some(want.as_ref()) {
+            let fstype = fields.get(sep + 1).copied().unwrap_or("");
+            let source = fields.get(sep + 2).map(|s| unescape(s)).unwrap_or_default();
+            found = fstype.starts_with("fuse").then_some(source);
         }
     }
-    Ok(found.filter(|t| t.starts_with("fuse")))
+    Ok(found)
+}
+
+/// Whether a rewind mount is at `dir`.
+pub fn is_rewind_mount(dir: &Path) -> bool {
+    mount_type(dir)
+        .ok()
+        .flatten()
+        .is_some_and(|source| source.starts_with("rewind:"))
 }
 
 /// Whether /etc/fuse.conf lets users mount with `allow_other`.
