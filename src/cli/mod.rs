@@ -2,7 +2,10 @@
 //! `--help` text) and a `run` function. This module holds what they share: the global options,
 //! finding the workspace and its store, and exit codes.
 
+pub mod context;
+pub mod log;
 pub mod mount;
+pub mod output;
 pub mod unmount;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +28,7 @@ pub struct Cli {
 pub enum Command {
     Mount(mount::MountArgs),
     Unmount(unmount::UnmountArgs),
+    Log(log::LogArgs),
 }
 
 /// A failure with the exit code it maps to: 2 for bad usage or input, 1 for everything else.
@@ -74,6 +78,7 @@ pub fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Mount(args) => mount::run(&cwd, args),
         Command::Unmount(args) => unmount::run(&cwd, args),
+        Command::Log(args) => log::run(&cwd, args),
     }
 }
 
@@ -156,4 +161,9 @@ pub fn find_workspace(cwd: &Path) -> Result<PathBuf, Failure> {
         "{} is not inside a rewind workspace; mount one with `rewind mount DIR`, or name it with `-C DIR`",
         cwd.display()
     )))
+}
+
+/// Write one line to stdout; an error (a closed pipe, as with `| head`) ends the output quietly.
+pub fn write_line(out: &mut impl std::io::Write, line: &str) -> std::io::Result<()> {
+    writeln!(out, "{line}")
 }

@@ -10,6 +10,11 @@ use clap::Args;
 
 use super::{CliResult, Failure, Registration};
 use crate::fs::{self, MountConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::history::Recorder;
+use crate::history::recorder::PENDING_FOR;
 use crate::store::Store;
 
 /// Mount rewind over DIR: from now on every change made in DIR is recorded first.
@@ -35,6 +40,9 @@ pub struct MountArgs {
     /// Serve file data through the daemon instead of FUSE passthrough (for comparison).
     #[arg(long, hide = true)]
     pub no_passthrough: bool,
+    /// Record nothing (for measuring what recording costs).
+    #[arg(long, hide = true)]
+    pub no_record: bool,
 }
 
 /// The environment variable through which a daemon tells the `rewind mount` that started it
@@ -115,6 +123,9 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
     if args.no_passthrough {
         cmd.arg("--no-passthrough");
     }
+    if args.no_record {
+        cmd.arg("--no-record");
+    }
     let write_fd = fds[1];
     cmd.env(READY_FD, write_fd.to_string())
         .current_dir("/")
@@ -165,14 +176,14 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
 fn serve(
     config: &MountConfig,
     store_dir: &Path,
-    _args: &MountArgs,
+    args: &MountArgs,
     ready: Option<&std::fs::File>,
 ) -> CliResult {
     crate::logging::init();
     // Before any thread exists (RocksDB starts its own), so every thread inherits the mask and
     // only the signal thread ever takes these signals.
     let signals = block_signals();
-    let store = Store::open(store_dir)?;
+    let store = Arc::new(Store::open(store_dir)?);
     store.put_meta(
         b"workspace",
         config.workspace.as_os_str().as_encoded_bytes(),
@@ -185,7 +196,20 @@ fn serve(
     .write()
     .map_err(|e| Failure::failed(format!("cannot register the mount: {e}")))?;
 
-    let fs = fs::filesystem(config)?;
+    let backing = fs::backing(config)?;
+    let session = match &args.session {
+        Some(s) => {
+            crate::store::validate_name("session", s)?;
+            s.clone()
+        }
+        None => default_session(),
+    };
+    let recorder =
+        (!args.no_record).then(|| Arc::new(Recorder::new(store.clone(), backing.clone(), session)));
+    if let Some(rec) = &recorder {
+        start_ticker(rec.clone());
+    }
+    let fs = fs::filesystem(config, backing, recorder.clone())?;
     let ready = ready
         .map(|f| f.try_clone())
         .transpose()
@@ -204,6 +228,9 @@ fn serve(
         .spawn(move || wait_and_unmount(signals, &workspace))
         .map_err(|e| Failure::failed(e.to_string()))?;
     let result = mounted.run();
+    if let Some(rec) = &recorder {
+        rec.sync()?;
+    }
     store.sync()?;
     let _ = std::fs::remove_file(super::registry_entry(&config.workspace));
     tracing::info!("unmounted");
@@ -244,5 +271,29 @@ fn wait_and_unmount(set: libc::sigset_t, workspace: &Path) {
             }
             Err(e) => tracing::error!("unmount failed: {e}"),
         }
+    }
+}
+
+/// The mount's default session: named after the time the mount started (UTC).
+fn default_session() -> String {
+    let t = crate::history::time::rfc3339(crate::history::time::now_ns());
+    format!("mount-{}-{}", &t[..10], t[11..19].replace(':', ""))
+}
+
+/// Record held-back creates once they are old enough (see `Recorder::flush_pending_older`).
+fn start_ticker(recorder: Arc<Recorder>) {
+    let spawned = std::thread::Builder::new()
+        .name("pending".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(PENDING_FOR / 2);
+                if let Err(e) = recorder.flush_pending_older(false) {
+                    tracing::error!("cannot record new files: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the pending-create thread: {e}");
     }
 }

@@ -442,6 +442,20 @@ pub fn read_dir_entries(dir: &File) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
     }
 }
 
+impl crate::history::Source for Backing {
+    fn open_read(&self, path: &[u8]) -> io::Result<File> {
+        self.open_file(path, libc::O_RDONLY, 0)
+    }
+
+    fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>> {
+        Backing::readlink(self, path)
+    }
+
+    fn lstat(&self, path: &[u8]) -> io::Result<libc::stat> {
+        self.stat(path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,10 +38,14 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
+use crate::history::{self, Recorder};
+use crate::store::ChangeKind;
 use backing::{Backing, Xattr};
 use handle::HandleTable;
 use inode::{BackingKey, InodeTable};
-pub use mount::{MountConfig, Mounted, filesystem, is_rewind_mount, mount, mount_type, unmount};
+pub use mount::{
+    MountConfig, Mounted, backing, filesystem, is_rewind_mount, mount, mount_type, unmount,
+};
 
 type Result<T> = std::result::Result<T, Errno>;
 
@@ -52,6 +56,8 @@ const TTL: Duration = Duration::from_secs(24 * 3600);
 /// An open regular file.
 struct OpenFile {
     file: File,
+    /// The write episode this handle holds open, if it was opened for writing.
+    episode: Option<history::recorder::Key>,
     /// Held while the handle is open: the kernel must see the same backing id for every open
     /// handle of an inode.
     _backing_id: Option<Arc<BackingId>>,
@@ -67,7 +73,9 @@ struct OpenDir {
 }
 
 pub struct RewindFs {
-    backing: Backing,
+    backing: Arc<Backing>,
+    /// `None` when mounted without recording (for measuring what recording costs).
+    recorder: Option<Arc<Recorder>>,
     inodes: Mutex<InodeTable>,
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
@@ -85,6 +93,12 @@ pub struct RewindFs {
 
 fn errno(e: io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// A recording failure stops the operation: nothing happens unrecorded.
+fn record_errno(e: crate::Error) -> Errno {
+    tracing::error!("cannot record a change, refusing the operation: {e}");
+    Errno::from_i32(e.errno())
 }
 
 fn file_type(mode: u32) -> FileType {
@@ -167,10 +181,15 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
 }
 
 impl RewindFs {
-    pub fn new(backing: Backing, want_passthrough: bool) -> io::Result<RewindFs> {
+    pub fn new(
+        backing: Arc<Backing>,
+        recorder: Option<Arc<Recorder>>,
+        want_passthrough: bool,
+    ) -> io::Result<RewindFs> {
         let root = backing::stat_fd(backing.root_fd())?;
         Ok(RewindFs {
             backing,
+            recorder,
             inodes: Mutex::new(InodeTable::new(key(&root))),
             files: HandleTable::default(),
             dirs: HandleTable::default(),
@@ -186,6 +205,48 @@ impl RewindFs {
     /// Run `f` (with whether passthrough is on) once the mount answers requests.
     pub fn on_ready(&self, f: impl FnOnce(bool) + Send + 'static) {
         *self.on_ready.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Run `op`, recorded beforehand by `before` (and retracted if `op` then fails).
+    fn recorded<T>(
+        &self,
+        before: impl FnOnce(&Recorder) -> crate::Result<Vec<crate::store::Change>>,
+        op: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let Some(rec) = &self.recorder else {
+            return op();
+        };
+        let changes = before(rec).map_err(record_errno)?;
+        let result = op();
+        if result.is_err() {
+            rec.retract(&changes);
+        }
+        result
+    }
+
+    /// Record a new object at `path` after it was made.
+    fn record_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+        match &self.recorder {
+            Some(rec) => rec.after_new(kind, path, pid).map_err(record_errno),
+            None => Ok(()),
+        }
+    }
+
+    /// Store a file's content before it may change; returns the episode to end at release.
+    fn begin_write(&self, path: &[u8], pid: u32) -> Result<Option<history::recorder::Key>> {
+        let Some(rec) = &self.recorder else {
+            return Ok(None);
+        };
+        let st = self.backing.stat(path).map_err(errno)?;
+        rec.begin_write(path, &st, pid).map_err(record_errno)
+    }
+
+    fn end_write(&self, episode: Option<history::recorder::Key>) {
+        if let (Some(rec), Some(key)) = (&self.recorder, episode)
+            && let Err(e) = rec.end_write(key)
+        {
+            tracing::error!("cannot record the end of a write: {e}");
+        }
     }
 
     fn inodes(&self) -> std::sync::MutexGuard<'_, InodeTable> {
@@ -240,6 +301,7 @@ impl RewindFs {
     #[allow(clippy::too_many_arguments)]
     fn do_setattr(
         &self,
+        pid: u32,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -252,12 +314,29 @@ impl RewindFs {
         let path = self.path(ino).ok();
         let open = fh.and_then(|fh| self.files.get(fh.0));
         if let Some(mode) = mode {
-            match &open {
-                Some(o) => set_fd_mode(&o.file, mode).map_err(errno)?,
+            let st = match &open {
+                Some(o) => backing::stat_fd(o.file.as_fd()).map_err(errno)?,
+                None => self
+                    .backing
+                    .stat(path.as_deref().ok_or(Errno::ENOENT)?)
+                    .map_err(errno)?,
+            };
+            let chmod = || match &open {
+                Some(o) => set_fd_mode(&o.file, mode).map_err(errno),
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
-                    self.backing.chmod(path, mode & 0o7777).map_err(errno)?
+                    self.backing.chmod(path, mode & 0o7777).map_err(errno)
                 }
+            };
+            match path.as_deref() {
+                Some(p) => self.recorded(
+                    |rec| {
+                        rec.before_chmod(p, &st, mode, pid)
+                            .map(|c| c.into_iter().collect())
+                    },
+                    chmod,
+                )?,
+                None => chmod()?,
             }
         }
         if uid.is_some() || gid.is_some() {
@@ -266,14 +345,18 @@ impl RewindFs {
         }
         if let Some(size) = size {
             match &open {
+                // Open for writing: its episode already holds the content from before.
                 Some(o) => o.file.set_len(size).map_err(errno)?,
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
-                    let f = self
+                    let episode = self.begin_write(path, pid)?;
+                    let result = self
                         .backing
                         .open_file(path, libc::O_WRONLY, 0)
-                        .map_err(errno)?;
-                    f.set_len(size).map_err(errno)?;
+                        .and_then(|f| f.set_len(size))
+                        .map_err(errno);
+                    self.end_write(episode);
+                    result?;
                 }
             }
         }
@@ -283,6 +366,9 @@ impl RewindFs {
                 (Some(o), _) => futimens(&o.file, &times).map_err(errno)?,
                 (None, Some(path)) => self.backing.utimens(path, &times).map_err(errno)?,
                 (None, None) => return Err(Errno::ENOENT),
+            }
+            if let (Some(rec), Some(path)) = (&self.recorder, path.as_deref()) {
+                rec.touched(path);
             }
         }
         self.do_getattr(ino, fh)
@@ -308,7 +394,9 @@ impl RewindFs {
         self.backing
             .mknod(&parent_path, name, mode, rdev as u64)
             .map_err(errno)?;
-        self.chown_new(req, &backing::join(&parent_path, name))?;
+        let path = backing::join(&parent_path, name);
+        self.chown_new(req, &path)?;
+        self.record_new(ChangeKind::Create, &path, req.pid())?;
         self.entry(parent, &parent_path, name)
     }
 
@@ -325,16 +413,31 @@ impl RewindFs {
         self.backing
             .mkdir(&parent_path, name, mode & !umask & 0o7777)
             .map_err(errno)?;
-        self.chown_new(req, &backing::join(&parent_path, name))?;
+        let path = backing::join(&parent_path, name);
+        self.chown_new(req, &path)?;
+        self.record_new(ChangeKind::Mkdir, &path, req.pid())?;
         self.entry(parent, &parent_path, name)
     }
 
-    fn do_unlink(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<()> {
+    fn do_unlink(&self, pid: u32, parent: INodeNo, name: &OsStr, dir: bool) -> Result<()> {
         let parent_path = self.path(parent)?;
         let st = self.backing.stat_at(&parent_path, name).map_err(errno)?;
-        self.backing
-            .unlink(&parent_path, name, dir)
-            .map_err(errno)?;
+        let path = backing::join(&parent_path, name);
+        let unlink = || self.backing.unlink(&parent_path, name, dir).map_err(errno);
+        if dir {
+            unlink()?;
+            if let Some(rec) = &self.recorder {
+                rec.after_rmdir(&path, &st, pid).map_err(record_errno)?;
+            }
+        } else {
+            self.recorded(
+                |rec| {
+                    rec.before_unlink(&path, &st, pid)
+                        .map(|c| c.into_iter().collect())
+                },
+                unlink,
+            )?;
+        }
         if dir || st.st_nlink <= 1 {
             self.inodes().removed(key(&st));
         }
@@ -353,12 +456,15 @@ impl RewindFs {
         self.backing
             .symlink(&parent_path, name, target.as_os_str().as_bytes())
             .map_err(errno)?;
-        self.chown_new(req, &backing::join(&parent_path, name))?;
+        let path = backing::join(&parent_path, name);
+        self.chown_new(req, &path)?;
+        self.record_new(ChangeKind::Symlink, &path, req.pid())?;
         self.entry(parent, &parent_path, name)
     }
 
     fn do_rename(
         &self,
+        pid: u32,
         parent: INodeNo,
         name: &OsStr,
         new_parent: INodeNo,
@@ -370,9 +476,20 @@ impl RewindFs {
         let new_parent_path = self.path(new_parent)?;
         let src = self.backing.stat_at(&parent_path, name).map_err(errno)?;
         let dst = self.backing.stat_at(&new_parent_path, new_name).ok();
-        self.backing
-            .rename(&parent_path, name, &new_parent_path, new_name, flags.bits())
-            .map_err(errno)?;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let src_path = backing::join(&parent_path, name);
+        let dst_path = backing::join(&new_parent_path, new_name);
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        self.recorded(
+            |rec| rec.before_rename(&src_path, &src, &dst_path, dst.as_ref(), exchange, pid),
+            || {
+                self.backing
+                    .rename(&parent_path, name, &new_parent_path, new_name, flags.bits())
+                    .map_err(errno)
+            },
+        )?;
         let mut inodes = self.inodes();
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             if let Some(dst) = &dst {
@@ -388,13 +505,21 @@ impl RewindFs {
         Ok(())
     }
 
-    fn do_link(&self, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr) -> Result<FileAttr> {
+    fn do_link(
+        &self,
+        pid: u32,
+        ino: INodeNo,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+    ) -> Result<FileAttr> {
         Self::check_name(new_name)?;
         let path = self.path(ino)?;
         let new_parent_path = self.path(new_parent)?;
         self.backing
             .link(&path, &new_parent_path, new_name)
             .map_err(errno)?;
+        let new_path = backing::join(&new_parent_path, new_name);
+        self.record_new(ChangeKind::Link, &new_path, pid)?;
         self.entry(new_parent, &new_parent_path, new_name)
     }
 
@@ -430,6 +555,33 @@ impl RewindFs {
             ids.retain(|_, w| w.strong_count() > 0);
         }
         Ok(id)
+    }
+
+    /// Register an opened backing file as a handle, with its passthrough backing id.
+    fn finish_open(
+        &self,
+        ino: u64,
+        file: File,
+        episode: Option<history::recorder::Key>,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<(u64, Option<Arc<BackingId>>)> {
+        let id = if self.passthrough.load(Ordering::Relaxed) {
+            match self.backing_id(ino, &file, open_backing) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.end_write(episode);
+                    return Err(errno(e));
+                }
+            }
+        } else {
+            None
+        };
+        let fh = self.files.insert(OpenFile {
+            file,
+            episode,
+            _backing_id: id.clone(),
+        });
+        Ok((fh, id))
     }
 
     fn open_flags(&self) -> FopenFlags {
@@ -630,7 +782,7 @@ impl Filesystem for RewindFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -646,7 +798,7 @@ impl Filesystem for RewindFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.do_setattr(ino, mode, uid, gid, size, atime, mtime, fh) {
+        match self.do_setattr(req.pid(), ino, mode, uid, gid, size, atime, mtime, fh) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(e) => reply.error(e),
         }
@@ -690,15 +842,15 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.do_unlink(parent, name, false) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.do_unlink(req.pid(), parent, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.do_unlink(parent, name, true) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.do_unlink(req.pid(), parent, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -720,7 +872,7 @@ impl Filesystem for RewindFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -728,7 +880,7 @@ impl Filesystem for RewindFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self.do_rename(parent, name, newparent, newname, flags) {
+        match self.do_rename(req.pid(), parent, name, newparent, newname, flags) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -736,38 +888,40 @@ impl Filesystem for RewindFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        match self.do_link(ino, newparent, newname) {
+        match self.do_link(req.pid(), ino, newparent, newname) {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let result = (|| -> Result<(u64, Option<Arc<BackingId>>)> {
             let path = self.path(ino)?;
-            let file = self
-                .backing
-                .open_file(&path, self.backing_flags(flags.0), 0)
-                .map_err(errno)?;
-            let id = if self.passthrough.load(Ordering::Relaxed) {
-                Some(
-                    self.backing_id(ino.0, &file, |f| reply.open_backing(f))
-                        .map_err(errno)?,
-                )
+            let writing =
+                flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+            // The content is stored before the open that could truncate or change it.
+            let episode = if writing {
+                self.begin_write(&path, req.pid())?
             } else {
                 None
             };
-            let fh = self.files.insert(OpenFile {
-                file,
-                _backing_id: id.clone(),
-            });
-            Ok((fh, id))
+            let opened = self
+                .backing
+                .open_file(&path, self.backing_flags(flags.0), 0);
+            let file = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    self.end_write(episode);
+                    return Err(errno(e));
+                }
+            };
+            self.finish_open(ino.0, file, episode, |f| reply.open_backing(f))
         })();
         match result {
             Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), self.open_flags(), &id),
@@ -790,29 +944,37 @@ impl Filesystem for RewindFs {
             Self::check_name(name)?;
             let parent_path = self.path(parent)?;
             let path = backing::join(&parent_path, name);
-            let file = self
-                .backing
-                .open_file(
-                    &path,
-                    self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL),
-                    mode & !umask & 0o7777,
-                )
-                .map_err(errno)?;
-            self.chown_new(req, &path)?;
-            let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
-            let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
-            let id = if self.passthrough.load(Ordering::Relaxed) {
-                Some(
-                    self.backing_id(ino, &file, |f| reply.open_backing(f))
-                        .map_err(errno)?,
-                )
-            } else {
-                None
+            // An existing file opened through create (O_CREAT without O_EXCL) is a write.
+            let existing = self.backing.stat(&path).ok();
+            let mut episode = None;
+            if existing.is_some() && flags & libc::O_EXCL == 0 {
+                episode = self.begin_write(&path, req.pid())?;
+            }
+            let opened = self.backing.open_file(
+                &path,
+                self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL),
+                mode & !umask & 0o7777,
+            );
+            let file = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    self.end_write(episode);
+                    return Err(errno(e));
+                }
             };
-            let fh = self.files.insert(OpenFile {
-                file,
-                _backing_id: id.clone(),
-            });
+            if existing.is_none() {
+                self.chown_new(req, &path)?;
+            }
+            let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+            if existing.is_none()
+                && let Some(rec) = &self.recorder
+            {
+                episode = rec
+                    .begin_create(&path, &st, req.pid())
+                    .map_err(record_errno)?;
+            }
+            let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+            let (fh, id) = self.finish_open(ino, file, episode, |f| reply.open_backing(f))?;
             Ok((attr(ino, &st), fh, id))
         })();
         match result {
@@ -891,7 +1053,12 @@ impl Filesystem for RewindFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.files.remove(fh.0);
+        if let Some(open) = self.files.remove(fh.0) {
+            // Close our fd before recording, so the last writer's data is all there.
+            let episode = open.episode;
+            drop(open);
+            self.end_write(episode);
+        }
         reply.ok();
     }
 
@@ -908,6 +1075,11 @@ impl Filesystem for RewindFs {
             Some(open) if datasync => open.file.sync_data().map_err(errno),
             Some(open) => open.file.sync_all().map_err(errno),
         };
+        // fsync of a workspace file makes its history durable too.
+        let result = result.and_then(|()| match &self.recorder {
+            Some(rec) => rec.sync().map_err(record_errno),
+            None => Ok(()),
+        });
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),

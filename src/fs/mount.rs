@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 
 use fuser::{Config, MountOption, SessionACL};
 
+use std::sync::Arc;
+
 use super::RewindFs;
 use super::backing::Backing;
 use crate::error::{Error, IoResultExt, Result};
+use crate::history::Recorder;
 
 /// Everything `mount` needs, validated.
 #[derive(Clone, Debug)]
@@ -126,10 +129,20 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     Ok(Mounted { session })
 }
 
-/// The backing directory and filesystem for `config`: opened before the mount covers it.
-pub fn filesystem(config: &MountConfig) -> Result<RewindFs> {
-    let backing = Backing::open(&config.workspace).with_path(&config.workspace)?;
-    RewindFs::new(backing, config.passthrough).with_path(&config.workspace)
+/// The workspace underneath, opened before the mount covers it.
+pub fn backing(config: &MountConfig) -> Result<Arc<Backing>> {
+    Ok(Arc::new(
+        Backing::open(&config.workspace).with_path(&config.workspace)?,
+    ))
+}
+
+/// The filesystem for `config`, serving `backing` and recording with `recorder`.
+pub fn filesystem(
+    config: &MountConfig,
+    backing: Arc<Backing>,
+    recorder: Option<Arc<Recorder>>,
+) -> Result<RewindFs> {
+    RewindFs::new(backing, recorder, config.passthrough).with_path(&config.workspace)
 }
 
 /// What is mounted exactly at `dir`, if it is a FUSE filesystem: its mount source (for rewind,

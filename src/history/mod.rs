@@ -2,7 +2,9 @@
 //! filesystem operations into recorded changes ([`recorder`]).
 
 pub mod ignore;
+pub mod point;
 pub mod recorder;
+pub mod time;
 pub mod who;
 
 pub use recorder::{Recorder, Source};

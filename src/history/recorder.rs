@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -72,11 +72,7 @@ pub fn seen_of(st: &libc::stat) -> Seen {
     }
 }
 
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+pub use super::time::now_ns;
 
 /// The stat fields that change whenever content may have.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,9 +101,13 @@ struct Episode {
     created: bool,
     /// The file lost its last name while open: nothing more to record.
     orphaned: bool,
+    /// The last handle was released and the end is being recorded; operations on the file
+    /// wait for that to finish (see `Recorder::settled`).
+    closing: bool,
 }
 
 /// A created file whose creation is not recorded yet.
+#[derive(Clone)]
 struct Pending {
     after: FileState,
     seen: Seen,
@@ -123,6 +123,8 @@ pub struct Recorder {
     ignore: RwLock<IgnoreRules>,
     pending: Mutex<HashMap<Vec<u8>, Pending>>,
     episodes: Mutex<HashMap<Key, Episode>>,
+    /// Signalled whenever a closing episode is finished.
+    settled: std::sync::Condvar,
     /// The last captured state of each backing file, valid while its `Sig` is unchanged.
     known: Mutex<HashMap<Key, (Sig, FileState)>>,
     subscribers: Mutex<Vec<Sender<Arc<Change>>>>,
@@ -145,6 +147,7 @@ impl Recorder {
             ignore: RwLock::new(IgnoreRules::new(&rules)),
             pending: Mutex::new(HashMap::new()),
             episodes: Mutex::new(HashMap::new()),
+            settled: std::sync::Condvar::new(),
             known: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
         }
@@ -266,6 +269,19 @@ impl Recorder {
         }
     }
 
+    /// Wait until no episode of `key` is closing, so an operation on the file sees its end
+    /// recorded (a release arrives asynchronously and may still be in progress).
+    fn settled(&self, key: Key) -> std::sync::MutexGuard<'_, HashMap<Key, Episode>> {
+        let mut episodes = lock(&self.episodes);
+        while episodes.get(&key).is_some_and(|ep| ep.closing) {
+            episodes = self
+                .settled
+                .wait(episodes)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        episodes
+    }
+
     // ---- write episodes ------------------------------------------------------------------
 
     /// A regular file is about to be opened for writing (or truncated): store its content.
@@ -274,8 +290,9 @@ impl Recorder {
         if kind_of(st) != FileKind::File || !self.records(path, false) {
             return Ok(None);
         }
-        self.flush_pending(path)?;
         let key = key_of(st);
+        drop(self.settled(key));
+        self.flush_pending(path)?;
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
             ep.opens += 1;
             return Ok(Some(key));
@@ -325,13 +342,14 @@ impl Recorder {
                 who,
                 created,
                 orphaned: false,
+                closing: false,
             });
         Ok(())
     }
 
     /// A handle that began an episode was released. At the last one, record what changed.
     pub fn end_write(&self, key: Key) -> Result<()> {
-        let ep = {
+        let (path, before, who, created, orphaned) = {
             let mut episodes = lock(&self.episodes);
             let Some(ep) = episodes.get_mut(&key) else {
                 return Ok(());
@@ -340,46 +358,77 @@ impl Recorder {
             if ep.opens > 0 {
                 return Ok(());
             }
-            episodes.remove(&key).expect("present above")
+            ep.closing = true;
+            (
+                ep.path.clone(),
+                ep.before.clone(),
+                ep.who.clone(),
+                ep.created,
+                ep.orphaned,
+            )
         };
-        if ep.orphaned {
-            return self.store.drop_open_episode(&ep.path);
+        let result = self.finish_episode(key, &path, before, who, created, orphaned);
+        // Whatever happened, the episode is over: let waiting operations go on.
+        let mut pending = lock(&self.pending);
+        let mut episodes = lock(&self.episodes);
+        if let Ok(Some(p)) = &result {
+            pending.insert(path, p.clone());
         }
-        let st = match self.source.lstat(&ep.path) {
+        episodes.remove(&key);
+        self.settled.notify_all();
+        result.map(drop)
+    }
+
+    /// Record the end of an episode; a created file is returned to be held back instead.
+    fn finish_episode(
+        &self,
+        key: Key,
+        path: &[u8],
+        before: Option<FileState>,
+        who: Who,
+        created: bool,
+        orphaned: bool,
+    ) -> Result<Option<Pending>> {
+        if orphaned {
+            self.store.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        let st = match self.source.lstat(path) {
             Ok(st) if key_of(&st) == key => st,
             // The name now belongs to something else; what this file became is not in the tree.
-            _ => return self.store.drop_open_episode(&ep.path),
+            _ => {
+                self.store.drop_open_episode(path)?;
+                return Ok(None);
+            }
         };
-        let after = self.capture(&ep.path, &st)?;
-        self.reload_ignore_if(&ep.path);
-        if ep.created {
-            lock(&self.pending).insert(
-                ep.path.clone(),
-                Pending {
-                    after,
-                    seen: seen_of(&st),
-                    who: ep.who,
-                    time_ns: now_ns(),
-                    since: Instant::now(),
-                },
-            );
-            return Ok(());
+        let after = self.capture(path, &st)?;
+        self.reload_ignore_if(path);
+        if created {
+            let seen = seen_of(&st);
+            return Ok(Some(Pending {
+                after,
+                seen,
+                who,
+                time_ns: now_ns(),
+                since: Instant::now(),
+            }));
         }
-        if ep.before.as_ref() == Some(&after) {
-            return self.store.drop_open_episode(&ep.path);
+        if before.as_ref() == Some(&after) {
+            self.store.drop_open_episode(path)?;
+            return Ok(None);
         }
-        let mut change = self.change(ChangeKind::Modify, &ep.path, &ep.who);
-        change.before = ep.before;
+        let mut change = self.change(ChangeKind::Modify, path, &who);
+        change.before = before;
         change.after = Some(after);
-        let manifest = [(ep.path.clone(), Some(seen_of(&st)))];
+        let manifest = [(path.to_vec(), Some(seen_of(&st)))];
         self.record(
             change,
             &Extra {
-                finish_episode: Some(&ep.path),
+                finish_episode: Some(path),
                 manifest: &manifest,
             },
         )?;
-        Ok(())
+        Ok(None)
     }
 
     // ---- pending creates -----------------------------------------------------------------
@@ -449,10 +498,20 @@ impl Recorder {
     /// unlink then fails.
     pub fn before_unlink(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Change>> {
         let key = key_of(st);
-        if st.st_nlink <= 1
-            && let Some(ep) = lock(&self.episodes).get_mut(&key)
         {
-            ep.orphaned = true;
+            let mut episodes = self.settled(key);
+            if let Some(ep) = episodes.get_mut(&key) {
+                if ep.created && ep.path == path {
+                    // A file created and deleted while still open: a temporary file.
+                    ep.orphaned = true;
+                    drop(episodes);
+                    self.store.drop_open_episode(path)?;
+                    return Ok(None);
+                }
+                if st.st_nlink <= 1 {
+                    ep.orphaned = true;
+                }
+            }
         }
         if lock(&self.pending).remove(path).is_some() {
             // Created and deleted before anyone saw it: a temporary file. Nothing to record.
@@ -565,6 +624,10 @@ impl Recorder {
         pid: u32,
     ) -> Result<Vec<Change>> {
         let src_dir = kind_of(src_st) == FileKind::Dir;
+        drop(self.settled(key_of(src_st)));
+        if let Some(st) = dst_st {
+            drop(self.settled(key_of(st)));
+        }
         if src_dir {
             self.flush_pending_under(src)?;
         }
@@ -583,12 +646,38 @@ impl Recorder {
         {
             ep.orphaned = true;
         }
-        // An episode still open on the source moves with it.
-        if let Some(ep) = lock(&self.episodes).get_mut(&key_of(src_st)) {
-            ep.path = dst.to_vec();
-            if ep.created && dst_before.is_some() {
-                ep.created = false;
-                ep.before = dst_before.clone();
+        // An episode still open on the source moves with it. If it created the file, this is a
+        // save-by-rename still being written: its end records one change of the target.
+        let moved_creation = {
+            let mut episodes = lock(&self.episodes);
+            match episodes.get_mut(&key_of(src_st)) {
+                Some(ep) if !exchange => {
+                    ep.path = dst.to_vec();
+                    let was_created = ep.created;
+                    if ep.created && dst_before.is_some() {
+                        ep.created = false;
+                        ep.before = dst_before.clone();
+                    }
+                    Some((was_created, ep.before.clone(), ep.who.clone()))
+                }
+                _ => None,
+            }
+        };
+        if let Some((was_created, before, ep_who)) = moved_creation {
+            self.store.drop_open_episode(src)?;
+            if dst_recorded {
+                let marker = OpenEpisode {
+                    before,
+                    time_ns: now_ns(),
+                    session: ep_who.session.clone(),
+                    agent: ep_who.agent.clone(),
+                    pid: ep_who.pid,
+                    process: ep_who.process.clone(),
+                };
+                self.store.put_open_episode(dst, &marker)?;
+            }
+            if was_created {
+                return Ok(Vec::new());
             }
         }
         let mut out = Vec::new();

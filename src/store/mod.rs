@@ -162,6 +162,16 @@ pub struct Store {
     poisoned: Mutex<Option<String>>,
     /// Serializes id allocation with the batch that uses the id, so ids land in order.
     writer: Mutex<u64>,
+    /// A reader's own scratch directory, removed on drop.
+    secondary: Option<PathBuf>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.secondary {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl Store {
@@ -188,15 +198,30 @@ impl Store {
         Self::finish_open(db, dir, false)
     }
 
-    /// Open an existing store for reading only, alongside a running writer if there is one.
+    /// Open an existing store for reading only, alongside a running writer if there is one: a
+    /// RocksDB secondary instance, which sees everything the writer had written when it opened.
     pub fn open_read_only(dir: &Path) -> Result<Store> {
-        let opts = Options::default();
-        let db =
-            DB::open_cf_for_read_only(&opts, dir, ALL_CFS, false).map_err(|source| Error::Db {
-                context: "open read-only",
+        if !dir.join("CURRENT").exists() {
+            return Err(Error::NotFound(format!("no store at {}", dir.display())));
+        }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let secondary =
+            std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
+        let mut opts = Options::default();
+        opts.set_max_open_files(-1);
+        let cfs = ALL_CFS
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
+        let db = DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, cfs).map_err(
+            |source| Error::Db {
+                context: "open for reading",
                 source,
-            })?;
-        Self::finish_open(db, dir, true)
+            },
+        )?;
+        let mut store = Self::finish_open(db, dir, true)?;
+        store.secondary = Some(secondary);
+        Ok(store)
     }
 
     fn finish_open(db: DB, dir: &Path, read_only: bool) -> Result<Store> {
@@ -206,6 +231,7 @@ impl Store {
             read_only,
             poisoned: Mutex::new(None),
             writer: Mutex::new(0),
+            secondary: None,
         };
         match store.meta(b"format")? {
             Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {

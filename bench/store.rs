@@ -1,0 +1,103 @@
+//! Store benchmark: record 100k small changes, then report throughput, bytes stored per change
+//! and the latency of reading one path's history.
+//!
+//! `cargo bench --bench store [-- N]`
+
+use std::time::Instant;
+
+use rewind::store::{ChangeKind, FileKind, FileState, NewChange, Order, Query, Store};
+
+fn main() {
+    let n: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(100_000);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let paths = 1000u64;
+
+    // A source-like file of ~2 KiB whose content changes a little at every step.
+    let template: String = (0..60)
+        .map(|i| format!("    let value_{i} = compute({i});\n"))
+        .collect();
+    let mut raw_bytes = 0u64;
+    let start = Instant::now();
+    for i in 0..n {
+        let path = format!("src/module_{}/file_{}.rs", i % 37, i % paths);
+        let content = format!("// revision {i}\n{template}");
+        raw_bytes += content.len() as u64;
+        let hash = store.put_blob(content.as_bytes()).unwrap();
+        let state = FileState {
+            kind: FileKind::File,
+            size: content.len() as u64,
+            mode: 0o644,
+            hash: Some(hash),
+        };
+        store
+            .record(NewChange {
+                time_ns: 1_700_000_000_000_000_000 + i * 1_000_000,
+                kind: ChangeKind::Modify,
+                path: path.into_bytes(),
+                from: None,
+                before: None,
+                after: Some(state),
+                session: format!("session-{}", i / 10_000),
+                agent: "bench".into(),
+                pid: 1,
+                process: "bench".into(),
+            })
+            .unwrap();
+    }
+    store.sync().unwrap();
+    let elapsed = start.elapsed();
+    drop(store);
+    let on_disk = dir_size(dir.path());
+    let store = Store::open(dir.path()).unwrap();
+
+    let mut latencies = Vec::new();
+    for i in 0..2000u64 {
+        let path = format!(
+            "src/module_{}/file_{}.rs",
+            (i * 7919) % paths % 37,
+            (i * 7919) % paths
+        );
+        let q = Query {
+            path: Some(path.into_bytes()),
+            order: Order::NewestFirst,
+            limit: Some(20),
+            ..Query::default()
+        };
+        let t = Instant::now();
+        let found = store.query(&q).unwrap();
+        latencies.push(t.elapsed().as_secs_f64() * 1e6);
+        assert!(!found.is_empty());
+    }
+    latencies.sort_by(f64::total_cmp);
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
+
+    println!(
+        "store benchmark: {n} changes of ~{} bytes over {paths} paths",
+        raw_bytes / n
+    );
+    println!("| metric | value |");
+    println!("|---|---|");
+    println!(
+        "| record (blob + change, one batch each) | {:.0} changes/s |",
+        n as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "| bytes on disk per change | {:.0} B (content {} B raw) |",
+        on_disk as f64 / n as f64,
+        raw_bytes / n
+    );
+    println!("| path history, newest 20: p50 | {:.1} µs |", pct(0.5));
+    println!("| path history, newest 20: p99 | {:.1} µs |", pct(0.99));
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .sum()
+}

@@ -1,0 +1,80 @@
+//! What every history command needs: the workspace, its store, and whether it is mounted.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::{Failure, Registration};
+use crate::store::Store;
+
+pub struct Ctx {
+    pub workspace: PathBuf,
+    pub store_dir: PathBuf,
+    pub mounted: bool,
+    /// The directory the command was started in, for relative paths.
+    pub cwd: PathBuf,
+}
+
+impl Ctx {
+    pub fn locate(cwd: &Path) -> Result<Ctx, Failure> {
+        let workspace = super::find_workspace(cwd)?;
+        let store_dir = Registration::read(&workspace)
+            .map(|r| r.store)
+            .unwrap_or_else(|| super::default_store(&workspace));
+        Ok(Ctx {
+            mounted: crate::fs::is_rewind_mount(&workspace),
+            cwd: cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf()),
+            workspace,
+            store_dir,
+        })
+    }
+
+    /// The store for reading: alongside the daemon while mounted, directly otherwise.
+    pub fn read_store(&self) -> Result<Store, Failure> {
+        let open = Store::open_read_only(&self.store_dir);
+        open.map_err(|e| match e {
+            crate::Error::NotFound(_) => Failure::usage(format!(
+                "no history for {} yet (store {})",
+                self.workspace.display(),
+                self.store_dir.display()
+            )),
+            e => Failure::from(e),
+        })
+    }
+
+    /// A path the user gave, as a workspace-relative path. Refuses anything outside.
+    pub fn rel_path(&self, given: &Path) -> Result<Vec<u8>, Failure> {
+        use std::os::unix::ffi::OsStrExt;
+        let joined = if given.is_absolute() {
+            given.to_path_buf()
+        } else {
+            self.cwd.join(given)
+        };
+        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+        for c in joined.components() {
+            match c {
+                Component::RootDir | Component::Prefix(_) => parts.clear(),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    parts.pop();
+                }
+                Component::Normal(n) => parts.push(n),
+            }
+        }
+        let normal: PathBuf = std::iter::once(std::ffi::OsStr::new("/"))
+            .chain(parts)
+            .collect();
+        let rel = normal.strip_prefix(&self.workspace).map_err(|_| {
+            Failure::usage(format!(
+                "{} is outside the workspace {}",
+                given.display(),
+                self.workspace.display()
+            ))
+        })?;
+        let bytes = rel.as_os_str().as_bytes().to_vec();
+        if bytes.starts_with(b".rewind") && (bytes.len() == 7 || bytes[7] == b'/') {
+            return Err(Failure::usage(
+                ".rewind/ is rewind's control directory, not part of the history",
+            ));
+        }
+        Ok(bytes)
+    }
+}
