@@ -207,6 +207,14 @@ fn serve(
     let recorder =
         (!args.no_record).then(|| Arc::new(Recorder::new(store.clone(), backing.clone(), session)));
     if let Some(rec) = &recorder {
+        let found = rec.recover()?;
+        if found.episodes + found.external > 0 {
+            tracing::info!(
+                interrupted = found.episodes,
+                external = found.external,
+                "recorded changes made while not mounted"
+            );
+        }
         start_ticker(rec.clone());
     }
     let fs = fs::filesystem(config, backing, recorder.clone())?;

@@ -447,6 +447,14 @@ impl crate::history::Source for Backing {
         self.open_file(path, libc::O_RDONLY, 0)
     }
 
+    fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        let dir = self.open_dir(path)?;
+        Ok(read_dir_entries(&dir)?
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect())
+    }
+
     fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>> {
         Backing::readlink(self, path)
     }

@@ -42,6 +42,8 @@ pub type Key = (u64, u64);
 /// Read access to the workspace underneath the mount.
 pub trait Source: Send + Sync {
     fn open_read(&self, path: &[u8]) -> io::Result<File>;
+    /// Names in a directory (without `.` and `..`).
+    fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>>;
     fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>>;
     fn lstat(&self, path: &[u8]) -> io::Result<libc::stat>;
 }
@@ -426,6 +428,7 @@ impl Recorder {
             &Extra {
                 finish_episode: Some(path),
                 manifest: &manifest,
+                move_under: None,
             },
         )?;
         Ok(None)
@@ -451,6 +454,7 @@ impl Recorder {
             &Extra {
                 finish_episode: Some(path),
                 manifest: &manifest,
+                move_under: None,
             },
         )?;
         Ok(())
@@ -531,6 +535,7 @@ impl Recorder {
             &Extra {
                 finish_episode: None,
                 manifest: &manifest,
+                move_under: None,
             },
         )
         .map(Some)
@@ -550,6 +555,7 @@ impl Recorder {
             &Extra {
                 finish_episode: None,
                 manifest: &manifest,
+                move_under: None,
             },
         )?;
         Ok(())
@@ -572,6 +578,7 @@ impl Recorder {
             &Extra {
                 finish_episode: None,
                 manifest: &manifest,
+                move_under: None,
             },
         )?;
         Ok(())
@@ -607,6 +614,7 @@ impl Recorder {
             &Extra {
                 finish_episode: None,
                 manifest: &manifest,
+                move_under: None,
             },
         )
         .map(Some)
@@ -702,6 +710,7 @@ impl Recorder {
                 &Extra {
                     finish_episode: None,
                     manifest: &manifest,
+                    move_under: None,
                 },
             )?);
             return Ok(out);
@@ -722,13 +731,13 @@ impl Recorder {
         } else {
             manifest.push((src.to_vec(), None));
         }
-        out.push(self.record(
-            change,
-            &Extra {
-                finish_episode: None,
-                manifest: &manifest,
-            },
-        )?);
+        let move_under = (src_dir && !exchange).then_some((src, dst));
+        let extra = Extra {
+            finish_episode: None,
+            manifest: &manifest,
+            move_under,
+        };
+        out.push(self.record(change, &extra)?);
         if exchange && let Some(dst_before) = dst_before {
             let mut back = self.change(ChangeKind::Rename, src, &who);
             back.from = Some(dst.to_vec());
@@ -768,5 +777,196 @@ impl Recorder {
     pub fn sync(&self) -> Result<()> {
         self.flush_pending_older(true)?;
         self.store.sync()
+    }
+}
+
+/// What the scan at mount found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Write episodes cut short by a crash, now recorded.
+    pub episodes: usize,
+    /// Changes made while nothing was mounted, recorded as agent `external`.
+    pub external: usize,
+}
+
+impl Recorder {
+    /// Before mounting: finish episodes a crash cut short, and record what changed in the
+    /// workspace while it was not mounted (compared with the manifest the mount left).
+    pub fn recover(&self) -> Result<Recovery> {
+        let mut report = Recovery::default();
+        for (path, ep) in self.store.open_episodes()? {
+            let who = Who {
+                session: ep.session,
+                agent: ep.agent,
+                pid: ep.pid,
+                process: ep.process,
+            };
+            let now = self
+                .source
+                .lstat(&path)
+                .ok()
+                .filter(|st| kind_of(st) == FileKind::File);
+            let after = now.as_ref().map(|st| self.capture(&path, st)).transpose()?;
+            if after != ep.before {
+                let kind = match (&ep.before, &after) {
+                    (None, _) => ChangeKind::Create,
+                    (_, None) => ChangeKind::Delete,
+                    _ => ChangeKind::Modify,
+                };
+                let mut change = self.change(kind, &path, &who);
+                change.before = ep.before;
+                change.after = after;
+                let manifest = [(path.clone(), now.as_ref().map(seen_of))];
+                let extra = Extra {
+                    finish_episode: Some(&path),
+                    manifest: &manifest,
+                    move_under: None,
+                };
+                self.record(change, &extra)?;
+                report.episodes += 1;
+            } else {
+                self.store.drop_open_episode(&path)?;
+            }
+        }
+
+        let current = self.walk()?;
+        let first_mount = self.store.meta(b"manifest")?.is_none();
+        if !first_mount {
+            let old: HashMap<Vec<u8>, Seen> = self.store.manifest()?.into_iter().collect();
+            report.external = self.record_external(&old, &current)?;
+        }
+        let entries: Vec<(Vec<u8>, Seen)> = current
+            .iter()
+            .map(|(p, (_, seen))| (p.clone(), seen.clone()))
+            .collect();
+        self.store.replace_manifest(&entries)?;
+        Ok(report)
+    }
+
+    /// Every recorded path in the workspace, with its stat.
+    fn walk(&self) -> Result<std::collections::BTreeMap<Vec<u8>, (libc::stat, Seen)>> {
+        let mut out = std::collections::BTreeMap::new();
+        let mut dirs = vec![Vec::new()];
+        while let Some(dir) = dirs.pop() {
+            let names = match self.source.read_dir(&dir) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("scan: cannot read {}: {e}", String::from_utf8_lossy(&dir));
+                    continue;
+                }
+            };
+            for name in names {
+                let mut path = dir.clone();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(&name);
+                let Ok(st) = self.source.lstat(&path) else {
+                    continue;
+                };
+                let is_dir = kind_of(&st) == FileKind::Dir;
+                if !self.records(&path, is_dir) {
+                    continue;
+                }
+                if is_dir {
+                    dirs.push(path.clone());
+                }
+                out.insert(path, (st, seen_of(&st)));
+            }
+        }
+        Ok(out)
+    }
+
+    fn record_external(
+        &self,
+        old: &HashMap<Vec<u8>, Seen>,
+        current: &std::collections::BTreeMap<Vec<u8>, (libc::stat, Seen)>,
+    ) -> Result<usize> {
+        let who = Who {
+            session: self.who.default_session().to_string(),
+            agent: "external".into(),
+            pid: 0,
+            process: "external".into(),
+        };
+        // What we knew of a path: its last recorded state if that matches the manifest.
+        let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
+            let last = self.store.last_change_until(path, u64::MAX)?;
+            let recorded = last.and_then(|c| if c.path == path { c.after } else { None });
+            Ok(match recorded {
+                Some(s) if s.kind == seen.kind && s.size == seen.size && s.mode == seen.mode => s,
+                _ => FileState {
+                    kind: seen.kind,
+                    size: seen.size,
+                    mode: seen.mode,
+                    hash: None,
+                },
+            })
+        };
+        let mut count = 0;
+        // Deletions, deepest first, so a folder's contents go before the folder.
+        let mut gone: Vec<&Vec<u8>> = old.keys().filter(|p| !current.contains_key(*p)).collect();
+        gone.sort_by(|a, b| b.cmp(a));
+        for path in gone {
+            let seen = &old[path];
+            let kind = if seen.kind == FileKind::Dir {
+                ChangeKind::Rmdir
+            } else {
+                ChangeKind::Delete
+            };
+            let mut change = self.change(kind, path, &who);
+            change.before = Some(known_before(path, seen)?);
+            let manifest = [(path.clone(), None)];
+            self.record(
+                change,
+                &Extra {
+                    finish_episode: None,
+                    manifest: &manifest,
+                    move_under: None,
+                },
+            )?;
+            count += 1;
+        }
+        // New and changed paths, parents first (BTreeMap order).
+        for (path, (st, seen)) in current {
+            let kind = match old.get(path) {
+                None => match seen.kind {
+                    FileKind::Dir => ChangeKind::Mkdir,
+                    FileKind::Symlink => ChangeKind::Symlink,
+                    _ => ChangeKind::Create,
+                },
+                Some(was) if was == seen => continue,
+                Some(was) if was.kind == FileKind::Dir && seen.kind == FileKind::Dir => {
+                    if was.mode == seen.mode {
+                        continue;
+                    }
+                    ChangeKind::Chmod
+                }
+                Some(was)
+                    if was.kind == seen.kind
+                        && was.size == seen.size
+                        && was.mtime_ns == seen.mtime_ns =>
+                {
+                    ChangeKind::Chmod
+                }
+                Some(_) => ChangeKind::Modify,
+            };
+            let mut change = self.change(kind, path, &who);
+            change.before = old.get(path).map(|s| known_before(path, s)).transpose()?;
+            change.after = Some(self.capture(path, st)?);
+            if change.before == change.after {
+                continue;
+            }
+            let manifest = [(path.clone(), Some(seen.clone()))];
+            self.record(
+                change,
+                &Extra {
+                    finish_episode: None,
+                    manifest: &manifest,
+                    move_under: None,
+                },
+            )?;
+            count += 1;
+        }
+        Ok(count)
     }
 }

@@ -126,6 +126,8 @@ pub struct Extra<'a> {
     pub finish_episode: Option<&'a [u8]>,
     /// Manifest entries to set (or, with `None`, remove).
     pub manifest: &'a [(Vec<u8>, Option<Seen>)],
+    /// A directory renamed: move the manifest entries below the first path under the second.
+    pub move_under: Option<(&'a [u8], &'a [u8])>,
 }
 
 /// What [`Store::gc`] may remove.
@@ -395,6 +397,9 @@ impl Store {
         if let Some(path) = extra.finish_episode {
             batch.delete_cf(self.cf(CF_EPISODES), path);
         }
+        if let Some((from, to)) = extra.move_under {
+            self.move_manifest_under(&mut batch, from, to)?;
+        }
         for (path, seen) in extra.manifest {
             match seen {
                 Some(seen) => batch.put_cf(self.cf(CF_MANIFEST), path, codec::encode(seen)),
@@ -404,6 +409,47 @@ impl Store {
         self.write("record change", batch)?;
         *last_id = change.id;
         Ok(change)
+    }
+
+    fn move_manifest_under(&self, batch: &mut WriteBatch, from: &[u8], to: &[u8]) -> Result<()> {
+        let mut prefix = from.to_vec();
+        prefix.push(b'/');
+        let cf = self.cf(CF_MANIFEST);
+        for item in self
+            .db
+            .iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward))
+        {
+            let (key, value) = item.map_err(|source| Error::Db {
+                context: "scan manifest",
+                source,
+            })?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let mut moved = to.to_vec();
+            moved.extend_from_slice(&key[from.len()..]);
+            batch.delete_cf(cf, &key);
+            batch.put_cf(cf, moved, value);
+        }
+        Ok(())
+    }
+
+    /// Replace the whole manifest (after the scan at mount).
+    pub fn replace_manifest(&self, entries: &[(Vec<u8>, Seen)]) -> Result<()> {
+        let cf = self.cf(CF_MANIFEST);
+        let mut batch = WriteBatch::default();
+        for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, _) = item.map_err(|source| Error::Db {
+                context: "scan manifest",
+                source,
+            })?;
+            batch.delete_cf(cf, key);
+        }
+        for (path, seen) in entries {
+            batch.put_cf(cf, path, codec::encode(seen));
+        }
+        batch.put_cf(self.cf(CF_META), b"manifest", [1u8]);
+        self.write("replace manifest", batch)
     }
 
     /// Take back the newest change, recorded before an operation that then failed.
