@@ -430,6 +430,7 @@ impl RewindFs {
                 rec.after_rmdir(&path, &st, pid).map_err(record_errno)?;
             }
         } else {
+            let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
             self.recorded(
                 |rec| {
                     rec.before_unlink(&path, &st, pid)
@@ -482,6 +483,11 @@ impl RewindFs {
         let src_path = backing::join(&parent_path, name);
         let dst_path = backing::join(&new_parent_path, new_name);
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        // The files stay locked until the rename is done, so their episodes cannot end between
+        // the bookkeeping and the rename itself.
+        let mut files = vec![key(&src)];
+        files.extend(dst.as_ref().map(key));
+        let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
         self.recorded(
             |rec| rec.before_rename(&src_path, &src, &dst_path, dst.as_ref(), exchange, pid),
             || {

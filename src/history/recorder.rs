@@ -39,6 +39,8 @@ pub const PENDING_FOR: Duration = Duration::from_millis(500);
 /// A backing file's identity: `(st_dev, st_ino)`.
 pub type Key = (u64, u64);
 
+const STRIPES: usize = 64;
+
 /// Read access to the workspace underneath the mount.
 pub trait Source: Send + Sync {
     fn open_read(&self, path: &[u8]) -> io::Result<File>;
@@ -103,9 +105,6 @@ struct Episode {
     created: bool,
     /// The file lost its last name while open: nothing more to record.
     orphaned: bool,
-    /// The last handle was released and the end is being recorded; operations on the file
-    /// wait for that to finish (see `Recorder::settled`).
-    closing: bool,
 }
 
 /// A created file whose creation is not recorded yet.
@@ -125,8 +124,9 @@ pub struct Recorder {
     ignore: RwLock<IgnoreRules>,
     pending: Mutex<HashMap<Vec<u8>, Pending>>,
     episodes: Mutex<HashMap<Key, Episode>>,
-    /// Signalled whenever a closing episode is finished.
-    settled: std::sync::Condvar,
+    /// Per-file locks (striped by backing key): the end of an episode, and a rename or unlink
+    /// of the file with its bookkeeping, never interleave.
+    stripes: Vec<Mutex<()>>,
     /// The last captured state of each backing file, valid while its `Sig` is unchanged.
     known: Mutex<HashMap<Key, (Sig, FileState)>>,
     subscribers: Mutex<Vec<Sender<Arc<Change>>>>,
@@ -149,7 +149,7 @@ impl Recorder {
             ignore: RwLock::new(IgnoreRules::new(&rules)),
             pending: Mutex::new(HashMap::new()),
             episodes: Mutex::new(HashMap::new()),
-            settled: std::sync::Condvar::new(),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             known: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
         }
@@ -271,17 +271,20 @@ impl Recorder {
         }
     }
 
-    /// Wait until no episode of `key` is closing, so an operation on the file sees its end
-    /// recorded (a release arrives asynchronously and may still be in progress).
-    fn settled(&self, key: Key) -> std::sync::MutexGuard<'_, HashMap<Key, Episode>> {
-        let mut episodes = lock(&self.episodes);
-        while episodes.get(&key).is_some_and(|ep| ep.closing) {
-            episodes = self
-                .settled
-                .wait(episodes)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-        episodes
+    fn stripe_of(key: Key) -> usize {
+        (key.1 as usize ^ (key.0 as usize).rotate_left(17)) % STRIPES
+    }
+
+    /// Hold the locks of these files (in a fixed order, so two holders never deadlock) for an
+    /// operation on them and its bookkeeping: a rename, an unlink, the end of an episode.
+    pub fn hold(&self, keys: &[Key]) -> Vec<std::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.iter().map(|k| Self::stripe_of(*k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|i| lock(&self.stripes[i]))
+            .collect()
     }
 
     // ---- write episodes ------------------------------------------------------------------
@@ -293,7 +296,8 @@ impl Recorder {
             return Ok(None);
         }
         let key = key_of(st);
-        drop(self.settled(key));
+        // Wait for an episode of this file that is ending to be recorded first.
+        drop(self.hold(&[key]));
         self.flush_pending(path)?;
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
             ep.opens += 1;
@@ -344,13 +348,13 @@ impl Recorder {
                 who,
                 created,
                 orphaned: false,
-                closing: false,
             });
         Ok(())
     }
 
     /// A handle that began an episode was released. At the last one, record what changed.
     pub fn end_write(&self, key: Key) -> Result<()> {
+        let _held = self.hold(&[key]);
         let (path, before, who, created, orphaned) = {
             let mut episodes = lock(&self.episodes);
             let Some(ep) = episodes.get_mut(&key) else {
@@ -360,25 +364,13 @@ impl Recorder {
             if ep.opens > 0 {
                 return Ok(());
             }
-            ep.closing = true;
-            (
-                ep.path.clone(),
-                ep.before.clone(),
-                ep.who.clone(),
-                ep.created,
-                ep.orphaned,
-            )
+            let ep = episodes.remove(&key).expect("present above");
+            (ep.path, ep.before, ep.who, ep.created, ep.orphaned)
         };
-        let result = self.finish_episode(key, &path, before, who, created, orphaned);
-        // Whatever happened, the episode is over: let waiting operations go on.
-        let mut pending = lock(&self.pending);
-        let mut episodes = lock(&self.episodes);
-        if let Ok(Some(p)) = &result {
-            pending.insert(path, p.clone());
+        if let Some(p) = self.finish_episode(key, &path, before, who, created, orphaned)? {
+            lock(&self.pending).insert(path, p);
         }
-        episodes.remove(&key);
-        self.settled.notify_all();
-        result.map(drop)
+        Ok(())
     }
 
     /// Record the end of an episode; a created file is returned to be held back instead.
@@ -499,11 +491,11 @@ impl Recorder {
     // ---- single operations ---------------------------------------------------------------
 
     /// `path` (described by `st`) is about to be unlinked. Returns the change to retract if the
-    /// unlink then fails.
+    /// unlink then fails. The caller holds the file until the unlink is done.
     pub fn before_unlink(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Change>> {
         let key = key_of(st);
         {
-            let mut episodes = self.settled(key);
+            let mut episodes = lock(&self.episodes);
             if let Some(ep) = episodes.get_mut(&key) {
                 if ep.created && ep.path == path {
                     // A file created and deleted while still open: a temporary file.
@@ -621,7 +613,8 @@ impl Recorder {
     }
 
     /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
-    /// changes to retract if the rename then fails.
+    /// changes to retract if the rename then fails. The caller holds both files (see
+    /// [`hold`](Recorder::hold)) until the rename is done.
     pub fn before_rename(
         &self,
         src: &[u8],
@@ -632,10 +625,6 @@ impl Recorder {
         pid: u32,
     ) -> Result<Vec<Change>> {
         let src_dir = kind_of(src_st) == FileKind::Dir;
-        drop(self.settled(key_of(src_st)));
-        if let Some(st) = dst_st {
-            drop(self.settled(key_of(st)));
-        }
         if src_dir {
             self.flush_pending_under(src)?;
         }

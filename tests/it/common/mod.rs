@@ -82,6 +82,11 @@ impl Workspace {
         );
     }
 
+    /// Note a mount made by hand (with options `mount_with` does not cover), so drop unmounts it.
+    pub fn mark_mounted(&mut self) {
+        self.mounted = true;
+    }
+
     pub fn unmount(&mut self) {
         let out = self.rewind(&[OsStr::new("unmount"), self.path().as_os_str()]);
         assert!(

@@ -1,0 +1,643 @@
+//! Recording through a real mount: what is recorded, with which content, attributed to whom;
+//! ignores; durability under SIGKILL and a full store; and a model-based property test.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rewind::store::{Hash, Query, Store};
+use serde_json::Value;
+
+use crate::common::{SmallFs, Workspace, is_mounted, sh, wait_for};
+
+/// Long enough for held-back creates to be recorded (500 ms hold, 250 ms tick).
+const SETTLE: Duration = Duration::from_millis(1100);
+
+/// The history as `rewind log --json` prints it.
+pub fn log(ws: &Workspace) -> Vec<Value> {
+    std::thread::sleep(SETTLE);
+    let out = ws.rewind(&[
+        "-C".as_ref(),
+        ws.path().as_os_str(),
+        "log".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "log failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `kind path` (or `kind path <- from`) of each change.
+fn summary(changes: &[Value]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| match c["from"].as_str() {
+            Some(from) => format!(
+                "{} {} <- {from}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            ),
+            None => format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            ),
+        })
+        .collect()
+}
+
+fn content(store: &Store, state: &Value) -> Option<Vec<u8>> {
+    let hash = Hash::from_hex(state["hash"].as_str()?)?;
+    Some(store.read_blob(&hash).unwrap())
+}
+
+#[test]
+fn every_kind_of_change_is_recorded_with_its_content() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        r#"
+        printf 'one\n' > a.txt
+        printf 'two\n' >> a.txt
+        sed -i 's/one/ONE/' a.txt
+        mkdir dir
+        mv a.txt dir/a.txt
+        chmod 600 dir/a.txt
+        ln -s dir/a.txt link
+        ln dir/a.txt hard
+        printf 'replacement\n' > b.txt
+        sleep 0.8
+        mv b.txt dir/a.txt
+        rm hard link
+        rm -r dir
+    "#,
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        [
+            "create a.txt",
+            "modify a.txt",
+            "modify a.txt",
+            "mkdir dir",
+            "rename dir/a.txt <- a.txt",
+            "chmod dir/a.txt",
+            "symlink link",
+            "link hard",
+            "create b.txt",
+            "rename dir/a.txt <- b.txt",
+            "delete hard",
+            "delete link",
+            "delete dir/a.txt",
+            "rmdir dir",
+        ]
+    );
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    let c = |i: usize, side: &str| content(&store, &changes[i][side]);
+    assert_eq!(c(0, "after").unwrap(), b"one\n");
+    assert_eq!(c(1, "before").unwrap(), b"one\n");
+    assert_eq!(c(1, "after").unwrap(), b"one\ntwo\n");
+    assert_eq!(c(2, "after").unwrap(), b"ONE\ntwo\n");
+    assert_eq!(changes[5]["before"]["mode"], "644");
+    assert_eq!(changes[5]["after"]["mode"], "600");
+    assert_eq!(c(6, "after").unwrap(), b"dir/a.txt");
+    // Renamed over: the replaced content is kept.
+    assert_eq!(c(9, "before").unwrap(), b"ONE\ntwo\n");
+    assert_eq!(c(9, "after").unwrap(), b"replacement\n");
+    assert_eq!(c(12, "before").unwrap(), b"replacement\n");
+    for ch in &changes {
+        assert_eq!(ch["agent"], "unknown");
+        assert!(ch["session"].as_str().unwrap().starts_with("mount-"));
+        assert!(ch["pid"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn save_by_rename_is_one_modify_of_the_target() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "printf 'v0\\n' > conf.txt && sleep 0.8");
+    sh(
+        &ws.path(),
+        r#"
+        sed -i 's/v0/v1/' conf.txt
+        sed -i 's/v1/v2/' conf.txt
+        python3 - <<'PY'
+import os, tempfile
+fd, tmp = tempfile.mkstemp(dir=".", prefix=".conf.", suffix=".tmp")
+os.write(fd, b"v3\n")
+os.close(fd)
+os.replace(tmp, "conf.txt")
+with open("scratch.tmp", "w") as f:
+    f.write("never seen")
+os.unlink("scratch.tmp")
+PY
+    "#,
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        [
+            "create conf.txt",
+            "modify conf.txt",
+            "modify conf.txt",
+            "modify conf.txt"
+        ]
+    );
+    let processes: Vec<&str> = changes
+        .iter()
+        .map(|c| c["process"].as_str().unwrap())
+        .collect();
+    assert_eq!(processes[1..], ["sed", "sed", "python3"]);
+    assert_eq!(
+        fs::read_to_string(ws.path().join("conf.txt")).unwrap(),
+        "v3\n"
+    );
+}
+
+#[test]
+fn opening_for_writing_without_writing_records_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "printf 'same\\n' > f && sleep 0.8");
+    sh(
+        &ws.path(),
+        r#"
+        exec 3>>f; exec 3>&-
+        python3 -c "open('f', 'r+').close()"
+        touch f
+        cat f > /dev/null
+        printf 'same\n' > f
+    "#,
+    );
+    assert_eq!(summary(&log(&ws)), ["create f"]);
+}
+
+#[test]
+fn ignored_paths_pass_through_unrecorded() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join(".rewindignore"), "*.log\n!target/\n").unwrap();
+    ws.mount();
+    sh(
+        &ws.path(),
+        r#"
+        mkdir -p .git/objects node_modules/pkg target/debug src
+        echo x > .git/objects/ab
+        echo x > node_modules/pkg/index.js
+        echo x > target/debug/out
+        echo x > build.log
+        echo x > src/main.rs
+        rm build.log
+    "#,
+    );
+    let paths: Vec<String> = log(&ws)
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "target",
+            "target/debug",
+            "src",
+            "target/debug/out",
+            "src/main.rs"
+        ]
+    );
+
+    // .rewindignore is re-read when it changes.
+    sh(
+        &ws.path(),
+        "echo 'src/' >> .rewindignore && sleep 0.8 && echo y > src/other.rs && echo y > debug.log",
+    );
+    let paths: Vec<String> = log(&ws)
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths.last().unwrap(), ".rewindignore", "{paths:?}");
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p == "src/other.rs" || p == "debug.log")
+    );
+}
+
+#[test]
+fn two_agents_at_once_are_each_attributed() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let agent = |name: &str| {
+        let script = format!(
+            r#"for i in $(seq 1 15); do
+                 python3 -c "open('{name}-$i.txt', 'w').write('from {name} $i\n')"
+                 sed -i 's/from/by/' {name}-$i.txt
+               done"#
+        );
+        Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(ws.path())
+            .env("REWIND_SESSION", format!("session-{name}"))
+            .env("REWIND_AGENT", format!("agent-{name}"))
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (agent("alpha"), agent("beta"));
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let changes = log(&ws);
+    assert_eq!(changes.len(), 60, "{:?}", summary(&changes));
+    for c in &changes {
+        let name = c["path"]
+            .as_str()
+            .unwrap()
+            .split('-')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(c["session"], format!("session-{name}"), "{c}");
+        assert_eq!(c["agent"], format!("agent-{name}"), "{c}");
+        assert!(
+            ["python3", "sed"].contains(&c["process"].as_str().unwrap()),
+            "{c}"
+        );
+    }
+}
+
+#[test]
+fn rm_rf_keeps_the_content_of_the_whole_tree() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut files = BTreeMap::new();
+    for i in 0..30 {
+        let rel = format!("tree/d{}/e{}/f{i}.txt", i % 3, i % 5);
+        fs::create_dir_all(ws.path().join(&rel).parent().unwrap()).unwrap();
+        fs::write(ws.path().join(&rel), format!("file {i}\n").repeat(i + 1)).unwrap();
+        files.insert(rel, format!("file {i}\n").repeat(i + 1));
+    }
+    std::thread::sleep(SETTLE);
+    sh(&ws.path(), "rm -rf tree");
+    let changes = log(&ws);
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    let deleted: BTreeMap<String, String> = changes
+        .iter()
+        .filter(|c| c["kind"] == "delete")
+        .map(|c| {
+            let body = content(&store, &c["before"]).unwrap();
+            (
+                c["path"].as_str().unwrap().to_string(),
+                String::from_utf8(body).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(deleted, files);
+    assert_eq!(
+        changes.iter().filter(|c| c["kind"] == "rmdir").count(),
+        1 + 3 + 15
+    );
+}
+
+#[test]
+fn sigkill_of_the_daemon_loses_no_recorded_change() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut busy = Command::new("bash")
+        .arg("-c")
+        .arg("for i in $(seq 1 100000); do echo \"line $i\" > f$((i % 50)); sed -i 's/line/LINE/' f$((i % 50)); done 2>/dev/null")
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = crate::mount::daemon_pid(&ws);
+    // SAFETY: kill(2) of the daemon we started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = busy.kill();
+    let _ = busy.wait();
+    assert!(wait_for(10, || unsafe { libc::kill(pid, 0) } != 0));
+    assert!(
+        Command::new("umount")
+            .arg("-l")
+            .arg(ws.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(!is_mounted(&ws.path()));
+
+    // Everything recorded is there and readable: ids without holes, every blob intact.
+    let recorded = {
+        let store = Store::open(&ws.store()).unwrap();
+        let all = store.query(&Query::default()).unwrap();
+        assert!(all.len() > 20, "only {} changes before the kill", all.len());
+        for (i, c) in all.iter().enumerate() {
+            assert_eq!(c.id, i as u64 + 1);
+            for s in [&c.before, &c.after].into_iter().flatten() {
+                if let Some(h) = s.hash {
+                    store.read_blob(&h).unwrap();
+                }
+            }
+        }
+        all.len()
+    };
+    // The next mount goes on from there, and the history ends where the files are.
+    ws.mount();
+    let changes = log(&ws);
+    assert!(changes.len() >= recorded);
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    for i in 0..50 {
+        let path = format!("f{i}");
+        let Ok(now) = fs::read(ws.path().join(&path)) else {
+            continue;
+        };
+        let last = store
+            .last_change_until(path.as_bytes(), u64::MAX)
+            .unwrap()
+            .unwrap();
+        let after = last.after.unwrap().hash.unwrap();
+        assert_eq!(
+            store.read_blob(&after).unwrap(),
+            now,
+            "history of {path} does not end at its content"
+        );
+    }
+}
+
+#[test]
+fn a_full_store_refuses_changes_instead_of_losing_them() {
+    let Some(small) = SmallFs::new(6) else {
+        panic!("cannot mount a tmpfs for the store (needs root)");
+    };
+    let mut ws = Workspace::new();
+    let store = small.path().join("store");
+    let mut cmd = ws.command(&[
+        "mount".as_ref(),
+        ws.path().as_os_str(),
+        "--store".as_ref(),
+        store.as_os_str(),
+    ]);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ws.mark_mounted();
+    fs::write(ws.path().join("keep"), "precious\n").unwrap();
+    std::thread::sleep(SETTLE);
+    // Incompressible files until the store cannot take more.
+    let fill = r#"
+import os
+for i in range(200):
+    try:
+        with open(f"fill{i}", "wb") as f:
+            f.write(os.urandom(512 * 1024))
+    except OSError as e:
+        print(e.errno)
+        break
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(fill)
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    let errno: i32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("writes never failed");
+    assert!(errno == libc::ENOSPC || errno == libc::EIO, "errno {errno}");
+    // Destructive operations now fail rather than go ahead unrecorded, and reads still work.
+    assert!(fs::write(ws.path().join("keep"), "overwritten").is_err());
+    assert!(fs::remove_file(ws.path().join("keep")).is_err());
+    assert_eq!(
+        fs::read_to_string(ws.path().join("keep")).unwrap(),
+        "precious\n"
+    );
+    let log = fs::read_to_string(store.join("daemon.log")).unwrap();
+    assert!(log.contains("refusing"), "the daemon should say why: {log}");
+}
+
+#[test]
+fn fsync_records_held_back_creates_at_once() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    // The create is recorded once the file is closed; an fsync after that records it at once.
+    let script =
+        "import os\nopen('new.txt', 'w').write('x')\nf = open('new.txt'); os.fsync(f.fileno())";
+    sh(&ws.path(), &format!("python3 -c \"{script}\""));
+    // No settling: fsync flushed it, the log shows it right away.
+    let out = ws.rewind(&["-C".as_ref(), ws.path().as_os_str(), "log".as_ref()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("new.txt"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn changes_made_while_unmounted_are_recorded_as_external() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("old.txt"), "old\n").unwrap();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "mkdir -p src/sub && echo a > src/sub/a.rs && echo b > b.txt && sleep 0.8 && mv src lib",
+    );
+    ws.unmount();
+    sh(
+        &ws.path(),
+        "echo more >> b.txt && rm old.txt && echo new > new.txt && chmod 600 lib/sub/a.rs",
+    );
+    ws.mount();
+    let external: Vec<String> = summary(
+        &log(&ws)
+            .into_iter()
+            .filter(|c| c["agent"] == "external")
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        external,
+        [
+            "delete old.txt",
+            "modify b.txt",
+            "chmod lib/sub/a.rs",
+            "create new.txt"
+        ]
+    );
+}
+
+// ---- model-based property test ---------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(u8, Vec<u8>),
+    Append(u8, Vec<u8>),
+    Rename(u8, u8),
+    Unlink(u8),
+    Chmod(u8, bool),
+    Mkdir,
+    Rmdir,
+}
+
+fn name(i: u8) -> String {
+    // Files in the root and in one folder, so renames move things between folders.
+    if i % 2 == 0 {
+        format!("f{}", i % 6)
+    } else {
+        format!("d{}/f{}", i % 2, i % 6)
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let content = proptest::collection::vec(any::<u8>(), 0..200);
+    prop_oneof![
+        4 => (any::<u8>(), content.clone()).prop_map(|(p, c)| Op::Write(p, c)),
+        2 => (any::<u8>(), content).prop_map(|(p, c)| Op::Append(p, c)),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => any::<u8>().prop_map(Op::Unlink),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(p, x)| Op::Chmod(p, x)),
+        1 => Just(Op::Mkdir),
+        1 => Just(Op::Rmdir),
+    ]
+}
+
+/// Apply `op` to the real tree and to the model (path -> (content, mode)); both must agree on
+/// whether it succeeds.
+fn apply(
+    root: &Path,
+    model: &mut BTreeMap<String, (Vec<u8>, u32)>,
+    dir_exists: &mut bool,
+    op: &Op,
+) {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let in_dir = |p: &str| p.starts_with("d1/");
+    let reachable = |p: &str, dir_exists: bool| !in_dir(p) || dir_exists;
+    match op {
+        Op::Write(p, c) => {
+            let p = name(*p);
+            let ok = fs::write(root.join(&p), c).is_ok();
+            assert_eq!(ok, reachable(&p, *dir_exists));
+            if ok {
+                let mode = model.get(&p).map_or(0o644, |e| e.1);
+                model.insert(p, (c.clone(), mode));
+            }
+        }
+        Op::Append(p, c) => {
+            let p = name(*p);
+            let f = fs::OpenOptions::new().append(true).open(root.join(&p));
+            assert_eq!(f.is_ok(), model.contains_key(&p));
+            if let Ok(mut f) = f {
+                f.write_all(c).unwrap();
+                model.get_mut(&p).unwrap().0.extend_from_slice(c);
+            }
+        }
+        Op::Rename(a, b) => {
+            let (a, b) = (name(*a), name(*b));
+            let ok = fs::rename(root.join(&a), root.join(&b)).is_ok();
+            assert_eq!(ok, model.contains_key(&a) && reachable(&b, *dir_exists));
+            if ok && a != b {
+                let e = model.remove(&a).unwrap();
+                model.insert(b, e);
+            }
+        }
+        Op::Unlink(p) => {
+            let p = name(*p);
+            assert_eq!(
+                fs::remove_file(root.join(&p)).is_ok(),
+                model.remove(&p).is_some()
+            );
+        }
+        Op::Chmod(p, exec) => {
+            let p = name(*p);
+            let mode = if *exec { 0o755 } else { 0o600 };
+            let ok = fs::set_permissions(root.join(&p), fs::Permissions::from_mode(mode)).is_ok();
+            assert_eq!(ok, model.contains_key(&p));
+            if let Some(e) = model.get_mut(&p) {
+                e.1 = mode;
+            }
+        }
+        Op::Mkdir => {
+            let ok = fs::create_dir(root.join("d1")).is_ok();
+            assert_eq!(ok, !*dir_exists);
+            *dir_exists = true;
+        }
+        Op::Rmdir => {
+            let empty = !model.keys().any(|p| in_dir(p));
+            let ok = fs::remove_dir(root.join("d1")).is_ok();
+            assert_eq!(ok, *dir_exists && empty);
+            if ok {
+                *dir_exists = false;
+            }
+        }
+    }
+}
+
+/// The state of `path` before and after a change, as (type, hash, mode) — `None` if absent.
+type Seen = Option<(String, Option<String>, Option<String>)>;
+
+fn side(v: &Value) -> Seen {
+    if v.is_null() {
+        return None;
+    }
+    let kind = v["type"].as_str().unwrap().to_string();
+    let mode = (kind == "file").then(|| v["mode"].as_str().unwrap().to_string());
+    Some((kind, v["hash"].as_str().map(str::to_string), mode))
+}
+
+/// Per path, what each change did to it: a rename moves the state away from `from`.
+fn effects(c: &Value) -> Vec<(String, Seen, Seen)> {
+    let path = c["path"].as_str().unwrap().to_string();
+    let mut out = vec![(path, side(&c["before"]), side(&c["after"]))];
+    if let Some(from) = c["from"].as_str() {
+        out.push((from.to_string(), side(&c["after"]), None));
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 0, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random operations through the mount: the tree always matches a model, and every path's
+    /// recorded history is an unbroken chain (each change starts where the last one ended)
+    /// that ends at what the path holds now.
+    #[test]
+    fn history_is_an_unbroken_chain_ending_in_the_present(ops in proptest::collection::vec(op(), 1..40)) {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let mut model = BTreeMap::new();
+        let mut dir_exists = false;
+        for op in &ops {
+            apply(&ws.path(), &mut model, &mut dir_exists, op);
+        }
+        for (p, (content, _)) in &model {
+            prop_assert_eq!(&fs::read(ws.path().join(p)).unwrap(), content);
+        }
+        let changes = log(&ws);
+        let mut last: BTreeMap<String, Seen> = BTreeMap::new();
+        for c in &changes {
+            for (path, before, after) in effects(c) {
+                let prev = last.get(&path).cloned().unwrap_or(None);
+                prop_assert_eq!(&prev, &before, "change {} breaks the chain of {}", c, path);
+                last.insert(path, after);
+            }
+        }
+        for (path, (content, mode)) in &model {
+            let expected = Some(("file".to_string(), Some(blake3::hash(content).to_hex().to_string()), Some(format!("{mode:o}"))));
+            prop_assert_eq!(last.get(path).cloned().unwrap_or(None), expected, "history of {} does not end at its content", path);
+        }
+        for (path, seen) in &last {
+            if seen.as_ref().is_some_and(|s| s.0 == "file") {
+                prop_assert!(model.contains_key(path), "history says {} exists", path);
+            }
+        }
+        ws.unmount();
+    }
+}
