@@ -1,1 +1,332 @@
-fn main() {}
+//! Filesystem benchmark: the same workloads on a native directory, on rewind (recording on and
+//! off), and on bindfs (a reference FUSE passthrough) where installed, in one run. Prints one
+//! table of times and ratios to native.
+//!
+//! - W1 agent workload: untar a source tree of 8,000 files, `sed -i` 300 of them, `grep -r`,
+//!   `rm -rf`.
+//! - W2 2,000 small-file edits (open, read, modify, write, close): total, p50 and p99.
+//! - W3 create, stat and unlink 20,000 empty files.
+//! - W4 sequential write, then read (page cache dropped), of 1 GiB.
+//!
+//! `cargo bench --bench fs [-- --quick] [-- --only W1,W2]`. Needs root (drop_caches, mounts).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
+
+struct Target {
+    name: &'static str,
+    dir: PathBuf,
+    cleanup: Option<Box<dyn FnOnce()>>,
+}
+
+fn sh(dir: &Path, script: &str) {
+    let ok = Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "failed in {}: {script}", dir.display());
+}
+
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    let _ = fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+/// A source-like tree of `n` files: nested folders, a few KiB each.
+fn make_tarball(work: &Path, n: usize) -> PathBuf {
+    let src = work.join("tree-src");
+    for i in 0..n {
+        let dir = src.join(format!("pkg{}/mod{}/sub{}", i % 20, i % 7, i % 3));
+        fs::create_dir_all(&dir).unwrap();
+        let body: String = (0..(20 + i % 80))
+            .map(|l| format!("fn item_{i}_{l}(x: u32) -> u32 {{ x * {l} + {i} }} // keep\n"))
+            .collect();
+        fs::write(dir.join(format!("file{i}.rs")), body).unwrap();
+    }
+    let tar = work.join("tree.tar");
+    sh(work, "tar cf tree.tar -C tree-src .");
+    fs::remove_dir_all(&src).unwrap();
+    tar
+}
+
+fn w1(dir: &Path, tar: &Path) -> Duration {
+    let t = Instant::now();
+    sh(dir, &format!("mkdir w1 && tar xf {} -C w1", tar.display()));
+    sh(
+        dir,
+        "find w1 -name '*.rs' | head -300 | xargs sed -i 's/keep/kept/'",
+    );
+    sh(dir, "grep -r -c kept w1 > /dev/null");
+    sh(dir, "rm -rf w1");
+    t.elapsed()
+}
+
+fn w2(dir: &Path, n: usize) -> (Duration, Duration, Duration) {
+    let root = dir.join("w2");
+    fs::create_dir(&root).unwrap();
+    for i in 0..100 {
+        fs::write(
+            root.join(format!("f{i}.txt")),
+            format!("counter 0 file {i}\n").repeat(20),
+        )
+        .unwrap();
+    }
+    let mut lat = Vec::with_capacity(n);
+    let total = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        let path = root.join(format!("f{}.txt", i % 100));
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        let edited = s.replacen("counter", "Counter", 1);
+        let f2 = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        drop(f);
+        (&f2).write_all(edited.as_bytes()).unwrap();
+        drop(f2);
+        lat.push(t.elapsed());
+    }
+    let total = total.elapsed();
+    fs::remove_dir_all(&root).unwrap();
+    lat.sort();
+    (total, lat[n / 2], lat[n * 99 / 100])
+}
+
+fn w3(dir: &Path, n: usize) -> Duration {
+    let root = dir.join("w3");
+    fs::create_dir(&root).unwrap();
+    let t = Instant::now();
+    for i in 0..n {
+        File::create(root.join(format!("e{i}"))).unwrap();
+    }
+    for i in 0..n {
+        fs::metadata(root.join(format!("e{i}"))).unwrap();
+    }
+    for i in 0..n {
+        fs::remove_file(root.join(format!("e{i}"))).unwrap();
+    }
+    let t = t.elapsed();
+    fs::remove_dir(&root).unwrap();
+    t
+}
+
+fn w4(dir: &Path, mib: usize) -> (f64, f64) {
+    let path = dir.join("big.bin");
+    let block: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let t = Instant::now();
+    let mut f = File::create(&path).unwrap();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let write = mib as f64 / t.elapsed().as_secs_f64();
+    drop_caches();
+    let t = Instant::now();
+    let mut f = File::open(&path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    while f.read(&mut buf).unwrap() > 0 {}
+    let read = mib as f64 / t.elapsed().as_secs_f64();
+    fs::remove_file(&path).unwrap();
+    (write, read)
+}
+
+fn rewind_target(work: &Path, name: &'static str, extra: &[&str]) -> Target {
+    let dir = work.join(name);
+    let store = work.join(format!("{name}-store"));
+    fs::create_dir_all(&dir).unwrap();
+    let data = work.join("data");
+    let out = Command::new(REWIND)
+        .arg("mount")
+        .arg(&dir)
+        .arg("--store")
+        .arg(&store)
+        .args(extra)
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = dir.clone();
+    Target {
+        name,
+        dir,
+        cleanup: Some(Box::new(move || {
+            let _ = Command::new(REWIND)
+                .arg("unmount")
+                .arg(&d)
+                .env("XDG_DATA_HOME", &data)
+                .status();
+        })),
+    }
+}
+
+fn bindfs_target(work: &Path) -> Option<Target> {
+    let which = Command::new("which").arg("bindfs").output().ok()?;
+    if !which.status.success() {
+        return None;
+    }
+    let src = work.join("bindfs-src");
+    let dir = work.join("bindfs");
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&dir).unwrap();
+    let ok = Command::new("bindfs")
+        .arg(&src)
+        .arg(&dir)
+        .status()
+        .ok()?
+        .success();
+    if !ok {
+        return None;
+    }
+    let d = dir.clone();
+    Some(Target {
+        name: "bindfs",
+        dir,
+        cleanup: Some(Box::new(move || {
+            let _ = Command::new("fusermount3").arg("-u").arg(&d).status();
+        })),
+    })
+}
+
+fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only: Option<String> = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args[i + 1].clone());
+    let runs = if quick { 1 } else { 3 };
+    let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
+    let (files, edits, empties, mib) = if quick {
+        (2000, 500, 5000, 256)
+    } else {
+        (8000, 2000, 20000, 1024)
+    };
+
+    let work = std::env::var_os("REWIND_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("rewind-bench"));
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).unwrap();
+    let tar = make_tarball(&work, files);
+    let native = work.join("native");
+    fs::create_dir_all(&native).unwrap();
+
+    let mut targets = vec![Target {
+        name: "native",
+        dir: native,
+        cleanup: None,
+    }];
+    targets.push(rewind_target(&work, "rewind", &[]));
+    targets.push(rewind_target(&work, "rewind-norecord", &["--no-record"]));
+    if let Some(b) = bindfs_target(&work) {
+        targets.push(b);
+    } else {
+        eprintln!("bindfs not installed: no reference FUSE passthrough in this run");
+    }
+
+    // Results per target: name -> (metric, value).
+    let mut rows: Vec<(String, Vec<(String, f64, bool)>)> = Vec::new();
+    for t in &targets {
+        eprintln!("running on {} ...", t.name);
+        let mut r = Vec::new();
+        if want("W1") {
+            let v = median((0..runs).map(|_| w1(&t.dir, &tar).as_secs_f64()).collect());
+            r.push((format!("W1 agent workload ({files} files), s"), v, true));
+        }
+        if want("W2") {
+            let res: Vec<_> = (0..runs).map(|_| w2(&t.dir, edits)).collect();
+            r.push((
+                format!("W2 {edits} edits total, s"),
+                median(res.iter().map(|x| x.0.as_secs_f64()).collect()),
+                true,
+            ));
+            r.push((
+                "W2 edit p50, µs".into(),
+                median(res.iter().map(|x| x.1.as_secs_f64() * 1e6).collect()),
+                true,
+            ));
+            r.push((
+                "W2 edit p99, µs".into(),
+                median(res.iter().map(|x| x.2.as_secs_f64() * 1e6).collect()),
+                true,
+            ));
+        }
+        if want("W3") {
+            let v = median(
+                (0..runs)
+                    .map(|_| w3(&t.dir, empties).as_secs_f64())
+                    .collect(),
+            );
+            r.push((format!("W3 create/stat/unlink {empties}, s"), v, true));
+        }
+        if want("W4") {
+            let res: Vec<_> = (0..runs).map(|_| w4(&t.dir, mib)).collect();
+            r.push((
+                format!("W4 write {mib} MiB, MiB/s"),
+                median(res.iter().map(|x| x.0).collect()),
+                false,
+            ));
+            r.push((
+                format!("W4 read {mib} MiB, MiB/s"),
+                median(res.iter().map(|x| x.1).collect()),
+                false,
+            ));
+        }
+        rows.push((t.name.to_string(), r));
+    }
+    for t in &mut targets {
+        if let Some(c) = t.cleanup.take() {
+            c();
+        }
+    }
+
+    // One table: each metric, each target's value and its ratio to native (time: lower is
+    // better, ratio = target / native; throughput: ratio = target / native, higher is better).
+    let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    println!("| workload | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(names.len()));
+    let metrics = rows[0].1.len();
+    for m in 0..metrics {
+        let (label, base, _) = &rows[0].1[m];
+        let cells: Vec<String> = rows
+            .iter()
+            .map(|(_, r)| {
+                let (_, v, _) = &r[m];
+                let fmt = if *v >= 100.0 {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.3}")
+                };
+                format!("{fmt} ({:.2}×)", v / base)
+            })
+            .collect();
+        println!("| {label} | {} |", cells.join(" | "));
+    }
+    let _ = fs::remove_dir_all(&work);
+}
