@@ -40,6 +40,12 @@ impl Ctx {
         })
     }
 
+    /// The workspace as it is now, for reading current content (through the mount if mounted).
+    pub fn source(&self) -> Result<crate::fs::backing::Backing, Failure> {
+        crate::fs::backing::Backing::open(&self.workspace)
+            .map_err(|e| Failure::failed(format!("{}: {e}", self.workspace.display())))
+    }
+
     /// A path the user gave, as a workspace-relative path. Refuses anything outside.
     pub fn rel_path(&self, given: &Path) -> Result<Vec<u8>, Failure> {
         use std::os::unix::ffi::OsStrExt;

@@ -2,10 +2,15 @@
 //! `--help` text) and a `run` function. This module holds what they share: the global options,
 //! finding the workspace and its store, and exit codes.
 
+pub mod cat;
 pub mod context;
+pub mod diff;
 pub mod log;
 pub mod mount;
 pub mod output;
+pub mod run;
+pub mod sessions;
+pub mod show;
 pub mod unmount;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +33,12 @@ pub struct Cli {
 pub enum Command {
     Mount(mount::MountArgs),
     Unmount(unmount::UnmountArgs),
+    Run(run::RunArgs),
     Log(log::LogArgs),
+    Show(show::ShowArgs),
+    Diff(diff::DiffArgs),
+    Cat(cat::CatArgs),
+    Sessions(sessions::SessionsArgs),
 }
 
 /// A failure with the exit code it maps to: 2 for bad usage or input, 1 for everything else.
@@ -79,6 +89,11 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Mount(args) => mount::run(&cwd, args),
         Command::Unmount(args) => unmount::run(&cwd, args),
         Command::Log(args) => log::run(&cwd, args),
+        Command::Run(args) => run::run(args),
+        Command::Show(args) => show::run(&cwd, args),
+        Command::Diff(args) => diff::run(&cwd, args),
+        Command::Cat(args) => cat::run(&cwd, args),
+        Command::Sessions(args) => sessions::run(&cwd, args),
     }
 }
 

@@ -240,7 +240,14 @@ fn serve(
         rec.sync()?;
     }
     store.sync()?;
-    let _ = std::fs::remove_file(super::registry_entry(&config.workspace));
+    // Keep the registration (commands find the store through it while unmounted); only the
+    // daemon is gone.
+    let _ = Registration {
+        workspace: config.workspace.clone(),
+        store: store_dir.to_path_buf(),
+        pid: 0,
+    }
+    .write();
     tracing::info!("unmounted");
     result.map_err(|e| Failure::failed(format!("serving {}: {e}", config.workspace.display())))?;
     Ok(ExitCode::SUCCESS)

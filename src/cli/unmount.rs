@@ -33,7 +33,9 @@ pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
             dir.display()
         )));
     }
-    let daemon = Registration::read(&dir).map(|r| r.pid);
+    let daemon = Registration::read(&dir)
+        .map(|r| r.pid)
+        .filter(|pid| *pid != 0);
     match fs::unmount(&dir, args.force) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {

@@ -5,6 +5,7 @@ pub mod ignore;
 pub mod point;
 pub mod recorder;
 pub mod time;
+pub mod view;
 pub mod who;
 
 pub use recorder::{Recorder, Source};

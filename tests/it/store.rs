@@ -314,8 +314,9 @@ fn corrupt_values_are_errors_not_panics() {
 }
 
 /// The child half of the SIGKILL test: record changes forever, printing each id once `record`
-/// has returned. Does nothing unless the parent test started it.
+/// has returned. Only the parent test runs it.
 #[test]
+#[ignore = "the child process of sigkill_loses_no_returned_write_and_leaves_nothing_half_written"]
 fn sigkill_writer_child() {
     let Ok(dir) = std::env::var("REWIND_TEST_STORE_CHILD") else {
         return;
@@ -342,6 +343,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
         .args([
             "--exact",
             "store::sigkill_writer_child",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -1,0 +1,262 @@
+//! The workspace as it was at a point: reverse deltas from the present.
+//!
+//! Nothing is snapshotted. The state of a path right after change `at` is told by the first
+//! later change that touched it — its *before* — or, if nothing touched it since, by the
+//! workspace as it is now. A folder renamed after `at` moves the question: what was at
+//! `old/x` is what was at `new/x` just after the rename.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+
+use super::recorder::{Source, kind_of};
+use crate::error::{Error, IoResultExt, Result};
+use crate::store::{Change, ChangeKind, FileKind, FileState, Hash, Store};
+
+/// What a path held at a point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Then {
+    /// It did not exist.
+    Absent,
+    /// As recorded (content in the store, if the state has a hash).
+    Recorded(FileState),
+    /// As it is now in the workspace: nothing changed it since.
+    Current(FileState),
+}
+
+impl Then {
+    pub fn state(&self) -> Option<&FileState> {
+        match self {
+            Then::Absent => None,
+            Then::Recorded(s) | Then::Current(s) => Some(s),
+        }
+    }
+}
+
+pub struct View<'a> {
+    pub store: &'a Store,
+    pub source: &'a dyn Source,
+}
+
+fn parent_prefixes(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .map(|(i, _)| &path[..i])
+}
+
+fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = parent.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+impl View<'_> {
+    /// The first change after `at` that decides what `path` was at `at`: one to the path itself,
+    /// or a rename of a folder above it.
+    fn deciding_change(&self, path: &[u8], at: u64) -> Result<Option<Change>> {
+        let mut best = self.store.first_change_after(path, at)?;
+        for ancestor in parent_prefixes(path) {
+            // Renames of an ancestor, to or from its name.
+            let mut after = at;
+            while let Some(c) = self.store.first_change_after(ancestor, after)? {
+                if best.as_ref().is_some_and(|b| b.id < c.id) {
+                    break;
+                }
+                if c.kind == ChangeKind::Rename || c.kind == ChangeKind::Restore {
+                    best = Some(c);
+                    break;
+                }
+                after = c.id;
+            }
+        }
+        Ok(best)
+    }
+
+    /// What `path` held right after change `at` (0: before any recorded change).
+    pub fn state_at(&self, path: &[u8], at: u64) -> Result<Then> {
+        let mut path = path.to_vec();
+        let mut at = at;
+        // Each step follows a folder rename forward; a path can only be renamed so many times.
+        for _ in 0..10_000 {
+            let Some(c) = self.deciding_change(&path, at)? else {
+                return self.current(&path);
+            };
+            if c.path == path {
+                return Ok(c.before.map_or(Then::Absent, Then::Recorded));
+            }
+            if c.from.as_deref() == Some(&path[..]) {
+                return Ok(c.after.map_or(Then::Absent, Then::Recorded));
+            }
+            // A folder above `path` was renamed.
+            if let Some(from) = c.from.as_deref()
+                && path.starts_with(from)
+                && path.get(from.len()) == Some(&b'/')
+            {
+                let mut moved = c.path.clone();
+                moved.extend_from_slice(&path[from.len()..]);
+                path = moved;
+                at = c.id;
+                continue;
+            }
+            // Under the folder's new name: nothing was there before the rename.
+            return Ok(Then::Absent);
+        }
+        Err(Error::Invalid("history too deep to follow".into()))
+    }
+
+    fn current(&self, path: &[u8]) -> Result<Then> {
+        let st = match self.source.lstat(path) {
+            Ok(st) => st,
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOENT)
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return Ok(Then::Absent);
+            }
+            Err(e) => return Err(e).with_path(String::from_utf8_lossy(path).into_owned()),
+        };
+        let kind = kind_of(&st);
+        let hash = match kind {
+            FileKind::File => {
+                let mut f = self
+                    .source
+                    .open_read(path)
+                    .with_path(String::from_utf8_lossy(path).into_owned())?;
+                let mut hasher = blake3::Hasher::new();
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    let n = f
+                        .read(&mut buf)
+                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    if n == 0 {
+                        break;
+                    }
+                    hasher.update(&buf[..n]);
+                }
+                Some(Hash(*hasher.finalize().as_bytes()))
+            }
+            FileKind::Symlink => {
+                let target = self
+                    .source
+                    .readlink(path)
+                    .with_path(String::from_utf8_lossy(path).into_owned())?;
+                Some(Hash::of(&target))
+            }
+            _ => None,
+        };
+        Ok(Then::Current(FileState {
+            kind,
+            size: if kind == FileKind::Dir {
+                0
+            } else {
+                st.st_size as u64
+            },
+            mode: if kind == FileKind::Symlink {
+                0o777
+            } else {
+                st.st_mode & 0o7777
+            },
+            hash,
+        }))
+    }
+
+    /// The names in folder `dir` right after change `at`, sorted.
+    pub fn list_at(&self, dir: &[u8], at: u64) -> Result<Vec<(Vec<u8>, FileState)>> {
+        let mut candidates: BTreeSet<Vec<u8>> = BTreeSet::new();
+        // Children now, wherever the folder's path leads.
+        if let Ok(names) = self.source.read_dir(dir) {
+            candidates.extend(names);
+        }
+        // Children with history under this name.
+        let prefix = if dir.is_empty() {
+            Vec::new()
+        } else {
+            join(dir, b"")
+        };
+        for p in self.store.paths_with_prefix(&prefix)? {
+            let rest = &p[prefix.len()..];
+            if rest.is_empty() {
+                continue;
+            }
+            let name = rest.split(|b| *b == b'/').next().unwrap_or(rest);
+            if !name.is_empty() {
+                candidates.insert(name.to_vec());
+            }
+        }
+        // Children that moved away with the folder: they live under its later name.
+        let mut path = dir.to_vec();
+        let mut after = at;
+        for _ in 0..1000 {
+            // A child name no file can have: what decides it is only a rename of a folder
+            // above it, which includes `path` itself.
+            let probe = join(&path, b"\0");
+            let Some(c) = self.deciding_change(&probe, after)? else {
+                break;
+            };
+            match c.from.as_deref() {
+                Some(from) if path.starts_with(from) => {
+                    let mut moved = c.path.clone();
+                    moved.extend_from_slice(&path[from.len()..]);
+                    path = moved;
+                    after = c.id;
+                    if let Ok(names) = self.source.read_dir(&path) {
+                        candidates.extend(names);
+                    }
+                    let prefix = join(&path, b"");
+                    for p in self.store.paths_with_prefix(&prefix)? {
+                        if let Some(name) = p[prefix.len()..].split(|b| *b == b'/').next() {
+                            candidates.insert(name.to_vec());
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        let mut out = Vec::new();
+        for name in candidates {
+            if name == b".rewind" && dir.is_empty() {
+                continue;
+            }
+            if let Some(state) = self.state_at(&join(dir, &name), at)?.state() {
+                out.push((name, state.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The content of `path` right after change `at`, or `None` if it did not exist then.
+    pub fn content_at(&self, path: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+        match self.state_at(path, at)? {
+            Then::Absent => Ok(None),
+            Then::Current(s) => match s.kind {
+                FileKind::File => {
+                    let mut f = self
+                        .source
+                        .open_read(path)
+                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    let mut out = Vec::new();
+                    f.read_to_end(&mut out)
+                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    Ok(Some(out))
+                }
+                FileKind::Symlink => Ok(Some(
+                    self.source
+                        .readlink(path)
+                        .with_path(String::from_utf8_lossy(path).into_owned())?,
+                )),
+                _ => Ok(Some(Vec::new())),
+            },
+            Then::Recorded(s) => match s.hash {
+                Some(h) => Ok(Some(self.store.read_blob(&h)?)),
+                None if s.kind == FileKind::File => Err(Error::NotFound(format!(
+                    "the content of {} at that point was never recorded (it changed while rewind was not mounted)",
+                    String::from_utf8_lossy(path)
+                ))),
+                None => Ok(Some(Vec::new())),
+            },
+        }
+    }
+}
