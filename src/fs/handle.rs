@@ -20,6 +20,14 @@ impl<T> Default for HandleTable<T> {
 }
 
 impl<T> HandleTable<T> {
+    /// A table whose handles start at `base`, so two tables never hand out the same number.
+    pub fn starting_at(base: u64) -> Self {
+        HandleTable {
+            map: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(base),
+        }
+    }
+
     pub fn insert(&self, value: T) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(fh, Arc::new(value));

@@ -14,6 +14,7 @@
 //! which must be atomic with the check for an existing id.
 
 pub mod backing;
+pub mod control;
 pub mod handle;
 pub mod inode;
 mod mount;
@@ -63,8 +64,18 @@ struct OpenFile {
     _backing_id: Option<Arc<BackingId>>,
 }
 
+/// An open file of the control directory: what reads return (made at open, or the result of
+/// the last `ctl` command) and how far the reader got; `events` readers take new changes.
+struct CtlHandle {
+    node: control::Node,
+    buf: Mutex<(Vec<u8>, usize)>,
+    events: Option<crossbeam_channel::Receiver<Arc<crate::store::Change>>>,
+}
+
 /// An open directory: its entries, read once at `opendir` so offsets stay stable.
 struct OpenDir {
+    /// A folder of the control directory (entries carry virtual inode numbers).
+    virtual_dir: bool,
     path: Vec<u8>,
     /// The FUSE inode of the parent, for `..`.
     parent: u64,
@@ -79,6 +90,11 @@ pub struct RewindFs {
     inodes: Mutex<InodeTable>,
     files: HandleTable<OpenFile>,
     dirs: HandleTable<OpenDir>,
+    /// The control directory, when recording (it needs the history).
+    control: Option<Arc<control::Control>>,
+    ctl_files: HandleTable<CtlHandle>,
+    /// When the mount started: the times of virtual files.
+    started: SystemTime,
     /// Per FUSE inode, the backing id shared by its open handles.
     backing_ids: Mutex<HashMap<u64, Weak<BackingId>>>,
     /// Set in `init` when the kernel agreed to passthrough.
@@ -93,6 +109,10 @@ pub struct RewindFs {
 
 fn errno(e: io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn ctl_errno(e: crate::Error) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 /// A recording failure stops the operation: nothing happens unrecorded.
@@ -184,6 +204,7 @@ impl RewindFs {
     pub fn new(
         backing: Arc<Backing>,
         recorder: Option<Arc<Recorder>>,
+        control: Option<Arc<control::Control>>,
         want_passthrough: bool,
     ) -> io::Result<RewindFs> {
         let root = backing::stat_fd(backing.root_fd())?;
@@ -193,6 +214,9 @@ impl RewindFs {
             inodes: Mutex::new(InodeTable::new(key(&root))),
             files: HandleTable::default(),
             dirs: HandleTable::default(),
+            control,
+            ctl_files: HandleTable::starting_at(control::BASE),
+            started: SystemTime::now(),
             backing_ids: Mutex::new(HashMap::new()),
             passthrough: AtomicBool::new(false),
             want_passthrough,
@@ -249,6 +273,165 @@ impl RewindFs {
         }
     }
 
+    // ---- the control directory ------------------------------------------------------------
+
+    fn control(&self) -> Result<&Arc<control::Control>> {
+        self.control.as_ref().ok_or(Errno::ENOENT)
+    }
+
+    fn ctl_node(&self, ino: INodeNo) -> Result<control::Node> {
+        self.control()?.node(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    fn ctl_attr(&self, ino: u64) -> Result<FileAttr> {
+        let ctl = self.control()?;
+        let node = ctl.node(ino).ok_or(Errno::ENOENT)?;
+        let (kind, perm, size) = match ctl.kind(&node).map_err(ctl_errno)? {
+            control::Kind::Dir => (FileType::Directory, 0o555, 0),
+            control::Kind::Symlink => (FileType::Symlink, 0o777, 0),
+            control::Kind::File { size, writable } => (
+                FileType::RegularFile,
+                if writable { 0o600 } else { 0o444 },
+                size,
+            ),
+        };
+        let perm = match ctl.past_state(&node) {
+            Some(s) if kind != FileType::Symlink => (s.mode & 0o555) as u16,
+            _ => perm,
+        };
+        Ok(FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            crtime: self.started,
+            kind,
+            perm,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid: self.euid,
+            // SAFETY: getegid cannot fail.
+            gid: unsafe { libc::getegid() },
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+
+    /// Refuse to change anything inside `.rewind/`, or `.rewind` itself.
+    fn not_control(&self, parent: INodeNo, name: &OsStr) -> Result<()> {
+        if control::Control::is_virtual(parent.0) {
+            return Err(Errno::EROFS);
+        }
+        if self.control.is_some() && parent.0 == inode::ROOT && name.as_bytes() == control::NAME {
+            return Err(Errno::EEXIST);
+        }
+        Ok(())
+    }
+
+    fn ctl_open(&self, ino: INodeNo, flags: i32) -> Result<u64> {
+        let ctl = self.control()?;
+        let node = self.ctl_node(ino)?;
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && node != control::Node::Ctl {
+            return Err(Errno::EROFS);
+        }
+        let (content, events) = match &node {
+            control::Node::Ctl => (Vec::new(), None),
+            control::Node::Events => (Vec::new(), Some(ctl.recorder().subscribe())),
+            n if matches!(ctl.kind(n).map_err(ctl_errno)?, control::Kind::Dir) => {
+                return Err(Errno::EISDIR);
+            }
+            n => (ctl.content(n).map_err(ctl_errno)?, None),
+        };
+        Ok(self.ctl_files.insert(CtlHandle {
+            node,
+            buf: Mutex::new((content, 0)),
+            events,
+        }))
+    }
+
+    fn ctl_read(&self, pid: u32, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.ctl_files.get(fh.0).ok_or(Errno::EBADF)?;
+        if let Some(events) = &h.events {
+            // Block until a change comes; give up if the reader went away (FUSE interrupts are
+            // not delivered to us, and a blocked reader holds a worker thread).
+            loop {
+                match events.recv_timeout(Duration::from_secs(1)) {
+                    Ok(c) => {
+                        let mut line = history::format::change_json(&c).to_string();
+                        line.push('\n');
+                        let mut more = line.into_bytes();
+                        while more.len() < size as usize {
+                            match events.try_recv() {
+                                Ok(c) => {
+                                    more.extend(
+                                        history::format::change_json(&c).to_string().bytes(),
+                                    );
+                                    more.push(b'\n');
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        return Ok(more);
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        if !Path::new(&format!("/proc/{pid}")).exists() {
+                            return Err(Errno::EINTR);
+                        }
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(Vec::new()),
+                }
+            }
+        }
+        let buf = h.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let data = &buf.0;
+        // ctl is read after a write on the same file: its result starts at 0 whatever the
+        // offset the write left; everything else is read by offset.
+        let start = if h.node == control::Node::Ctl {
+            buf.1
+        } else {
+            offset as usize
+        };
+        let start = start.min(data.len());
+        let end = (start + size as usize).min(data.len());
+        let chunk = data[start..end].to_vec();
+        drop(buf);
+        if h.node == control::Node::Ctl {
+            h.buf.lock().unwrap_or_else(|e| e.into_inner()).1 = end;
+        }
+        Ok(chunk)
+    }
+
+    fn ctl_write(&self, pid: u32, fh: FileHandle, data: &[u8]) -> Result<u32> {
+        let h = self.ctl_files.get(fh.0).ok_or(Errno::EBADF)?;
+        if h.node != control::Node::Ctl {
+            return Err(Errno::EROFS);
+        }
+        if data.len() > 4096 {
+            *h.buf.lock().unwrap_or_else(|e| e.into_inner()) =
+                (b"error: a command is one short line\n".to_vec(), 0);
+            return Err(Errno::EINVAL);
+        }
+        let line = std::str::from_utf8(data).map_err(|_| Errno::EINVAL);
+        let result = match line {
+            Ok(line) => self.control()?.command(line.trim(), pid),
+            Err(_) => Err("a command is text (UTF-8)".to_string()),
+        };
+        let mut buf = h.buf.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Ok(text) => {
+                *buf = (text.into_bytes(), 0);
+                Ok(data.len() as u32)
+            }
+            Err(why) => {
+                *buf = (format!("error: {why}\n").into_bytes(), 0);
+                Err(Errno::EINVAL)
+            }
+        }
+    }
+
     fn inodes(&self) -> std::sync::MutexGuard<'_, InodeTable> {
         self.inodes.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -283,11 +466,27 @@ impl RewindFs {
 
     fn do_lookup(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr> {
         Self::check_name(name)?;
+        if let Some(ctl) = &self.control {
+            if parent.0 == inode::ROOT && name.as_bytes() == control::NAME {
+                return self.ctl_attr(ctl.ino(control::Node::Dir));
+            }
+            if control::Control::is_virtual(parent.0) {
+                let node = self.ctl_node(parent)?;
+                let child = ctl
+                    .lookup(&node, name.as_bytes())
+                    .map_err(ctl_errno)?
+                    .ok_or(Errno::ENOENT)?;
+                return self.ctl_attr(ctl.ino(child));
+            }
+        }
         let parent_path = self.path(parent)?;
         self.entry(parent, &parent_path, name)
     }
 
     fn do_getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<FileAttr> {
+        if control::Control::is_virtual(ino.0) {
+            return self.ctl_attr(ino.0);
+        }
         if let Some(open) = fh.and_then(|fh| self.files.get(fh.0)) {
             return Ok(attr(
                 ino.0,
@@ -311,6 +510,18 @@ impl RewindFs {
         mtime: Option<TimeOrNow>,
         fh: Option<FileHandle>,
     ) -> Result<FileAttr> {
+        if control::Control::is_virtual(ino.0) {
+            // `> .rewind/ctl` truncates; nothing else in the control directory changes.
+            let only_size = mode.is_none()
+                && uid.is_none()
+                && gid.is_none()
+                && atime.is_none()
+                && mtime.is_none();
+            if self.ctl_node(ino)? == control::Node::Ctl && only_size {
+                return self.ctl_attr(ino.0);
+            }
+            return Err(Errno::EROFS);
+        }
         let path = self.path(ino).ok();
         let open = fh.and_then(|fh| self.files.get(fh.0));
         if let Some(mode) = mode {
@@ -375,6 +586,10 @@ impl RewindFs {
     }
 
     fn do_readlink(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        if control::Control::is_virtual(ino.0) {
+            let node = self.ctl_node(ino)?;
+            return self.control()?.readlink(&node).map_err(ctl_errno);
+        }
         let path = self.path(ino)?;
         self.backing.readlink(&path).map_err(errno)
     }
@@ -389,6 +604,7 @@ impl RewindFs {
         rdev: u32,
     ) -> Result<FileAttr> {
         Self::check_name(name)?;
+        self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
         let mode = mode & !umask;
         self.backing
@@ -409,6 +625,7 @@ impl RewindFs {
         umask: u32,
     ) -> Result<FileAttr> {
         Self::check_name(name)?;
+        self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
         self.backing
             .mkdir(&parent_path, name, mode & !umask & 0o7777)
@@ -420,6 +637,8 @@ impl RewindFs {
     }
 
     fn do_unlink(&self, pid: u32, parent: INodeNo, name: &OsStr, dir: bool) -> Result<()> {
+        self.not_control(parent, name)
+            .map_err(|e| if e == Errno::EEXIST { Errno::EBUSY } else { e })?;
         let parent_path = self.path(parent)?;
         let st = self.backing.stat_at(&parent_path, name).map_err(errno)?;
         let path = backing::join(&parent_path, name);
@@ -453,6 +672,7 @@ impl RewindFs {
         target: &Path,
     ) -> Result<FileAttr> {
         Self::check_name(name)?;
+        self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
         self.backing
             .symlink(&parent_path, name, target.as_os_str().as_bytes())
@@ -473,6 +693,9 @@ impl RewindFs {
         flags: RenameFlags,
     ) -> Result<()> {
         Self::check_name(new_name)?;
+        let busy = |e| if e == Errno::EEXIST { Errno::EBUSY } else { e };
+        self.not_control(parent, name).map_err(busy)?;
+        self.not_control(new_parent, new_name).map_err(busy)?;
         let parent_path = self.path(parent)?;
         let new_parent_path = self.path(new_parent)?;
         let src = self.backing.stat_at(&parent_path, name).map_err(errno)?;
@@ -519,6 +742,10 @@ impl RewindFs {
         new_name: &OsStr,
     ) -> Result<FileAttr> {
         Self::check_name(new_name)?;
+        self.not_control(new_parent, new_name)?;
+        if control::Control::is_virtual(ino.0) {
+            return Err(Errno::EROFS);
+        }
         let path = self.path(ino)?;
         let new_parent_path = self.path(new_parent)?;
         self.backing
@@ -625,6 +852,28 @@ impl RewindFs {
     }
 
     fn do_opendir(&self, ino: INodeNo) -> Result<u64> {
+        if control::Control::is_virtual(ino.0) {
+            let ctl = self.control()?;
+            let node = self.ctl_node(ino)?;
+            let mut entries = vec![
+                (b".".to_vec(), ino.0, FileType::Directory),
+                (b"..".to_vec(), ino.0, FileType::Directory),
+            ];
+            for (name, child) in ctl.list(&node).map_err(ctl_errno)? {
+                let child_ino = ctl.ino(child);
+                let kind = self
+                    .ctl_attr(child_ino)
+                    .map(|a| a.kind)
+                    .unwrap_or(FileType::RegularFile);
+                entries.push((name, child_ino, kind));
+            }
+            return Ok(self.dirs.insert(OpenDir {
+                virtual_dir: true,
+                path: Vec::new(),
+                parent: ino.0,
+                entries,
+            }));
+        }
         let (path, parent) = {
             let inodes = self.inodes();
             (
@@ -637,13 +886,17 @@ impl RewindFs {
             (b".".to_vec(), ino.0, FileType::Directory),
             (b"..".to_vec(), parent, FileType::Directory),
         ];
+        // A real `.rewind` in the workspace is hidden behind the control directory.
+        let hide = self.control.is_some() && ino.0 == inode::ROOT;
         entries.extend(
             backing::read_dir_entries(&dir)
                 .map_err(errno)?
                 .into_iter()
+                .filter(|(name, _, _)| !(hide && name == control::NAME))
                 .map(|(name, d_ino, d_type)| (name, d_ino, dirent_type(d_type))),
         );
         Ok(self.dirs.insert(OpenDir {
+            virtual_dir: false,
             path,
             parent,
             entries,
@@ -655,6 +908,10 @@ impl RewindFs {
     }
 
     fn xattr_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        if control::Control::is_virtual(ino.0) {
+            // Nothing in the control directory has extended attributes.
+            return Err(Errno::ENODATA);
+        }
         self.path(ino)
     }
 
@@ -907,6 +1164,12 @@ impl Filesystem for RewindFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if control::Control::is_virtual(ino.0) {
+            return match self.ctl_open(ino, flags.0) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+                Err(e) => reply.error(e),
+            };
+        }
         let result = (|| -> Result<(u64, Option<Arc<BackingId>>)> {
             let path = self.path(ino)?;
             let writing =
@@ -948,6 +1211,7 @@ impl Filesystem for RewindFs {
     ) {
         let result = (|| -> Result<(FileAttr, u64, Option<Arc<BackingId>>)> {
             Self::check_name(name)?;
+            self.not_control(parent, name)?;
             let parent_path = self.path(parent)?;
             let path = backing::join(&parent_path, name);
             // An existing file opened through create (O_CREAT without O_EXCL) is a write.
@@ -1005,7 +1269,7 @@ impl Filesystem for RewindFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1014,6 +1278,12 @@ impl Filesystem for RewindFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if control::Control::is_virtual(fh.0) {
+            return match self.ctl_read(req.pid(), fh, offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.do_read(fh, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
@@ -1022,7 +1292,7 @@ impl Filesystem for RewindFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -1032,6 +1302,12 @@ impl Filesystem for RewindFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if control::Control::is_virtual(fh.0) {
+            return match self.ctl_write(req.pid(), fh, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            };
+        }
         match self.do_write(fh, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -1059,7 +1335,9 @@ impl Filesystem for RewindFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        if let Some(open) = self.files.remove(fh.0) {
+        if control::Control::is_virtual(fh.0) {
+            self.ctl_files.remove(fh.0);
+        } else if let Some(open) = self.files.remove(fh.0) {
             // Close our fd before recording, so the last writer's data is all there.
             let episode = open.episode;
             drop(open);
@@ -1135,6 +1413,24 @@ impl Filesystem for RewindFs {
         let Some(dir) = self.dirs.get(fh.0) else {
             return reply.error(Errno::EBADF);
         };
+        if dir.virtual_dir {
+            for (i, (name, child, _)) in dir.entries.iter().enumerate().skip(offset as usize) {
+                let Ok(a) = self.ctl_attr(*child) else {
+                    continue;
+                };
+                if reply.add(
+                    INodeNo(*child),
+                    i as u64 + 1,
+                    OsStr::from_bytes(name),
+                    &TTL,
+                    &a,
+                    Generation(0),
+                ) {
+                    break;
+                }
+            }
+            return reply.ok();
+        }
         for (i, (name, _, _)) in dir.entries.iter().enumerate().skip(offset as usize) {
             let next = i as u64 + 1;
             if name == b"." || name == b".." {
@@ -1258,6 +1554,13 @@ impl Filesystem for RewindFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if control::Control::is_virtual(ino.0) {
+            return if size == 0 {
+                reply.size(0)
+            } else {
+                reply.data(&[])
+            };
+        }
         let result = self
             .xattr_path(ino)
             .and_then(|p| self.backing.listxattr(&p, size as usize).map_err(errno));

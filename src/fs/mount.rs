@@ -142,7 +142,14 @@ pub fn filesystem(
     backing: Arc<Backing>,
     recorder: Option<Arc<Recorder>>,
 ) -> Result<RewindFs> {
-    RewindFs::new(backing, recorder, config.passthrough).with_path(&config.workspace)
+    let control = recorder.as_ref().map(|rec| {
+        Arc::new(super::control::Control::new(
+            rec.clone(),
+            backing.clone(),
+            config.workspace.clone(),
+        ))
+    });
+    RewindFs::new(backing, recorder, control, config.passthrough).with_path(&config.workspace)
 }
 
 /// What is mounted exactly at `dir`, if it is a FUSE filesystem: its mount source (for rewind,

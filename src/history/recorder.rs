@@ -259,7 +259,11 @@ impl Recorder {
     fn change(&self, kind: ChangeKind, path: &[u8], who: &Who) -> NewChange {
         NewChange {
             time_ns: now_ns(),
-            kind,
+            kind: if who.restore {
+                ChangeKind::Restore
+            } else {
+                kind
+            },
             path: path.to_vec(),
             from: None,
             before: None,
@@ -789,6 +793,7 @@ impl Recorder {
                 agent: ep.agent,
                 pid: ep.pid,
                 process: ep.process,
+                restore: false,
             };
             let now = self
                 .source
@@ -876,6 +881,7 @@ impl Recorder {
             agent: "external".into(),
             pid: 0,
             process: "external".into(),
+            restore: false,
         };
         // What we knew of a path: its last recorded state if that matches the manifest.
         let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {

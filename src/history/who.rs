@@ -17,6 +17,8 @@ pub struct Who {
     pub agent: String,
     pub pid: u32,
     pub process: String,
+    /// A rollback run by the daemon: its changes are recorded as kind `restore`.
+    pub restore: bool,
 }
 
 /// A process identity that survives pid reuse: pid and start time (clock ticks since boot).
@@ -31,6 +33,8 @@ struct Registration {
 pub struct Attributor {
     default_session: String,
     registrations: Mutex<HashMap<ProcKey, Registration>>,
+    /// Threads of this daemon carrying out a rollback, and its session.
+    restorers: Mutex<HashMap<u32, String>>,
     cache: Mutex<HashMap<ProcKey, (String, String)>>,
 }
 
@@ -83,6 +87,7 @@ impl Attributor {
         Attributor {
             default_session,
             registrations: Mutex::new(HashMap::new()),
+            restorers: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -121,8 +126,38 @@ impl Attributor {
         None
     }
 
+    /// Attribute everything thread `tid` (of this process) does to rollback `session`, until
+    /// [`end_restore`](Attributor::end_restore).
+    pub fn begin_restore(&self, tid: u32, session: String) {
+        self.restorers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tid, session);
+    }
+
+    pub fn end_restore(&self, tid: u32) {
+        self.restorers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&tid);
+    }
+
     /// Who `pid` is, for recording a change it makes.
     pub fn who(&self, pid: u32) -> Who {
+        if let Some(session) = self
+            .restorers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+        {
+            return Who {
+                session: session.clone(),
+                agent: "rewind".into(),
+                pid,
+                process: "rewind".into(),
+                restore: true,
+            };
+        }
         let process = process_name(pid);
         let key = proc_key(pid);
         if let Some(key) = key
@@ -133,6 +168,7 @@ impl Attributor {
                 agent,
                 pid,
                 process,
+                restore: false,
             };
         }
         let (session, agent) = self.resolve(pid);
@@ -148,6 +184,7 @@ impl Attributor {
             agent,
             pid,
             process,
+            restore: false,
         }
     }
 
