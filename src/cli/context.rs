@@ -40,6 +40,54 @@ impl Ctx {
         })
     }
 
+    /// Run a command through the daemon's `.rewind/ctl`; `Err` carries the reason it gave.
+    pub fn ctl(&self, line: &str) -> Result<String, Failure> {
+        use std::io::{Read, Write};
+        let path = self.workspace.join(".rewind/ctl");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+        let written = f.write_all(line.as_bytes());
+        let mut out = String::new();
+        let _ = f.read_to_string(&mut out);
+        match written {
+            Ok(()) => Ok(out),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Failure::usage(
+                out.trim().trim_start_matches("error: ").to_string(),
+            )),
+            Err(e) => Err(Failure::failed(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// Run `f` with the workspace mounted: as it is, or mounted for the occasion and unmounted
+    /// after (so that what `f` does is recorded like any other change).
+    pub fn mounted<T>(&self, f: impl FnOnce(&Ctx) -> Result<T, Failure>) -> Result<T, Failure> {
+        if self.mounted {
+            return f(self);
+        }
+        let exe = std::env::current_exe().map_err(|e| Failure::failed(e.to_string()))?;
+        let out = std::process::Command::new(&exe)
+            .arg("mount")
+            .arg(&self.workspace)
+            .arg("--store")
+            .arg(&self.store_dir)
+            .output()
+            .map_err(|e| Failure::failed(e.to_string()))?;
+        if !out.status.success() {
+            return Err(Failure::failed(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+        let result = f(self);
+        let _ = std::process::Command::new(&exe)
+            .arg("unmount")
+            .arg(&self.workspace)
+            .output();
+        result
+    }
+
     /// The workspace as it is now, for reading current content (through the mount if mounted).
     pub fn source(&self) -> Result<crate::fs::backing::Backing, Failure> {
         crate::fs::backing::Backing::open(&self.workspace)

@@ -3,15 +3,20 @@
 //! finding the workspace and its store, and exit codes.
 
 pub mod cat;
+pub mod checkpoint;
 pub mod context;
 pub mod diff;
+pub mod gc;
 pub mod log;
 pub mod mount;
 pub mod output;
+pub mod rollback;
 pub mod run;
 pub mod sessions;
 pub mod show;
+pub mod status;
 pub mod unmount;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,7 +43,13 @@ pub enum Command {
     Show(show::ShowArgs),
     Diff(diff::DiffArgs),
     Cat(cat::CatArgs),
+    Undo(rollback::UndoArgs),
+    Rollback(rollback::RollbackArgs),
+    Checkpoint(checkpoint::CheckpointArgs),
     Sessions(sessions::SessionsArgs),
+    Status(status::StatusArgs),
+    Gc(gc::GcArgs),
+    Watch(watch::WatchArgs),
 }
 
 /// A failure with the exit code it maps to: 2 for bad usage or input, 1 for everything else.
@@ -94,6 +105,12 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Diff(args) => diff::run(&cwd, args),
         Command::Cat(args) => cat::run(&cwd, args),
         Command::Sessions(args) => sessions::run(&cwd, args),
+        Command::Undo(args) => rollback::undo(&cwd, args),
+        Command::Rollback(args) => rollback::run(&cwd, args),
+        Command::Checkpoint(args) => checkpoint::run(&cwd, args),
+        Command::Status(args) => status::run(&cwd, args),
+        Command::Gc(args) => gc::run(&cwd, args),
+        Command::Watch(args) => watch::run(&cwd, args),
     }
 }
 

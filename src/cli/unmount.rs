@@ -36,7 +36,16 @@ pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
     let daemon = Registration::read(&dir)
         .map(|r| r.pid)
         .filter(|pid| *pid != 0);
-    match fs::unmount(&dir, args.force) {
+    // A reader of .rewind/events that just went away holds its file for up to a second.
+    let mut result = fs::unmount(&dir, args.force);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        result = fs::unmount(&dir, args.force);
+    }
+    match result {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
             return Err(Failure::failed(format!(

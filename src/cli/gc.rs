@@ -1,0 +1,81 @@
+//! `rewind gc`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::context::Ctx;
+use super::{CliResult, Failure};
+use crate::history::time;
+use crate::store::{GcPolicy, Store};
+
+/// Remove old history: changes older than --keep, then the oldest until the store fits
+/// --max-size. The newest change of every path is always kept.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Keep this much history (e.g. 30d, 12h).
+    #[arg(long, value_name = "DURATION")]
+    pub keep: Option<String>,
+    /// Keep the stored content under this size (e.g. 2G, 500M).
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+}
+
+pub fn parse_size(s: &str) -> Option<u64> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        "T" | "TB" | "TIB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+pub fn run(cwd: &Path, args: GcArgs) -> CliResult {
+    let ctx = Ctx::locate(cwd)?;
+    if args.keep.is_none() && args.max_size.is_none() {
+        return Err(Failure::usage(
+            "say what to keep: --keep DURATION and/or --max-size SIZE",
+        ));
+    }
+    let policy = GcPolicy {
+        older_than_ns: args
+            .keep
+            .as_deref()
+            .map(|k| {
+                time::parse_duration(k)
+                    .map(|d| time::now_ns().saturating_sub(d))
+                    .ok_or_else(|| {
+                        Failure::usage(format!("--keep {k:?}: use a duration like 30d or 12h"))
+                    })
+            })
+            .transpose()?,
+        max_bytes: args
+            .max_size
+            .as_deref()
+            .map(|m| {
+                parse_size(m).ok_or_else(|| {
+                    Failure::usage(format!("--max-size {m:?}: use a size like 2G or 500M"))
+                })
+            })
+            .transpose()?,
+    };
+    if ctx.mounted {
+        return Err(Failure::usage(format!(
+            "gc while mounted is not supported yet; run `rewind unmount {}` first",
+            ctx.workspace.display()
+        )));
+    }
+    let store = Store::open(&ctx.store_dir)?;
+    let r = store.gc(&policy)?;
+    println!(
+        "removed {} changes and {} blobs; stored content {} -> {} bytes",
+        r.changes_removed, r.blobs_removed, r.bytes_before, r.bytes_after
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,62 @@
+//! `rewind status`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::context::Ctx;
+use super::{CliResult, Registration};
+
+/// Say whether the workspace is mounted (and healthy), where its store is, and what it holds.
+/// Outside any workspace, list every workspace rewind knows.
+#[derive(Debug, Args)]
+pub struct StatusArgs {}
+
+fn health(workspace: &Path) -> &'static str {
+    match std::fs::metadata(workspace.join(".rewind/status")) {
+        _ if !crate::fs::is_rewind_mount(workspace) => "not mounted",
+        Ok(_) => "mounted",
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            "stale: the daemon died; run `rewind unmount --force` then `rewind mount` again"
+        }
+        Err(_) => "mounted (not answering)",
+    }
+}
+
+pub fn run(cwd: &Path, _args: StatusArgs) -> CliResult {
+    let Ok(ctx) = Ctx::locate(cwd) else {
+        let all = Registration::all();
+        if all.is_empty() {
+            println!("no workspaces; mount one with `rewind mount DIR`");
+        }
+        for r in all {
+            println!(
+                "{}  {}  (store {})",
+                r.workspace.display(),
+                health(&r.workspace),
+                r.store.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    println!("workspace: {}", ctx.workspace.display());
+    println!("state: {}", health(&ctx.workspace));
+    println!("store: {}", ctx.store_dir.display());
+    if let Ok(store) = ctx.read_store() {
+        let stats = store.stats()?;
+        println!("changes: {} (last id {})", stats.changes, stats.last_id);
+        println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
+        println!("sessions: {}", store.sessions()?.len());
+        println!(
+            "checkpoints: {}",
+            store
+                .checkpoints()?
+                .iter()
+                .map(|c| format!("{}@{}", c.name, c.id))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
