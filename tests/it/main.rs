@@ -1,6 +1,7 @@
 //! The integration tests: one binary, so the build links once.
 
 mod common;
+mod history;
 mod mount;
 mod record;
 mod store;

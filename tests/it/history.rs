@@ -1,0 +1,496 @@
+//! History and rollback through the real binary and the real mount: the CLI's output (as
+//! snapshots, with times, pids and generated names made deterministic), the control directory
+//! with plain file I/O, and a rollback for each selector.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{Read, Write};
+use std::process::{Command, Output};
+
+use crate::common::{Workspace, sh};
+
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(1100);
+
+/// Run `rewind ARGS` from inside the workspace.
+fn rw(ws: &Workspace, args: &[&str]) -> Output {
+    let mut cmd = ws.command(args);
+    cmd.current_dir(ws.path());
+    cmd.output().unwrap()
+}
+
+/// stdout with what differs between runs replaced by placeholders.
+fn redact(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let time = regex_lite(&text);
+    time.lines()
+        .map(|l| l.trim_end().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Replace times, pids, default session names and hashes (no regex crate: a small scanner).
+fn regex_lite(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut words: Vec<String> = Vec::new();
+        for w in line.split(' ') {
+            let w = if w.len() >= 19 && w.as_bytes()[4] == b'-' && w.as_bytes()[10] == b'T' {
+                "TIME".to_string()
+            } else if w.len() == 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[7] == b'-' {
+                "DATE".to_string()
+            } else if w.len() == 8 && w.as_bytes()[2] == b':' && w.as_bytes()[5] == b':' {
+                "HH:MM:SS".to_string()
+            } else {
+                w.to_string()
+            };
+            words.push(w);
+        }
+        let mut l = words.join(" ");
+        // process[pid] and "pid":N
+        while let Some(i) = l
+            .find('[')
+            .filter(|i| l[i + 1..].starts_with(|c: char| c.is_ascii_digit()))
+        {
+            let j = l[i..].find(']').map_or(l.len(), |j| i + j);
+            l.replace_range(i + 1..j, "PID");
+            if !l[j.min(l.len())..].contains('[') {
+                break;
+            }
+        }
+        if let Some(i) = l.find("mount-") {
+            let end = l[i..].find([' ', '"', ')', ',']).map_or(l.len(), |e| i + e);
+            l.replace_range(i..end, "DEFAULT-SESSION");
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+fn ok(out: &Output) -> &Output {
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+/// A small history: a create, an agent's session editing and adding, a rename, a delete.
+fn scenario(ws: &mut Workspace) {
+    ws.mount();
+    sh(
+        &ws.path(),
+        "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs && printf 'notes\\n' > NOTES && sleep 0.7",
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("sed -i 's/old/new/' src/main.rs && printf 'pub fn lib() {}\\n' > src/lib.rs && sleep 0.7 && mv NOTES README")
+        .current_dir(ws.path())
+        .env("REWIND_SESSION", "fix-42")
+        .env("REWIND_AGENT", "claude")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    sh(&ws.path(), "rm src/lib.rs");
+    std::thread::sleep(SETTLE);
+}
+
+#[test]
+fn log_show_diff_and_sessions_read_as_people_expect() {
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    insta::assert_snapshot!("log", redact(ok(&rw(&ws, &["log"]))));
+    insta::assert_snapshot!(
+        "log_agent",
+        redact(ok(&rw(&ws, &["log", "--agent", "claude", "-n", "2"])))
+    );
+    insta::assert_snapshot!("show", redact(ok(&rw(&ws, &["show", "4"]))));
+    insta::assert_snapshot!(
+        "diff_session",
+        redact(ok(&rw(&ws, &["diff", "--session", "fix-42"])))
+    );
+    insta::assert_snapshot!(
+        "diff_stat",
+        redact(ok(&rw(&ws, &["diff", "--from", "0", "--stat"])))
+    );
+    insta::assert_snapshot!("sessions", redact(ok(&rw(&ws, &["sessions"]))));
+    let json = String::from_utf8(
+        ok(&rw(&ws, &["log", "--json", "src/main.rs"]))
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    for key in [
+        "id", "time", "kind", "path", "from", "session", "agent", "pid", "process", "before",
+        "after",
+    ] {
+        assert!(
+            lines[1].get(key).is_some(),
+            "{key} missing from {}",
+            lines[1]
+        );
+    }
+    assert_eq!(lines[1]["before"]["type"], "file");
+    assert_eq!(lines[1]["after"]["size"], 25);
+    // cat at a point, and now.
+    let before_it = rw(&ws, &["cat", "src/main.rs", "--at", "1"]);
+    assert_eq!(before_it.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&before_it.stderr).contains("did not exist at that point"));
+    assert_eq!(
+        ok(&rw(&ws, &["cat", "src/main.rs", "--at", "2"])).stdout,
+        b"fn main() {\n    old();\n}\n"
+    );
+    assert_eq!(
+        ok(&rw(&ws, &["cat", "NOTES", "--at", "4"])).stdout,
+        b"notes\n"
+    );
+    // The same history after unmounting, straight from the store.
+    let before = redact(&rw(&ws, &["log"]));
+    ws.unmount();
+    let out = ws.rewind(&[OsStr::new("-C"), ws.path().as_os_str(), OsStr::new("log")]);
+    assert_eq!(redact(ok(&out)), before);
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_status_2() {
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let cases: &[(&[&str], &str)] = &[
+        (&["show", "999"], "there is no change 999"),
+        (
+            &["log", "--since", "yesterday-ish"],
+            "is not a change id, a checkpoint",
+        ),
+        (&["cat", "../../etc/passwd"], "outside the workspace"),
+        (&["cat", "/etc/passwd"], "outside the workspace"),
+        (&["cat", ".rewind/ctl"], "control directory"),
+        (&["diff"], "say what to compare"),
+        (&["undo", "12345"], "there is no change 12345"),
+        (
+            &["rollback", "--session", "no-such-session"],
+            "nothing selected",
+        ),
+        (&["gc"], "say what to keep"),
+        (&["checkpoint", "two words"], "no spaces"),
+    ];
+    for (args, expected) in cases {
+        let out = rw(&ws, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // Outside any workspace.
+    let out = Command::new(crate::common::REWIND)
+        .arg("log")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not inside a rewind workspace"));
+}
+
+#[test]
+fn the_control_directory_is_invisible_yet_reachable() {
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let root = ws.path();
+    let listing = sh(
+        &root,
+        "ls -a; find . -name '*rewind*'; grep -rl notes . || true",
+    );
+    assert!(!listing.contains(".rewind"), "{listing}");
+    let git = sh(
+        &root,
+        "git init -q . && git status --porcelain --untracked-files=all",
+    );
+    assert!(!git.contains(".rewind"), "{git}");
+    for f in ["README", "status", "log", "log.json"] {
+        assert!(
+            !fs::read(root.join(".rewind").join(f)).unwrap().is_empty(),
+            "{f}"
+        );
+    }
+    assert!(
+        fs::read_to_string(root.join(".rewind/log"))
+            .unwrap()
+            .contains("claude@fix-42")
+    );
+    assert_eq!(
+        fs::read_to_string(root.join(".rewind/sessions/fix-42/log"))
+            .unwrap()
+            .lines()
+            .count(),
+        3
+    );
+    let versions: Vec<String> = fs::read_dir(root.join(".rewind/versions/src/main.rs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(versions.len(), 2, "{versions:?}");
+    for v in versions {
+        assert!(
+            fs::read_to_string(root.join(".rewind/versions/src/main.rs").join(v))
+                .unwrap()
+                .starts_with("fn main")
+        );
+    }
+    // Nothing but ctl can be written.
+    for (path, what) in [
+        (".rewind/log", "write"),
+        (".rewind/new", "create"),
+        (".rewind/at", "rmdir"),
+    ] {
+        let p = root.join(path);
+        let r = match what {
+            "write" => fs::write(&p, "x"),
+            "create" => fs::File::create(&p).map(drop),
+            _ => fs::remove_dir(&p),
+        };
+        let code = r.unwrap_err().raw_os_error();
+        assert!(
+            matches!(
+                code,
+                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+            ),
+            "{path}: {code:?}"
+        );
+    }
+    assert!(fs::remove_dir_all(root.join(".rewind")).is_err());
+    assert!(fs::rename(root.join("README"), root.join(".rewind/README")).is_err());
+}
+
+#[test]
+fn the_past_is_a_complete_read_only_tree() {
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let root = ws.path();
+    let out = rw(&ws, &["checkpoint", "before-cleanup"]);
+    assert!(ok(&out).status.success());
+    sh(&root, "rm -rf src && echo later > later.txt");
+    std::thread::sleep(SETTLE);
+    // diff -r and cp -r work on a past tree.
+    let diff = Command::new("diff")
+        .args(["-r", ".rewind/at/before-cleanup", "."])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        text.contains("Only in .rewind/at/before-cleanup: src"),
+        "{text}"
+    );
+    assert!(text.contains("Only in .: later.txt"), "{text}");
+    sh(&root, "cp -r .rewind/at/before-cleanup/src restored-src");
+    assert_eq!(
+        fs::read_to_string(root.join("restored-src/main.rs")).unwrap(),
+        "fn main() {\n    new();\n}\n"
+    );
+    // Any point works by path, not just checkpoints: at change 2 the agent had not started,
+    // at change 4 NOTES existed and had not been renamed yet.
+    assert_eq!(
+        fs::read_to_string(root.join(".rewind/at/2/src/main.rs")).unwrap(),
+        "fn main() {\n    old();\n}\n"
+    );
+    assert!(!root.join(".rewind/at/2/src/lib.rs").exists());
+    assert!(root.join(".rewind/at/4/NOTES").exists() && !root.join(".rewind/at/4/README").exists());
+    assert!(!root.join(".rewind/at/no-such-point").exists());
+    assert!(fs::write(root.join(".rewind/at/2/NOTES"), "x").is_err());
+}
+
+/// Write a command to ctl on one open file and read the result back from it.
+fn ctl(root: &std::path::Path, cmd: &[u8]) -> (std::io::Result<()>, String) {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(root.join(".rewind/ctl"))
+        .unwrap();
+    let w = f.write_all(cmd);
+    let mut out = String::new();
+    f.read_to_string(&mut out).unwrap();
+    (w, out)
+}
+
+#[test]
+fn ctl_takes_commands_and_explains_bad_ones() {
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let root = ws.path();
+    let (w, out) = ctl(&root, b"checkpoint cp1\n");
+    assert!(
+        w.is_ok() && out.starts_with("checkpoint cp1 at change"),
+        "{out}"
+    );
+    for bad in [
+        &b"frobnicate\n"[..],
+        b"undo abc",
+        b"rollback file ../../etc/passwd",
+        b"\xff\xfe binary",
+        &[b'x'; 10_000],
+    ] {
+        let (w, out) = ctl(&root, bad);
+        assert_eq!(w.unwrap_err().raw_os_error(), Some(libc::EINVAL), "{out}");
+        assert!(out.starts_with("error: "), "{out}");
+    }
+    let (w, out) = ctl(&root, b"rollback session fix-42 --dry-run\n");
+    assert!(w.is_ok(), "{out}");
+    assert!(out.contains("dry run"), "{out}");
+    // Still mounted and answering after all that.
+    assert!(
+        fs::read_to_string(root.join("src/main.rs"))
+            .unwrap()
+            .contains("new")
+    );
+}
+
+#[test]
+fn every_reader_of_events_gets_every_change() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new("head")
+                .args(["-n", "3", ".rewind/events"])
+                .current_dir(&root)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sh(&root, "mkdir a b c");
+    for r in readers {
+        let out = r.wait_with_output().unwrap();
+        let paths: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(paths, ["a", "b", "c"]);
+    }
+}
+
+#[test]
+fn rollback_by_each_selector() {
+    // session: the agent's work goes, the rest stays.
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let out = rw(&ws, &["rollback", "--session", "fix-42"]);
+    // src/lib.rs was deleted later by someone else: skipped, so the rollback is partial.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("skip     src/lib.rs"), "{text}");
+    let session = text
+        .lines()
+        .last()
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(session.starts_with("rollback-"), "{text}");
+    let root = ws.path();
+    assert_eq!(
+        fs::read_to_string(root.join("src/main.rs")).unwrap(),
+        "fn main() {\n    old();\n}\n"
+    );
+    assert_eq!(fs::read_to_string(root.join("NOTES")).unwrap(), "notes\n");
+    assert!(!root.join("README").exists() && !root.join("src/lib.rs").exists());
+    // It is recorded as restores by rewind, and rolling it back brings the work back.
+    std::thread::sleep(SETTLE);
+    let log =
+        String::from_utf8_lossy(&ok(&rw(&ws, &["log", "--session", &session])).stdout).into_owned();
+    assert!(
+        log.lines()
+            .all(|l| l.contains("restore") && l.contains(&format!("rewind@{session}"))),
+        "{log}"
+    );
+    ok(&rw(&ws, &["rollback", "--session", &session]));
+    assert!(
+        fs::read_to_string(root.join("src/main.rs"))
+            .unwrap()
+            .contains("new();")
+    );
+    assert!(root.join("README").exists() && !root.join("NOTES").exists());
+
+    // The two rollbacks changed src/main.rs after claude did: a conflict now, unless --force.
+    // dry-run changes nothing.
+    let tree = sh(&root, "find . -type f | sort | xargs md5sum");
+    let out = rw(&ws, &["rollback", "--agent", "claude", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("skip     src/main.rs"),
+        "{out:?}"
+    );
+    let out = rw(
+        &ws,
+        &["rollback", "--agent", "claude", "--dry-run", "--force"],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("revert   src/main.rs"),
+        "{out:?}"
+    );
+    assert_eq!(sh(&root, "find . -type f | sort | xargs md5sum"), tree);
+    ok(&rw(&ws, &["rollback", "--agent", "claude", "--force"]));
+    assert!(
+        fs::read_to_string(root.join("src/main.rs"))
+            .unwrap()
+            .contains("old();")
+    );
+
+    // since / to a point, file, undo.
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    let root = ws.path();
+    ok(&rw(&ws, &["undo", "7"]));
+    assert_eq!(
+        fs::read_to_string(root.join("src/lib.rs")).unwrap(),
+        "pub fn lib() {}\n"
+    );
+    ok(&rw(&ws, &["rollback", "--file", "src/main.rs"]));
+    assert!(
+        fs::read_to_string(root.join("src/main.rs"))
+            .unwrap()
+            .contains("old();")
+    );
+    ok(&rw(&ws, &["rollback", "--to", "2", "--force"]));
+    assert_eq!(sh(&root, "find . -type f | sort"), "./src/main.rs\n");
+    ok(&rw(&ws, &["rollback", "--since", "0", "--force"]));
+    assert_eq!(sh(&root, "find . | sort"), ".\n");
+
+    // While unmounted: mounted for the occasion, and recorded the same way.
+    let mut ws = Workspace::new();
+    scenario(&mut ws);
+    ws.unmount();
+    let out = ws.rewind(&[
+        OsStr::new("-C"),
+        ws.path().as_os_str(),
+        OsStr::new("rollback"),
+        OsStr::new("--agent"),
+        OsStr::new("claude"),
+        OsStr::new("--force"),
+    ]);
+    ok(&out);
+    assert!(!crate::common::is_mounted(&ws.path()));
+    assert!(
+        fs::read_to_string(ws.path().join("src/main.rs"))
+            .unwrap()
+            .contains("old();")
+    );
+}
