@@ -9,5 +9,8 @@ pub fn init() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // The log may be on the disk that just filled up: a failed log write must not become a
+        // panic (tracing-subscriber reports it with eprintln!, which panics on a full stderr).
+        .log_internal_errors(false)
         .try_init();
 }

@@ -248,6 +248,14 @@ impl RewindFs {
         result
     }
 
+    /// Before an operation recorded after it succeeds: refuse it if it could not be recorded.
+    fn ready_for(&self, path: &[u8], is_dir: bool) -> Result<()> {
+        match &self.recorder {
+            Some(rec) => rec.ready_for(path, is_dir).map_err(record_errno),
+            None => Ok(()),
+        }
+    }
+
     /// Record a new object at `path` after it was made.
     fn record_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
         match &self.recorder {
@@ -607,6 +615,7 @@ impl RewindFs {
         self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
         let mode = mode & !umask;
+        self.ready_for(&backing::join(&parent_path, name), false)?;
         self.backing
             .mknod(&parent_path, name, mode, rdev as u64)
             .map_err(errno)?;
@@ -627,6 +636,7 @@ impl RewindFs {
         Self::check_name(name)?;
         self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
+        self.ready_for(&backing::join(&parent_path, name), true)?;
         self.backing
             .mkdir(&parent_path, name, mode & !umask & 0o7777)
             .map_err(errno)?;
@@ -644,6 +654,7 @@ impl RewindFs {
         let path = backing::join(&parent_path, name);
         let unlink = || self.backing.unlink(&parent_path, name, dir).map_err(errno);
         if dir {
+            self.ready_for(&path, true)?;
             unlink()?;
             if let Some(rec) = &self.recorder {
                 rec.after_rmdir(&path, &st, pid).map_err(record_errno)?;
@@ -674,6 +685,7 @@ impl RewindFs {
         Self::check_name(name)?;
         self.not_control(parent, name)?;
         let parent_path = self.path(parent)?;
+        self.ready_for(&backing::join(&parent_path, name), false)?;
         self.backing
             .symlink(&parent_path, name, target.as_os_str().as_bytes())
             .map_err(errno)?;
@@ -748,6 +760,7 @@ impl RewindFs {
         }
         let path = self.path(ino)?;
         let new_parent_path = self.path(new_parent)?;
+        self.ready_for(&backing::join(&new_parent_path, new_name), false)?;
         self.backing
             .link(&path, &new_parent_path, new_name)
             .map_err(errno)?;
@@ -1584,6 +1597,21 @@ impl Filesystem for RewindFs {
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Mounted with default_permissions: the kernel checks access itself.
         reply.ok();
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // As a regular file answers terminal ioctls (isatty, TCGETS): quietly.
+        reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(

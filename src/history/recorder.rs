@@ -163,6 +163,15 @@ impl Recorder {
         &self.who
     }
 
+    /// Refuse an operation that would have to be recorded after the fact when the store can no
+    /// longer be written (it would otherwise happen unrecorded).
+    pub fn ready_for(&self, path: &[u8], is_dir: bool) -> Result<()> {
+        if self.records(path, is_dir) {
+            self.store.check_writable()?;
+        }
+        Ok(())
+    }
+
     /// Whether changes to `path` are recorded at all.
     pub fn records(&self, path: &[u8], is_dir: bool) -> bool {
         !self
@@ -299,6 +308,8 @@ impl Recorder {
         if kind_of(st) != FileKind::File || !self.records(path, false) {
             return Ok(None);
         }
+        // A write whose end cannot be recorded must not begin (even when nothing needs storing now).
+        self.store.check_writable()?;
         let key = key_of(st);
         // Wait for an episode of this file that is ending to be recorded first.
         drop(self.hold(&[key]));
@@ -318,6 +329,7 @@ impl Recorder {
         if !self.records(path, false) {
             return Ok(None);
         }
+        self.store.check_writable()?;
         let who = self.who.who(pid);
         self.open_episode(key_of(st), path, None, who, true)?;
         Ok(Some(key_of(st)))
@@ -331,15 +343,11 @@ impl Recorder {
         who: Who,
         created: bool,
     ) -> Result<()> {
-        let marker = OpenEpisode {
-            before: before.clone(),
-            time_ns: now_ns(),
-            session: who.session.clone(),
-            agent: who.agent.clone(),
-            pid: who.pid,
-            process: who.process.clone(),
-        };
-        self.store.put_open_episode(path, &marker)?;
+        // A new file needs no marker: if the daemon dies before its end, the scan at the next
+        // mount finds it anyway. A marker keeps the before state of a file being changed.
+        if !created {
+            self.put_marker(path, before.clone(), &who)?;
+        }
         let mut episodes = lock(&self.episodes);
         // Another open of the same file may have won the race while we captured: join it.
         episodes
@@ -354,6 +362,18 @@ impl Recorder {
                 orphaned: false,
             });
         Ok(())
+    }
+
+    fn put_marker(&self, path: &[u8], before: Option<FileState>, who: &Who) -> Result<()> {
+        let marker = OpenEpisode {
+            before,
+            time_ns: now_ns(),
+            session: who.session.clone(),
+            agent: who.agent.clone(),
+            pid: who.pid,
+            process: who.process.clone(),
+        };
+        self.store.put_open_episode(path, &marker)
     }
 
     /// A handle that began an episode was released. At the last one, record what changed.
@@ -756,6 +776,20 @@ impl Recorder {
     /// Metadata of `path` changed without a recorded change (timestamps): keep the manifest
     /// in step so the next mount does not mistake it for an outside change.
     pub fn touched(&self, path: &[u8]) {
+        let Ok(st) = self.source.lstat(path) else {
+            return;
+        };
+        // Only timestamps changed. With no write episode open the content cannot have changed
+        // either (every write needs one), so the last capture stays valid under the new stat;
+        // `tar` and `cp -p` set times right after writing, and would otherwise force a re-read.
+        let key = key_of(&st);
+        if !lock(&self.episodes).contains_key(&key)
+            && let Some((sig, state)) = lock(&self.known).get_mut(&key)
+            && sig.size == st.st_size
+            && state.kind == FileKind::File
+        {
+            *sig = Sig::of(&st);
+        }
         if let Ok(st) = self.source.lstat(path)
             && self.records(path, kind_of(&st) == FileKind::Dir)
             && let Err(e) = self

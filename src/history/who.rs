@@ -38,14 +38,25 @@ pub struct Attributor {
     cache: Mutex<HashMap<ProcKey, (String, String)>>,
 }
 
-/// What `/proc/PID/stat` says of a process: its parent and its start time.
-fn stat(pid: u32) -> Option<(u32, u64)> {
+/// What `/proc/PID/stat` says of a process: its parent, its start time and its name.
+fn stat_full(pid: u32) -> Option<(u32, u64, String)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may itself contain spaces or parentheses.
-    let rest = &text[text.rfind(')')? + 2..];
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let name = text.get(open + 1..close)?.to_string();
+    let rest = text.get(close + 2..)?;
     let fields: Vec<&str> = rest.split(' ').collect();
     // After the name: state(0) ppid(1) ... starttime(19).
-    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+    Some((
+        fields.get(1)?.parse().ok()?,
+        fields.get(19)?.parse().ok()?,
+        name,
+    ))
+}
+
+fn stat(pid: u32) -> Option<(u32, u64)> {
+    stat_full(pid).map(|(ppid, start, _)| (ppid, start))
 }
 
 fn proc_key(pid: u32) -> Option<ProcKey> {
@@ -158,8 +169,11 @@ impl Attributor {
                 restore: true,
             };
         }
-        let process = process_name(pid);
-        let key = proc_key(pid);
+        // One read of /proc/PID/stat gives the name and the start time that keys the cache.
+        let (process, key) = match stat_full(pid) {
+            Some((_, start, name)) => (name, Some((pid, start))),
+            None => ("?".to_string(), None),
+        };
         if let Some(key) = key
             && let Some((session, agent)) = self.lock_cache().get(&key).cloned()
         {

@@ -166,6 +166,8 @@ pub struct Store {
     writer: Mutex<u64>,
     /// A reader's own scratch directory, removed on drop.
     secondary: Option<PathBuf>,
+    /// Session summaries as last written, so recording a change does not read them back.
+    sessions_cache: Mutex<HashMap<String, SessionInfo>>,
 }
 
 impl Drop for Store {
@@ -234,6 +236,7 @@ impl Store {
             poisoned: Mutex::new(None),
             writer: Mutex::new(0),
             secondary: None,
+            sessions_cache: Mutex::new(HashMap::new()),
         };
         match store.meta(b"format")? {
             Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
@@ -263,7 +266,8 @@ impl Store {
 
     // ---- writing -------------------------------------------------------------------------
 
-    fn check_writable(&self) -> Result<()> {
+    /// `Ok` if writes are accepted: not read-only, and no earlier write failed.
+    pub fn check_writable(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::Invalid("store is open read-only".into()));
         }
@@ -407,6 +411,10 @@ impl Store {
             }
         }
         self.write("record change", batch)?;
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.name.clone(), session);
         *last_id = change.id;
         Ok(change)
     }
@@ -466,6 +474,10 @@ impl Store {
             _ => batch.delete_cf(self.cf(CF_SESSIONS), change.session.as_bytes()),
         }
         self.write("retract change", batch)?;
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // Ids stay strictly increasing: a retracted id is not handed out again.
         drop(last_id);
         Ok(())
@@ -521,7 +533,17 @@ impl Store {
     }
 
     fn updated_session(&self, change: &Change) -> Result<SessionInfo> {
-        let mut info = self.session(&change.session)?.unwrap_or(SessionInfo {
+        let cached = self
+            .sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&change.session)
+            .cloned();
+        let stored = match cached {
+            Some(info) => Some(info),
+            None => self.session(&change.session)?,
+        };
+        let mut info = stored.unwrap_or(SessionInfo {
             name: change.session.clone(),
             count: 0,
             first_id: change.id,
@@ -1045,6 +1067,10 @@ impl Store {
                 codec::encode(info),
             );
         }
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.write("gc sessions", batch)
     }
 }
