@@ -66,10 +66,16 @@ pub fn run(cwd: &Path, args: GcArgs) -> CliResult {
             .transpose()?,
     };
     if ctx.mounted {
-        return Err(Failure::usage(format!(
-            "gc while mounted is not supported yet; run `rewind unmount {}` first",
-            ctx.workspace.display()
-        )));
+        // The daemon is the only writer of the store: it runs the gc.
+        let mut line = String::from("gc");
+        if let Some(k) = &args.keep {
+            line += &format!(" keep {k}");
+        }
+        if let Some(m) = policy.max_bytes {
+            line += &format!(" max-size {m}");
+        }
+        print!("{}", ctx.ctl(&line)?);
+        return Ok(ExitCode::SUCCESS);
     }
     let store = Store::open(&ctx.store_dir)?;
     let r = store.gc(&policy)?;

@@ -75,6 +75,7 @@ This is rewind's control directory. Nothing here is part of your project.
                         rollback file PATH [to POINT]
                         session start NAME [agent NAME]
                         session end
+                        gc [keep DURATION] [max-size BYTES]
                       any of them may end with --dry-run (rollbacks also take --force)
 ";
 
@@ -469,6 +470,7 @@ impl Control {
                     None => Err("no session was started by this process or its parents".into()),
                 };
             }
+            ["gc", rest @ ..] => return self.gc(rest, dry),
             ["undo", id] => Selector::Change(
                 id.parse()
                     .map_err(|_| format!("{id:?} is not a change id"))?,
@@ -482,6 +484,46 @@ impl Control {
             _ => return Err(format!("unknown command {line:?}; see .rewind/README")),
         };
         self.rollback(&selector, dry, force)
+    }
+
+    /// `gc [keep DURATION] [max-size BYTES]`: retention while mounted (the CLI's `rewind gc`).
+    fn gc(&self, args: &[&str], dry: bool) -> std::result::Result<String, String> {
+        let mut policy = crate::store::GcPolicy::default();
+        let mut it = args.iter();
+        while let Some(word) = it.next() {
+            let value = it
+                .next()
+                .ok_or_else(|| format!("gc: {word} needs a value"))?;
+            match *word {
+                "keep" => {
+                    let d = time::parse_duration(value)
+                        .ok_or_else(|| format!("gc: bad duration {value:?}"))?;
+                    policy.older_than_ns = Some(time::now_ns().saturating_sub(d));
+                }
+                "max-size" => {
+                    let bytes = value
+                        .parse()
+                        .map_err(|_| format!("gc: bad size {value:?}"))?;
+                    policy.max_bytes = Some(bytes);
+                }
+                _ => return Err(format!("gc: unknown option {word:?}")),
+            }
+        }
+        if policy.older_than_ns.is_none() && policy.max_bytes.is_none() {
+            return Err("gc: say keep DURATION and/or max-size BYTES".into());
+        }
+        if dry {
+            return Ok("dry run: nothing removed\n".into());
+        }
+        let r = self
+            .recorder
+            .store()
+            .gc(&policy)
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "removed {} changes and {} blobs; stored content {} -> {} bytes\n",
+            r.changes_removed, r.blobs_removed, r.bytes_before, r.bytes_after
+        ))
     }
 
     fn rollback(

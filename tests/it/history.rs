@@ -494,3 +494,41 @@ fn rollback_by_each_selector() {
             .contains("old();")
     );
 }
+
+#[test]
+fn gc_runs_while_mounted_under_both_limits() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "for i in 1 2 3 4 5; do echo \"version $i\" > f.txt; echo \"other $i\" > g.txt; done",
+    );
+    std::thread::sleep(SETTLE);
+    let count = |ws: &Workspace| {
+        String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout)
+            .lines()
+            .count()
+    };
+    assert_eq!(count(&ws), 10);
+    // By size: the oldest go first, the newest change of each path always stays.
+    let out = ok(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("removed 8 changes"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(count(&ws), 2);
+    // The remaining history still reads, and the mount still records.
+    assert_eq!(
+        ok(&rw(&ws, &["cat", "f.txt", "--at", "9"])).stdout,
+        b"version 5\n"
+    );
+    sh(&ws.path(), "echo 'version 6' > f.txt");
+    std::thread::sleep(SETTLE);
+    assert_eq!(count(&ws), 3);
+    // By age.
+    ok(&rw(&ws, &["gc", "--keep", "0s"]));
+    assert_eq!(count(&ws), 2);
+    let bad = rw(&ws, &["gc", "--keep", "forever"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
