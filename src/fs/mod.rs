@@ -70,6 +70,8 @@ struct CtlHandle {
     node: control::Node,
     buf: Mutex<(Vec<u8>, usize)>,
     events: Option<crossbeam_channel::Receiver<Arc<crate::store::Change>>>,
+    /// A poller of `events` waiting for the next change.
+    poller: Arc<Mutex<Option<fuser::PollNotifier>>>,
 }
 
 /// An open directory: its entries, read once at `opendir` so offsets stay stable.
@@ -345,9 +347,32 @@ impl RewindFs {
         if writing && node != control::Node::Ctl {
             return Err(Errno::EROFS);
         }
+        let poller: Arc<Mutex<Option<fuser::PollNotifier>>> = Arc::default();
         let (content, events) = match &node {
             control::Node::Ctl => (Vec::new(), None),
-            control::Node::Events => (Vec::new(), Some(ctl.recorder().subscribe())),
+            control::Node::Events => {
+                // Forward changes to this reader, waking a poller when one comes. The thread
+                // ends at the first change after the file is closed.
+                let upstream = ctl.recorder().subscribe();
+                let (tx, rx) = crossbeam_channel::unbounded();
+                let waiting = poller.clone();
+                std::thread::Builder::new()
+                    .name("events".into())
+                    .spawn(move || {
+                        for c in upstream {
+                            if tx.send(c).is_err() {
+                                break;
+                            }
+                            if let Some(n) =
+                                waiting.lock().unwrap_or_else(|e| e.into_inner()).take()
+                            {
+                                let _ = n.notify();
+                            }
+                        }
+                    })
+                    .map_err(errno)?;
+                (Vec::new(), Some(rx))
+            }
             n if matches!(ctl.kind(n).map_err(ctl_errno)?, control::Kind::Dir) => {
                 return Err(Errno::EISDIR);
             }
@@ -357,6 +382,7 @@ impl RewindFs {
             node,
             buf: Mutex::new((content, 0)),
             events,
+            poller,
         }))
     }
 
@@ -1597,6 +1623,35 @@ impl Filesystem for RewindFs {
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Mounted with default_permissions: the kernel checks access itself.
         reply.ok();
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        let ready = fuser::PollEvents::POLLIN | fuser::PollEvents::POLLRDNORM;
+        let Some(h) = self.ctl_files.get(fh.0) else {
+            // Regular files are always ready.
+            return reply.poll(ready | fuser::PollEvents::POLLOUT);
+        };
+        match &h.events {
+            Some(rx) => {
+                // Register first, then look: a change arriving in between still wakes us.
+                *h.poller.lock().unwrap_or_else(|e| e.into_inner()) = Some(ph);
+                reply.poll(if rx.is_empty() {
+                    fuser::PollEvents::empty()
+                } else {
+                    ready
+                });
+            }
+            None => reply.poll(ready | fuser::PollEvents::POLLOUT),
+        }
     }
 
     fn ioctl(

@@ -532,3 +532,28 @@ fn gc_runs_while_mounted_under_both_limits() {
     let bad = rw(&ws, &["gc", "--keep", "forever"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn events_can_be_polled() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let script = r#"
+import os, select, subprocess, time
+fd = os.open(".rewind/events", os.O_RDONLY)
+quiet, _, _ = select.select([fd], [], [], 0.5)
+subprocess.run(["mkdir", "polled"])
+ready, _, _ = select.select([fd], [], [], 5)
+print(len(quiet), len(ready), b"polled" in os.read(fd, 65536))
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0 1 True",
+        "{out:?}"
+    );
+}
