@@ -28,6 +28,17 @@ pub struct MountConfig {
 impl MountConfig {
     /// Check that `dir` can be mounted over: an existing directory, not already a rewind mount.
     pub fn new(dir: &Path) -> Result<MountConfig> {
+        // A mount whose daemon died answers nothing ("Transport endpoint is not connected"):
+        // clear it, and mount again (the scan at mount records what changed meanwhile).
+        if let Err(e) = std::fs::metadata(dir)
+            && e.raw_os_error() == Some(libc::ENOTCONN)
+        {
+            tracing::warn!(
+                "{}: clearing a stale mount left by a daemon that died",
+                dir.display()
+            );
+            unmount(dir, true).with_path(dir)?;
+        }
         let workspace = dir.canonicalize().map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::Invalid(format!("{} does not exist", dir.display())),
             _ => Error::Io {
