@@ -208,6 +208,9 @@ fn bindfs_target(work: &Path) -> Option<Target> {
     })
 }
 
+/// One measured value: its label and the figure.
+type Metric = (String, f64);
+
 fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -251,30 +254,27 @@ fn main() {
     }
 
     // Results per target: name -> (metric, value).
-    let mut rows: Vec<(String, Vec<(String, f64, bool)>)> = Vec::new();
+    let mut rows: Vec<(String, Vec<Metric>)> = Vec::new();
     for t in &targets {
         eprintln!("running on {} ...", t.name);
         let mut r = Vec::new();
         if want("W1") {
             let v = median((0..runs).map(|_| w1(&t.dir, &tar).as_secs_f64()).collect());
-            r.push((format!("W1 agent workload ({files} files), s"), v, true));
+            r.push((format!("W1 agent workload ({files} files), s"), v));
         }
         if want("W2") {
             let res: Vec<_> = (0..runs).map(|_| w2(&t.dir, edits)).collect();
             r.push((
                 format!("W2 {edits} edits total, s"),
                 median(res.iter().map(|x| x.0.as_secs_f64()).collect()),
-                true,
             ));
             r.push((
                 "W2 edit p50, µs".into(),
                 median(res.iter().map(|x| x.1.as_secs_f64() * 1e6).collect()),
-                true,
             ));
             r.push((
                 "W2 edit p99, µs".into(),
                 median(res.iter().map(|x| x.2.as_secs_f64() * 1e6).collect()),
-                true,
             ));
         }
         if want("W3") {
@@ -283,19 +283,17 @@ fn main() {
                     .map(|_| w3(&t.dir, empties).as_secs_f64())
                     .collect(),
             );
-            r.push((format!("W3 create/stat/unlink {empties}, s"), v, true));
+            r.push((format!("W3 create/stat/unlink {empties}, s"), v));
         }
         if want("W4") {
             let res: Vec<_> = (0..runs).map(|_| w4(&t.dir, mib)).collect();
             r.push((
                 format!("W4 write {mib} MiB, MiB/s"),
                 median(res.iter().map(|x| x.0).collect()),
-                false,
             ));
             r.push((
                 format!("W4 read {mib} MiB, MiB/s"),
                 median(res.iter().map(|x| x.1).collect()),
-                false,
             ));
         }
         rows.push((t.name.to_string(), r));
@@ -313,11 +311,11 @@ fn main() {
     println!("|---|{}", "---|".repeat(names.len()));
     let metrics = rows[0].1.len();
     for m in 0..metrics {
-        let (label, base, _) = &rows[0].1[m];
+        let (label, base) = &rows[0].1[m];
         let cells: Vec<String> = rows
             .iter()
             .map(|(_, r)| {
-                let (_, v, _) = &r[m];
+                let (_, v) = &r[m];
                 let fmt = if *v >= 100.0 {
                     format!("{v:.0}")
                 } else {

@@ -56,7 +56,7 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Invalid(_) => libc::EINVAL,
             Error::NotFound(_) => libc::ENOENT,
-            Error::Db { source, .. } if is_no_space(&source.to_string()) => libc::ENOSPC,
+            Error::Db { source, .. } if is_no_space(source.as_ref()) => libc::ENOSPC,
             Error::Poisoned(why) if is_no_space(why) => libc::ENOSPC,
             Error::Db { .. }
             | Error::Corrupt { .. }

@@ -118,7 +118,7 @@ pub fn run(cwd: &Path, args: DiffArgs) -> CliResult {
                 let Some(first) = touching.next() else {
                     continue;
                 };
-                let last_c = touching.last().unwrap_or(first);
+                let last_c = touching.next_back().unwrap_or(first);
                 (first.id - 1, last_c.id)
             }
         };

@@ -140,10 +140,10 @@ impl InodeTable {
     /// The last name of backing file `key` is gone. Its node lives on (open files, pending
     /// forgets) without a path, and a new file that reuses the backing inode gets a new node.
     pub fn removed(&mut self, key: BackingKey) {
-        if let Some(ino) = self.by_key.remove(&key) {
-            if let Some(node) = self.nodes.get_mut(&ino) {
-                node.parent = 0;
-            }
+        if let Some(ino) = self.by_key.remove(&key)
+            && let Some(node) = self.nodes.get_mut(&ino)
+        {
+            node.parent = 0;
         }
     }
 

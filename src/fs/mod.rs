@@ -54,6 +54,9 @@ type Result<T> = std::result::Result<T, Errno>;
 /// directory underneath, so the kernel's view only goes stale through us, and we tell it.
 const TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// Told whether passthrough is on, once the mount answers.
+type ReadyHook = Box<dyn FnOnce(bool) + Send>;
+
 /// An open regular file.
 struct OpenFile {
     file: File,
@@ -106,7 +109,7 @@ pub struct RewindFs {
     /// The daemon's own uid: when root, objects created for another user are given to them.
     euid: u32,
     /// Called once the kernel has finished `init`: the mount answers from then on.
-    on_ready: Mutex<Option<Box<dyn FnOnce(bool) + Send>>>,
+    on_ready: Mutex<Option<ReadyHook>>,
 }
 
 fn errno(e: io::Error) -> Errno {

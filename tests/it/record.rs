@@ -486,7 +486,7 @@ enum Op {
 
 fn name(i: u8) -> String {
     // Files in the root and in one folder, so renames move things between folders.
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         format!("f{}", i % 6)
     } else {
         format!("d{}/f{}", i % 2, i % 6)
