@@ -205,6 +205,22 @@ impl Recorder {
         Arc::unwrap_or_clone(shared)
     }
 
+    /// Record `change` with its manifest entries and nothing else in the batch.
+    fn record_one(
+        &self,
+        change: NewChange,
+        manifest: &[(Vec<u8>, Option<Seen>)],
+    ) -> Result<Change> {
+        self.record(
+            change,
+            &Extra {
+                finish_episode: None,
+                manifest,
+                move_under: None,
+            },
+        )
+    }
+
     fn record(&self, change: NewChange, extra: &Extra<'_>) -> Result<Change> {
         let recorded = self.store.record_with(change, extra)?;
         Ok(self.publish(recorded))
@@ -546,15 +562,7 @@ impl Recorder {
         let mut change = self.change(ChangeKind::Delete, path, &who);
         change.before = Some(before);
         let manifest = [(path.to_vec(), None)];
-        self.record(
-            change,
-            &Extra {
-                finish_episode: None,
-                manifest: &manifest,
-                move_under: None,
-            },
-        )
-        .map(Some)
+        self.record_one(change, &manifest).map(Some)
     }
 
     /// `path` was removed by `rmdir`; `st` is how it was.
@@ -566,14 +574,7 @@ impl Recorder {
         let mut change = self.change(ChangeKind::Rmdir, path, &who);
         change.before = Some(self.capture(path, st)?);
         let manifest = [(path.to_vec(), None)];
-        self.record(
-            change,
-            &Extra {
-                finish_episode: None,
-                manifest: &manifest,
-                move_under: None,
-            },
-        )?;
+        self.record_one(change, &manifest)?;
         Ok(())
     }
 
@@ -589,14 +590,7 @@ impl Recorder {
         let mut change = self.change(kind, path, &who);
         change.after = Some(self.capture(path, &st)?);
         let manifest = [(path.to_vec(), Some(seen_of(&st)))];
-        self.record(
-            change,
-            &Extra {
-                finish_episode: None,
-                manifest: &manifest,
-                move_under: None,
-            },
-        )?;
+        self.record_one(change, &manifest)?;
         Ok(())
     }
 
@@ -625,15 +619,7 @@ impl Recorder {
         change.before = Some(before);
         change.after = Some(after);
         let manifest = [(path.to_vec(), Some(seen))];
-        self.record(
-            change,
-            &Extra {
-                finish_episode: None,
-                manifest: &manifest,
-                move_under: None,
-            },
-        )
-        .map(Some)
+        self.record_one(change, &manifest).map(Some)
     }
 
     /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
@@ -718,14 +704,7 @@ impl Recorder {
             change.before = dst_before;
             change.after = Some(p.after);
             let manifest = [(dst.to_vec(), Some(p.seen))];
-            out.push(self.record(
-                change,
-                &Extra {
-                    finish_episode: None,
-                    manifest: &manifest,
-                    move_under: None,
-                },
-            )?);
+            out.push(self.record_one(change, &manifest)?);
             return Ok(out);
         }
         if !src_recorded && !dst_recorded {
@@ -945,14 +924,7 @@ impl Recorder {
             let mut change = self.change(kind, path, &who);
             change.before = Some(known_before(path, seen)?);
             let manifest = [(path.clone(), None)];
-            self.record(
-                change,
-                &Extra {
-                    finish_episode: None,
-                    manifest: &manifest,
-                    move_under: None,
-                },
-            )?;
+            self.record_one(change, &manifest)?;
             count += 1;
         }
         // New and changed paths, parents first (BTreeMap order).
@@ -986,14 +958,7 @@ impl Recorder {
                 continue;
             }
             let manifest = [(path.clone(), Some(seen.clone()))];
-            self.record(
-                change,
-                &Extra {
-                    finish_episode: None,
-                    manifest: &manifest,
-                    move_under: None,
-                },
-            )?;
+            self.record_one(change, &manifest)?;
             count += 1;
         }
         Ok(count)

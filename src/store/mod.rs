@@ -543,21 +543,8 @@ impl Store {
             Some(info) => Some(info),
             None => self.session(&change.session)?,
         };
-        let mut info = stored.unwrap_or(SessionInfo {
-            name: change.session.clone(),
-            count: 0,
-            first_id: change.id,
-            last_id: change.id,
-            first_time_ns: change.time_ns,
-            last_time_ns: change.time_ns,
-            agents: Vec::new(),
-        });
-        info.count += 1;
-        info.last_id = change.id;
-        info.last_time_ns = change.time_ns;
-        if !info.agents.contains(&change.agent) {
-            info.agents.push(change.agent.clone());
-        }
+        let mut info = stored.unwrap_or_else(|| SessionInfo::started_by(change));
+        info.count_in(change);
         Ok(info)
     }
 
@@ -1038,21 +1025,10 @@ impl Store {
     fn rebuild_sessions(&self) -> Result<()> {
         let mut sessions: HashMap<String, SessionInfo> = HashMap::new();
         for c in self.query(&Query::default())? {
-            let info = sessions.entry(c.session.clone()).or_insert(SessionInfo {
-                name: c.session.clone(),
-                count: 0,
-                first_id: c.id,
-                last_id: c.id,
-                first_time_ns: c.time_ns,
-                last_time_ns: c.time_ns,
-                agents: Vec::new(),
-            });
-            info.count += 1;
-            info.last_id = c.id;
-            info.last_time_ns = c.time_ns;
-            if !info.agents.contains(&c.agent) {
-                info.agents.push(c.agent.clone());
-            }
+            sessions
+                .entry(c.session.clone())
+                .or_insert_with(|| SessionInfo::started_by(&c))
+                .count_in(&c);
         }
         let mut batch = WriteBatch::default();
         for old in self.sessions()? {

@@ -186,6 +186,31 @@ pub struct SessionInfo {
     pub agents: Vec<String>,
 }
 
+impl SessionInfo {
+    /// A session that `change` is the first of (counted by [`count_in`](Self::count_in)).
+    pub fn started_by(change: &Change) -> SessionInfo {
+        SessionInfo {
+            name: change.session.clone(),
+            count: 0,
+            first_id: change.id,
+            last_id: change.id,
+            first_time_ns: change.time_ns,
+            last_time_ns: change.time_ns,
+            agents: Vec::new(),
+        }
+    }
+
+    /// Count `change` (the newest so far) in the session.
+    pub fn count_in(&mut self, change: &Change) {
+        self.count += 1;
+        self.last_id = change.id;
+        self.last_time_ns = change.time_ns;
+        if !self.agents.contains(&change.agent) {
+            self.agents.push(change.agent.clone());
+        }
+    }
+}
+
 /// A named point in the history: the last change id at the time it was made.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
