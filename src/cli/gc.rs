@@ -74,7 +74,23 @@ pub fn run(cwd: &Path, args: GcArgs) -> CliResult {
         if let Some(m) = policy.max_bytes {
             line += &format!(" max-size {m}");
         }
-        print!("{}", ctx.ctl(&line)?);
+        let out = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            // gc can take a while on a large store: show that it is working.
+            std::thread::scope(|s| {
+                let run = s.spawn(|| ctx.ctl(&line));
+                let started = std::time::Instant::now();
+                while !run.is_finished() {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    eprint!("\rgc: working ({}s)", started.elapsed().as_secs());
+                }
+                eprint!("\r\x1b[K");
+                run.join()
+                    .unwrap_or_else(|_| Err(Failure::failed("gc failed")))
+            })?
+        } else {
+            ctx.ctl(&line)?
+        };
+        print!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
     let store = Store::open(&ctx.store_dir)?;

@@ -98,7 +98,14 @@ fn finish(ctx: &Ctx, line: &mut String, dry_run: bool, force: bool) -> CliResult
     if dry_run {
         line.push_str(" --dry-run");
     }
-    let out = ctx.mounted(|ctx| ctx.ctl(line))?;
+    let progress = !dry_run && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let out = ctx.mounted(|ctx| {
+        if progress {
+            with_progress(ctx, line)
+        } else {
+            ctx.ctl(line)
+        }
+    })?;
     print!("{out}");
     let partial = out
         .lines()
@@ -107,5 +114,35 @@ fn finish(ctx: &Ctx, line: &mut String, dry_run: bool, force: bool) -> CliResult
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// Run a rollback showing, on stderr, how many of its paths are done: the plan's size from a
+/// dry run, then the restore changes recorded in its session as the daemon works.
+fn with_progress(ctx: &Ctx, line: &str) -> Result<String, Failure> {
+    let plan = ctx.ctl(&format!("{line} --dry-run"))?;
+    let total = plan
+        .lines()
+        .filter(|l| !l.starts_with("skip ") && !l.starts_with("dry run"))
+        .count();
+    let session = crate::history::rollback::next_session(&ctx.read_store()?)?;
+    std::thread::scope(|s| {
+        let run = s.spawn(|| ctx.ctl(line));
+        let started = std::time::Instant::now();
+        while !run.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let done = ctx
+                .read_store()
+                .ok()
+                .and_then(|store| store.session(&session).ok().flatten())
+                .map_or(0, |info| info.count);
+            eprint!(
+                "\r{session}: {done}/{total} paths ({}s)",
+                started.elapsed().as_secs()
+            );
+        }
+        eprint!("\r\x1b[K");
+        run.join()
+            .unwrap_or_else(|_| Err(Failure::failed("the rollback thread failed")))
     })
 }

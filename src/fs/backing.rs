@@ -16,19 +16,26 @@ use std::path::Path;
 /// The workspace directory as it was before the mount covered it.
 pub struct Backing {
     root: OwnedFd,
+    /// Directory fds by path, so an operation does not open and close its parent each time.
+    /// Opened with the same `openat2` rules; emptied whenever a folder is renamed or removed
+    /// (then a path may name another folder, or none).
+    dirs: std::sync::Mutex<std::collections::HashMap<Vec<u8>, std::sync::Arc<OwnedFd>>>,
 }
+
+/// How many folders to keep open.
+const DIR_CACHE: usize = 512;
 
 /// A directory to act in: the root itself, or one opened for the call.
 enum Dir<'a> {
     Root(BorrowedFd<'a>),
-    Opened(OwnedFd),
+    Cached(std::sync::Arc<OwnedFd>),
 }
 
 impl Dir<'_> {
     fn raw(&self) -> RawFd {
         match self {
             Dir::Root(fd) => fd.as_raw_fd(),
-            Dir::Opened(fd) => fd.as_raw_fd(),
+            Dir::Cached(fd) => fd.as_raw_fd(),
         }
     }
 }
@@ -104,6 +111,7 @@ impl Backing {
         Ok(Backing {
             // SAFETY: a fresh fd that we own.
             root: unsafe { OwnedFd::from_raw_fd(fd) },
+            dirs: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -115,13 +123,27 @@ impl Backing {
         if path.is_empty() {
             return Ok(Dir::Root(self.root.as_fd()));
         }
-        openat2_beneath(
+        let lock = || self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = lock().get(path) {
+            return Ok(Dir::Cached(fd.clone()));
+        }
+        let fd = std::sync::Arc::new(openat2_beneath(
             self.root.as_raw_fd(),
             path,
             libc::O_PATH | libc::O_DIRECTORY,
             0,
-        )
-        .map(Dir::Opened)
+        )?);
+        let mut dirs = lock();
+        if dirs.len() >= DIR_CACHE {
+            dirs.clear();
+        }
+        dirs.insert(path.to_vec(), fd.clone());
+        Ok(Dir::Cached(fd))
+    }
+
+    /// A folder was renamed or removed: cached paths may now lead elsewhere.
+    pub fn forget_dirs(&self) {
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// `lstat` of `name` in directory `parent`.
@@ -206,7 +228,11 @@ impl Backing {
         let dir = self.dir(parent)?;
         let name = cstr(name.as_bytes())?;
         let flags = if dir_flag { libc::AT_REMOVEDIR } else { 0 };
-        check(unsafe { libc::unlinkat(dir.raw(), name.as_ptr(), flags) }).map(drop)
+        let result = check(unsafe { libc::unlinkat(dir.raw(), name.as_ptr(), flags) }).map(drop);
+        if dir_flag {
+            self.forget_dirs();
+        }
+        result
     }
 
     pub fn rename(
@@ -221,7 +247,7 @@ impl Backing {
         let to = self.dir(new_parent)?;
         let name = cstr(name.as_bytes())?;
         let new_name = cstr(new_name.as_bytes())?;
-        check(unsafe {
+        let result = check(unsafe {
             libc::renameat2(
                 from.raw(),
                 name.as_ptr(),
@@ -230,7 +256,10 @@ impl Backing {
                 flags,
             )
         })
-        .map(drop)
+        .map(drop);
+        // A cached folder path may now lead elsewhere (renames are rare enough to forget all).
+        self.forget_dirs();
+        result
     }
 
     pub fn link(&self, path: &[u8], new_parent: &[u8], new_name: &OsStr) -> io::Result<()> {

@@ -1001,6 +1001,12 @@ impl RewindFs {
     }
 
     fn do_lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Result<i64> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            // With the writeback cache, written data may not have reached the backing file yet,
+            // so it would look like a hole (and a sparse-aware copy would drop it). ENOSYS makes
+            // the kernel treat the whole file as data from now on: always safe.
+            return Err(Errno::ENOSYS);
+        }
         use std::os::fd::AsRawFd;
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
         // SAFETY: lseek on an fd we own; only SEEK_DATA/SEEK_HOLE reach us.
@@ -1583,6 +1589,7 @@ impl Filesystem for RewindFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        tracing::debug!(name = %name.to_string_lossy(), "getxattr");
         let result = self.xattr_path(ino).and_then(|p| {
             self.backing
                 .getxattr(&p, name, size as usize)

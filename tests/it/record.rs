@@ -639,3 +639,33 @@ proptest! {
         ws.unmount();
     }
 }
+
+#[test]
+fn a_session_started_through_ctl_covers_the_shell_and_its_children() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    // The shell writes the command itself (echo is a builtin), so the shell is registered, and
+    // everything it starts inherits the session.
+    sh(
+        &ws.path(),
+        r#"
+        exec 3<>.rewind/ctl; echo 'session start refactor agent codex' >&3; cat <&3 >/dev/null; exec 3>&-
+        echo one > a.txt
+        python3 -c "open('b.txt', 'w').write('two')"
+        exec 3<>.rewind/ctl; echo 'session end' >&3; cat <&3 >/dev/null; exec 3>&-
+        echo three > c.txt
+    "#,
+    );
+    let who: Vec<(String, String, String)> = log(&ws)
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (s("path"), s("session"), s("agent"))
+        })
+        .collect();
+    assert_eq!(who[0], ("a.txt".into(), "refactor".into(), "codex".into()));
+    assert_eq!(who[1], ("b.txt".into(), "refactor".into(), "codex".into()));
+    assert_eq!(who[2].0, "c.txt");
+    assert!(who[2].1.starts_with("mount-"), "{who:?}");
+    assert_eq!(who[2].2, "unknown");
+}
