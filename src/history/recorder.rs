@@ -110,7 +110,9 @@ struct Episode {
 /// A created file whose creation is not recorded yet.
 #[derive(Clone)]
 struct Pending {
-    after: FileState,
+    /// The new file: its content is captured when the create is recorded, not at its last
+    /// close (it cannot change meanwhile without flushing this first).
+    key: Key,
     seen: Seen,
     who: Who,
     time_ns: u64,
@@ -435,18 +437,18 @@ impl Recorder {
                 return Ok(None);
             }
         };
-        let after = self.capture(path, &st)?;
         self.reload_ignore_if(path);
         if created {
             let seen = seen_of(&st);
             return Ok(Some(Pending {
-                after,
+                key,
                 seen,
                 who,
                 time_ns: now_ns(),
                 since: Instant::now(),
             }));
         }
+        let after = self.capture(path, &st)?;
         if before.as_ref() == Some(&after) {
             self.store.drop_open_episode(path)?;
             return Ok(None);
@@ -476,10 +478,21 @@ impl Recorder {
         self.record_create(path, p)
     }
 
+    /// The content of a held-back new file, captured now; `None` if it is no longer there.
+    fn pending_content(&self, path: &[u8], p: &Pending) -> Result<Option<FileState>> {
+        match self.source.lstat(path) {
+            Ok(st) if key_of(&st) == p.key => self.capture(path, &st).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn record_create(&self, path: &[u8], p: Pending) -> Result<()> {
+        let Some(after) = self.pending_content(path, &p)? else {
+            return Ok(());
+        };
         let mut change = self.change(ChangeKind::Create, path, &p.who);
         change.time_ns = p.time_ns;
-        change.after = Some(p.after);
+        change.after = Some(after);
         let manifest = [(path.to_vec(), Some(p.seen))];
         self.record(
             change,
@@ -494,20 +507,19 @@ impl Recorder {
 
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`).
     pub fn flush_pending_older(&self, all: bool) -> Result<()> {
-        let due: Vec<(Vec<u8>, Pending)> = {
-            let mut pending = lock(&self.pending);
-            let keys: Vec<Vec<u8>> = pending
-                .iter()
-                .filter(|(_, p)| all || p.since.elapsed() >= PENDING_FOR)
-                .map(|(k, _)| k.clone())
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| pending.remove_entry(&k))
-                .collect()
-        };
-        let mut due = due;
-        due.sort_by_key(|(_, p)| p.time_ns);
-        for (path, p) in due {
+        let mut due: Vec<(u64, Vec<u8>, Key)> = lock(&self.pending)
+            .iter()
+            .filter(|(_, p)| all || p.since.elapsed() >= PENDING_FOR)
+            .map(|(path, p)| (p.time_ns, path.clone(), p.key))
+            .collect();
+        due.sort();
+        for (_, path, key) in due {
+            // Under the file's lock, so an unlink or rename of it waits for the create to be
+            // recorded (or finds it still held back and deals with it itself).
+            let _held = self.hold(&[key]);
+            let Some(p) = lock(&self.pending).remove(&path) else {
+                continue;
+            };
             self.record_create(&path, p)?;
         }
         Ok(())
@@ -700,9 +712,12 @@ impl Recorder {
             } else {
                 ChangeKind::Create
             };
+            let Some(after) = self.pending_content(src, &p)? else {
+                return Ok(out);
+            };
             let mut change = self.change(kind, dst, &p.who);
             change.before = dst_before;
-            change.after = Some(p.after);
+            change.after = Some(after);
             let manifest = [(dst.to_vec(), Some(p.seen))];
             out.push(self.record_one(change, &manifest)?);
             return Ok(out);

@@ -393,13 +393,16 @@ fn a_full_store_refuses_changes_instead_of_losing_them() {
     // Incompressible files until the store cannot take more.
     let fill = r#"
 import os
-for i in range(200):
+import time
+for i in range(400):
     try:
         with open(f"fill{i}", "wb") as f:
             f.write(os.urandom(512 * 1024))
     except OSError as e:
         print(e.errno)
         break
+    # New files are stored when their creation is recorded, half a second later.
+    time.sleep(0.05)
 "#;
     let out = Command::new("python3")
         .arg("-c")
