@@ -181,9 +181,14 @@ impl Control {
                     return Ok(Some(Node::Version(p.clone(), id)));
                 }
                 let child = join(&base, name);
-                let mut prefix = child.clone();
-                prefix.push(0);
-                let has_history = !self.recorder.store().paths_with_prefix(&child)?.is_empty();
+                // The path itself, or something below it, has history (not merely a longer name
+                // that starts the same, like `main.rs.bak` for `main.rs`).
+                let has_history = self
+                    .recorder
+                    .store()
+                    .paths_with_prefix(&child)?
+                    .iter()
+                    .any(|p| *p == child || p.get(child.len()) == Some(&b'/'));
                 has_history.then_some(Node::VersionsOf(child))
             }
             Node::Sessions => self.recorder.store().session(&s)?.map(|_| Node::Session(s)),
