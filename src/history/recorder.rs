@@ -230,6 +230,20 @@ impl Recorder {
 
     /// The state of `path` as `st` describes it, with its content stored.
     fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        self.capture_with(path, st, true)
+    }
+
+    /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
+    /// too coarse to tell two versions of the same size apart.
+    fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        self.capture_with(path, st, false)
+    }
+
+    /// The cache holds the content last read from a file with no write episode open, keyed by
+    /// backing inode and (size, mtime, ctime). It answers only while no episode is open on the
+    /// file: then nothing can have written to it since (every write needs an episode).
+    fn capture_with(&self, path: &[u8], st: &libc::stat, use_cache: bool) -> Result<FileState> {
+        let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
         let io_err = |source| Error::Io {
             path: String::from_utf8_lossy(path).into_owned().into(),
@@ -239,7 +253,8 @@ impl Recorder {
             FileKind::File => {
                 let key = key_of(st);
                 let sig = Sig::of(st);
-                if let Some((s, state)) = lock(&self.known).get(&key)
+                if use_cache
+                    && let Some((s, state)) = lock(&self.known).get(&key)
                     && *s == sig
                 {
                     return Ok(FileState {
@@ -448,7 +463,7 @@ impl Recorder {
                 since: Instant::now(),
             }));
         }
-        let after = self.capture(path, &st)?;
+        let after = self.capture_fresh(path, &st)?;
         if before.as_ref() == Some(&after) {
             self.store.drop_open_episode(path)?;
             return Ok(None);
@@ -468,6 +483,41 @@ impl Recorder {
         Ok(None)
     }
 
+    /// Record what an open episode on `key` (at `path`) has changed so far, and let it go on
+    /// from the current content. A RELEASE reaches us after the writer's close, so a chmod,
+    /// unlink or rename can come while the episode that just wrote the file is still open; it
+    /// must be recorded first, or history would not be a chain.
+    fn cut_episode(&self, key: Key, path: &[u8]) -> Result<()> {
+        let (before, who, created) = match lock(&self.episodes).get(&key) {
+            Some(ep) if !ep.orphaned && ep.path == path => {
+                (ep.before.clone(), ep.who.clone(), ep.created)
+            }
+            _ => return Ok(()),
+        };
+        let st = match self.source.lstat(path) {
+            Ok(st) if key_of(&st) == key => st,
+            _ => return Ok(()),
+        };
+        let now = self.capture_fresh(path, &st)?;
+        if before.as_ref() != Some(&now) {
+            let kind = if created {
+                ChangeKind::Create
+            } else {
+                ChangeKind::Modify
+            };
+            let mut change = self.change(kind, path, &who);
+            change.before = before;
+            change.after = Some(now.clone());
+            self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
+        }
+        self.put_marker(path, Some(now.clone()), &who)?;
+        if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+            ep.before = Some(now);
+            ep.created = false;
+        }
+        Ok(())
+    }
+
     // ---- pending creates -----------------------------------------------------------------
 
     /// Record the creation of `path` now if it is held back.
@@ -481,7 +531,7 @@ impl Recorder {
     /// The content of a held-back new file, captured now; `None` if it is no longer there.
     fn pending_content(&self, path: &[u8], p: &Pending) -> Result<Option<FileState>> {
         match self.source.lstat(path) {
-            Ok(st) if key_of(&st) == p.key => self.capture(path, &st).map(Some),
+            Ok(st) if key_of(&st) == p.key => self.capture_fresh(path, &st).map(Some),
             _ => Ok(None),
         }
     }
@@ -548,18 +598,25 @@ impl Recorder {
         let key = key_of(st);
         {
             let mut episodes = lock(&self.episodes);
-            if let Some(ep) = episodes.get_mut(&key) {
-                if ep.created && ep.path == path {
-                    // A file created and deleted while still open: a temporary file.
-                    ep.orphaned = true;
-                    drop(episodes);
-                    self.store.drop_open_episode(path)?;
-                    return Ok(None);
-                }
-                if st.st_nlink <= 1 {
-                    ep.orphaned = true;
-                }
+            if let Some(ep) = episodes.get_mut(&key)
+                && ep.created
+                && ep.path == path
+            {
+                // A file created and deleted while still open: a temporary file.
+                ep.orphaned = true;
+                drop(episodes);
+                self.store.drop_open_episode(path)?;
+                return Ok(None);
             }
+        }
+        // What the file's open episode wrote so far comes before its deletion.
+        if self.records(path, false) {
+            self.cut_episode(key, path)?;
+        }
+        if st.st_nlink <= 1
+            && let Some(ep) = lock(&self.episodes).get_mut(&key)
+        {
+            ep.orphaned = true;
         }
         if lock(&self.pending).remove(path).is_some() {
             // Created and deleted before anyone saw it: a temporary file. Nothing to record.
@@ -570,6 +627,10 @@ impl Recorder {
             return Ok(None);
         }
         let before = self.capture(path, st)?;
+        if st.st_nlink <= 1 {
+            // The inode number may be reused by the next file created.
+            lock(&self.known).remove(&key);
+        }
         let who = self.who.who(pid);
         let mut change = self.change(ChangeKind::Delete, path, &who);
         change.before = Some(before);
@@ -619,6 +680,7 @@ impl Recorder {
             return Ok(None);
         }
         self.flush_pending(path)?;
+        self.cut_episode(key_of(st), path)?;
         let who = self.who.who(pid);
         let before = self.capture(path, st)?;
         let after = FileState {
@@ -651,6 +713,20 @@ impl Recorder {
             self.flush_pending_under(src)?;
         }
         self.flush_pending(dst)?;
+        // What open episodes wrote so far comes before the rename: the target's, which is about
+        // to be replaced, and the source's unless it is a new file still being written (a
+        // save-by-rename, handled below).
+        if let Some(st) = dst_st
+            && self.records(dst, false)
+        {
+            self.cut_episode(key_of(st), dst)?;
+        }
+        let src_created = lock(&self.episodes)
+            .get(&key_of(src_st))
+            .is_some_and(|ep| ep.created);
+        if !src_dir && !src_created && self.records(src, false) {
+            self.cut_episode(key_of(src_st), src)?;
+        }
         let src_recorded = self.records(src, src_dir);
         let dst_recorded = self.records(dst, src_dir);
         let who = self.who.who(pid);
@@ -658,6 +734,13 @@ impl Recorder {
             Some(st) if dst_recorded => Some(self.capture(dst, st)?),
             _ => None,
         };
+        if let Some(st) = dst_st
+            && !exchange
+            && st.st_nlink <= 1
+        {
+            // Replaced: its inode number may be reused by the next file created.
+            lock(&self.known).remove(&key_of(st));
+        }
         if let Some(st) = dst_st
             && !exchange
             && st.st_nlink <= 1

@@ -604,7 +604,7 @@ fn effects(c: &Value) -> Vec<(String, Seen, Seen)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, max_shrink_iters: 0, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(12), max_shrink_iters: 0, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Random operations through the mount: the tree always matches a model, and every path's
     /// recorded history is an unbroken chain (each change starts where the last one ended)
