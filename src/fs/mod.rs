@@ -576,6 +576,9 @@ impl RewindFs {
                     self.backing.chmod(path, mode & 0o7777).map_err(errno)
                 }
             };
+            // Held until the chmod is done, so the end of a write episode on the file cannot
+            // be recorded in between (see `Recorder::hold`).
+            let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
             match path.as_deref() {
                 Some(p) => self.recorded(
                     |rec| {

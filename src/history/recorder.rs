@@ -444,13 +444,11 @@ impl Recorder {
             self.store.drop_open_episode(path)?;
             return Ok(None);
         }
-        let st = match self.source.lstat(path) {
-            Ok(st) if key_of(&st) == key => st,
-            // The name now belongs to something else; what this file became is not in the tree.
-            _ => {
-                self.store.drop_open_episode(path)?;
-                return Ok(None);
-            }
+        // Gone, or the name now belongs to something else: what this file became is not in the
+        // tree.
+        let Some(st) = self.stat_if_same(path, key) else {
+            self.store.drop_open_episode(path)?;
+            return Ok(None);
         };
         self.reload_ignore_if(path);
         if created {
@@ -483,6 +481,11 @@ impl Recorder {
         Ok(None)
     }
 
+    /// `path`'s stat, if it is still the file `key` (not gone, not replaced).
+    fn stat_if_same(&self, path: &[u8], key: Key) -> Option<libc::stat> {
+        self.source.lstat(path).ok().filter(|st| key_of(st) == key)
+    }
+
     /// Record what an open episode on `key` (at `path`) has changed so far, and let it go on
     /// from the current content. A RELEASE reaches us after the writer's close, so a chmod,
     /// unlink or rename can come while the episode that just wrote the file is still open; it
@@ -494,9 +497,8 @@ impl Recorder {
             }
             _ => return Ok(()),
         };
-        let st = match self.source.lstat(path) {
-            Ok(st) if key_of(&st) == key => st,
-            _ => return Ok(()),
+        let Some(st) = self.stat_if_same(path, key) else {
+            return Ok(());
         };
         let now = self.capture_fresh(path, &st)?;
         if before.as_ref() != Some(&now) {
@@ -530,9 +532,9 @@ impl Recorder {
 
     /// The content of a held-back new file, captured now; `None` if it is no longer there.
     fn pending_content(&self, path: &[u8], p: &Pending) -> Result<Option<FileState>> {
-        match self.source.lstat(path) {
-            Ok(st) if key_of(&st) == p.key => self.capture_fresh(path, &st).map(Some),
-            _ => Ok(None),
+        match self.stat_if_same(path, p.key) {
+            Some(st) => self.capture_fresh(path, &st).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -667,7 +669,8 @@ impl Recorder {
         Ok(())
     }
 
-    /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails.
+    /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails. The
+    /// caller holds the file until the chmod is done.
     pub fn before_chmod(
         &self,
         path: &[u8],
@@ -693,7 +696,14 @@ impl Recorder {
         change.before = Some(before);
         change.after = Some(after);
         let manifest = [(path.to_vec(), Some(seen))];
-        self.record_one(change, &manifest).map(Some)
+        let recorded = self.record_one(change, &manifest)?;
+        // An episode still open on the file goes on from the new mode.
+        if let Some(ep) = lock(&self.episodes).get_mut(&key_of(st))
+            && let Some(before) = &mut ep.before
+        {
+            before.mode = mode & 0o7777;
+        }
+        Ok(Some(recorded))
     }
 
     /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
