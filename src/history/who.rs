@@ -63,13 +63,6 @@ fn proc_key(pid: u32) -> Option<ProcKey> {
     stat(pid).map(|(_, start)| (pid, start))
 }
 
-/// The process name (`comm`).
-pub fn process_name(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
 fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
