@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::context::Ctx;
 use super::{CliResult, Failure};
+use crate::history::retention::parse_size;
 use crate::history::time;
 use crate::store::{GcPolicy, Store};
 
@@ -20,20 +21,6 @@ pub struct GcArgs {
     /// Keep the stored content under this size (e.g. 2G, 500M).
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
-}
-
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().ok()?;
-    let mult: u64 = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        "T" | "TB" | "TIB" => 1 << 40,
-        _ => return None,
-    };
-    n.checked_mul(mult)
 }
 
 pub fn run(cwd: &Path, args: GcArgs) -> CliResult {

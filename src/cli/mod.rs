@@ -4,6 +4,7 @@
 
 pub mod cat;
 pub mod checkpoint;
+pub mod config;
 pub mod context;
 pub mod diff;
 pub mod gc;
@@ -96,6 +97,12 @@ pub fn run(cli: Cli) -> CliResult {
         None => std::env::current_dir()
             .map_err(|e| Failure::failed(format!("cannot read the current directory: {e}")))?,
     };
+    if !matches!(cli.command, Command::Mount(_)) {
+        // Commands that print end quietly when their reader goes away (`rewind log | head`),
+        // as other Unix tools do. The daemon keeps ignoring SIGPIPE.
+        // SAFETY: resetting a signal disposition before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Mount(args) => mount::run(&cwd, args),
         Command::Unmount(args) => unmount::run(&cwd, args),

@@ -8,8 +8,11 @@ use std::process::{Command, ExitCode, Stdio};
 
 use clap::Args;
 
+use super::config::Config;
 use super::{CliResult, Failure, Registration};
-use crate::fs::{self, MountConfig};
+use crate::fs::{self, MountConfig, MountState};
+use crate::history::retention::Retention;
+use sd_notify::NotifyState;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +40,12 @@ pub struct MountArgs {
     /// Let other users use the mount (normal permission checks apply).
     #[arg(long)]
     pub allow_other: bool,
+    /// Remove history older than this in the background (e.g. 30d; overrides rewind.toml).
+    #[arg(long, value_name = "DURATION")]
+    pub keep: Option<String>,
+    /// Keep stored content under this size in the background (e.g. 2G; overrides rewind.toml).
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
     /// Serve file data through the daemon instead of FUSE passthrough (for comparison).
     #[arg(long, hide = true)]
     pub no_passthrough: bool,
@@ -53,7 +62,7 @@ pub fn run(cwd: &Path, args: MountArgs) -> CliResult {
     let dir = cwd.join(&args.dir);
     let mut config = MountConfig::new(&dir)?;
     config.allow_other = args.allow_other;
-    config.passthrough = !args.no_passthrough;
+    config.passthrough &= !args.no_passthrough;
     let store = args
         .store
         .clone()
@@ -66,6 +75,8 @@ pub fn run(cwd: &Path, args: MountArgs) -> CliResult {
             config.workspace.display()
         )));
     }
+    // A bad setting fails the mount here, before anything is started.
+    retention(&store, &args)?;
     if args.foreground {
         let ready = std::env::var(READY_FD)
             .ok()
@@ -119,6 +130,12 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
     }
     if args.allow_other {
         cmd.arg("--allow-other");
+    }
+    if let Some(k) = &args.keep {
+        cmd.arg("--keep").arg(k);
+    }
+    if let Some(m) = &args.max_size {
+        cmd.arg("--max-size").arg(m);
     }
     if args.no_passthrough {
         cmd.arg("--no-passthrough");
@@ -183,7 +200,9 @@ fn serve(
     // Before any thread exists (RocksDB starts its own), so every thread inherits the mask and
     // only the signal thread ever takes these signals.
     let signals = block_signals();
+    let state = Arc::new(MountState::new(retention(store_dir, args)?));
     let store = Arc::new(Store::open(store_dir)?);
+    Config::write_template(store_dir);
     store.put_meta(
         b"workspace",
         config.workspace.as_os_str().as_encoded_bytes(),
@@ -217,16 +236,23 @@ fn serve(
         }
         start_ticker(rec.clone());
     }
-    let fs = fs::filesystem(config, backing, recorder.clone())?;
+    let fs = fs::filesystem(config, backing, recorder.clone(), state.clone())?;
     let ready = ready
         .map(|f| f.try_clone())
         .transpose()
         .map_err(|e| Failure::failed(e.to_string()))?;
     let workspace = config.workspace.clone();
+    let ready_state = state.clone();
     fs.on_ready(move |passthrough| {
+        ready_state.set_passthrough(passthrough);
         tracing::info!(workspace = %workspace.display(), passthrough, "serving");
         if let Some(mut pipe) = ready {
             let _ = writeln!(pipe, "ready passthrough={passthrough}");
+        }
+        // Under systemd (Type=notify): the mount answers now.
+        let status = format!("recording {}", workspace.display());
+        if let Err(e) = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]) {
+            tracing::warn!("cannot tell systemd the mount is ready: {e}");
         }
     });
     let mounted = fs::mount(config, fs)?;
@@ -235,6 +261,9 @@ fn serve(
         .name("signals".into())
         .spawn(move || wait_and_unmount(signals, &workspace))
         .map_err(|e| Failure::failed(e.to_string()))?;
+    if recorder.is_some() {
+        start_retention(store.clone(), state);
+    }
     let result = mounted.run();
     if let Some(rec) = &recorder {
         rec.sync()?;
@@ -276,6 +305,7 @@ fn wait_and_unmount(set: libc::sigset_t, workspace: &Path) {
             continue;
         }
         tracing::info!(signal = sig, "unmounting");
+        let _ = sd_notify::notify(&[NotifyState::Stopping]);
         match fs::unmount(workspace, false) {
             Ok(()) => return,
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
@@ -294,6 +324,55 @@ fn default_session() -> String {
     let t = crate::history::time::rfc3339(crate::history::time::now_ns());
     format!("mount-{}-{}", &t[..10], t[11..19].replace(':', ""))
 }
+
+/// The retention limits for this mount: `rewind.toml` in the store, overridden by flags.
+fn retention(store_dir: &Path, args: &MountArgs) -> Result<Retention, Failure> {
+    let mut r = Config::load(store_dir)?.retention;
+    let flags = Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)
+        .map_err(|e| Failure::usage(format!("--{e}")))?;
+    if flags.keep.is_some() {
+        r.keep = flags.keep;
+    }
+    if flags.max_size.is_some() {
+        r.max_size = flags.max_size;
+    }
+    Ok(r)
+}
+
+/// Apply the retention limits in the background: soon after mounting (so short mounts get
+/// it too), then every `retention.every`.
+fn start_retention(store: Arc<Store>, state: Arc<MountState>) {
+    if !state.retention.is_set() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("retention".into())
+        .spawn(move || {
+            let mut wait = state.retention.every.min(FIRST_GC);
+            loop {
+                std::thread::sleep(wait);
+                wait = state.retention.every;
+                let result = store.gc(&state.retention.policy());
+                match &result {
+                    Ok(r) if r.changes_removed + r.blobs_removed > 0 => tracing::info!(
+                        changes = r.changes_removed,
+                        blobs = r.blobs_removed,
+                        bytes = r.bytes_after,
+                        "retention: removed old history"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::error!("retention: gc failed: {e}"),
+                }
+                state.gc_done(&result);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the retention thread: {e}");
+    }
+}
+
+/// How long after mounting retention first runs.
+const FIRST_GC: Duration = Duration::from_secs(60);
 
 /// Record held-back creates once they are old enough (see `Recorder::flush_pending_older`).
 fn start_ticker(recorder: Arc<Recorder>) {

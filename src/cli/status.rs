@@ -18,7 +18,7 @@ fn health(workspace: &Path) -> &'static str {
         _ if !crate::fs::is_rewind_mount(workspace) => "not mounted",
         Ok(_) => "mounted",
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            "stale: the daemon died; run `rewind unmount --force` then `rewind mount` again"
+            "stale: the daemon died; `rewind mount` on it recovers (it clears the dead mount and records what changed meanwhile)"
         }
         Err(_) => "mounted (not answering)",
     }
@@ -43,6 +43,16 @@ pub fn run(cwd: &Path, _args: StatusArgs) -> CliResult {
     println!("workspace: {}", ctx.workspace.display());
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
+    // The daemon's own view: its pid, how data moves, retention.
+    if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
+        for line in text.lines().filter(|l| {
+            ["daemon:", "data path:", "retention:", "last gc:"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        }) {
+            println!("{line}");
+        }
+    }
     if let Ok(store) = ctx.read_store() {
         let stats = store.stats()?;
         println!("changes: {} (last id {})", stats.changes, stats.last_id);

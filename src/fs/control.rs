@@ -84,6 +84,7 @@ pub struct Control {
     source: Arc<dyn Source>,
     /// The workspace as mounted, where rollbacks act (through the mount, so they are recorded).
     workspace: std::path::PathBuf,
+    state: Arc<super::MountState>,
     nodes: Mutex<(HashMap<Node, u64>, HashMap<u64, Node>)>,
 }
 
@@ -92,11 +93,13 @@ impl Control {
         recorder: Arc<Recorder>,
         source: Arc<dyn Source>,
         workspace: std::path::PathBuf,
+        state: Arc<super::MountState>,
     ) -> Control {
         Control {
             recorder,
             source,
             workspace,
+            state,
             nodes: Mutex::new((HashMap::new(), HashMap::new())),
         }
     }
@@ -399,9 +402,10 @@ impl Control {
         let store = self.recorder.store();
         let stats = store.stats()?;
         let mut out = format!(
-            "workspace: {}\nstore: {}\nstate: mounted\nchanges: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\nsessions:\n",
+            "workspace: {}\nstore: {}\nstate: mounted\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\nsessions:\n",
             self.workspace.display(),
             store.dir().display(),
+            self.state.describe(),
             stats.changes,
             stats.last_id,
             stats.blobs,

@@ -18,6 +18,7 @@ pub mod control;
 pub mod handle;
 pub mod inode;
 mod mount;
+mod state;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -45,8 +46,10 @@ use backing::{Backing, Xattr};
 use handle::HandleTable;
 use inode::{BackingKey, InodeTable};
 pub use mount::{
-    MountConfig, Mounted, backing, filesystem, is_rewind_mount, mount, mount_type, unmount,
+    MountConfig, Mounted, backing, can_passthrough, filesystem, is_rewind_mount, mount, mount_type,
+    unmount,
 };
+pub use state::MountState;
 
 type Result<T> = std::result::Result<T, Errno>;
 

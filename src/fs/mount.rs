@@ -63,7 +63,7 @@ impl MountConfig {
         Ok(MountConfig {
             workspace,
             allow_other: false,
-            passthrough: true,
+            passthrough: can_passthrough(),
             threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2) * 2),
         })
     }
@@ -140,6 +140,19 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     Ok(Mounted { session })
 }
 
+/// Whether this process may pass files through (FUSE passthrough needs CAP_SYS_ADMIN: root,
+/// or a service given the capability, as the system unit does).
+pub fn can_passthrough() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
 /// The workspace underneath, opened before the mount covers it.
 pub fn backing(config: &MountConfig) -> Result<Arc<Backing>> {
     Ok(Arc::new(
@@ -147,17 +160,20 @@ pub fn backing(config: &MountConfig) -> Result<Arc<Backing>> {
     ))
 }
 
-/// The filesystem for `config`, serving `backing` and recording with `recorder`.
+/// The filesystem for `config`, serving `backing` and recording with `recorder`; `state` is
+/// what `.rewind/status` reports of the mount.
 pub fn filesystem(
     config: &MountConfig,
     backing: Arc<Backing>,
     recorder: Option<Arc<Recorder>>,
+    state: Arc<super::MountState>,
 ) -> Result<RewindFs> {
     let control = recorder.as_ref().map(|rec| {
         Arc::new(super::control::Control::new(
             rec.clone(),
             backing.clone(),
             config.workspace.clone(),
+            state,
         ))
     });
     RewindFs::new(backing, recorder, control, config.passthrough).with_path(&config.workspace)

@@ -5,6 +5,7 @@ pub mod format;
 pub mod ignore;
 pub mod point;
 pub mod recorder;
+pub mod retention;
 pub mod rollback;
 pub mod time;
 pub mod view;

@@ -113,7 +113,6 @@ struct Pending {
     /// The new file: its content is captured when the create is recorded, not at its last
     /// close (it cannot change meanwhile without flushing this first).
     key: Key,
-    seen: Seen,
     who: Who,
     time_ns: u64,
     since: Instant,
@@ -253,14 +252,18 @@ impl Recorder {
             FileKind::File => {
                 let key = key_of(st);
                 let sig = Sig::of(st);
-                if use_cache
-                    && let Some((s, state)) = lock(&self.known).get(&key)
-                    && *s == sig
+                let cached = lock(&self.known)
+                    .get(&key)
+                    .filter(|(s, _)| use_cache && *s == sig)
+                    .map(|(_, state)| state.clone());
+                // Reusing stored content: keep it from a gc running meanwhile (if one already
+                // removed it, read the file again).
+                if let Some(state) = cached
+                    && state
+                        .hash
+                        .is_none_or(|h| self.store.keep_blob(&h).unwrap_or(false))
                 {
-                    return Ok(FileState {
-                        mode,
-                        ..state.clone()
-                    });
+                    return Ok(FileState { mode, ..state });
                 }
                 let file = self.source.open_read(path).map_err(io_err)?;
                 let (hash, size) = self
@@ -452,10 +455,8 @@ impl Recorder {
         };
         self.reload_ignore_if(path);
         if created {
-            let seen = seen_of(&st);
             return Ok(Some(Pending {
                 key,
-                seen,
                 who,
                 time_ns: now_ns(),
                 since: Instant::now(),
@@ -530,22 +531,23 @@ impl Recorder {
         self.record_create(path, p)
     }
 
-    /// The content of a held-back new file, captured now; `None` if it is no longer there.
-    fn pending_content(&self, path: &[u8], p: &Pending) -> Result<Option<FileState>> {
+    /// The content of a held-back new file, captured now, and the stat it was captured under
+    /// (for the manifest: times may have moved since the create); `None` if it is gone.
+    fn pending_content(&self, path: &[u8], p: &Pending) -> Result<Option<(FileState, Seen)>> {
         match self.stat_if_same(path, p.key) {
-            Some(st) => self.capture_fresh(path, &st).map(Some),
+            Some(st) => Ok(Some((self.capture_fresh(path, &st)?, seen_of(&st)))),
             None => Ok(None),
         }
     }
 
     fn record_create(&self, path: &[u8], p: Pending) -> Result<()> {
-        let Some(after) = self.pending_content(path, &p)? else {
+        let Some((after, seen)) = self.pending_content(path, &p)? else {
             return Ok(());
         };
         let mut change = self.change(ChangeKind::Create, path, &p.who);
         change.time_ns = p.time_ns;
         change.after = Some(after);
-        let manifest = [(path.to_vec(), Some(p.seen))];
+        let manifest = [(path.to_vec(), Some(seen))];
         self.record(
             change,
             &Extra {
@@ -805,13 +807,13 @@ impl Recorder {
             } else {
                 ChangeKind::Create
             };
-            let Some(after) = self.pending_content(src, &p)? else {
+            let Some((after, seen)) = self.pending_content(src, &p)? else {
                 return Ok(out);
             };
             let mut change = self.change(kind, dst, &p.who);
             change.before = dst_before;
             change.after = Some(after);
-            let manifest = [(dst.to_vec(), Some(p.seen))];
+            let manifest = [(dst.to_vec(), Some(seen))];
             out.push(self.record_one(change, &manifest)?);
             return Ok(out);
         }
@@ -866,19 +868,23 @@ impl Recorder {
         let Ok(st) = self.source.lstat(path) else {
             return;
         };
+        // A file being written, or new and still held back, gets its manifest entry when that
+        // is recorded. Until then it may not belong there at all: a temporary file renamed over
+        // its target never does (with the writeback cache its times arrive while it is open).
+        let key = key_of(&st);
+        if lock(&self.pending).contains_key(path) || lock(&self.episodes).contains_key(&key) {
+            return;
+        }
         // Only timestamps changed. With no write episode open the content cannot have changed
         // either (every write needs one), so the last capture stays valid under the new stat;
         // `tar` and `cp -p` set times right after writing, and would otherwise force a re-read.
-        let key = key_of(&st);
-        if !lock(&self.episodes).contains_key(&key)
-            && let Some((sig, state)) = lock(&self.known).get_mut(&key)
+        if let Some((sig, state)) = lock(&self.known).get_mut(&key)
             && sig.size == st.st_size
             && state.kind == FileKind::File
         {
             *sig = Sig::of(&st);
         }
-        if let Ok(st) = self.source.lstat(path)
-            && self.records(path, kind_of(&st) == FileKind::Dir)
+        if self.records(path, kind_of(&st) == FileKind::Dir)
             && let Err(e) = self
                 .store
                 .put_manifest(&[(path.to_vec(), Some(seen_of(&st)))])
@@ -1062,10 +1068,12 @@ impl Recorder {
             let mut change = self.change(kind, path, &who);
             change.before = old.get(path).map(|s| known_before(path, s)).transpose()?;
             change.after = Some(self.capture(path, st)?);
+            let manifest = [(path.clone(), Some(seen.clone()))];
             if change.before == change.after {
+                // Only its times moved: remember them, so the next mount need not read it again.
+                self.store.put_manifest(&manifest)?;
                 continue;
             }
-            let manifest = [(path.clone(), Some(seen.clone()))];
             self.record_one(change, &manifest)?;
             count += 1;
         }

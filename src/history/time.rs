@@ -108,6 +108,17 @@ pub fn parse_duration(s: &str) -> Option<u64> {
     n.checked_mul(secs)?.checked_mul(1_000_000_000)
 }
 
+/// A duration as `parse_duration` reads it, in its largest whole unit: `1h`, `90m`, `45s`.
+pub fn short_duration(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    for (unit, n) in [("w", 7 * 86_400), ("d", 86_400), ("h", 3600), ("m", 60)] {
+        if secs >= n && secs.is_multiple_of(n) {
+            return format!("{}{unit}", secs / n);
+        }
+    }
+    format!("{secs}s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,17 @@ pub fn decode(hash: &Hash, value: &[u8]) -> Result<Blob> {
     }
 }
 
+/// The chunk list of a chunked blob's value; `None` for inline content, which is not read.
+pub fn manifest_of(hash: &Hash, value: &[u8]) -> Result<Option<Manifest>> {
+    match value {
+        [BLOB_VERSION, MANIFEST, ..] => match decode(hash, value)? {
+            Blob::Chunked(m) => Ok(Some(m)),
+            Blob::Inline(_) => unreachable!("tagged as a manifest"),
+        },
+        _ => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

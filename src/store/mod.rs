@@ -28,10 +28,11 @@ pub mod codec;
 pub mod keys;
 pub mod record;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch,
@@ -168,6 +169,37 @@ pub struct Store {
     secondary: Option<PathBuf>,
     /// Session summaries as last written, so recording a change does not read them back.
     sessions_cache: Mutex<HashMap<String, SessionInfo>>,
+    /// Blobs stored or reused lately: a change about to be recorded may refer to them, so gc
+    /// must not sweep them even when no recorded change does yet.
+    recent_blobs: Mutex<RecentBlobs>,
+}
+
+/// How long content stored or reused stays safe from gc without a recorded change using it.
+/// Long enough for any capture to reach its record (chunks of a huge file are written one by
+/// one before the change that names them), short enough that gc frees space the same day.
+const IN_FLIGHT: Duration = Duration::from_secs(3600);
+
+/// Hashes noted by [`Store::keep_blob`], with when; pruned as it grows.
+struct RecentBlobs {
+    noted: HashMap<Hash, Instant>,
+    prune_at: usize,
+}
+
+impl RecentBlobs {
+    fn note(&mut self, hash: Hash) {
+        self.noted.insert(hash, Instant::now());
+        if self.noted.len() >= self.prune_at {
+            self.noted.retain(|_, t| t.elapsed() < IN_FLIGHT);
+            self.prune_at = (self.noted.len() * 2).max(4096);
+        }
+    }
+
+    fn in_flight(&self) -> impl Iterator<Item = Hash> + '_ {
+        self.noted
+            .iter()
+            .filter(|(_, t)| t.elapsed() < IN_FLIGHT)
+            .map(|(h, _)| *h)
+    }
 }
 
 impl Drop for Store {
@@ -237,6 +269,10 @@ impl Store {
             writer: Mutex::new(0),
             secondary: None,
             sessions_cache: Mutex::new(HashMap::new()),
+            recent_blobs: Mutex::new(RecentBlobs {
+                noted: HashMap::new(),
+                prune_at: 4096,
+            }),
         };
         match store.meta(b"format")? {
             Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
@@ -316,7 +352,7 @@ impl Store {
     }
 
     fn put_inline(&self, hash: &Hash, data: &[u8]) -> Result<()> {
-        if self.has_blob(hash)? {
+        if self.keep_blob(hash)? {
             return self.check_writable();
         }
         let mut batch = WriteBatch::default();
@@ -348,7 +384,7 @@ impl Store {
             len = read_full(&mut reader, &mut buf)?;
         }
         let hash = Hash(*whole.finalize().as_bytes());
-        if !self.has_blob(&hash)? {
+        if !self.keep_blob(&hash)? {
             let mut batch = WriteBatch::default();
             batch.put_cf(self.cf(CF_BLOBS), hash.0, blob::encode_manifest(&manifest));
             self.write("put manifest", batch)?;
@@ -583,6 +619,19 @@ impl Store {
     }
 
     // ---- reading -------------------------------------------------------------------------
+
+    /// Whether the blob `hash` is stored, and if so keep it from the next gc: for a change about
+    /// to refer to content stored earlier (gc removes blobs no recorded change refers to).
+    /// A chunked blob's chunks are kept through it.
+    pub fn keep_blob(&self, hash: &Hash) -> Result<bool> {
+        // Noted before looking, so a gc either sees the note or has already deleted the blob
+        // (and we store it again).
+        self.recent_blobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(*hash);
+        self.has_blob(hash)
+    }
 
     pub fn has_blob(&self, hash: &Hash) -> Result<bool> {
         let cf = self.cf(CF_BLOBS);
@@ -941,24 +990,9 @@ impl Store {
                     == Some(&c.id)
         };
 
-        // Reference counts of every blob value, chunks counted through their manifests.
-        let mut refs: HashMap<Hash, u64> = HashMap::new();
-        let blob_and_chunks = |hash: &Hash| -> Result<Vec<Hash>> {
-            let mut hashes = vec![*hash];
-            if let Blob::Chunked(m) = self.blob(hash)? {
-                hashes.extend(m.chunks.iter().map(|(h, _)| *h));
-            }
-            Ok(hashes)
-        };
-        for c in &all {
-            for hash in content_hashes(c) {
-                for h in blob_and_chunks(&hash)? {
-                    *refs.entry(h).or_insert(0) += 1;
-                }
-            }
-        }
+        // Every blob's size, and the chunks of the chunked ones (only manifests are decoded).
         let mut sizes: HashMap<Hash, u64> = HashMap::new();
-        let mut unreferenced = Vec::new();
+        let mut chunks_of: HashMap<Hash, Vec<Hash>> = HashMap::new();
         for item in self.db.iterator_cf(self.cf(CF_BLOBS), IteratorMode::Start) {
             let (key, value) = item.map_err(|source| Error::Db {
                 context: "scan blobs",
@@ -967,11 +1001,33 @@ impl Store {
             let Ok(hash) = <[u8; 32]>::try_from(&key[..]).map(Hash) else {
                 continue;
             };
-            if !refs.contains_key(&hash) {
-                unreferenced.push(hash);
+            if let Some(m) = blob::manifest_of(&hash, &value)? {
+                chunks_of.insert(hash, m.chunks.into_iter().map(|(h, _)| h).collect());
             }
             sizes.insert(hash, value.len() as u64);
         }
+        let with_chunks = |hash: Hash| {
+            std::iter::once(hash).chain(chunks_of.get(&hash).into_iter().flatten().copied())
+        };
+
+        // Reference counts: from every change, and from write episodes still open (their
+        // content from before is stored, and their change is not recorded yet).
+        let mut refs: HashMap<Hash, u64> = HashMap::new();
+        let open: Vec<Hash> = self
+            .open_episodes()?
+            .into_iter()
+            .filter_map(|(_, e)| e.before.and_then(|b| b.hash))
+            .collect();
+        for hash in all.iter().flat_map(content_hashes).chain(open) {
+            for h in with_chunks(hash) {
+                *refs.entry(h).or_insert(0) += 1;
+            }
+        }
+        let mut unreferenced: Vec<Hash> = sizes
+            .keys()
+            .filter(|h| !refs.contains_key(h))
+            .copied()
+            .collect();
         let bytes_before: u64 = sizes.values().sum();
         let mut live: u64 = refs.keys().filter_map(|h| sizes.get(h)).sum();
 
@@ -984,7 +1040,7 @@ impl Store {
                 continue;
             }
             for hash in content_hashes(c) {
-                for h in blob_and_chunks(&hash)? {
+                for h in with_chunks(hash) {
                     let n = refs.get_mut(&h).expect("counted above");
                     *n -= 1;
                     if *n == 0 {
@@ -1000,12 +1056,19 @@ impl Store {
         for c in &doomed {
             self.delete_change(&mut batch, c);
         }
+        // Blobs stored or reused lately may belong to a change not recorded yet: keep them.
+        // The lock is held until the batch is written, so `keep_blob` either noted its hash
+        // in time or finds the blob gone (and it is stored again).
+        let recent = self.recent_blobs.lock().unwrap_or_else(|e| e.into_inner());
+        let kept: HashSet<Hash> = recent.in_flight().flat_map(with_chunks).collect();
+        unreferenced.retain(|h| !kept.contains(h));
         unreferenced.sort();
         unreferenced.dedup();
         for h in &unreferenced {
             batch.delete_cf(self.cf(CF_BLOBS), h.0);
         }
         self.write("gc", batch)?;
+        drop(recent);
         self.rebuild_sessions()?;
         self.db
             .compact_range_cf(self.cf(CF_BLOBS), None::<&[u8]>, None::<&[u8]>);

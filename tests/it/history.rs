@@ -533,6 +533,116 @@ fn gc_runs_while_mounted_under_both_limits() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+/// Retention set in the store's rewind.toml (or by mount flags) is applied by the daemon in
+/// the background; the newest change of every path stays and still undoes.
+#[test]
+fn retention_runs_in_the_background() {
+    let mut ws = Workspace::new();
+    // A bad setting fails the mount and says where.
+    fs::write(
+        ws.store().join("rewind.toml"),
+        "[retention]\nkeep = \"a week\"\n",
+    )
+    .unwrap();
+    let out = ws
+        .command(&["mount"])
+        .arg(ws.path())
+        .arg("--store")
+        .arg(ws.store())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rewind.toml") && err.contains("keep"), "{err}");
+    let bad_flag = ws
+        .command(&["mount", "--max-size", "lots"])
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    assert_eq!(bad_flag.status.code(), Some(2));
+
+    fs::write(
+        ws.store().join("rewind.toml"),
+        "[retention]\nkeep = \"3s\"\nevery = \"1s\"\n",
+    )
+    .unwrap();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "for i in 1 2 3; do echo \"v$i\" > a.txt; done; echo b > b.txt",
+    );
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    sh(&ws.path(), "echo v4 > a.txt");
+    let log = |ws: &Workspace| String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout).into_owned();
+    // Left: b.txt's only change, and a.txt's newest.
+    assert!(
+        crate::common::wait_for(10, || log(&ws).lines().count() == 2),
+        "{}",
+        log(&ws)
+    );
+    let left = log(&ws);
+    assert!(
+        left.contains("b.txt") && left.contains("modify   a.txt"),
+        "{left}"
+    );
+    let status = fs::read_to_string(ws.path().join(".rewind/status")).unwrap();
+    assert!(
+        status.contains("retention: keep 3s, applied every 1s"),
+        "{status}"
+    );
+    assert!(status.contains("last gc: "), "{status}");
+    let last = left
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    ok(&rw(&ws, &["undo", &last]));
+    assert_eq!(fs::read_to_string(ws.path().join("a.txt")).unwrap(), "v3\n");
+    ws.unmount();
+
+    // Flags override the file: a size limit, oldest removed first.
+    let version = |i: u32| -> String {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(u64::from(i) + 1) | 1;
+        (0..60_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    };
+    fs::write(
+        ws.store().join("rewind.toml"),
+        "[retention]\nevery = \"1s\"\n",
+    )
+    .unwrap();
+    ws.mount_with(&["--max-size", "100K"]);
+    for i in 0..6 {
+        fs::write(ws.path().join("big.txt"), version(i)).unwrap();
+    }
+    assert!(
+        crate::common::wait_for(10, || {
+            let l = log(&ws);
+            !l.contains("create   big.txt") && l.contains("modify   big.txt")
+        }),
+        "{}",
+        log(&ws)
+    );
+    let status = fs::read_to_string(ws.path().join(".rewind/status")).unwrap();
+    assert!(
+        status.contains("retention: max-size 100K, applied every 1s"),
+        "{status}"
+    );
+    assert_eq!(
+        ok(&rw(&ws, &["cat", "big.txt"])).stdout,
+        version(5).as_bytes()
+    );
+}
+
 #[test]
 fn events_can_be_polled() {
     let mut ws = Workspace::new();

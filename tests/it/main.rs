@@ -4,4 +4,5 @@ mod common;
 mod history;
 mod mount;
 mod record;
+mod service;
 mod store;

@@ -404,6 +404,9 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
     modify(&store, "b", 20, b"b0", b"b1"); // 2: old, but the newest of b: kept
     modify(&store, "a", 30, b"a1", b"a2"); // 3: old, superseded by 4
     modify(&store, "a", 100, b"a2", b"a3"); // 4: new
+    // As `rewind gc` on an unmounted workspace: a store just opened has no content in flight.
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
     let report = store
         .gc(&GcPolicy {
             older_than_ns: Some(50),
@@ -462,6 +465,8 @@ fn gc_by_size_removes_oldest_history_first() {
     }
     let before = store.stats().unwrap().blob_bytes;
     assert!(before > 10 * 65536);
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
     let report = store
         .gc(&GcPolicy {
             older_than_ns: None,
@@ -482,6 +487,64 @@ fn gc_by_size_removes_oldest_history_first() {
     for c in store.query(&Query::default()).unwrap() {
         store.read_blob(&c.before.unwrap().hash.unwrap()).unwrap();
     }
+}
+
+/// Content stored for a change that is not recorded yet (the recorder stores blobs first), or
+/// held by a write episode still open, survives a gc that runs in between; content that no
+/// change came to use is swept by a later gc of a store with nothing in flight.
+#[test]
+fn gc_keeps_content_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    modify(&store, "a", 1, b"a0", b"a1");
+    let everything = GcPolicy {
+        older_than_ns: Some(u64::MAX),
+        max_bytes: Some(0),
+    };
+    // Stored, then a gc, then the change that uses it.
+    let pending = store.put_blob(b"about to be recorded").unwrap();
+    let big: Vec<u8> = (0..CHUNK * 2 + 7).map(|i| (i * 31 % 251) as u8).collect();
+    let big_hash = store.put_blob(&big).unwrap();
+    let orphan = store.put_blob(b"never used").unwrap();
+    store.gc(&everything).unwrap();
+    assert!(store.has_blob(&pending).unwrap());
+    assert_eq!(store.read_blob(&big_hash).unwrap(), big);
+    let mut c = change("a", 2, "s1", "claude");
+    c.before = Some(file(b"a1", Hash::of(b"a1")));
+    c.after = Some(file(b"about to be recorded", pending));
+    store.record(c).unwrap();
+    let mut c = change("big", 3, "s1", "claude");
+    c.after = Some(FileState {
+        size: big.len() as u64,
+        ..file(&big, big_hash)
+    });
+    store.record(c).unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    store.gc(&everything).unwrap();
+    assert_eq!(store.read_blob(&pending).unwrap(), b"about to be recorded");
+    assert_eq!(store.read_blob(&big_hash).unwrap(), big);
+    assert!(!store.has_blob(&orphan).unwrap(), "unused content is swept");
+
+    // A write episode's content from before, stored when the file was opened for writing.
+    let held = store.put_blob(b"open for writing").unwrap();
+    store
+        .put_open_episode(
+            b"held",
+            &rewind::store::OpenEpisode {
+                before: Some(file(b"open for writing", held)),
+                time_ns: 4,
+                session: "s1".into(),
+                agent: "claude".into(),
+                pid: 1,
+                process: "test".into(),
+            },
+        )
+        .unwrap();
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    store.gc(&everything).unwrap();
+    assert!(store.has_blob(&held).unwrap());
 }
 
 /// A store on a tiny filesystem: when it fills, writes fail with a typed error that maps to

@@ -1,0 +1,495 @@
+//! The systemd units in systemd/: verified with `systemd-analyze verify`, and their command lines
+//! run the way systemd runs them (as the unit's user, with its capabilities, with a
+//! NOTIFY_SOCKET), since these machines have no systemd to start them. Also: several workspaces
+//! mounted at once, and rewind as a real non-root user.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::{REWIND, is_mounted, wait_for};
+
+const NOBODY: u32 = 65534;
+
+fn unit(which: &str) -> String {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("systemd/{which}/rewind@.service"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The values of `key` in `section` (comments and other sections skipped).
+fn directive(unit: &str, section: &str, key: &str) -> Vec<String> {
+    let mut current = "";
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            current = line;
+            continue;
+        }
+        if current == format!("[{section}]")
+            && let Some((k, v)) = line.split_once('=')
+            && k.trim() == key
+        {
+            out.push(v.trim().to_string());
+        }
+    }
+    out
+}
+
+fn systemd_analyze() -> bool {
+    Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn units_pass_systemd_verify_and_keep_the_mount_visible() {
+    for which in ["user", "system"] {
+        let text = unit(which);
+        assert_eq!(directive(&text, "Service", "Type"), ["notify"], "{which}");
+        assert_eq!(
+            directive(&text, "Service", "Restart"),
+            ["on-failure"],
+            "{which}"
+        );
+        let exec = directive(&text, "Service", "ExecStart");
+        assert_eq!(exec.len(), 1);
+        assert!(
+            exec[0].ends_with("rewind mount --foreground %f"),
+            "{which}: {exec:?}"
+        );
+        // Nothing that gives the service its own mount namespace or stops setuid fusermount3.
+        for key in [
+            "PrivateTmp",
+            "PrivateMounts",
+            "PrivateDevices",
+            "ProtectSystem",
+            "ProtectHome",
+            "ReadOnlyPaths",
+            "InaccessiblePaths",
+            "TemporaryFileSystem",
+            "BindPaths",
+            "RootDirectory",
+            "MountFlags",
+            "NoNewPrivileges",
+        ] {
+            assert!(
+                directive(&text, "Service", key).is_empty(),
+                "{which} unit sets {key}"
+            );
+        }
+    }
+    if !systemd_analyze() {
+        eprintln!("systemd-analyze is not installed: unit verification not run");
+        return;
+    }
+    for which in ["user", "system"] {
+        let dir = tempfile::tempdir().unwrap();
+        // verify checks that the programs exist: point the units at this build.
+        let text = unit(which)
+            .replace("%h/.local/bin/rewind", REWIND)
+            .replace("/usr/local/bin/rewind", REWIND);
+        std::fs::write(dir.path().join("rewind@.service"), text).unwrap();
+        let runtime = dir.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        let mut cmd = Command::new("systemd-analyze");
+        if which == "user" {
+            cmd.arg("--user").env("XDG_RUNTIME_DIR", &runtime);
+        }
+        let out = cmd
+            .args(["verify", "--man=no"])
+            .arg(dir.path().join("rewind@home-alice-project.service"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.trim().is_empty(),
+            "{which} unit: systemd-analyze verify says:\n{stderr}"
+        );
+    }
+}
+
+/// A tree a non-root user can use: the rewind binary, a home, and a workspace, all theirs.
+struct UserTree {
+    root: tempfile::TempDir,
+}
+
+impl UserTree {
+    fn new() -> UserTree {
+        let fuse = std::fs::metadata("/dev/fuse").expect("/dev/fuse");
+        assert_eq!(
+            fuse.permissions().mode() & 0o666,
+            0o666,
+            "/dev/fuse must be usable by every user (crw-rw-rw-, as Debian's udev rule makes \
+             it); scripts/setup fixes it"
+        );
+        let root = tempfile::Builder::new()
+            .prefix("rewind-user-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for sub in ["bin", "home", "ws", "notify"] {
+            std::fs::create_dir(root.path().join(sub)).unwrap();
+        }
+        for sub in ["home", "ws", "notify"] {
+            std::os::unix::fs::chown(root.path().join(sub), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        // The build lives under root's home, which other users cannot enter.
+        let bin = root.path().join("bin/rewind");
+        if std::fs::hard_link(REWIND, &bin).is_err() {
+            std::fs::copy(REWIND, &bin).unwrap();
+        }
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        UserTree { root }
+    }
+
+    fn path(&self, sub: &str) -> PathBuf {
+        self.root.path().join(sub)
+    }
+
+    /// `argv` as user nobody, as systemd starts a unit's command (`User=`, its HOME, and with
+    /// `cap_sys_admin` the unit's `AmbientCapabilities=CAP_SYS_ADMIN`).
+    fn as_user(&self, cap_sys_admin: bool, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .arg("--clear-groups");
+        if cap_sys_admin {
+            cmd.args(["--inh-caps=+sys_admin", "--ambient-caps=+sys_admin"]);
+        }
+        cmd.arg("--")
+            .args(argv)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", self.path("home"))
+            .env("USER", "nobody")
+            .current_dir(self.root.path());
+        cmd
+    }
+
+    /// A shell script as nobody, in the workspace.
+    fn sh(&self, script: &str) -> String {
+        // Entered as nobody: root is not let into a user's mount.
+        let script = format!("cd {}\n{script}", self.path("ws").display());
+        let out = self
+            .as_user(false, &["bash", "-ec", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "script failed:\n{script}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `rewind ARGS` as nobody.
+    fn rewind(&self, args: &[&str]) -> String {
+        let bin = self.path("bin/rewind");
+        let mut argv = vec![bin.to_str().unwrap()];
+        argv.extend(args);
+        let out = self.as_user(false, &argv).output().unwrap();
+        assert!(
+            out.status.success(),
+            "rewind {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for UserTree {
+    fn drop(&mut self) {
+        let ws = self.path("ws");
+        if is_mounted(&ws) {
+            let _ = Command::new("umount").arg("-l").arg(&ws).status();
+        }
+    }
+}
+
+/// A unit's main process, started with a NOTIFY_SOCKET we read, killed on drop.
+struct Service {
+    child: Child,
+    notify: UnixDatagram,
+}
+
+impl Service {
+    fn start(mut cmd: Command, socket: &Path) -> Service {
+        let _ = std::fs::remove_file(socket);
+        let notify = UnixDatagram::bind(socket).unwrap();
+        // The service runs as another user: let it send.
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let child = cmd
+            .env("NOTIFY_SOCKET", socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Service { child, notify }
+    }
+
+    /// The next notification that has `field`, e.g. `READY=1`; panics after 30 s.
+    fn expect(&mut self, field: &str) -> String {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match self.notify.recv(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = self.child.kill();
+                    let out = std::mem::replace(&mut self.child, dummy()).wait_with_output();
+                    panic!(
+                        "no {field} from the service ({e}); its stderr:\n{}",
+                        out.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                            .unwrap_or_default()
+                    );
+                }
+            };
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if msg.lines().any(|l| l == field) {
+                return msg;
+            }
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+fn dummy() -> Child {
+    Command::new("true").spawn().unwrap()
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A unit's ExecStart, as argv with the specifiers systemd would fill in.
+fn exec_start(unit: &str, workspace: &Path, home: &Path) -> Vec<String> {
+    let line = directive(unit, "Service", "ExecStart").remove(0);
+    line.split_whitespace()
+        .map(|w| {
+            w.replace("%h", home.to_str().unwrap())
+                .replace("%f", workspace.to_str().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_user_unit_runs_as_a_plain_user_and_recovers_from_a_crash() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    tree.sh("echo first > kept.txt");
+    // The unit runs %h/.local/bin/rewind: put this build there.
+    let home_bin = tree.path("home/.local/bin");
+    std::fs::create_dir_all(&home_bin).unwrap();
+    std::fs::hard_link(tree.path("bin/rewind"), home_bin.join("rewind"))
+        .or_else(|_| std::fs::copy(tree.path("bin/rewind"), home_bin.join("rewind")).map(|_| ()))
+        .unwrap();
+    std::os::unix::fs::chown(tree.path("home/.local"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let argv = exec_start(&unit("user"), &ws, &tree.path("home"));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let socket = tree.path("notify/sock");
+
+    let mut service = Service::start(tree.as_user(false, &argv), &socket);
+    let ready = service.expect("READY=1");
+    assert!(ready.contains("STATUS=recording"), "{ready}");
+    assert!(is_mounted(&ws));
+    tree.sh("echo second >> kept.txt && sed -i s/first/one/ kept.txt && mkdir d && echo x > d/new");
+    let status = tree.rewind(&["-C", ws.to_str().unwrap(), "status"]);
+    assert!(status.contains("state: mounted"), "{status}");
+    assert!(status.contains("data path: writeback cache"), "{status}");
+
+    // systemctl stop: SIGTERM, then the process must unmount and exit 0.
+    service.signal(libc::SIGTERM);
+    service.expect("STOPPING=1");
+    assert!(service.wait().success());
+    assert!(!is_mounted(&ws));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("kept.txt")).unwrap(),
+        "one\nsecond\n"
+    );
+
+    // A crash, then the restart Restart=on-failure makes: the dead mount is cleared and the
+    // history goes on from where it was.
+    let mut service = Service::start(tree.as_user(false, &argv), &socket);
+    service.expect("READY=1");
+    tree.sh("echo third >> kept.txt");
+    service.signal(libc::SIGKILL);
+    assert!(!service.wait().success());
+    let stale = tree.rewind(&["-C", ws.to_str().unwrap(), "status"]);
+    assert!(stale.contains("stale"), "{stale}");
+    let mut service = Service::start(tree.as_user(false, &argv), &socket);
+    service.expect("READY=1");
+    let log = tree.rewind(&["-C", ws.to_str().unwrap(), "log", "kept.txt"]);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert_eq!(tree.sh("cat kept.txt"), "one\nsecond\nthird\n");
+    let old = tree.rewind(&["-C", ws.to_str().unwrap(), "cat", "kept.txt", "--at", "0"]);
+    assert_eq!(old, "first\n");
+    service.signal(libc::SIGTERM);
+    assert!(service.wait().success());
+    assert!(!is_mounted(&ws));
+}
+
+#[test]
+fn the_system_unit_runs_as_its_user_with_passthrough() {
+    let unit = unit("system");
+    assert_eq!(
+        directive(&unit, "Service", "AmbientCapabilities"),
+        ["CAP_SYS_ADMIN"]
+    );
+    // Its guard refuses root (%U is the unit's User=, 0 when none is set) and lets a user by.
+    let pre = directive(&unit, "Service", "ExecStartPre").remove(0);
+    let script = pre
+        .strip_prefix("/bin/sh -c '")
+        .and_then(|s| s.strip_suffix('\''))
+        .expect("ExecStartPre=/bin/sh -c '...'");
+    let guard = |uid: &str| {
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(
+                script
+                    .replace("%U", uid)
+                    .replace("%i", "home-alice-project"),
+            )
+            .output()
+            .unwrap()
+    };
+    let as_root = guard("0");
+    assert!(!as_root.status.success());
+    assert!(String::from_utf8_lossy(&as_root.stderr).contains("set User="));
+    assert!(guard("1000").status.success());
+
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let mut argv = exec_start(&unit, &ws, Path::new("/nonexistent"));
+    assert_eq!(argv[0], "/usr/local/bin/rewind");
+    argv[0] = tree.path("bin/rewind").to_str().unwrap().to_string();
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut service = Service::start(tree.as_user(true, &argv), &tree.path("notify/sock"));
+    service.expect("READY=1");
+    tree.sh("head -c 3000000 /dev/urandom > big && echo hi > small && sed -i s/hi/ho/ small");
+    let status = tree.rewind(&["-C", ws.to_str().unwrap(), "status"]);
+    assert!(status.contains("data path: passthrough"), "{status}");
+    // The history is the user's: in their home, owned by them.
+    let data = tree.path("home/.local/share/rewind");
+    let store = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap() != "mounts")
+        .expect("a store under the user's home");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&store).unwrap().uid(), NOBODY);
+    assert!(wait_for(10, || {
+        tree.rewind(&["-C", ws.to_str().unwrap(), "log"])
+            .lines()
+            .count()
+            == 3
+    }));
+    service.signal(libc::SIGTERM);
+    service.expect("STOPPING=1");
+    assert!(service.wait().success());
+    assert!(!is_mounted(&ws));
+}
+
+#[test]
+fn several_workspaces_each_have_their_own_store_and_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let rewind = |args: &[&str]| {
+        let out = Command::new(REWIND)
+            .args(args)
+            .current_dir(dir.path())
+            .env("XDG_DATA_HOME", &data)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    struct Unmount(Vec<PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for ws in &self.0 {
+                if is_mounted(ws) {
+                    let _ = Command::new("umount").arg("-l").arg(ws).status();
+                }
+            }
+        }
+    }
+    let names = ["alpha", "beta", "gamma"];
+    let spaces: Vec<PathBuf> = names.iter().map(|n| dir.path().join(n)).collect();
+    let _guard = Unmount(spaces.clone());
+    let mut pids = Vec::new();
+    for ws in &spaces {
+        std::fs::create_dir(ws).unwrap();
+        let (ok, out) = rewind(&["mount", ws.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        pids.push(
+            out.rsplit("daemon pid ")
+                .next()
+                .unwrap()
+                .trim_end_matches([')', '\n'])
+                .to_string(),
+        );
+    }
+    pids.sort();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "one daemon each: {pids:?}");
+    for (ws, name) in spaces.iter().zip(names) {
+        std::fs::write(ws.join(format!("{name}.txt")), name).unwrap();
+    }
+    for (ws, name) in spaces.iter().zip(names) {
+        assert!(wait_for(10, || {
+            let (_, log) = rewind(&["-C", ws.to_str().unwrap(), "log"]);
+            log.lines().count() == 1 && log.contains(&format!("{name}.txt"))
+        }));
+        let (_, status) = rewind(&["-C", ws.to_str().unwrap(), "status"]);
+        let store = status
+            .lines()
+            .find_map(|l| l.strip_prefix("store: "))
+            .unwrap()
+            .to_string();
+        assert!(
+            store.contains(name) && store.starts_with(data.to_str().unwrap()),
+            "{store}"
+        );
+    }
+    // Outside any workspace, status lists them all.
+    let (_, all) = rewind(&["status"]);
+    for ws in &spaces {
+        let line = all
+            .lines()
+            .find(|l| l.starts_with(ws.to_str().unwrap()))
+            .unwrap_or_else(|| panic!("{} missing from:\n{all}", ws.display()));
+        assert!(line.contains("  mounted"), "{line}");
+    }
+    for ws in &spaces[..2] {
+        assert!(rewind(&["unmount", ws.to_str().unwrap()]).0);
+    }
+    let (_, all) = rewind(&["status"]);
+    assert_eq!(all.matches("not mounted").count(), 2, "{all}");
+    assert_eq!(all.matches("  mounted").count(), 1, "{all}");
+    assert!(rewind(&["unmount", spaces[2].to_str().unwrap()]).0);
+}
