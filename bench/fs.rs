@@ -35,6 +35,10 @@ fn sh(dir: &Path, script: &str) {
     assert!(ok, "failed in {}: {script}", dir.display());
 }
 
+/// Start each run from the same state. On these VMs, creating and deleting thousands of files
+/// makes later creates in the same filesystem much slower until the caches are dropped (a
+/// native untar of W1's tree went from 0.25 s to 7 s over a few rounds), which swamped every
+/// comparison before this was done before each run of every target.
 fn drop_caches() {
     let _ = Command::new("sync").status();
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
@@ -259,11 +263,23 @@ fn main() {
         eprintln!("running on {} ...", t.name);
         let mut r = Vec::new();
         if want("W1") {
-            let v = median((0..runs).map(|_| w1(&t.dir, &tar).as_secs_f64()).collect());
+            let v = median(
+                (0..runs)
+                    .map(|_| {
+                        drop_caches();
+                        w1(&t.dir, &tar).as_secs_f64()
+                    })
+                    .collect(),
+            );
             r.push((format!("W1 agent workload ({files} files), s"), v));
         }
         if want("W2") {
-            let res: Vec<_> = (0..runs).map(|_| w2(&t.dir, edits)).collect();
+            let res: Vec<_> = (0..runs)
+                .map(|_| {
+                    drop_caches();
+                    w2(&t.dir, edits)
+                })
+                .collect();
             r.push((
                 format!("W2 {edits} edits total, s"),
                 median(res.iter().map(|x| x.0.as_secs_f64()).collect()),
@@ -280,7 +296,10 @@ fn main() {
         if want("W3") {
             let v = median(
                 (0..runs)
-                    .map(|_| w3(&t.dir, empties).as_secs_f64())
+                    .map(|_| {
+                        drop_caches();
+                        w3(&t.dir, empties).as_secs_f64()
+                    })
                     .collect(),
             );
             r.push((format!("W3 create/stat/unlink {empties}, s"), v));

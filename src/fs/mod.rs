@@ -1082,6 +1082,15 @@ impl Filesystem for RewindFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.do_lookup(parent, name) {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            // A negative entry (inode 0): the kernel remembers that the name does not exist.
+            // The mount is the only writer underneath, and whatever later creates the name goes
+            // through the kernel, which drops the entry. Not in `.rewind/`, whose names appear
+            // on their own (a new checkpoint under `at/`).
+            Err(Errno::ENOENT) if !control::Control::is_virtual(parent.0) => {
+                // SAFETY: an all-zero stat is a valid value.
+                let none = attr(0, &unsafe { std::mem::zeroed() });
+                reply.entry(&TTL, &none, Generation(0));
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1368,16 +1377,9 @@ impl Filesystem for RewindFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
+    // No `flush`: fuser answers ENOSYS, and the kernel then stops sending FLUSH at all, saving
+    // a round trip on every close(). There is nothing to do at flush: the writeback cache writes
+    // dirty pages before asking, locks are the kernel's own, and recording waits for RELEASE.
 
     fn release(
         &self,

@@ -684,8 +684,17 @@ impl Recorder {
         if st.st_mode & 0o7777 == mode & 0o7777 || !self.records(path, is_dir) {
             return Ok(None);
         }
+        // A new file whose creation is not recorded yet (still open, or held back): its create
+        // will carry the mode it has by then. `tar` and `cp` set the mode of every file they
+        // make; that is part of making it, not a change of its own.
+        let key = key_of(st);
+        let new_file = lock(&self.pending).get(path).is_some_and(|p| p.key == key)
+            || lock(&self.episodes).get(&key).is_some_and(|ep| ep.created);
+        if new_file {
+            return Ok(None);
+        }
         self.flush_pending(path)?;
-        self.cut_episode(key_of(st), path)?;
+        self.cut_episode(key, path)?;
         let who = self.who.who(pid);
         let before = self.capture(path, st)?;
         let after = FileState {

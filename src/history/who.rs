@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Who made a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,7 +37,14 @@ pub struct Attributor {
     /// Threads of this daemon carrying out a rollback, and its session.
     restorers: Mutex<HashMap<u32, String>>,
     cache: Mutex<HashMap<ProcKey, (String, String)>>,
+    /// Who each pid was found to be a moment ago, so that a burst of changes by one process
+    /// (`rm -rf`, `tar x`) reads /proc once rather than once a change. Within [`RECENT`] a pid
+    /// cannot be reused (pids are handed out in a cycle through pid_max) and its answer stands;
+    /// only a rename by exec in that instant would show a moment late.
+    recent: Mutex<HashMap<u32, (Instant, Who)>>,
 }
+
+const RECENT: Duration = Duration::from_millis(20);
 
 /// What `/proc/PID/stat` says of a process: its parent, its start time and its name.
 fn stat_full(pid: u32) -> Option<(u32, u64, String)> {
@@ -93,6 +101,7 @@ impl Attributor {
             registrations: Mutex::new(HashMap::new()),
             restorers: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -108,6 +117,7 @@ impl Attributor {
         self.lock_registrations()
             .insert(key, Registration { session, agent });
         self.lock_cache().clear();
+        self.lock_recent().clear();
         true
     }
 
@@ -120,6 +130,7 @@ impl Attributor {
             if let Some(r) = regs.remove(&(cur, start)) {
                 drop(regs);
                 self.lock_cache().clear();
+                self.lock_recent().clear();
                 return Some(r.session);
             }
             if cur <= 1 {
@@ -162,6 +173,22 @@ impl Attributor {
                 restore: true,
             };
         }
+        if let Some((at, who)) = self.lock_recent().get(&pid)
+            && at.elapsed() < RECENT
+        {
+            return who.clone();
+        }
+        let who = self.look_up(pid);
+        let mut recent = self.lock_recent();
+        if recent.len() >= 1024 {
+            recent.retain(|_, (at, _)| at.elapsed() < RECENT);
+        }
+        recent.insert(pid, (Instant::now(), who.clone()));
+        who
+    }
+
+    /// Who `pid` is, from /proc and the registrations.
+    fn look_up(&self, pid: u32) -> Who {
         // One read of /proc/PID/stat gives the name and the start time that keys the cache.
         let (process, key) = match stat_full(pid) {
             Some((_, start, name)) => (name, Some((pid, start))),
@@ -229,6 +256,10 @@ impl Attributor {
 
     fn lock_registrations(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, Registration>> {
         self.registrations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_recent(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (Instant, Who)>> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, (String, String)>> {

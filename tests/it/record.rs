@@ -60,6 +60,30 @@ fn content(store: &Store, state: &Value) -> Option<Vec<u8>> {
     Some(store.read_blob(&hash).unwrap())
 }
 
+/// Unpacking an archive is one create per file, with the mode the archive gave it: the
+/// chmod `tar` does on each file it makes is part of making it.
+#[test]
+fn untar_records_one_create_per_file_with_its_mode() {
+    let mut ws = Workspace::new();
+    sh(
+        &ws.plain(),
+        "mkdir src && echo '#!/bin/sh' > src/run.sh && chmod 755 src/run.sh \
+         && echo secret > src/key && chmod 600 src/key && tar cf ../src.tar -C src .",
+    );
+    ws.mount();
+    sh(&ws.path(), "tar xf ../src.tar");
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let changes = log(&ws);
+    assert_eq!(summary(&changes), ["create key", "create run.sh"]);
+    let mode = |c: &Value| c["after"]["mode"].as_str().unwrap().to_string();
+    assert_eq!(mode(&changes[0]), "600");
+    assert_eq!(mode(&changes[1]), "755");
+    // A file that already was recorded still gets its chmod.
+    sh(&ws.path(), "chmod 700 run.sh");
+    let changes = log(&ws);
+    assert_eq!(summary(&changes).last().unwrap(), "chmod run.sh");
+}
+
 #[test]
 fn every_kind_of_change_is_recorded_with_its_content() {
     let mut ws = Workspace::new();
