@@ -53,6 +53,9 @@ pub use state::MountState;
 
 type Result<T> = std::result::Result<T, Errno>;
 
+/// The extended attribute holding file capabilities.
+const CAPS_XATTR: &[u8] = b"security.capability";
+
 /// How long the kernel may cache entries and attributes. The mount is the only writer of the
 /// directory underneath, so the kernel's view only goes stale through us, and we tell it.
 const TTL: Duration = Duration::from_secs(24 * 3600);
@@ -105,6 +108,10 @@ pub struct RewindFs {
     started: SystemTime,
     /// Per FUSE inode, the backing id shared by its open handles.
     backing_ids: Mutex<HashMap<u64, Weak<BackingId>>>,
+    /// Inodes known to have no `security.capability`: the kernel asks for it before the first
+    /// write after every open, chown and chmod (see `getxattr`), and this answers without
+    /// touching the disk.
+    no_caps: Mutex<std::collections::HashSet<u64>>,
     /// Set in `init` when the kernel agreed to passthrough.
     passthrough: AtomicBool,
     /// Whether to ask for passthrough at all (needs CAP_SYS_ADMIN).
@@ -226,12 +233,35 @@ impl RewindFs {
             ctl_files: HandleTable::starting_at(control::BASE),
             started: SystemTime::now(),
             backing_ids: Mutex::new(HashMap::new()),
+            no_caps: Mutex::new(std::collections::HashSet::new()),
             passthrough: AtomicBool::new(false),
             want_passthrough,
             // SAFETY: geteuid cannot fail.
             euid: unsafe { libc::geteuid() },
             on_ready: Mutex::new(None),
         })
+    }
+
+    fn has_no_caps(&self, ino: u64) -> bool {
+        self.no_caps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ino)
+    }
+
+    fn note_no_caps(&self, ino: u64) {
+        let mut known = self.no_caps.lock().unwrap_or_else(|e| e.into_inner());
+        if known.len() >= 1 << 20 {
+            known.clear();
+        }
+        known.insert(ino);
+    }
+
+    fn forget_no_caps(&self, ino: u64) {
+        self.no_caps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
     }
 
     /// Run `f` (with whether passthrough is on) once the mount answers requests.
@@ -1096,6 +1126,8 @@ impl Filesystem for RewindFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // Inode numbers are reused: what we knew of this one may not hold for the next.
+        self.forget_no_caps(ino.0);
         self.inodes().forget(ino.0, nlookup);
     }
 
@@ -1307,6 +1339,8 @@ impl Filesystem for RewindFs {
                     .map_err(record_errno)?;
             }
             let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+            // A new file has no capabilities.
+            self.note_no_caps(ino);
             let (fh, id) = self.finish_open(ino, file, episode, |f| reply.open_backing(f))?;
             Ok((attr(ino, &st), fh, id))
         })();
@@ -1587,6 +1621,9 @@ impl Filesystem for RewindFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if name.as_bytes() == CAPS_XATTR {
+            self.forget_no_caps(ino.0);
+        }
         let result = self
             .xattr_path(ino)
             .and_then(|p| self.backing.setxattr(&p, name, value, flags).map_err(errno));
@@ -1597,12 +1634,22 @@ impl Filesystem for RewindFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // The kernel asks for `security.capability` before writing to a file whose privileges
+        // it has not checked since it was opened, chowned or chmodded (once per inode with
+        // HANDLE_KILLPRIV_V2, which sets SB_NOSEC). Answer from memory when we know.
+        let caps = name.as_bytes() == CAPS_XATTR;
+        if caps && self.has_no_caps(ino.0) {
+            return reply.error(Errno::NO_XATTR);
+        }
         tracing::debug!(name = %name.to_string_lossy(), "getxattr");
         let result = self.xattr_path(ino).and_then(|p| {
             self.backing
                 .getxattr(&p, name, size as usize)
                 .map_err(errno)
         });
+        if caps && matches!(result, Err(Errno::NO_XATTR)) {
+            self.note_no_caps(ino.0);
+        }
         match result {
             Ok(Xattr::Size(n)) => reply.size(n),
             Ok(Xattr::Data(data)) => reply.data(&data),
@@ -1629,6 +1676,9 @@ impl Filesystem for RewindFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if name.as_bytes() == CAPS_XATTR {
+            self.forget_no_caps(ino.0);
+        }
         let result = self
             .xattr_path(ino)
             .and_then(|p| self.backing.removexattr(&p, name).map_err(errno));

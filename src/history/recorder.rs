@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader};
+use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -129,7 +129,8 @@ pub struct Recorder {
     /// of the file with its bookkeeping, never interleave.
     stripes: Vec<Mutex<()>>,
     /// The last captured state of each backing file, valid while its `Sig` is unchanged.
-    known: Mutex<HashMap<Key, (Sig, FileState)>>,
+    /// With each entry, the store's sweep count when its content was known to be stored.
+    known: Mutex<HashMap<Key, (Sig, FileState, u64)>>,
     subscribers: Mutex<Vec<Sender<Arc<Change>>>>,
 }
 
@@ -254,21 +255,20 @@ impl Recorder {
                 let sig = Sig::of(st);
                 let cached = lock(&self.known)
                     .get(&key)
-                    .filter(|(s, _)| use_cache && *s == sig)
-                    .map(|(_, state)| state.clone());
+                    .filter(|(s, ..)| use_cache && *s == sig)
+                    .map(|(_, state, sweeps)| (state.clone(), *sweeps));
                 // Reusing stored content: keep it from a gc running meanwhile (if one already
                 // removed it, read the file again).
-                if let Some(state) = cached
+                if let Some((state, sweeps)) = cached
                     && state
                         .hash
-                        .is_none_or(|h| self.store.keep_blob(&h).unwrap_or(false))
+                        .is_none_or(|h| self.store.keep_blob_since(&h, sweeps).unwrap_or(false))
                 {
                     return Ok(FileState { mode, ..state });
                 }
+                let sweeps = self.store.sweeps();
                 let file = self.source.open_read(path).map_err(io_err)?;
-                let (hash, size) = self
-                    .store
-                    .put_blob_reader(BufReader::with_capacity(1 << 16, file))?;
+                let (hash, size) = self.store.put_blob_reader(file)?;
                 let state = FileState {
                     kind: FileKind::File,
                     size,
@@ -279,7 +279,7 @@ impl Recorder {
                 if known.len() > 100_000 {
                     known.clear();
                 }
-                known.insert(key, (sig, state.clone()));
+                known.insert(key, (sig, state.clone(), sweeps));
                 Ok(state)
             }
             FileKind::Symlink => {
@@ -887,7 +887,7 @@ impl Recorder {
         // Only timestamps changed. With no write episode open the content cannot have changed
         // either (every write needs one), so the last capture stays valid under the new stat;
         // `tar` and `cp -p` set times right after writing, and would otherwise force a re-read.
-        if let Some((sig, state)) = lock(&self.known).get_mut(&key)
+        if let Some((sig, state, _)) = lock(&self.known).get_mut(&key)
             && sig.size == st.st_size
             && state.kind == FileKind::File
         {

@@ -32,8 +32,21 @@ pub enum Blob {
 }
 
 pub fn encode_inline(data: &[u8]) -> Vec<u8> {
-    let mut out = vec![BLOB_VERSION, INLINE];
-    let compressed = zstd::bulk::compress(data, LEVEL).expect("zstd compresses into memory");
+    thread_local! {
+        // A compression context is costly to set up (more than compressing a small file):
+        // each thread keeps one.
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let compressed = COMPRESSOR.with_borrow_mut(|c| {
+        let c = match c {
+            Some(c) => c,
+            None => c.insert(zstd::bulk::Compressor::new(LEVEL).expect("zstd level 3 is valid")),
+        };
+        c.compress(data).expect("zstd compresses into memory")
+    });
+    let mut out = Vec::with_capacity(2 + compressed.len());
+    out.extend_from_slice(&[BLOB_VERSION, INLINE]);
     out.extend_from_slice(&compressed);
     out
 }

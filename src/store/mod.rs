@@ -32,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rocksdb::{
@@ -172,6 +173,8 @@ pub struct Store {
     /// Blobs stored or reused lately: a change about to be recorded may refer to them, so gc
     /// must not sweep them even when no recorded change does yet.
     recent_blobs: Mutex<RecentBlobs>,
+    /// How many gcs have deleted blobs: content known to be stored before the last one still is.
+    sweeps: AtomicU64,
 }
 
 /// How long content stored or reused stays safe from gc without a recorded change using it.
@@ -269,6 +272,7 @@ impl Store {
             writer: Mutex::new(0),
             secondary: None,
             sessions_cache: Mutex::new(HashMap::new()),
+            sweeps: AtomicU64::new(0),
             recent_blobs: Mutex::new(RecentBlobs {
                 noted: HashMap::new(),
                 prune_at: 4096,
@@ -361,11 +365,19 @@ impl Store {
     }
 
     /// Store everything `reader` yields, one chunk in memory at a time. Returns hash and size.
-    pub fn put_blob_reader(&self, mut reader: impl Read) -> Result<(Hash, u64)> {
-        let mut buf = vec![0u8; CHUNK];
-        let first = read_full(&mut reader, &mut buf)?;
+    pub fn put_blob_reader(&self, reader: impl Read) -> Result<(Hash, u64)> {
+        // Most content is small: read it into a buffer of its own size, not a chunk's.
+        let mut reader = reader;
+        let mut buf = Vec::new();
+        let first = (&mut reader)
+            .take(CHUNK as u64)
+            .read_to_end(&mut buf)
+            .map_err(|source| Error::Io {
+                path: PathBuf::from("<content being stored>"),
+                source,
+            })?;
         if first < CHUNK {
-            let hash = self.put_blob(&buf[..first])?;
+            let hash = self.put_blob(&buf)?;
             return Ok((hash, first as u64));
         }
         let mut whole = blake3::Hasher::new();
@@ -631,6 +643,25 @@ impl Store {
             .unwrap_or_else(|e| e.into_inner())
             .note(*hash);
         self.has_blob(hash)
+    }
+
+    /// [`keep_blob`](Store::keep_blob) for content known to be stored when
+    /// [`sweeps`](Store::sweeps) was `sweeps`: unless a gc has deleted blobs since, it still is,
+    /// and there is nothing to look up.
+    pub fn keep_blob_since(&self, hash: &Hash, sweeps: u64) -> Result<bool> {
+        self.recent_blobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .note(*hash);
+        if self.sweeps() == sweeps {
+            return Ok(true);
+        }
+        self.has_blob(hash)
+    }
+
+    /// How many gcs so far have deleted blobs.
+    pub fn sweeps(&self) -> u64 {
+        self.sweeps.load(Ordering::SeqCst)
     }
 
     pub fn has_blob(&self, hash: &Hash) -> Result<bool> {
@@ -1068,6 +1099,10 @@ impl Store {
             batch.delete_cf(self.cf(CF_BLOBS), h.0);
         }
         self.write("gc", batch)?;
+        if !unreferenced.is_empty() {
+            // Before the note table is unlocked: a capture that notes after this sees it.
+            self.sweeps.fetch_add(1, Ordering::SeqCst);
+        }
         drop(recent);
         self.rebuild_sessions()?;
         self.db
