@@ -8,7 +8,8 @@
 //! - W3 create, stat and unlink 20,000 empty files.
 //! - W4 sequential write, then read (page cache dropped), of 1 GiB.
 //!
-//! `cargo bench --bench fs [-- --quick] [-- --only W1,W2]`. Needs root (drop_caches, mounts).
+//! `cargo bench --bench fs [-- --quick] [--only W1,W2] [--runs N]` (median of N runs, default 3,
+//! interleaved across targets). Needs root (drop_caches, mounts).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -227,7 +228,11 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .map(|i| args[i + 1].clone());
-    let runs = if quick { 1 } else { 3 };
+    let runs = args
+        .iter()
+        .position(|a| a == "--runs")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(if quick { 1 } else { 3 });
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let (files, edits, empties, mib) = if quick {
         (2000, 500, 5000, 256)
@@ -257,66 +262,64 @@ fn main() {
         eprintln!("bindfs not installed: no reference FUSE passthrough in this run");
     }
 
-    // Results per target: name -> (metric, value).
-    let mut rows: Vec<(String, Vec<Metric>)> = Vec::new();
-    for t in &targets {
-        eprintln!("running on {} ...", t.name);
-        let mut r = Vec::new();
-        if want("W1") {
-            let v = median(
-                (0..runs)
-                    .map(|_| {
-                        drop_caches();
-                        w1(&t.dir, &tar).as_secs_f64()
-                    })
-                    .collect(),
-            );
-            r.push((format!("W1 agent workload ({files} files), s"), v));
+    // Runs are interleaved across targets (run 1 on every target, then run 2, ...), so that
+    // the machine drifting over the minutes a run takes weighs on every target alike.
+    // samples[target][metric] = one value per run.
+    let mut labels: Vec<String> = Vec::new();
+    let mut samples: Vec<Vec<Vec<f64>>> = vec![Vec::new(); targets.len()];
+    for run in 0..runs {
+        for (i, t) in targets.iter().enumerate() {
+            eprintln!("run {} of {runs} on {} ...", run + 1, t.name);
+            let mut r: Vec<Metric> = Vec::new();
+            if want("W1") {
+                drop_caches();
+                r.push((
+                    format!("W1 agent workload ({files} files), s"),
+                    w1(&t.dir, &tar).as_secs_f64(),
+                ));
+            }
+            if want("W2") {
+                drop_caches();
+                let (total, p50, p99) = w2(&t.dir, edits);
+                r.push((format!("W2 {edits} edits total, s"), total.as_secs_f64()));
+                r.push(("W2 edit p50, µs".into(), p50.as_secs_f64() * 1e6));
+                r.push(("W2 edit p99, µs".into(), p99.as_secs_f64() * 1e6));
+            }
+            if want("W3") {
+                drop_caches();
+                r.push((
+                    format!("W3 create/stat/unlink {empties}, s"),
+                    w3(&t.dir, empties).as_secs_f64(),
+                ));
+            }
+            if want("W4") {
+                let (write, read) = w4(&t.dir, mib);
+                r.push((format!("W4 write {mib} MiB, MiB/s"), write));
+                r.push((format!("W4 read {mib} MiB, MiB/s"), read));
+            }
+            if labels.is_empty() {
+                labels = r.iter().map(|(l, _)| l.clone()).collect();
+            }
+            if samples[i].is_empty() {
+                samples[i] = vec![Vec::new(); r.len()];
+            }
+            for (m, (_, v)) in r.into_iter().enumerate() {
+                samples[i][m].push(v);
+            }
         }
-        if want("W2") {
-            let res: Vec<_> = (0..runs)
-                .map(|_| {
-                    drop_caches();
-                    w2(&t.dir, edits)
-                })
-                .collect();
-            r.push((
-                format!("W2 {edits} edits total, s"),
-                median(res.iter().map(|x| x.0.as_secs_f64()).collect()),
-            ));
-            r.push((
-                "W2 edit p50, µs".into(),
-                median(res.iter().map(|x| x.1.as_secs_f64() * 1e6).collect()),
-            ));
-            r.push((
-                "W2 edit p99, µs".into(),
-                median(res.iter().map(|x| x.2.as_secs_f64() * 1e6).collect()),
-            ));
-        }
-        if want("W3") {
-            let v = median(
-                (0..runs)
-                    .map(|_| {
-                        drop_caches();
-                        w3(&t.dir, empties).as_secs_f64()
-                    })
-                    .collect(),
-            );
-            r.push((format!("W3 create/stat/unlink {empties}, s"), v));
-        }
-        if want("W4") {
-            let res: Vec<_> = (0..runs).map(|_| w4(&t.dir, mib)).collect();
-            r.push((
-                format!("W4 write {mib} MiB, MiB/s"),
-                median(res.iter().map(|x| x.0).collect()),
-            ));
-            r.push((
-                format!("W4 read {mib} MiB, MiB/s"),
-                median(res.iter().map(|x| x.1).collect()),
-            ));
-        }
-        rows.push((t.name.to_string(), r));
     }
+    let rows: Vec<(String, Vec<Metric>)> = targets
+        .iter()
+        .zip(&samples)
+        .map(|(t, per_metric)| {
+            let values = labels
+                .iter()
+                .zip(per_metric)
+                .map(|(l, v)| (l.clone(), median(v.clone())))
+                .collect();
+            (t.name.to_string(), values)
+        })
+        .collect();
     for t in &mut targets {
         if let Some(c) = t.cleanup.take() {
             c();

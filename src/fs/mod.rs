@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -624,8 +624,26 @@ impl RewindFs {
             }
         }
         if uid.is_some() || gid.is_some() {
-            let path = path.as_deref().ok_or(Errno::ENOENT)?;
-            self.backing.chown(path, uid, gid).map_err(errno)?;
+            match &open {
+                // fchown: no path to resolve (`tar` chowns every file it writes, while open).
+                Some(o) => {
+                    // SAFETY: fchown on an fd we own; -1 leaves an id unchanged.
+                    let r = unsafe {
+                        libc::fchown(
+                            o.file.as_raw_fd(),
+                            uid.unwrap_or(u32::MAX),
+                            gid.unwrap_or(u32::MAX),
+                        )
+                    };
+                    if r != 0 {
+                        return Err(errno(io::Error::last_os_error()));
+                    }
+                }
+                None => {
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
+                    self.backing.chown(path, uid, gid).map_err(errno)?;
+                }
+            }
         }
         if let Some(size) = size {
             match &open {
@@ -652,7 +670,13 @@ impl RewindFs {
                 (None, None) => return Err(Errno::ENOENT),
             }
             if let (Some(rec), Some(path)) = (&self.recorder, path.as_deref()) {
-                rec.touched(path);
+                let st = match &open {
+                    Some(o) => backing::stat_fd(o.file.as_fd()),
+                    None => self.backing.stat(path),
+                };
+                if let Ok(st) = st {
+                    rec.touched(path, &st);
+                }
             }
         }
         self.do_getattr(ino, fh)
@@ -995,7 +1019,6 @@ impl RewindFs {
 
     fn do_fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> Result<()> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
-        use std::os::fd::AsRawFd;
         // SAFETY: fallocate on an fd we own.
         let ret =
             unsafe { libc::fallocate(open.file.as_raw_fd(), mode, offset as i64, length as i64) };
@@ -1014,7 +1037,6 @@ impl RewindFs {
         offset_out: u64,
         len: u64,
     ) -> Result<u32> {
-        use std::os::fd::AsRawFd;
         let src = self.files.get(fh_in.0).ok_or(Errno::EBADF)?;
         let dst = self.files.get(fh_out.0).ok_or(Errno::EBADF)?;
         let mut off_in = offset_in as i64;
@@ -1043,7 +1065,6 @@ impl RewindFs {
             // the kernel treat the whole file as data from now on: always safe.
             return Err(Errno::ENOSYS);
         }
-        use std::os::fd::AsRawFd;
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
         // SAFETY: lseek on an fd we own; only SEEK_DATA/SEEK_HOLE reach us.
         let ret = unsafe { libc::lseek(open.file.as_raw_fd(), offset, whence) };
@@ -1126,7 +1147,7 @@ impl Filesystem for RewindFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        // Inode numbers are reused: what we knew of this one may not hold for the next.
+        // Keep what we know of capabilities to the inodes the kernel holds.
         self.forget_no_caps(ino.0);
         self.inodes().forget(ino.0, nlookup);
     }

@@ -873,14 +873,11 @@ impl Recorder {
 
     /// Metadata of `path` changed without a recorded change (timestamps): keep the manifest
     /// in step so the next mount does not mistake it for an outside change.
-    pub fn touched(&self, path: &[u8]) {
-        let Ok(st) = self.source.lstat(path) else {
-            return;
-        };
+    pub fn touched(&self, path: &[u8], st: &libc::stat) {
         // A file being written, or new and still held back, gets its manifest entry when that
         // is recorded. Until then it may not belong there at all: a temporary file renamed over
         // its target never does (with the writeback cache its times arrive while it is open).
-        let key = key_of(&st);
+        let key = key_of(st);
         if lock(&self.pending).contains_key(path) || lock(&self.episodes).contains_key(&key) {
             return;
         }
@@ -891,12 +888,12 @@ impl Recorder {
             && sig.size == st.st_size
             && state.kind == FileKind::File
         {
-            *sig = Sig::of(&st);
+            *sig = Sig::of(st);
         }
-        if self.records(path, kind_of(&st) == FileKind::Dir)
+        if self.records(path, kind_of(st) == FileKind::Dir)
             && let Err(e) = self
                 .store
-                .put_manifest(&[(path.to_vec(), Some(seen_of(&st)))])
+                .put_manifest(&[(path.to_vec(), Some(seen_of(st)))])
         {
             tracing::warn!("manifest update failed: {e}");
         }
