@@ -29,6 +29,11 @@ impl Ctx {
 
     /// The store for reading: alongside the daemon while mounted, directly otherwise.
     pub fn read_store(&self) -> Result<Store, Failure> {
+        if self.mounted {
+            // New files are held back for half a second, deletes written in the background:
+            // have the daemon record what it holds, so what was just done shows.
+            let _ = self.ctl("sync");
+        }
         let open = Store::open_read_only(&self.store_dir);
         open.map_err(|e| match e {
             crate::Error::NotFound(_) => Failure::usage(format!(

@@ -235,6 +235,7 @@ fn serve(
             );
         }
         start_ticker(rec.clone());
+        start_writer(rec.clone());
     }
     let fs = fs::filesystem(config, backing, recorder.clone(), state.clone())?;
     let ready = ready
@@ -373,6 +374,24 @@ fn start_retention(store: Arc<Store>, state: Arc<MountState>) {
 
 /// How long after mounting retention first runs.
 const FIRST_GC: Duration = Duration::from_secs(60);
+
+/// Write deferred changes (deletes) as they come, batched (see `Recorder::defer`).
+fn start_writer(recorder: Arc<Recorder>) {
+    let wakeups = recorder.wakeups();
+    let spawned = std::thread::Builder::new()
+        .name("writer".into())
+        .spawn(move || {
+            for () in wakeups.iter() {
+                if let Err(e) = recorder.drain() {
+                    tracing::error!("cannot record deletes: {e}");
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the writer thread: {e}");
+    }
+}
 
 /// Record held-back creates once they are old enough (see `Recorder::flush_pending_older`).
 fn start_ticker(recorder: Arc<Recorder>) {

@@ -76,6 +76,7 @@ This is rewind's control directory. Nothing here is part of your project.
                         session start NAME [agent NAME]
                         session end
                         gc [keep DURATION] [max-size BYTES]
+                        sync  (record what is held back now: new files wait 0.5 s)
                       any of them may end with --dry-run (rollbacks also take --force)
 ";
 
@@ -441,6 +442,8 @@ impl Control {
         let resolve = |p: &str| point::resolve(p, store).map_err(|e| e.to_string());
         let path = |p: &str| -> std::result::Result<Vec<u8>, String> { safe_path(p) };
         let selector = match words.as_slice() {
+            // Done above: everything held back is recorded.
+            ["sync"] => return Ok("ok\n".into()),
             ["checkpoint", name] => {
                 if dry {
                     return Ok(format!(

@@ -750,13 +750,16 @@ impl RewindFs {
             }
         } else {
             let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
-            self.recorded(
-                |rec| {
-                    rec.before_unlink(&path, &st, pid)
-                        .map(|c| c.into_iter().collect())
-                },
-                unlink,
-            )?;
+            // The content is stored before the unlink; the delete is written after it, in the
+            // background (`rm -rf` does not wait on an index write per file).
+            let delete = match &self.recorder {
+                Some(rec) => rec.before_unlink(&path, &st, pid).map_err(record_errno)?,
+                None => None,
+            };
+            unlink()?;
+            if let (Some(rec), Some(delete)) = (&self.recorder, delete) {
+                rec.defer(delete);
+            }
         }
         if dir || st.st_nlink <= 1 {
             self.inodes().removed(key(&st));

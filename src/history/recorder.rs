@@ -132,6 +132,19 @@ pub struct Recorder {
     /// With each entry, the store's sweep count when its content was known to be stored.
     known: Mutex<HashMap<Key, (Sig, FileState, u64)>>,
     subscribers: Mutex<Vec<Sender<Arc<Change>>>>,
+    /// Changes whose operation has happened and whose content is stored, waiting for the
+    /// writer thread (see [`Recorder::defer`]). Every other record writes these first, so ids
+    /// stay in the order things happened.
+    deferred: Mutex<Vec<Prepared>>,
+    /// Wakes the writer thread: a token is sent when `deferred` gets something.
+    wake: (Sender<()>, Receiver<()>),
+}
+
+/// A change ready to be recorded once its operation has succeeded.
+#[derive(Debug)]
+pub struct Prepared {
+    change: NewChange,
+    manifest: Vec<(Vec<u8>, Option<Seen>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -154,6 +167,8 @@ impl Recorder {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             known: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
+            deferred: Mutex::new(Vec::new()),
+            wake: crossbeam_channel::bounded(1),
         }
     }
 
@@ -224,8 +239,68 @@ impl Recorder {
     }
 
     fn record(&self, change: NewChange, extra: &Extra<'_>) -> Result<Change> {
+        let mut deferred = lock(&self.deferred);
+        self.write_deferred(&mut deferred)?;
         let recorded = self.store.record_with(change, extra)?;
+        drop(deferred);
         Ok(self.publish(recorded))
+    }
+
+    /// Record `prepared` soon, on the writer thread, batched with others. For changes whose
+    /// content is already stored and whose operation has already happened (a delete): if the
+    /// daemon dies first, the next mount finds the path gone and records the delete, content
+    /// and all, as `external`; only who did it is lost.
+    pub fn defer(&self, prepared: Prepared) {
+        lock(&self.deferred).push(prepared);
+        let _ = self.wake.0.try_send(());
+    }
+
+    /// Wakes when there are deferred changes to write: for the writer thread.
+    pub fn wakeups(&self) -> Receiver<()> {
+        self.wake.1.clone()
+    }
+
+    /// Write every deferred change now, in one batch.
+    pub fn drain(&self) -> Result<()> {
+        let mut deferred = lock(&self.deferred);
+        self.write_deferred(&mut deferred)
+    }
+
+    fn write_deferred(&self, queue: &mut Vec<Prepared>) -> Result<()> {
+        if queue.is_empty() {
+            return Ok(());
+        }
+        let count = queue.len();
+        let (changes, manifests): (Vec<NewChange>, Vec<_>) = std::mem::take(queue)
+            .into_iter()
+            .map(|p| (p.change, p.manifest))
+            .unzip();
+        let extras: Vec<Extra<'_>> = manifests
+            .iter()
+            .map(|manifest| Extra {
+                finish_episode: None,
+                manifest,
+                move_under: None,
+            })
+            .collect();
+        match self
+            .store
+            .record_many(changes.into_iter().zip(&extras).collect())
+        {
+            Ok(recorded) => {
+                for change in recorded {
+                    self.publish(change);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(
+                    "{count} deletes could not be recorded; the next mount records them as \
+                     external: {e}"
+                );
+                Err(e)
+            }
+        }
     }
 
     /// The state of `path` as `st` describes it, with its content stored.
@@ -561,6 +636,9 @@ impl Recorder {
 
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`).
     pub fn flush_pending_older(&self, all: bool) -> Result<()> {
+        if all {
+            self.drain()?;
+        }
         let mut due: Vec<(u64, Vec<u8>, Key)> = lock(&self.pending)
             .iter()
             .filter(|(_, p)| all || p.since.elapsed() >= PENDING_FOR)
@@ -596,9 +674,15 @@ impl Recorder {
 
     // ---- single operations ---------------------------------------------------------------
 
-    /// `path` (described by `st`) is about to be unlinked. Returns the change to retract if the
-    /// unlink then fails. The caller holds the file until the unlink is done.
-    pub fn before_unlink(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Change>> {
+    /// `path` (described by `st`) is about to be unlinked: its content is stored now. Returns the
+    /// delete to hand to [`defer`](Recorder::defer) once the unlink has succeeded. The caller
+    /// holds the file until the unlink is done.
+    pub fn before_unlink(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        pid: u32,
+    ) -> Result<Option<Prepared>> {
         let key = key_of(st);
         {
             let mut episodes = lock(&self.episodes);
@@ -630,6 +714,8 @@ impl Recorder {
         if !self.records(path, false) {
             return Ok(None);
         }
+        // The delete itself is written later (`defer`): it must be writable now.
+        self.store.check_writable()?;
         let before = self.capture(path, st)?;
         if st.st_nlink <= 1 {
             // The inode number may be reused by the next file created.
@@ -638,8 +724,10 @@ impl Recorder {
         let who = self.who.who(pid);
         let mut change = self.change(ChangeKind::Delete, path, &who);
         change.before = Some(before);
-        let manifest = [(path.to_vec(), None)];
-        self.record_one(change, &manifest).map(Some)
+        Ok(Some(Prepared {
+            change,
+            manifest: vec![(path.to_vec(), None)],
+        }))
     }
 
     /// `path` was removed by `rmdir`; `st` is how it was.
@@ -902,6 +990,7 @@ impl Recorder {
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
     pub fn sync(&self) -> Result<()> {
         self.flush_pending_older(true)?;
+        self.drain()?;
         self.store.sync()
     }
 }

@@ -412,59 +412,80 @@ impl Store {
 
     /// [`record`](Store::record), with bookkeeping that must land in the same batch.
     pub fn record_with(&self, change: NewChange, extra: &Extra<'_>) -> Result<Change> {
+        let mut recorded = self.record_many(vec![(change, extra)])?;
+        Ok(recorded.pop().expect("one change in, one out"))
+    }
+
+    /// Record several changes in one batch, with consecutive ids in the order given: one write
+    /// for many, as a burst of deletes (`rm -rf`) is recorded.
+    pub fn record_many(&self, items: Vec<(NewChange, &Extra<'_>)>) -> Result<Vec<Change>> {
         self.check_writable()?;
-        validate_name("session", &change.session)?;
-        validate_name("agent", &change.agent)?;
+        for (change, _) in &items {
+            validate_name("session", &change.session)?;
+            validate_name("agent", &change.agent)?;
+        }
         let mut last_id = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let change = change.with_id(*last_id + 1);
         let mut batch = WriteBatch::default();
-        batch.put_cf(
-            self.cf(CF_CHANGES),
-            keys::change(change.id),
-            codec::encode(&change),
-        );
-        batch.put_cf(
-            self.cf(CF_BY_PATH),
-            keys::named(&change.path, change.id),
-            b"",
-        );
-        if let Some(from) = &change.from {
-            batch.put_cf(self.cf(CF_BY_PATH), keys::named(from, change.id), b"");
-        }
-        let session_key = keys::named(change.session.as_bytes(), change.id);
-        batch.put_cf(self.cf(CF_BY_SESSION), session_key, b"");
-        let agent_key = keys::named(change.agent.as_bytes(), change.id);
-        batch.put_cf(self.cf(CF_BY_AGENT), agent_key, b"");
-        batch.put_cf(
-            self.cf(CF_BY_TIME),
-            keys::time(change.time_ns, change.id),
-            b"",
-        );
-        let session = self.updated_session(&change)?;
-        batch.put_cf(
-            self.cf(CF_SESSIONS),
-            change.session.as_bytes(),
-            codec::encode(&session),
-        );
-        if let Some(path) = extra.finish_episode {
-            batch.delete_cf(self.cf(CF_EPISODES), path);
-        }
-        if let Some((from, to)) = extra.move_under {
-            self.move_manifest_under(&mut batch, from, to)?;
-        }
-        for (path, seen) in extra.manifest {
-            match seen {
-                Some(seen) => batch.put_cf(self.cf(CF_MANIFEST), path, codec::encode(seen)),
-                None => batch.delete_cf(self.cf(CF_MANIFEST), path),
+        let mut sessions: HashMap<String, SessionInfo> = HashMap::new();
+        let mut out = Vec::with_capacity(items.len());
+        for (i, (change, extra)) in items.into_iter().enumerate() {
+            let change = change.with_id(*last_id + 1 + i as u64);
+            batch.put_cf(
+                self.cf(CF_CHANGES),
+                keys::change(change.id),
+                codec::encode(&change),
+            );
+            batch.put_cf(
+                self.cf(CF_BY_PATH),
+                keys::named(&change.path, change.id),
+                b"",
+            );
+            if let Some(from) = &change.from {
+                batch.put_cf(self.cf(CF_BY_PATH), keys::named(from, change.id), b"");
             }
+            let session_key = keys::named(change.session.as_bytes(), change.id);
+            batch.put_cf(self.cf(CF_BY_SESSION), session_key, b"");
+            let agent_key = keys::named(change.agent.as_bytes(), change.id);
+            batch.put_cf(self.cf(CF_BY_AGENT), agent_key, b"");
+            batch.put_cf(
+                self.cf(CF_BY_TIME),
+                keys::time(change.time_ns, change.id),
+                b"",
+            );
+            let session = match sessions.get_mut(&change.session) {
+                Some(info) => {
+                    info.count_in(&change);
+                    info.clone()
+                }
+                None => self.updated_session(&change)?,
+            };
+            batch.put_cf(
+                self.cf(CF_SESSIONS),
+                change.session.as_bytes(),
+                codec::encode(&session),
+            );
+            sessions.insert(session.name.clone(), session);
+            if let Some(path) = extra.finish_episode {
+                batch.delete_cf(self.cf(CF_EPISODES), path);
+            }
+            if let Some((from, to)) = extra.move_under {
+                self.move_manifest_under(&mut batch, from, to)?;
+            }
+            for (path, seen) in extra.manifest {
+                match seen {
+                    Some(seen) => batch.put_cf(self.cf(CF_MANIFEST), path, codec::encode(seen)),
+                    None => batch.delete_cf(self.cf(CF_MANIFEST), path),
+                }
+            }
+            out.push(change);
         }
         self.write("record change", batch)?;
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(session.name.clone(), session);
-        *last_id = change.id;
-        Ok(change)
+            .extend(sessions);
+        *last_id += out.len() as u64;
+        Ok(out)
     }
 
     fn move_manifest_under(&self, batch: &mut WriteBatch, from: &[u8], to: &[u8]) -> Result<()> {

@@ -60,6 +60,63 @@ fn content(store: &Store, state: &Value) -> Option<Vec<u8>> {
     Some(store.read_blob(&hash).unwrap())
 }
 
+/// What was just done shows in `rewind log` at once, although new files are held back for half
+/// a second and deletes are written in the background: the CLI asks the daemon to sync first.
+#[test]
+fn log_right_after_a_change_shows_it() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let log_now = |ws: &Workspace| {
+        let out = ws.rewind(&[
+            "-C".as_ref(),
+            ws.path().as_os_str(),
+            "log".as_ref(),
+            "--json".as_ref(),
+        ]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    sh(
+        &ws.path(),
+        "echo one > a.txt && mkdir d && for i in 1 2 3; do echo $i > d/$i; done",
+    );
+    // (A held-back create takes its id when it is recorded, so it may follow the mkdir.)
+    let mut made = summary(&log_now(&ws));
+    made.sort();
+    assert_eq!(
+        made,
+        [
+            "create a.txt",
+            "create d/1",
+            "create d/2",
+            "create d/3",
+            "mkdir d"
+        ]
+    );
+    sh(&ws.path(), "rm -r d a.txt");
+    let changes = log_now(&ws);
+    let after = summary(&changes);
+    // rm goes through d in directory order.
+    let mut in_d = after[5..8].to_vec();
+    in_d.sort();
+    assert_eq!(in_d, ["delete d/1", "delete d/2", "delete d/3"]);
+    assert_eq!(after[8..], ["rmdir d", "delete a.txt"]);
+    // The deletes kept their content.
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    let before = |path: &str| {
+        let c = changes
+            .iter()
+            .find(|c| c["path"] == path && c["kind"] == "delete");
+        content(&store, &c.unwrap()["before"]).unwrap()
+    };
+    assert_eq!(before("d/2"), b"2\n");
+    assert_eq!(before("a.txt"), b"one\n");
+}
+
 /// Unpacking an archive is one create per file, with the mode the archive gave it: the
 /// chmod `tar` does on each file it makes is part of making it.
 #[test]
