@@ -1,6 +1,7 @@
 //! Mounting the filesystem over the workspace itself, and unmounting it.
 
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use fuser::{Config, MountOption, SessionACL};
@@ -135,9 +136,56 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     };
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
+    // Before the mount covers it: the disk the workspace is on.
+    let disk_readahead = std::fs::metadata(&config.workspace)
+        .ok()
+        .and_then(|m| bdi_readahead(&bdi_name(m.dev())));
     let session = fuser::Session::new(fs, &config.workspace, &fuse)
         .map_err(|e| Error::Invalid(format!("cannot mount {}: {e}", config.workspace.display())))?;
+    if let Some(kb) = disk_readahead {
+        match_readahead(&config.workspace, &kb);
+    }
     Ok(Mounted { session })
+}
+
+/// `major:minor` of a device number, as /sys/class/bdi names devices.
+fn bdi_name(dev: u64) -> String {
+    format!("{}:{}", libc::major(dev), libc::minor(dev))
+}
+
+fn bdi_readahead(name: &str) -> Option<String> {
+    let kb = std::fs::read_to_string(format!("/sys/class/bdi/{name}/read_ahead_kb")).ok()?;
+    Some(kb.trim().to_string())
+}
+
+/// Give the mount the readahead of the disk underneath. Passthrough reads are read ahead by
+/// the FUSE mount's own setting (128 KiB, and FUSE_INIT can only lower it); a virtual disk may
+/// have 8 MiB. Measured on W4's cold 1 GiB read: 2.1 to 2.7 GB/s through the mount against 2.9
+/// to 3.9 natively, and 3.7 to 3.9 with this. Needs root; without it the default stays.
+fn match_readahead(workspace: &Path, kb: &str) {
+    let Some(ours) = mount_device(workspace) else {
+        return;
+    };
+    if bdi_readahead(&ours).as_deref() == Some(kb) {
+        return;
+    }
+    match std::fs::write(format!("/sys/class/bdi/{ours}/read_ahead_kb"), kb) {
+        Ok(()) => tracing::debug!(kb, "readahead set to the disk's"),
+        Err(e) => tracing::debug!("cannot set the mount's readahead: {e}"),
+    }
+}
+
+/// The device number (`major:minor`) of the mount at `dir`, from /proc/self/mountinfo (a stat
+/// would ask our own filesystem, which is not serving yet).
+fn mount_device(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_string_lossy();
+    info.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            (unescape(fields.get(4)?) == want).then(|| fields.get(2).map(|d| d.to_string()))?
+        })
+        .last()
 }
 
 /// Whether this process may pass files through (FUSE passthrough needs CAP_SYS_ADMIN: root,

@@ -478,6 +478,29 @@ print(caps())
     }
 }
 
+/// Passthrough reads are read ahead by the mount's own setting: the daemon gives it the disk's.
+#[test]
+fn the_mount_reads_ahead_as_much_as_the_disk() {
+    let mut ws = Workspace::new();
+    let dev = fs::metadata(ws.plain()).unwrap().dev();
+    let disk = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    let Ok(disk_kb) = fs::read_to_string(format!("/sys/class/bdi/{disk}/read_ahead_kb")) else {
+        eprintln!("the temp dir's filesystem has no block device readahead: nothing to match");
+        return;
+    };
+    ws.mount();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let ours = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[4] == ws.path().to_str().unwrap())
+        .last()
+        .unwrap()[2]
+        .to_string();
+    let kb = fs::read_to_string(format!("/sys/class/bdi/{ours}/read_ahead_kb")).unwrap();
+    assert_eq!(kb, disk_kb);
+}
+
 #[test]
 fn unmount_leaves_the_directory_as_last_written() {
     let mut ws = Workspace::new();
