@@ -247,16 +247,23 @@ fn serve(
     fs.on_ready(move |passthrough| {
         ready_state.set_passthrough(passthrough);
         tracing::info!(workspace = %workspace.display(), passthrough, "serving");
-        if let Some(mut pipe) = ready {
-            let _ = writeln!(pipe, "ready passthrough={passthrough}");
-        }
-        // Under systemd (Type=notify): the mount answers now.
-        let status = format!("recording {}", workspace.display());
-        if let Err(e) = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]) {
-            tracing::warn!("cannot tell systemd the mount is ready: {e}");
-        }
     });
+    // Asked before the mount covers the workspace.
+    let readahead = fs::disk_readahead(&config.workspace);
+    // Returns once FUSE_INIT has been answered and the kernel has taken the answer.
     let mounted = fs::mount(config, fs)?;
+    // After INIT: the kernel sets the mount's readahead from INIT's answer, so not before.
+    if let Some(kb) = &readahead {
+        fs::match_readahead(&config.workspace, kb);
+    }
+    if let Some(mut pipe) = ready {
+        let _ = writeln!(pipe, "ready passthrough={}", state.passthrough());
+    }
+    // Under systemd (Type=notify): the mount answers now.
+    let status = format!("recording {}", config.workspace.display());
+    if let Err(e) = sd_notify::notify(&[NotifyState::Ready, NotifyState::Status(&status)]) {
+        tracing::warn!("cannot tell systemd the mount is ready: {e}");
+    }
     let workspace = config.workspace.clone();
     std::thread::Builder::new()
         .name("signals".into())

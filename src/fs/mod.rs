@@ -46,8 +46,8 @@ use backing::{Backing, Xattr};
 use handle::HandleTable;
 use inode::{BackingKey, InodeTable};
 pub use mount::{
-    MountConfig, Mounted, backing, can_passthrough, filesystem, is_rewind_mount, mount, mount_type,
-    unmount,
+    MountConfig, Mounted, backing, can_passthrough, disk_readahead, filesystem, is_rewind_mount,
+    match_readahead, mount, mount_type, unmount,
 };
 pub use state::MountState;
 

@@ -136,16 +136,15 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     };
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
-    // Before the mount covers it: the disk the workspace is on.
-    let disk_readahead = std::fs::metadata(&config.workspace)
-        .ok()
-        .and_then(|m| bdi_readahead(&bdi_name(m.dev())));
     let session = fuser::Session::new(fs, &config.workspace, &fuse)
         .map_err(|e| Error::Invalid(format!("cannot mount {}: {e}", config.workspace.display())))?;
-    if let Some(kb) = disk_readahead {
-        match_readahead(&config.workspace, &kb);
-    }
     Ok(Mounted { session })
+}
+
+/// The readahead of the disk `workspace` is on (ask before mounting over it).
+pub fn disk_readahead(workspace: &Path) -> Option<String> {
+    let dev = std::fs::metadata(workspace).ok()?.dev();
+    bdi_readahead(&bdi_name(dev))
 }
 
 /// `major:minor` of a device number, as /sys/class/bdi names devices.
@@ -162,7 +161,7 @@ fn bdi_readahead(name: &str) -> Option<String> {
 /// the FUSE mount's own setting (128 KiB, and FUSE_INIT can only lower it); a virtual disk may
 /// have 8 MiB. Measured on W4's cold 1 GiB read: 2.1 to 2.7 GB/s through the mount against 2.9
 /// to 3.9 natively, and 3.7 to 3.9 with this. Needs root; without it the default stays.
-fn match_readahead(workspace: &Path, kb: &str) {
+pub fn match_readahead(workspace: &Path, kb: &str) {
     let Some(ours) = mount_device(workspace) else {
         return;
     };
@@ -180,12 +179,11 @@ fn match_readahead(workspace: &Path, kb: &str) {
 fn mount_device(dir: &Path) -> Option<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = dir.to_string_lossy();
-    info.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(' ').collect();
-            (unescape(fields.get(4)?) == want).then(|| fields.get(2).map(|d| d.to_string()))?
-        })
-        .last()
+    // The last mount at a path is the visible one.
+    info.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (unescape(fields.get(4)?) == want).then(|| fields.get(2).map(|d| d.to_string()))?
+    })
 }
 
 /// Whether this process may pass files through (FUSE passthrough needs CAP_SYS_ADMIN: root,

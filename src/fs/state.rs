@@ -27,6 +27,10 @@ impl MountState {
         self.passthrough.store(on, Ordering::Relaxed);
     }
 
+    pub fn passthrough(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+
     /// Note the outcome of a background gc.
     pub fn gc_done(&self, result: &crate::Result<GcReport>) {
         let when = time::short(time::now_ns());
@@ -42,7 +46,7 @@ impl MountState {
 
     /// Lines for `.rewind/status`.
     pub fn describe(&self) -> String {
-        let data = if self.passthrough.load(Ordering::Relaxed) {
+        let data = if self.passthrough() {
             "passthrough (file data never goes through the daemon)"
         } else {
             "writeback cache (no FUSE passthrough: not root, or the kernel lacks it)"

@@ -492,9 +492,9 @@ fn the_mount_reads_ahead_as_much_as_the_disk() {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let ours = info
         .lines()
+        .rev()
         .map(|l| l.split(' ').collect::<Vec<_>>())
-        .filter(|f| f[4] == ws.path().to_str().unwrap())
-        .last()
+        .find(|f| f[4] == ws.path().to_str().unwrap())
         .unwrap()[2]
         .to_string();
     let kb = fs::read_to_string(format!("/sys/class/bdi/{ours}/read_ahead_kb")).unwrap();
