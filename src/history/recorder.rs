@@ -116,7 +116,23 @@ struct Pending {
     who: Who,
     time_ns: u64,
     since: Instant,
+    /// The file this one replaces in a rename-away save (see `saved_by_renaming_away`): its
+    /// state before, so the create is recorded as a `modify`.
+    replaces: Option<FileState>,
 }
+
+/// A regular file renamed to a new name, remembered for a moment: editors like vim save by
+/// renaming the original away, writing a new file under its name, and deleting the original.
+struct RenamedAway {
+    from: Vec<u8>,
+    key: Key,
+    change: Change,
+    pid: u32,
+    at: Instant,
+}
+
+/// How long a rename-away save may take from the rename to the delete.
+const SAVE_WINDOW: Duration = Duration::from_secs(5);
 
 pub struct Recorder {
     store: Arc<Store>,
@@ -136,6 +152,8 @@ pub struct Recorder {
     /// writer thread (see [`Recorder::defer`]). Every other record writes these first, so ids
     /// stay in the order things happened.
     deferred: Mutex<Vec<Prepared>>,
+    /// Files renamed to new names lately, by their new name (see [`RenamedAway`]).
+    renamed_away: Mutex<HashMap<Vec<u8>, RenamedAway>>,
     /// Wakes the writer thread: a token is sent when `deferred` gets something.
     wake: (Sender<()>, Receiver<()>),
 }
@@ -168,6 +186,7 @@ impl Recorder {
             known: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
             deferred: Mutex::new(Vec::new()),
+            renamed_away: Mutex::new(HashMap::new()),
             wake: crossbeam_channel::bounded(1),
         }
     }
@@ -531,6 +550,7 @@ impl Recorder {
         self.reload_ignore_if(path);
         if created {
             return Ok(Some(Pending {
+                replaces: None,
                 key,
                 who,
                 time_ns: now_ns(),
@@ -598,6 +618,18 @@ impl Recorder {
 
     // ---- pending creates -----------------------------------------------------------------
 
+    /// A held-back file at `path` that replaces an earlier one (a rename-away save) is a
+    /// `modify`, not a temporary: record it before anything treats it as one.
+    fn flush_saved(&self, path: &[u8]) -> Result<()> {
+        if lock(&self.pending)
+            .get(path)
+            .is_some_and(|p| p.replaces.is_some())
+        {
+            self.flush_pending(path)?;
+        }
+        Ok(())
+    }
+
     /// Record the creation of `path` now if it is held back.
     fn flush_pending(&self, path: &[u8]) -> Result<()> {
         let Some(p) = lock(&self.pending).remove(path) else {
@@ -619,8 +651,18 @@ impl Recorder {
         let Some((after, seen)) = self.pending_content(path, &p)? else {
             return Ok(());
         };
-        let mut change = self.change(ChangeKind::Create, path, &p.who);
+        if p.replaces.as_ref() == Some(&after) {
+            // Saved unchanged.
+            self.store.put_manifest(&[(path.to_vec(), Some(seen))])?;
+            return Ok(());
+        }
+        let kind = match p.replaces {
+            Some(_) => ChangeKind::Modify,
+            None => ChangeKind::Create,
+        };
+        let mut change = self.change(kind, path, &p.who);
         change.time_ns = p.time_ns;
+        change.before = p.replaces.clone();
         change.after = Some(after);
         let manifest = [(path.to_vec(), Some(seen))];
         self.record(
@@ -706,6 +748,7 @@ impl Recorder {
         {
             ep.orphaned = true;
         }
+        self.flush_saved(path)?;
         if lock(&self.pending).remove(path).is_some() {
             // Created and deleted before anyone saw it: a temporary file. Nothing to record.
             self.store.drop_open_episode(path)?;
@@ -716,6 +759,9 @@ impl Recorder {
         }
         // The delete itself is written later (`defer`): it must be writable now.
         self.store.check_writable()?;
+        if self.saved_by_renaming_away(path, st, pid)? {
+            return Ok(None);
+        }
         let before = self.capture(path, st)?;
         if st.st_nlink <= 1 {
             // The inode number may be reused by the next file created.
@@ -728,6 +774,56 @@ impl Recorder {
             change,
             manifest: vec![(path.to_vec(), None)],
         }))
+    }
+
+    /// `path`, a file that `pid` renamed away from its name moments ago, is being deleted while
+    /// a new file by the same process stands under that name: an editor's save (vim renames
+    /// the original to a backup, writes the new file, deletes the backup). It becomes one
+    /// `modify` of the name: the rename is taken back, the delete is not recorded, and the new
+    /// file's create is recorded as a modify from the original content. Whether it was one.
+    fn saved_by_renaming_away(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<bool> {
+        let Some(away) = lock(&self.renamed_away).remove(path) else {
+            return Ok(false);
+        };
+        if away.pid != pid || away.key != key_of(st) || away.at.elapsed() > SAVE_WINDOW {
+            return Ok(false);
+        }
+        // Nothing else may have happened to either name since the rename.
+        self.drain()?;
+        let last = |p: &[u8]| -> Result<Option<u64>> {
+            Ok(self.store.last_change_until(p, u64::MAX)?.map(|c| c.id))
+        };
+        if last(path)? != Some(away.change.id) || last(&away.from)? != Some(away.change.id) {
+            return Ok(false);
+        }
+        let original = away.change.after.clone();
+        let converted = match lock(&self.pending).get_mut(&away.from) {
+            Some(p) if p.who.pid == pid && p.replaces.is_none() => {
+                p.replaces = original.clone();
+                true
+            }
+            _ => false,
+        } || match lock(&self.episodes)
+            .values_mut()
+            .find(|ep| ep.path == away.from && ep.created && ep.who.pid == pid)
+        {
+            // Still being written (RELEASE comes after close): its end records the modify.
+            Some(ep) => {
+                ep.created = false;
+                ep.before = original.clone();
+                true
+            }
+            None => false,
+        };
+        if !converted {
+            return Ok(false);
+        }
+        self.store.retract(&away.change)?;
+        self.store.put_manifest(&[(path.to_vec(), None)])?;
+        if st.st_nlink <= 1 {
+            lock(&self.known).remove(&key_of(st));
+        }
+        Ok(true)
     }
 
     /// `path` was removed by `rmdir`; `st` is how it was.
@@ -893,6 +989,7 @@ impl Recorder {
         }
         let mut out = Vec::new();
         let src_seen = seen_of(src_st);
+        self.flush_saved(src)?;
         if let Some(p) = lock(&self.pending).remove(src) {
             // Save-by-rename: a new file renamed into place. One change of the target.
             self.store.drop_open_episode(src)?;
@@ -936,7 +1033,31 @@ impl Recorder {
             manifest: &manifest,
             move_under,
         };
-        out.push(self.record(change, &extra)?);
+        let recorded = self.record(change, &extra)?;
+        if !src_dir
+            && !exchange
+            && dst_st.is_none()
+            && src_recorded
+            && dst_recorded
+            && kind_of(src_st) == FileKind::File
+        {
+            // Perhaps the first step of a rename-away save (see `saved_by_renaming_away`).
+            let mut away = lock(&self.renamed_away);
+            if away.len() >= 64 {
+                away.retain(|_, a| a.at.elapsed() <= SAVE_WINDOW);
+            }
+            away.insert(
+                dst.to_vec(),
+                RenamedAway {
+                    from: src.to_vec(),
+                    key: key_of(src_st),
+                    change: recorded.clone(),
+                    pid,
+                    at: Instant::now(),
+                },
+            );
+        }
+        out.push(recorded);
         if exchange && let Some(dst_before) = dst_before {
             let mut back = self.change(ChangeKind::Rename, src, &who);
             back.from = Some(dst.to_vec());

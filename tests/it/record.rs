@@ -117,6 +117,74 @@ fn log_right_after_a_change_shows_it() {
     assert_eq!(before("a.txt"), b"one\n");
 }
 
+/// vim saves by renaming the original to a backup, writing a new file under its name and
+/// deleting the backup: that is one `modify`, and saving without changes is none.
+#[test]
+fn a_rename_away_save_is_one_modify() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a.txt"), "hello world\n").unwrap();
+    fs::write(ws.path().join("b.txt"), "keep\n").unwrap();
+    ws.mount();
+    let vim = |cmd: &str| {
+        sh(
+            &ws.path(),
+            &format!("HOME=$PWD/.. vim -u NONE -N -es -c '{cmd}' -c wq a.txt"),
+        )
+    };
+    vim("s/hello/bye/");
+    vim("s/bye/ciao/");
+    vim("s/nothing//e");
+    // The same steps by hand, and the same steps that are not a save (no new file under the
+    // old name): a rename and a delete.
+    let script = r#"
+import os
+os.rename("b.txt", "b.txt.orig")
+with open("b.txt", "w") as f:
+    f.write("kept\n")
+    f.flush()
+    os.fsync(f.fileno())
+os.remove("b.txt.orig")
+os.rename("b.txt", "c.txt")
+os.remove("c.txt")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        [
+            "modify a.txt",
+            "modify a.txt",
+            "modify b.txt",
+            "rename c.txt <- b.txt",
+            "delete c.txt"
+        ]
+    );
+    assert_eq!(
+        fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "ciao world\n"
+    );
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    assert_eq!(
+        content(&store, &changes[0]["before"]).unwrap(),
+        b"hello world\n"
+    );
+    assert_eq!(
+        content(&store, &changes[1]["before"]).unwrap(),
+        b"bye world\n"
+    );
+    assert_eq!(content(&store, &changes[2]["after"]).unwrap(), b"kept\n");
+    drop(store);
+    // Nothing left for the next mount to find.
+    ws.mount();
+    assert_eq!(log(&ws).len(), 5);
+}
+
 /// Unpacking an archive is one create per file, with the mode the archive gave it: the
 /// chmod `tar` does on each file it makes is part of making it.
 #[test]
