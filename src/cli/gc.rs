@@ -7,9 +7,8 @@ use clap::Args;
 
 use super::context::Ctx;
 use super::{CliResult, Failure};
-use crate::history::retention::parse_size;
-use crate::history::time;
-use crate::store::{GcPolicy, Store};
+use crate::history::retention::Retention;
+use crate::store::Store;
 
 /// Remove old history: changes older than --keep, then the oldest until the store fits
 /// --max-size. The newest change of every path is always kept.
@@ -30,28 +29,9 @@ pub fn run(cwd: &Path, args: GcArgs) -> CliResult {
             "say what to keep: --keep DURATION and/or --max-size SIZE",
         ));
     }
-    let policy = GcPolicy {
-        older_than_ns: args
-            .keep
-            .as_deref()
-            .map(|k| {
-                time::parse_duration(k)
-                    .map(|d| time::now_ns().saturating_sub(d))
-                    .ok_or_else(|| {
-                        Failure::usage(format!("--keep {k:?}: use a duration like 30d or 12h"))
-                    })
-            })
-            .transpose()?,
-        max_bytes: args
-            .max_size
-            .as_deref()
-            .map(|m| {
-                parse_size(m).ok_or_else(|| {
-                    Failure::usage(format!("--max-size {m:?}: use a size like 2G or 500M"))
-                })
-            })
-            .transpose()?,
-    };
+    let policy = Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)
+        .map_err(|e| Failure::usage(format!("--{e}")))?
+        .policy();
     if ctx.mounted {
         // The daemon is the only writer of the store: it runs the gc.
         let mut line = String::from("gc");

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::history::point;
 use crate::history::recorder::Source;
+use crate::history::retention::Retention;
 use crate::history::rollback::{self, Selector};
 use crate::history::view::View;
 use crate::history::{Recorder, time};
@@ -500,27 +501,21 @@ impl Control {
 
     /// `gc [keep DURATION] [max-size BYTES]`: retention while mounted (the CLI's `rewind gc`).
     fn gc(&self, args: &[&str], dry: bool) -> std::result::Result<String, String> {
-        let mut policy = crate::store::GcPolicy::default();
+        let (mut keep, mut max_size) = (None, None);
         let mut it = args.iter();
         while let Some(word) = it.next() {
             let value = it
                 .next()
                 .ok_or_else(|| format!("gc: {word} needs a value"))?;
             match *word {
-                "keep" => {
-                    let d = time::parse_duration(value)
-                        .ok_or_else(|| format!("gc: bad duration {value:?}"))?;
-                    policy.older_than_ns = Some(time::now_ns().saturating_sub(d));
-                }
-                "max-size" => {
-                    let bytes = value
-                        .parse()
-                        .map_err(|_| format!("gc: bad size {value:?}"))?;
-                    policy.max_bytes = Some(bytes);
-                }
+                "keep" => keep = Some(*value),
+                "max-size" => max_size = Some(*value),
                 _ => return Err(format!("gc: unknown option {word:?}")),
             }
         }
+        let policy = Retention::parse(keep, max_size, None)
+            .map_err(|e| format!("gc: {e}"))?
+            .policy();
         if policy.older_than_ns.is_none() && policy.max_bytes.is_none() {
             return Err("gc: say keep DURATION and/or max-size BYTES".into());
         }

@@ -625,20 +625,8 @@ impl RewindFs {
         }
         if uid.is_some() || gid.is_some() {
             match &open {
-                // fchown: no path to resolve (`tar` chowns every file it writes, while open).
-                Some(o) => {
-                    // SAFETY: fchown on an fd we own; -1 leaves an id unchanged.
-                    let r = unsafe {
-                        libc::fchown(
-                            o.file.as_raw_fd(),
-                            uid.unwrap_or(u32::MAX),
-                            gid.unwrap_or(u32::MAX),
-                        )
-                    };
-                    if r != 0 {
-                        return Err(errno(io::Error::last_os_error()));
-                    }
-                }
+                // No path to resolve: `tar` chowns every file it writes while it is open.
+                Some(o) => set_fd_owner(&o.file, uid, gid).map_err(errno)?,
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
                     self.backing.chown(path, uid, gid).map_err(errno)?;
@@ -673,10 +661,11 @@ impl RewindFs {
                 let st = match &open {
                     Some(o) => backing::stat_fd(o.file.as_fd()),
                     None => self.backing.stat(path),
-                };
-                if let Ok(st) = st {
-                    rec.touched(path, &st);
                 }
+                .map_err(errno)?;
+                rec.touched(path, &st);
+                // Times are the last thing set: this stat is the reply.
+                return Ok(attr(ino.0, &st));
             }
         }
         self.do_getattr(ino, fh)
@@ -1082,6 +1071,21 @@ fn set_fd_mode(file: &File, mode: u32) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: fchmod on an fd we own.
     if unsafe { libc::fchmod(file.as_raw_fd(), mode & 0o7777) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_fd_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    // SAFETY: fchown on an fd we own; -1 (u32::MAX) leaves an id unchanged.
+    let ret = unsafe {
+        libc::fchown(
+            file.as_raw_fd(),
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+        )
+    };
+    if ret < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -973,15 +973,7 @@ impl Recorder {
         if let Some((was_created, before, ep_who)) = moved_creation {
             self.store.drop_open_episode(src)?;
             if dst_recorded {
-                let marker = OpenEpisode {
-                    before,
-                    time_ns: now_ns(),
-                    session: ep_who.session.clone(),
-                    agent: ep_who.agent.clone(),
-                    pid: ep_who.pid,
-                    process: ep_who.process.clone(),
-                };
-                self.store.put_open_episode(dst, &marker)?;
+                self.put_marker(dst, before, &ep_who)?;
             }
             if was_created {
                 return Ok(Vec::new());
