@@ -5,7 +5,16 @@
 
 use std::time::Instant;
 
-use rewind::store::{ChangeKind, FileKind, FileState, GcPolicy, NewChange, Order, Query, Store};
+use std::sync::Arc;
+
+use rewind::history::History;
+use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
+use rewind::history::db::{Extra, GcPolicy};
+use rewind::store::{Order, Query, Store};
+
+fn open(dir: &std::path::Path) -> History {
+    History::new(Arc::new(Store::open(dir).unwrap()))
+}
 
 fn main() {
     let n: u64 = std::env::args()
@@ -13,7 +22,7 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(100_000);
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let paths = 1000u64;
 
     // A source-like file of ~2 KiB whose content changes a little at every step.
@@ -26,7 +35,7 @@ fn main() {
         let path = format!("src/module_{}/file_{}.rs", i % 37, i % paths);
         let content = format!("// revision {i}\n{template}");
         raw_bytes += content.len() as u64;
-        let hash = store.put_blob(content.as_bytes()).unwrap();
+        let hash = store.store().put_blob(content.as_bytes()).unwrap();
         let state = FileState {
             kind: FileKind::File,
             size: content.len() as u64,
@@ -34,25 +43,32 @@ fn main() {
             hash: Some(hash),
         };
         store
-            .record(NewChange {
-                time_ns: 1_700_000_000_000_000_000 + i * 1_000_000,
-                kind: ChangeKind::Modify,
-                path: path.into_bytes(),
-                from: None,
-                before: None,
-                after: Some(state),
-                session: format!("session-{}", i / 10_000),
-                agent: "bench".into(),
-                pid: 1,
-                process: "bench".into(),
-            })
+            .record(
+                Change {
+                    id: 0,
+                    time_ns: 1_700_000_000_000_000_000 + i * 1_000_000,
+                    kind: ChangeKind::Modify,
+                    path: path.into_bytes(),
+                    from: None,
+                    before: None,
+                    after: Some(state),
+                    session: format!("session-{}", i / 10_000),
+                    agent: "bench".into(),
+                    pid: 1,
+                    process: "bench".into(),
+                    links: Vec::new(),
+                    turn: None,
+                    tool: None,
+                },
+                &Extra::default(),
+            )
             .unwrap();
     }
-    store.sync().unwrap();
+    store.store().sync().unwrap();
     let elapsed = start.elapsed();
     drop(store);
     let on_disk = dir_size(dir.path());
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
 
     let mut latencies = Vec::new();
     for i in 0..2000u64 {

@@ -3,23 +3,34 @@
 //!
 //! Layers, each depending only on the ones below it:
 //!
-//! - [`cli`]: one module per subcommand; parses arguments into validated configs.
-//! - [`fs`]: the FUSE filesystem. A passthrough over a directory fd opened before mounting; data
-//!   I/O goes through the kernel (FUSE passthrough), so the daemon sees only the edges of a write
-//!   episode (open, truncate, rename, unlink, release), which is exactly where history is taken.
-//! - [`history`]: what a change means: attribution, recording write episodes, points in time,
-//!   the tree at a past point, rollback.
-//! - [`store`]: RocksDB. Content blobs (zstd, BLAKE3-addressed), change records and their
-//!   indexes, sessions, checkpoints.
+//! - [`cli`]: the binary's commands; decides where each runs (on the store, or in the daemon
+//!   through `.rewind/ctl`) and maps errors to exit statuses.
+//! - [`daemon`]: assembling and running a mount: threads, signals, readiness.
+//! - [`fs`]: the FUSE filesystem. A passthrough over a directory fd opened before mounting;
+//!   data I/O goes through the kernel (FUSE passthrough), so the daemon sees only the edges of
+//!   a write episode, which is exactly where history is taken. The control directory
+//!   `.rewind/` lives here; errors become errno values here (`fs::errno`).
+//! - [`command`]: the command grammar, shared by the CLI and `.rewind/ctl`, and the verbs that
+//!   read or change history, which run wherever the history is.
+//! - [`history`]: what a change means: domain types, names, attribution, recording, points in
+//!   time, the tree at a past point, rollback, agent turns, diffs.
+//! - [`store`]: RocksDB. Content blobs (zstd, BLAKE3-addressed), versioned records and their
+//!   indexes. It knows nothing about files.
+//!
+//! Beside them: [`agent`] (agents' hook configurations and payloads), [`export`] (a selection
+//! as git commits), [`mcp`] (the MCP server), [`config`] (`rewind.toml`), [`logging`].
 //!
 //! `docs/design.md` has the change model, the key schema, the inode model, the lock order and
 //! the crash semantics.
 
-pub mod error;
-pub mod store;
-
-pub use error::{Error, Result};
+pub mod agent;
 pub mod cli;
+pub mod command;
+pub mod config;
+pub mod daemon;
+pub mod export;
 pub mod fs;
 pub mod history;
 pub mod logging;
+pub mod mcp;
+pub mod store;

@@ -1,16 +1,30 @@
-//! What every history command needs: the workspace, its store, and whether it is mounted.
+//! What every history command needs: the workspace, its store, whether it is mounted, and the
+//! two ways to reach the history — the store itself, or the daemon through `.rewind/ctl`.
 
-use std::path::{Component, Path, PathBuf};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{Failure, Registration};
+use crate::command::env::rel_path;
+use crate::fs::backing::Backing;
+use crate::history::ignore::IgnoreRules;
+use crate::history::{History, Source};
 use crate::store::Store;
 
 pub struct Ctx {
     pub workspace: PathBuf,
     pub store_dir: PathBuf,
     pub mounted: bool,
-    /// The directory the command was started in, for relative paths.
-    pub cwd: PathBuf,
+    /// The directory the command was started in (or `-C`), for relative paths.
+    pub base: PathBuf,
+}
+
+/// What a command written to `.rewind/ctl` answered.
+pub struct Answer {
+    pub output: Vec<u8>,
+    /// Done in part (the output ended with `exit status 1`, now removed).
+    pub partial: bool,
 }
 
 impl Ctx {
@@ -21,33 +35,53 @@ impl Ctx {
             .unwrap_or_else(|| super::default_store(&workspace));
         Ok(Ctx {
             mounted: crate::fs::is_rewind_mount(&workspace),
-            cwd: cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf()),
+            base: cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf()),
             workspace,
             store_dir,
         })
     }
 
-    /// The store for reading: alongside the daemon while mounted, directly otherwise.
-    pub fn read_store(&self) -> Result<Store, Failure> {
+    /// The history for reading: beside the daemon while mounted (after it has recorded what
+    /// it holds back, so what was just done shows), directly otherwise.
+    pub fn read_history(&self) -> Result<History, Failure> {
         if self.mounted {
-            // New files are held back for half a second, deletes written in the background:
-            // have the daemon record what it holds, so what was just done shows.
+            // Best effort: a daemon that died leaves its store readable as it is.
             let _ = self.ctl("sync");
         }
-        let open = Store::open_read_only(&self.store_dir);
-        open.map_err(|e| match e {
-            crate::Error::NotFound(_) => Failure::usage(format!(
+        let store = Store::open_read_only(&self.store_dir).map_err(|e| match e {
+            crate::store::Error::Missing(_) => Failure::usage(format!(
                 "no history for {} yet (store {})",
                 self.workspace.display(),
                 self.store_dir.display()
             )),
             e => Failure::from(e),
-        })
+        })?;
+        Ok(History::new(Arc::new(store)))
     }
 
-    /// Run a command through the daemon's `.rewind/ctl`; `Err` carries the reason it gave.
-    pub fn ctl(&self, line: &str) -> Result<String, Failure> {
-        use std::io::{Read, Write};
+    /// The history for writing, on an unmounted workspace (the daemon is the writer otherwise).
+    pub fn write_history(&self) -> Result<History, Failure> {
+        Ok(History::new(Arc::new(Store::open(&self.store_dir)?)))
+    }
+
+    /// The workspace as it is now (through the mount, if mounted).
+    pub fn source(&self) -> Result<Backing, Failure> {
+        Backing::open(&self.workspace)
+            .map_err(|e| Failure::failed(format!("{}: {e}", self.workspace.display())))
+    }
+
+    /// What `.rewindignore` (and the defaults) leave unrecorded.
+    pub fn ignore_rules(&self, source: &Backing) -> IgnoreRules {
+        let text = source
+            .open_read(b".rewindignore")
+            .ok()
+            .and_then(|f| std::io::read_to_string(f).ok())
+            .unwrap_or_default();
+        IgnoreRules::new(&text)
+    }
+
+    /// Run a command line through the daemon's `.rewind/ctl`.
+    pub fn ctl(&self, line: &str) -> Result<Answer, Failure> {
         let path = self.workspace.join(".rewind/ctl");
         let mut f = std::fs::OpenOptions::new()
             .read(true)
@@ -55,20 +89,75 @@ impl Ctx {
             .open(&path)
             .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
         let written = f.write_all(line.as_bytes());
-        let mut out = String::new();
-        let _ = f.read_to_string(&mut out);
+        let mut output = Vec::new();
+        let _ = f.read_to_end(&mut output);
+        let text = || {
+            String::from_utf8_lossy(&output)
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string()
+        };
         match written {
-            Ok(()) => Ok(out),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Failure::usage(
-                out.trim().trim_start_matches("error: ").to_string(),
-            )),
-            Err(e) => Err(Failure::failed(format!("{}: {e}", path.display()))),
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return Err(Failure::usage(text()));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EIO) && !output.is_empty() => {
+                return Err(Failure::failed(text()));
+            }
+            Err(e) => return Err(Failure::failed(format!("{}: {e}", path.display()))),
         }
+        let trailer = format!("{}\n", crate::fs::control::PARTIAL);
+        let partial = output.ends_with(trailer.as_bytes());
+        if partial {
+            output.truncate(output.len() - trailer.len());
+        }
+        Ok(Answer { output, partial })
+    }
+
+    /// This process's command line as a `.rewind/ctl` line: the words after `rewind`, with
+    /// `-C` naming the same folder inside the workspace.
+    pub fn forwarded_line(&self) -> Result<String, Failure> {
+        let mut words: Vec<String> = Vec::new();
+        let mut args = std::env::args_os().skip(1);
+        let mut literal = false;
+        while let Some(arg) = args.next() {
+            let arg = arg.into_string().map_err(|a| {
+                Failure::usage(format!(
+                    "{} is not UTF-8; .rewind/ctl takes text (unmount to use such a name)",
+                    a.to_string_lossy()
+                ))
+            })?;
+            if !literal {
+                if arg == "--" {
+                    literal = true;
+                } else if arg == "-C" {
+                    args.next();
+                    continue;
+                } else if arg.starts_with("-C") {
+                    continue;
+                }
+            }
+            words.push(arg);
+        }
+        let rel = rel_path(&self.workspace, &self.workspace, &self.base).map_err(Failure::from)?;
+        let mut line = String::new();
+        if !rel.is_empty() {
+            let rel = String::from_utf8(rel)
+                .map_err(|_| Failure::usage("the current folder's name is not UTF-8"))?;
+            line = shlex::try_quote(&rel)
+                .map_err(|e| Failure::usage(e.to_string()))?
+                .into_owned();
+            line = format!("-C {line} ");
+        }
+        let joined = shlex::try_join(words.iter().map(String::as_str))
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        Ok(line + &joined)
     }
 
     /// Run `f` with the workspace mounted: as it is, or mounted for the occasion and unmounted
     /// after (so that what `f` does is recorded like any other change).
-    pub fn mounted<T>(&self, f: impl FnOnce(&Ctx) -> Result<T, Failure>) -> Result<T, Failure> {
+    pub fn with_mount<T>(&self, f: impl FnOnce(&Ctx) -> Result<T, Failure>) -> Result<T, Failure> {
         if self.mounted {
             return f(self);
         }
@@ -85,55 +174,17 @@ impl Ctx {
                 String::from_utf8_lossy(&out.stderr).trim().to_string(),
             ));
         }
-        let result = f(self);
+        let mounted = Ctx {
+            mounted: true,
+            workspace: self.workspace.clone(),
+            store_dir: self.store_dir.clone(),
+            base: self.base.clone(),
+        };
+        let result = f(&mounted);
         let _ = std::process::Command::new(&exe)
             .arg("unmount")
             .arg(&self.workspace)
             .output();
         result
-    }
-
-    /// The workspace as it is now, for reading current content (through the mount if mounted).
-    pub fn source(&self) -> Result<crate::fs::backing::Backing, Failure> {
-        crate::fs::backing::Backing::open(&self.workspace)
-            .map_err(|e| Failure::failed(format!("{}: {e}", self.workspace.display())))
-    }
-
-    /// A path the user gave, as a workspace-relative path. Refuses anything outside.
-    pub fn rel_path(&self, given: &Path) -> Result<Vec<u8>, Failure> {
-        use std::os::unix::ffi::OsStrExt;
-        let joined = if given.is_absolute() {
-            given.to_path_buf()
-        } else {
-            self.cwd.join(given)
-        };
-        let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
-        for c in joined.components() {
-            match c {
-                Component::RootDir | Component::Prefix(_) => parts.clear(),
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    parts.pop();
-                }
-                Component::Normal(n) => parts.push(n),
-            }
-        }
-        let normal: PathBuf = std::iter::once(std::ffi::OsStr::new("/"))
-            .chain(parts)
-            .collect();
-        let rel = normal.strip_prefix(&self.workspace).map_err(|_| {
-            Failure::usage(format!(
-                "{} is outside the workspace {}",
-                given.display(),
-                self.workspace.display()
-            ))
-        })?;
-        let bytes = rel.as_os_str().as_bytes().to_vec();
-        if bytes.starts_with(b".rewind") && (bytes.len() == 7 || bytes[7] == b'/') {
-            return Err(Failure::usage(
-                ".rewind/ is rewind's control directory, not part of the history",
-            ));
-        }
-        Ok(bytes)
     }
 }

@@ -1,59 +1,29 @@
-//! The command line: one module per subcommand, each an `XxxArgs` struct (its doc comment is the
-//! `--help` text) and a `run` function. This module holds what they share: the global options,
-//! finding the workspace and its store, and exit codes.
+//! The `rewind` binary's commands. The grammar is `command` (shared with `.rewind/ctl`); this
+//! module decides where each command runs — on the store directly, or in the daemon through
+//! `.rewind/ctl` — and runs the verbs that only make sense in a shell (one file each). It also
+//! holds the one mapping of errors to exit statuses.
 
-pub mod cat;
-pub mod checkpoint;
-pub mod config;
-pub mod context;
-pub mod diff;
-pub mod gc;
-pub mod log;
-pub mod mount;
-pub mod output;
-pub mod rollback;
-pub mod run;
-pub mod sessions;
-pub mod show;
-pub mod status;
-pub mod unmount;
-pub mod watch;
+mod agent;
+mod context;
+mod export;
+mod history;
+mod hook;
+mod manual;
+mod mcp;
+mod mount;
+mod run;
+mod status;
+mod unmount;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+pub use crate::command::{Cli, Command};
+pub use context::Ctx;
 
-/// rewind: every change to your project, recorded before it lands; history, diffs and rollback.
-#[derive(Debug, Parser)]
-#[command(name = "rewind", version, about, long_about = None)]
-pub struct Cli {
-    /// Run as if started in DIR.
-    #[arg(short = 'C', global = true, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    Mount(mount::MountArgs),
-    Unmount(unmount::UnmountArgs),
-    Run(run::RunArgs),
-    Log(log::LogArgs),
-    Show(show::ShowArgs),
-    Diff(diff::DiffArgs),
-    Cat(cat::CatArgs),
-    Undo(rollback::UndoArgs),
-    Rollback(rollback::RollbackArgs),
-    Checkpoint(checkpoint::CheckpointArgs),
-    Sessions(sessions::SessionsArgs),
-    Status(status::StatusArgs),
-    Gc(gc::GcArgs),
-    Watch(watch::WatchArgs),
-}
-
-/// A failure with the exit code it maps to: 2 for bad usage or input, 1 for everything else.
+/// A failure with the exit status it maps to: 2 for bad usage or input (a damaged store
+/// included), 1 for everything else.
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
@@ -76,16 +46,19 @@ impl Failure {
     }
 }
 
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Failure {
-        let code = match e {
-            crate::Error::Invalid(_) | crate::Error::NotFound(_) => 2,
-            _ => 1,
-        };
+/// The one place errors become exit statuses.
+impl From<crate::history::Error> for Failure {
+    fn from(e: crate::history::Error) -> Failure {
         Failure {
-            code,
+            code: if e.is_usage() { 2 } else { 1 },
             message: e.to_string(),
         }
+    }
+}
+
+impl From<crate::store::Error> for Failure {
+    fn from(e: crate::store::Error) -> Failure {
+        crate::history::Error::from(e).into()
     }
 }
 
@@ -103,21 +76,19 @@ pub fn run(cli: Cli) -> CliResult {
         // SAFETY: resetting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    match cli.command {
+    match &cli.command {
         Command::Mount(args) => mount::run(&cwd, args),
         Command::Unmount(args) => unmount::run(&cwd, args),
-        Command::Log(args) => log::run(&cwd, args),
         Command::Run(args) => run::run(args),
-        Command::Show(args) => show::run(&cwd, args),
-        Command::Diff(args) => diff::run(&cwd, args),
-        Command::Cat(args) => cat::run(&cwd, args),
-        Command::Sessions(args) => sessions::run(&cwd, args),
-        Command::Undo(args) => rollback::undo(&cwd, args),
-        Command::Rollback(args) => rollback::run(&cwd, args),
-        Command::Checkpoint(args) => checkpoint::run(&cwd, args),
-        Command::Status(args) => status::run(&cwd, args),
-        Command::Gc(args) => gc::run(&cwd, args),
+        Command::Status(_) => status::run(&cwd),
         Command::Watch(args) => watch::run(&cwd, args),
+        Command::Export(args) => export::run(&cwd, args),
+        Command::Agent(args) => agent::run(&cwd, args),
+        Command::Hook(args) => hook::run(&cwd, args),
+        Command::Mcp(_) => mcp::run(&cwd),
+        Command::Completions(args) => manual::completions(args),
+        Command::Man(_) => manual::man(),
+        _ => history::run(&cwd, &cli.command),
     }
 }
 
@@ -200,9 +171,4 @@ pub fn find_workspace(cwd: &Path) -> Result<PathBuf, Failure> {
         "{} is not inside a rewind workspace; mount one with `rewind mount DIR`, or name it with `-C DIR`",
         cwd.display()
     )))
-}
-
-/// Write one line to stdout; an error (a closed pipe, as with `| head`) ends the output quietly.
-pub fn write_line(out: &mut impl std::io::Write, line: &str) -> std::io::Result<()> {
-    writeln!(out, "{line}")
 }

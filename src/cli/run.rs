@@ -3,37 +3,18 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use clap::Args;
-
 use super::{CliResult, Failure};
+use crate::command::RunArgs;
 
-/// Run a command with its changes (and its children's) attributed to a session and an agent.
-///
-/// Sets REWIND_SESSION and REWIND_AGENT for the command, which rewind reads from the
-/// environment of whatever process makes a change.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The session (default: the one already set, or the mount's default).
-    #[arg(long)]
-    pub session: Option<String>,
-    /// The agent.
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true)]
-    pub command: Vec<String>,
-}
-
-pub fn run(args: RunArgs) -> CliResult {
+pub fn run(args: &RunArgs) -> CliResult {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
+    // Names were validated by the parser.
     if let Some(s) = &args.session {
-        crate::store::validate_name("session", s)?;
-        cmd.env("REWIND_SESSION", s);
+        cmd.env("REWIND_SESSION", s.as_str());
     }
     if let Some(a) = &args.agent {
-        crate::store::validate_name("agent", a)?;
-        cmd.env("REWIND_AGENT", a);
+        cmd.env("REWIND_AGENT", a.as_str());
     }
     let err = cmd.exec();
     Err(Failure {

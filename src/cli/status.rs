@@ -3,15 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Args;
-
 use super::context::Ctx;
 use super::{CliResult, Registration};
-
-/// Say whether the workspace is mounted (and healthy), where its store is, and what it holds.
-/// Outside any workspace, list every workspace rewind knows.
-#[derive(Debug, Args)]
-pub struct StatusArgs {}
 
 fn health(workspace: &Path) -> &'static str {
     match std::fs::metadata(workspace.join(".rewind/status")) {
@@ -24,7 +17,7 @@ fn health(workspace: &Path) -> &'static str {
     }
 }
 
-pub fn run(cwd: &Path, _args: StatusArgs) -> CliResult {
+pub fn run(cwd: &Path) -> CliResult {
     let Ok(ctx) = Ctx::locate(cwd) else {
         let all = Registration::all();
         if all.is_empty() {
@@ -43,30 +36,33 @@ pub fn run(cwd: &Path, _args: StatusArgs) -> CliResult {
     println!("workspace: {}", ctx.workspace.display());
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
-    // The daemon's own view: its pid, how data moves, retention.
+    // The daemon's own view: its pid, whether it records, how data moves, retention.
     if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
         for line in text.lines().filter(|l| {
-            ["daemon:", "data path:", "retention:", "last gc:"]
+            ["state:", "daemon:", "data path:", "retention:", "last gc:"]
                 .iter()
                 .any(|k| l.starts_with(k))
         }) {
-            println!("{line}");
+            if let Some(rest) = line.strip_prefix("state: mounted, ") {
+                println!("recording: {rest}");
+            } else if !line.starts_with("state:") {
+                println!("{line}");
+            }
         }
     }
-    if let Ok(store) = ctx.read_store() {
-        let stats = store.stats()?;
-        println!("changes: {} (last id {})", stats.changes, stats.last_id);
-        println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
-        println!("sessions: {}", store.sessions()?.len());
-        println!(
-            "checkpoints: {}",
-            store
-                .checkpoints()?
-                .iter()
-                .map(|c| format!("{}@{}", c.name, c.id))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-    }
+    let history = ctx.read_history()?;
+    let stats = history.store().stats()?;
+    println!("changes: {} (last id {})", stats.changes, stats.last_id);
+    println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
+    println!("sessions: {}", history.sessions()?.len());
+    println!(
+        "checkpoints: {}",
+        history
+            .checkpoints()?
+            .iter()
+            .map(|c| format!("{}@{}", c.name, c.id))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,25 +1,14 @@
 //! `rewind unmount`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Args;
-
 use super::{CliResult, Failure, Registration};
+use crate::command::UnmountArgs;
 use crate::fs;
 
-/// Unmount a workspace. The directory is left exactly as it was last written.
-#[derive(Debug, Args)]
-pub struct UnmountArgs {
-    /// The workspace (default: the one the current directory is in).
-    pub dir: Option<PathBuf>,
-    /// Detach even if files are still open (they keep working until closed).
-    #[arg(long)]
-    pub force: bool,
-}
-
-pub fn run(cwd: &Path, args: UnmountArgs) -> CliResult {
+pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
     let dir = match &args.dir {
         Some(d) => cwd.join(d),
         None => super::find_workspace(cwd)?,

@@ -4,20 +4,12 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::ExitCode;
 
-use clap::Args;
-
 use super::context::Ctx;
 use super::{CliResult, Failure};
+use crate::command::WatchArgs;
+use crate::history::format::{change_from_json, change_line};
 
-/// Print each change as it happens (from `.rewind/events`), until interrupted.
-#[derive(Debug, Args)]
-pub struct WatchArgs {
-    /// One JSON object a line.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn run(cwd: &Path, args: WatchArgs) -> CliResult {
+pub fn run(cwd: &Path, args: &WatchArgs) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
     if !ctx.mounted {
         return Err(Failure::usage(format!(
@@ -31,28 +23,18 @@ pub fn run(cwd: &Path, args: WatchArgs) -> CliResult {
     let mut out = std::io::stdout().lock();
     for line in BufReader::new(f).lines() {
         let Ok(line) = line else { break };
-        let text = match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(v) if !args.json => {
-                let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-                let path = match v["from"].as_str() {
-                    Some(from) => format!("{} <- {from}", s("path")),
-                    None => s("path"),
-                };
-                format!(
-                    "{:>6}  {}  {:<7}  {}  {}@{}",
-                    v["id"],
-                    s("time"),
-                    s("kind"),
-                    path,
-                    s("agent"),
-                    s("session")
-                )
-            }
+        // The same line as `rewind log` prints; a note of missed changes as it came.
+        let text = match serde_json::from_str(&line)
+            .ok()
+            .and_then(|v| change_from_json(&v))
+        {
+            Some(c) if !args.json => change_line(&c),
             _ => line,
         };
-        if super::write_line(&mut out, &text).is_err() {
+        if std::io::Write::write_all(&mut out, format!("{text}\n").as_bytes()).is_err() {
             break;
         }
+        let _ = std::io::Write::flush(&mut out);
     }
     Ok(ExitCode::SUCCESS)
 }

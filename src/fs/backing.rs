@@ -1,34 +1,43 @@
 //! Every syscall on the directory underneath the mount, relative to one directory fd opened
-//! before mounting over it.
+//! before mounting over it. Nothing else in the program touches the backing directory.
 //!
-//! Paths here are workspace-relative byte strings. Multi-component paths are resolved with
-//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so no path can leave the workspace, and the
-//! last component is always acted on with `*at(..., AT_SYMLINK_NOFOLLOW)` or `O_NOFOLLOW`: a symlink
-//! in the workspace is an object to report, never a way out.
+//! Paths here are workspace-relative byte strings. Every operation resolves the parent folder
+//! to a directory fd (cached; opened with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`,
+//! a component at a time for paths longer than the kernel takes at once), then acts on the last
+//! name with `*at(..., AT_SYMLINK_NOFOLLOW)` or `O_NOFOLLOW`. So no path can leave the
+//! workspace, a symlink in it is an object to report, never a way out, and a path whose folder
+//! became a symlink fails with `ELOOP`.
 
+use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{OFlags, ResolveFlags};
 
 /// The workspace directory as it was before the mount covered it.
 pub struct Backing {
     root: OwnedFd,
     /// Directory fds by path, so an operation does not open and close its parent each time.
-    /// Opened with the same `openat2` rules; emptied whenever a folder is renamed or removed
-    /// (then a path may name another folder, or none).
-    dirs: std::sync::Mutex<std::collections::HashMap<Vec<u8>, std::sync::Arc<OwnedFd>>>,
+    /// Emptied whenever a folder is renamed or removed (then a path may name another folder,
+    /// or none).
+    dirs: Mutex<HashMap<Vec<u8>, Arc<OwnedFd>>>,
 }
 
 /// How many folders to keep open.
 const DIR_CACHE: usize = 512;
 
-/// A directory to act in: the root itself, or one opened for the call.
+/// The longest path resolved in one `openat2`; longer ones are walked in pieces.
+const PATH_PIECE: usize = 2048;
+
+/// A directory to act in: the root itself, or a cached one.
 enum Dir<'a> {
     Root(BorrowedFd<'a>),
-    Cached(std::sync::Arc<OwnedFd>),
+    Cached(Arc<OwnedFd>),
 }
 
 impl Dir<'_> {
@@ -38,80 +47,120 @@ impl Dir<'_> {
             Dir::Cached(fd) => fd.as_raw_fd(),
         }
     }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Dir::Root(fd) => *fd,
+            Dir::Cached(fd) => fd.as_fd(),
+        }
+    }
 }
 
 fn cstr(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+fn check(ret: libc::c_int) -> io::Result<()> {
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {
-        Ok(ret)
+        Ok(())
     }
 }
 
+/// The open flags the kernel may pass in an open or create that mean the same on the file
+/// underneath. Others are the kernel's own (`__FMODE_EXEC` for an exec, `FMODE_NONOTIFY`),
+/// only make sense at creation (`O_CREAT`, `O_EXCL`, `O_NOCTTY`), or are ours to set
+/// (`O_NOFOLLOW`, `O_CLOEXEC`); `openat2` refuses flags it does not know.
+pub const PASSED_OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_DIRECT
+    | libc::O_LARGEFILE
+    | libc::O_NOATIME;
+
 /// `openat2` confined to beneath `dirfd`, following no symlink at any component.
 fn openat2_beneath(
-    dirfd: RawFd,
+    dirfd: BorrowedFd<'_>,
     path: &[u8],
-    flags: libc::c_int,
+    flags: i32,
     mode: u32,
 ) -> io::Result<OwnedFd> {
-    let path = cstr(if path.is_empty() { b"." } else { path })?;
-    // SAFETY: open_how is plain data; all-zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
-        how.mode = mode as u64;
-    }
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let path = if path.is_empty() { &b"."[..] } else { path };
+    let flags = OFlags::from_bits_retain((flags | libc::O_CLOEXEC) as u32);
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     loop {
-        // SAFETY: `how` and `path` outlive the call; the kernel copies them.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dirfd,
-                path.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        match rustix::fs::openat2(
+            dirfd,
+            OsStr::from_bytes(path),
+            flags,
+            rustix::fs::Mode::from_bits_truncate(mode),
+            resolve,
+        ) {
+            Ok(fd) => return Ok(fd),
+            // openat2 asks to retry when a rename raced the lookup.
+            Err(rustix::io::Errno::AGAIN) => {}
+            Err(e) => return Err(e.into()),
         }
-        let err = io::Error::last_os_error();
-        // openat2 may ask us to retry when a rename raced the lookup.
-        if err.raw_os_error() != Some(libc::EAGAIN) {
-            return Err(err);
-        }
+    }
+}
+
+/// Open folder `path` below `dirfd`, in pieces short enough for the kernel.
+fn open_dir_path(dirfd: BorrowedFd<'_>, path: &[u8], flags: i32) -> io::Result<OwnedFd> {
+    if path.len() <= PATH_PIECE {
+        return openat2_beneath(dirfd, path, flags, 0);
+    }
+    // Cut at a `/` before the limit, open that folder, go on from there.
+    let cut = path[..PATH_PIECE]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENAMETOOLONG))?;
+    let first = openat2_beneath(dirfd, &path[..cut], libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    open_dir_path(first.as_fd(), &path[cut + 1..], flags)
+}
+
+/// Make this thread create files with exactly the modes asked for. The kernel has already
+/// applied the caller's umask to the mode it sends; the daemon's own (022 from a shell) would
+/// take bits away a second time. The umask is per process, so the thread first takes its own
+/// copy of it (`unshare(CLONE_FS)`), and the daemon's other threads keep theirs.
+fn no_umask() {
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if DONE.get() {
+        return;
+    }
+    // SAFETY: unshare(CLONE_FS) gives this thread its own root, cwd and umask; nothing here
+    // depends on sharing them (every path is relative to a directory fd).
+    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+        // SAFETY: umask cannot fail; after unshare it affects this thread only.
+        unsafe { libc::umask(0) };
+        DONE.set(true);
     }
 }
 
 pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes a full stat into `st` on success.
+    // SAFETY: fstat writes a full stat into `st` on success, and only then is it read.
     check(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat returned 0, so `st` is initialized.
     Ok(unsafe { st.assume_init() })
 }
 
 impl Backing {
     /// Open `dir` (which must be a directory) to serve it later, even once a mount covers it.
     pub fn open(dir: &Path) -> io::Result<Backing> {
-        let path = cstr(dir.as_os_str().as_bytes())?;
-        // SAFETY: plain open(2) of a NUL-terminated path.
-        let fd = check(unsafe {
-            libc::open(
-                path.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
+        let root = rustix::fs::open(
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
         Ok(Backing {
-            // SAFETY: a fresh fd that we own.
-            root: unsafe { OwnedFd::from_raw_fd(fd) },
-            dirs: std::sync::Mutex::new(std::collections::HashMap::new()),
+            root,
+            dirs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -127,11 +176,10 @@ impl Backing {
         if let Some(fd) = lock().get(path) {
             return Ok(Dir::Cached(fd.clone()));
         }
-        let fd = std::sync::Arc::new(openat2_beneath(
-            self.root.as_raw_fd(),
+        let fd = Arc::new(open_dir_path(
+            self.root.as_fd(),
             path,
             libc::O_PATH | libc::O_DIRECTORY,
-            0,
         )?);
         let mut dirs = lock();
         if dirs.len() >= DIR_CACHE {
@@ -146,12 +194,24 @@ impl Backing {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
+    /// Run `f` on `path`'s parent directory fd and last name (`"."` on the root itself).
+    fn at<T>(
+        &self,
+        path: &[u8],
+        f: impl FnOnce(&Dir<'_>, &CString) -> io::Result<T>,
+    ) -> io::Result<T> {
+        match split(path) {
+            None => f(&Dir::Root(self.root.as_fd()), &cstr(b".")?),
+            Some((parent, name)) => f(&self.dir(parent)?, &cstr(name.as_bytes())?),
+        }
+    }
+
     /// `lstat` of `name` in directory `parent`.
     pub fn stat_at(&self, parent: &[u8], name: &OsStr) -> io::Result<libc::stat> {
         let dir = self.dir(parent)?;
         let name = cstr(name.as_bytes())?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstatat writes a full stat on success.
+        // SAFETY: fstatat writes a full stat on success, and only then is it read.
         check(unsafe {
             libc::fstatat(
                 dir.raw(),
@@ -160,6 +220,7 @@ impl Backing {
                 libc::AT_SYMLINK_NOFOLLOW,
             )
         })?;
+        // SAFETY: fstatat returned 0, so `st` is initialized.
         Ok(unsafe { st.assume_init() })
     }
 
@@ -171,68 +232,64 @@ impl Backing {
         }
     }
 
-    /// Open a file (never a symlink) with `flags`; `mode` applies with `O_CREAT`.
-    pub fn open_file(&self, path: &[u8], flags: libc::c_int, mode: u32) -> io::Result<File> {
-        let fd = openat2_beneath(self.root.as_raw_fd(), path, flags | libc::O_NOFOLLOW, mode)?;
+    /// Open a file (never through a symlink) with `flags`; `mode` applies with `O_CREAT`.
+    pub fn open_file(&self, path: &[u8], flags: i32, mode: u32) -> io::Result<File> {
+        let (parent, name) =
+            split(path).ok_or_else(|| io::Error::from_raw_os_error(libc::EISDIR))?;
+        let dir = self.dir(parent)?;
+        if flags & libc::O_CREAT != 0 {
+            no_umask();
+        }
+        let fd = openat2_beneath(dir.fd(), name.as_bytes(), flags | libc::O_NOFOLLOW, mode)?;
         Ok(File::from(fd))
     }
 
-    /// Open a directory for reading its entries.
+    /// Open a directory for reading its entries (or fsyncing it).
     pub fn open_dir(&self, path: &[u8]) -> io::Result<File> {
-        let fd = openat2_beneath(
-            self.root.as_raw_fd(),
-            path,
-            libc::O_RDONLY | libc::O_DIRECTORY,
-            0,
-        )?;
+        let fd = open_dir_path(self.root.as_fd(), path, libc::O_RDONLY | libc::O_DIRECTORY)?;
         Ok(File::from(fd))
     }
 
     pub fn mkdir(&self, parent: &[u8], name: &OsStr, mode: u32) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        let name = cstr(name.as_bytes())?;
-        check(unsafe { libc::mkdirat(dir.raw(), name.as_ptr(), mode) }).map(drop)
+        no_umask();
+        rustix::fs::mkdirat(dir.fd(), name, rustix::fs::Mode::from_bits_truncate(mode))?;
+        Ok(())
     }
 
     pub fn mknod(&self, parent: &[u8], name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         let dir = self.dir(parent)?;
+        no_umask();
         let name = cstr(name.as_bytes())?;
-        check(unsafe { libc::mknodat(dir.raw(), name.as_ptr(), mode, rdev) }).map(drop)
+        // SAFETY: mknodat with a valid directory fd and a NUL-terminated name.
+        check(unsafe { libc::mknodat(dir.raw(), name.as_ptr(), mode, rdev) })
     }
 
     pub fn symlink(&self, parent: &[u8], name: &OsStr, target: &[u8]) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        let name = cstr(name.as_bytes())?;
-        let target = cstr(target)?;
-        check(unsafe { libc::symlinkat(target.as_ptr(), dir.raw(), name.as_ptr()) }).map(drop)
+        rustix::fs::symlinkat(OsStr::from_bytes(target), dir.fd(), name)?;
+        Ok(())
     }
 
     pub fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>> {
         let (parent, name) =
             split(path).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         let dir = self.dir(parent)?;
-        let name = cstr(name.as_bytes())?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-        // SAFETY: readlinkat writes at most buf.len() bytes.
-        let n = unsafe {
-            libc::readlinkat(dir.raw(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(buf)
+        Ok(rustix::fs::readlinkat(dir.fd(), name, Vec::new())?.into_bytes())
     }
 
     pub fn unlink(&self, parent: &[u8], name: &OsStr, dir_flag: bool) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        let name = cstr(name.as_bytes())?;
-        let flags = if dir_flag { libc::AT_REMOVEDIR } else { 0 };
-        let result = check(unsafe { libc::unlinkat(dir.raw(), name.as_ptr(), flags) }).map(drop);
+        let flags = if dir_flag {
+            rustix::fs::AtFlags::REMOVEDIR
+        } else {
+            rustix::fs::AtFlags::empty()
+        };
+        let result = rustix::fs::unlinkat(dir.fd(), name, flags);
         if dir_flag {
             self.forget_dirs();
         }
-        result
+        Ok(result?)
     }
 
     pub fn rename(
@@ -245,21 +302,16 @@ impl Backing {
     ) -> io::Result<()> {
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
-        let name = cstr(name.as_bytes())?;
-        let new_name = cstr(new_name.as_bytes())?;
-        let result = check(unsafe {
-            libc::renameat2(
-                from.raw(),
-                name.as_ptr(),
-                to.raw(),
-                new_name.as_ptr(),
-                flags,
-            )
-        })
-        .map(drop);
+        let result = rustix::fs::renameat_with(
+            from.fd(),
+            name,
+            to.fd(),
+            new_name,
+            rustix::fs::RenameFlags::from_bits_retain(flags),
+        );
         // A cached folder path may now lead elsewhere (renames are rare enough to forget all).
         self.forget_dirs();
-        result
+        Ok(result?)
     }
 
     pub fn link(&self, path: &[u8], new_parent: &[u8], new_name: &OsStr) -> io::Result<()> {
@@ -267,60 +319,52 @@ impl Backing {
             split(path).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         let from = self.dir(parent)?;
         let to = self.dir(new_parent)?;
-        let name = cstr(name.as_bytes())?;
-        let new_name = cstr(new_name.as_bytes())?;
-        check(unsafe { libc::linkat(from.raw(), name.as_ptr(), to.raw(), new_name.as_ptr(), 0) })
-            .map(drop)
-    }
-
-    /// Run `f` on `path`'s parent directory fd and last name (`"."` on the root itself).
-    fn at<T>(
-        &self,
-        path: &[u8],
-        f: impl FnOnce(RawFd, &CString) -> io::Result<T>,
-    ) -> io::Result<T> {
-        match split(path) {
-            None => f(self.root.as_raw_fd(), &cstr(b".")?),
-            Some((parent, name)) => {
-                let dir = self.dir(parent)?;
-                f(dir.raw(), &cstr(name.as_bytes())?)
-            }
-        }
+        rustix::fs::linkat(
+            from.fd(),
+            name,
+            to.fd(),
+            new_name,
+            rustix::fs::AtFlags::empty(),
+        )?;
+        Ok(())
     }
 
     pub fn chmod(&self, path: &[u8], mode: u32) -> io::Result<()> {
         // Linux cannot change a symlink's mode; callers do not ask for it.
         self.at(path, |dir, name| {
-            check(unsafe { libc::fchmodat(dir, name.as_ptr(), mode, 0) }).map(drop)
+            // SAFETY: fchmodat with a valid directory fd and a NUL-terminated name.
+            check(unsafe { libc::fchmodat(dir.raw(), name.as_ptr(), mode, 0) })
         })
     }
 
     pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.at(path, |dir, name| {
+            // SAFETY: fchownat with a valid directory fd and a NUL-terminated name; -1
+            // (u32::MAX) leaves an id as it is.
             check(unsafe {
                 libc::fchownat(
-                    dir,
+                    dir.raw(),
                     name.as_ptr(),
                     uid.unwrap_or(u32::MAX),
                     gid.unwrap_or(u32::MAX),
                     libc::AT_SYMLINK_NOFOLLOW,
                 )
             })
-            .map(drop)
         })
     }
 
     pub fn utimens(&self, path: &[u8], times: &[libc::timespec; 2]) -> io::Result<()> {
         self.at(path, |dir, name| {
+            // SAFETY: utimensat with a valid directory fd, a NUL-terminated name and two
+            // timespecs.
             check(unsafe {
                 libc::utimensat(
-                    dir,
+                    dir.raw(),
                     name.as_ptr(),
                     times.as_ptr(),
                     libc::AT_SYMLINK_NOFOLLOW,
                 )
             })
-            .map(drop)
         })
     }
 
@@ -332,7 +376,7 @@ impl Backing {
         f: impl FnOnce(&CString) -> io::Result<T>,
     ) -> io::Result<T> {
         self.at(path, |dir, name| {
-            let mut p = format!("/proc/self/fd/{dir}/").into_bytes();
+            let mut p = format!("/proc/self/fd/{}/", dir.raw()).into_bytes();
             p.extend_from_slice(name.as_bytes());
             f(&cstr(&p)?)
         })
@@ -343,7 +387,7 @@ impl Backing {
         let name = cstr(name.as_bytes())?;
         self.proc_path(path, |p| {
             let mut buf = vec![0u8; size];
-            // SAFETY: lgetxattr writes at most `size` bytes into buf.
+            // SAFETY: lgetxattr writes at most `size` bytes into buf, which has that many.
             let n = unsafe {
                 libc::lgetxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), size)
             };
@@ -354,7 +398,7 @@ impl Backing {
     pub fn listxattr(&self, path: &[u8], size: usize) -> io::Result<Xattr> {
         self.proc_path(path, |p| {
             let mut buf = vec![0u8; size];
-            // SAFETY: llistxattr writes at most `size` bytes into buf.
+            // SAFETY: llistxattr writes at most `size` bytes into buf, which has that many.
             let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), size) };
             Xattr::from_ret(n, buf, size)
         })
@@ -363,6 +407,7 @@ impl Backing {
     pub fn setxattr(&self, path: &[u8], name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
         let name = cstr(name.as_bytes())?;
         self.proc_path(path, |p| {
+            // SAFETY: lsetxattr reads `value.len()` bytes from value; both strings end in NUL.
             check(unsafe {
                 libc::lsetxattr(
                     p.as_ptr(),
@@ -372,22 +417,81 @@ impl Backing {
                     flags,
                 )
             })
-            .map(drop)
         })
     }
 
     pub fn removexattr(&self, path: &[u8], name: &OsStr) -> io::Result<()> {
         let name = cstr(name.as_bytes())?;
         self.proc_path(path, |p| {
-            check(unsafe { libc::lremovexattr(p.as_ptr(), name.as_ptr()) }).map(drop)
+            // SAFETY: lremovexattr of two NUL-terminated strings.
+            check(unsafe { libc::lremovexattr(p.as_ptr(), name.as_ptr()) })
         })
     }
 
     pub fn statfs(&self) -> io::Result<libc::statvfs> {
         let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: fstatvfs writes a full statvfs on success, and only then is it read.
         check(unsafe { libc::fstatvfs(self.root.as_raw_fd(), st.as_mut_ptr()) })?;
+        // SAFETY: fstatvfs returned 0, so `st` is initialized.
         Ok(unsafe { st.assume_init() })
     }
+}
+
+// ---- open files ---------------------------------------------------------------------------
+
+pub fn set_fd_mode(file: &File, mode: u32) -> io::Result<()> {
+    rustix::fs::fchmod(file, rustix::fs::Mode::from_bits_truncate(mode & 0o7777))?;
+    Ok(())
+}
+
+pub fn set_fd_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    // SAFETY: fchown on an fd we own; -1 (u32::MAX) leaves an id unchanged.
+    check(unsafe {
+        libc::fchown(
+            file.as_raw_fd(),
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+        )
+    })
+}
+
+pub fn futimens(file: &File, times: &[libc::timespec; 2]) -> io::Result<()> {
+    // SAFETY: futimens on an fd we own with two valid timespecs.
+    check(unsafe { libc::futimens(file.as_raw_fd(), times.as_ptr()) })
+}
+
+pub fn fallocate(file: &File, mode: i32, offset: u64, length: u64) -> io::Result<()> {
+    // SAFETY: fallocate on an fd we own; the kernel checks mode, offset and length.
+    check(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, length as i64) })
+}
+
+pub fn copy_file_range(
+    src: &File,
+    off_in: u64,
+    dst: &File,
+    off_out: u64,
+    len: u64,
+) -> io::Result<u64> {
+    let mut off_in = off_in;
+    let mut off_out = off_out;
+    let n = rustix::fs::copy_file_range(
+        src,
+        Some(&mut off_in),
+        dst,
+        Some(&mut off_out),
+        len.min(u32::MAX as u64 & !0xfff) as usize,
+    )?;
+    Ok(n as u64)
+}
+
+/// `SEEK_DATA` / `SEEK_HOLE` (the only whences the kernel asks the daemon about).
+pub fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
+    // SAFETY: lseek on an fd we own.
+    let ret = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ret)
 }
 
 /// An xattr value or name list, or only its size when the caller asked with size 0.
@@ -521,5 +625,34 @@ mod tests {
         }
         assert!(b.stat(b"out").is_ok(), "a symlink itself can be looked at");
         assert_eq!(b.readlink(b"out").unwrap(), b"/etc");
+        let e = b.stat(b"out/passwd").unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::ELOOP),
+            "a symlinked folder is not followed"
+        );
+    }
+
+    #[test]
+    fn paths_longer_than_the_kernel_takes_at_once_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Backing::open(dir.path()).unwrap();
+        let name = "d".repeat(200);
+        let mut path: Vec<u8> = Vec::new();
+        for _ in 0..30 {
+            let (parent, leaf) = (path.clone(), OsStr::new(&name));
+            b.mkdir(&parent, leaf, 0o755).unwrap();
+            path = join(&parent, leaf);
+        }
+        assert!(path.len() > 6000);
+        let f = b
+            .open_file(
+                &join(&path, OsStr::new("f")),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+            .unwrap();
+        drop(f);
+        assert!(b.stat(&join(&path, OsStr::new("f"))).is_ok());
     }
 }

@@ -42,6 +42,11 @@ impl<T> HandleTable<T> {
         self.lock().remove(&fh)
     }
 
+    /// The first value for which `f` holds (a scan: for rare cases only).
+    pub fn find(&self, f: impl Fn(&T) -> bool) -> Option<Arc<T>> {
+        self.lock().values().find(|v| f(v)).cloned()
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }

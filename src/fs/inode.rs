@@ -1,9 +1,11 @@
-//! The inode table: FUSE inode numbers to places in the workspace tree.
+//! The inode table: FUSE inode numbers to places in the workspace tree. No FUSE types here.
 //!
-//! Each node knows its parent and its name, so a path is a walk to the root and renaming a
-//! directory moves its whole subtree in O(1). Nodes are keyed by the backing file's
-//! `(st_dev, st_ino)` too, so hard links share one FUSE inode. FUSE inode numbers are never
-//! reused (a counter), so generations are always 0. No FUSE types here.
+//! A node is one backing file, keyed by its `(st_dev, st_ino)`, with every name (link) the
+//! kernel knows it by: a parent inode and a name. Its path is a walk to the root through its
+//! first name, so renaming a folder moves its whole subtree by changing one link, and a hard
+//! link keeps working through its other names when one is removed. FUSE inode numbers come
+//! from a counter and are never reused (generations are always 0). A node is dropped when the
+//! kernel forgets all its lookups; the root never is.
 
 use std::collections::HashMap;
 
@@ -12,11 +14,13 @@ pub const ROOT: u64 = 1;
 /// A backing file's identity: `(st_dev, st_ino)`.
 pub type BackingKey = (u64, u64);
 
+/// A name of a node: its parent's inode and its name in there.
+type Link = (u64, Vec<u8>);
+
 #[derive(Debug)]
 struct Node {
-    /// 0 once the name is gone (unlinked), so the node has no path any more.
-    parent: u64,
-    name: Vec<u8>,
+    /// Every name the node is known by; empty once the last is gone (unlinked but open).
+    links: Vec<Link>,
     key: BackingKey,
     /// Lookups the kernel holds; the node is dropped when it forgets them all.
     lookups: u64,
@@ -26,6 +30,7 @@ struct Node {
 pub struct InodeTable {
     nodes: HashMap<u64, Node>,
     by_key: HashMap<BackingKey, u64>,
+    by_link: HashMap<Link, u64>,
     next: u64,
 }
 
@@ -35,8 +40,7 @@ impl InodeTable {
         nodes.insert(
             ROOT,
             Node {
-                parent: ROOT,
-                name: Vec::new(),
+                links: Vec::new(),
                 key: root_key,
                 lookups: 1,
             },
@@ -44,6 +48,7 @@ impl InodeTable {
         InodeTable {
             nodes,
             by_key: HashMap::from([(root_key, ROOT)]),
+            by_link: HashMap::new(),
             next: ROOT + 1,
         }
     }
@@ -53,12 +58,12 @@ impl InodeTable {
         let mut names: Vec<&[u8]> = Vec::new();
         let mut cur = ino;
         while cur != ROOT {
-            let node = self.nodes.get(&cur)?;
-            if node.parent == 0 || names.len() > 4096 {
+            let (parent, name) = self.nodes.get(&cur)?.links.first()?;
+            if names.len() > 8192 {
                 return None;
             }
-            names.push(&node.name);
-            cur = node.parent;
+            names.push(name);
+            cur = *parent;
         }
         let mut path = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
         for (i, name) in names.iter().rev().enumerate() {
@@ -70,11 +75,12 @@ impl InodeTable {
         Some(path)
     }
 
-    /// The parent of `ino` (the root is its own parent; unknown or unlinked nodes report the root).
+    /// The parent of `ino` through its first name (the root for the root, and for nodes
+    /// without a name).
     pub fn parent(&self, ino: u64) -> u64 {
-        match self.nodes.get(&ino) {
-            Some(n) if n.parent != 0 => n.parent,
-            _ => ROOT,
+        match self.nodes.get(&ino).and_then(|n| n.links.first()) {
+            Some((p, _)) => *p,
+            None => ROOT,
         }
     }
 
@@ -82,16 +88,40 @@ impl InodeTable {
         self.nodes.get(&ino).map(|n| n.key)
     }
 
+    /// The inode known by `name` in `parent`, if the kernel has looked it up.
+    pub fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        self.by_link.get(&(parent, name.to_vec())).copied()
+    }
+
+    /// The inode of `path`, if the kernel knows every folder on the way.
+    pub fn find(&self, path: &[u8]) -> Option<u64> {
+        let mut ino = ROOT;
+        if path.is_empty() {
+            return Some(ROOT);
+        }
+        for name in path.split(|b| *b == b'/') {
+            ino = self.child(ino, name)?;
+        }
+        Some(ino)
+    }
+
     /// The kernel looked up `name` in `parent` and found the backing file `key`: return its
     /// inode number (creating the node if new) with one more lookup held.
     pub fn lookup(&mut self, parent: u64, name: &[u8], key: BackingKey) -> u64 {
+        let link = (parent, name.to_vec());
+        // The name may still point at a node of a file that is gone (replaced outside our
+        // view): it now names this one.
+        if let Some(&old) = self.by_link.get(&link)
+            && self.nodes.get(&old).is_some_and(|n| n.key != key)
+        {
+            self.drop_link(old, &link);
+        }
         if let Some(&ino) = self.by_key.get(&key) {
             let node = self.nodes.get_mut(&ino).expect("by_key points at a node");
             node.lookups += 1;
-            if ino != ROOT {
-                // A hard link (or a stale name): the latest name used is the one we report.
-                node.parent = parent;
-                node.name = name.to_vec();
+            if ino != ROOT && !node.links.contains(&link) {
+                node.links.push(link.clone());
+                self.by_link.insert(link, ino);
             }
             return ino;
         }
@@ -100,14 +130,23 @@ impl InodeTable {
         self.nodes.insert(
             ino,
             Node {
-                parent,
-                name: name.to_vec(),
+                links: vec![link.clone()],
                 key,
                 lookups: 1,
             },
         );
         self.by_key.insert(key, ino);
+        self.by_link.insert(link, ino);
         ino
+    }
+
+    fn drop_link(&mut self, ino: u64, link: &Link) {
+        if self.by_link.get(link) == Some(&ino) {
+            self.by_link.remove(link);
+        }
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.links.retain(|l| l != link);
+        }
     }
 
     /// The kernel dropped `n` lookups of `ino`.
@@ -120,30 +159,93 @@ impl InodeTable {
         };
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
-            let key = node.key;
-            self.nodes.remove(&ino);
-            if self.by_key.get(&key) == Some(&ino) {
-                self.by_key.remove(&key);
+            let node = self.nodes.remove(&ino).expect("present above");
+            if self.by_key.get(&node.key) == Some(&ino) {
+                self.by_key.remove(&node.key);
+            }
+            for link in node.links {
+                if self.by_link.get(&link) == Some(&ino) {
+                    self.by_link.remove(&link);
+                }
             }
         }
     }
 
-    /// The backing file `key` now lives at `name` in `parent` (after a rename).
-    pub fn moved(&mut self, key: BackingKey, parent: u64, name: &[u8]) {
-        if let Some(&ino) = self.by_key.get(&key) {
-            let node = self.nodes.get_mut(&ino).expect("by_key points at a node");
-            node.parent = parent;
-            node.name = name.to_vec();
+    /// `name` in `parent` was renamed to `new_name` in `new_parent`. Whatever the new name
+    /// named before loses that name.
+    pub fn renamed(&mut self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) {
+        let old = (parent, name.to_vec());
+        let new = (new_parent, new_name.to_vec());
+        if self.by_link.contains_key(&old) && self.by_link.get(&old) == self.by_link.get(&new) {
+            // Two names of one file: rename(2) leaves both as they are.
+            return;
+        }
+        if let Some(replaced) = self.by_link.get(&new).copied() {
+            self.unlinked_ino(replaced, &new);
+        }
+        let Some(ino) = self.by_link.remove(&old) else {
+            return;
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            for l in &mut node.links {
+                if *l == old {
+                    *l = new.clone();
+                }
+            }
+        }
+        self.by_link.insert(new, ino);
+    }
+
+    /// `name` in `parent` and `new_name` in `new_parent` swapped (`RENAME_EXCHANGE`).
+    pub fn exchanged(&mut self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) {
+        let a = (parent, name.to_vec());
+        let b = (new_parent, new_name.to_vec());
+        let ino_a = self.by_link.remove(&a);
+        let ino_b = self.by_link.remove(&b);
+        for (ino, from, to) in [(ino_a, &a, &b), (ino_b, &b, &a)] {
+            if let Some(ino) = ino {
+                if let Some(node) = self.nodes.get_mut(&ino) {
+                    for l in &mut node.links {
+                        if l == from {
+                            *l = to.clone();
+                        }
+                    }
+                }
+                self.by_link.insert(to.clone(), ino);
+            }
         }
     }
 
-    /// The last name of backing file `key` is gone. Its node lives on (open files, pending
-    /// forgets) without a path, and a new file that reuses the backing inode gets a new node.
-    pub fn removed(&mut self, key: BackingKey) {
+    /// `name` in `parent` was removed (unlink or rmdir). A node that loses its last known name
+    /// lives on (open files, pending forgets) without a path, and a new file that reuses its
+    /// backing inode gets a new node.
+    pub fn unlinked(&mut self, parent: u64, name: &[u8]) {
+        let link = (parent, name.to_vec());
+        if let Some(ino) = self.by_link.get(&link).copied() {
+            self.unlinked_ino(ino, &link);
+        }
+    }
+
+    fn unlinked_ino(&mut self, ino: u64, link: &Link) {
+        self.drop_link(ino, link);
+        if let Some(node) = self.nodes.get(&ino)
+            && node.links.is_empty()
+            && self.by_key.get(&node.key) == Some(&ino)
+        {
+            self.by_key.remove(&node.key);
+        }
+    }
+
+    /// The backing file `key` has no name left at all (its link count reached 0).
+    pub fn gone(&mut self, key: BackingKey) {
         if let Some(ino) = self.by_key.remove(&key)
             && let Some(node) = self.nodes.get_mut(&ino)
         {
-            node.parent = 0;
+            for link in std::mem::take(&mut node.links) {
+                if self.by_link.get(&link) == Some(&ino) {
+                    self.by_link.remove(&link);
+                }
+            }
         }
     }
 
@@ -169,43 +271,56 @@ mod tests {
         assert_eq!(t.path(f).unwrap(), b"a/b/f.rs");
         assert_eq!(t.path(ROOT).unwrap(), b"");
         let z = t.lookup(ROOT, b"z", (1, 20));
-        t.moved((1, 11), z, b"c");
+        t.renamed(a, b"b", z, b"c");
         assert_eq!(t.path(f).unwrap(), b"z/c/f.rs");
+        assert_eq!(t.find(b"z/c/f.rs"), Some(f));
+        assert_eq!(t.find(b"a/b"), None);
     }
 
     #[test]
-    fn hard_links_share_an_inode_and_forget_drops_nodes() {
+    fn hard_links_share_an_inode_and_survive_losing_a_name() {
         let mut t = InodeTable::new((1, 2));
         let x = t.lookup(ROOT, b"x", (1, 30));
         let y = t.lookup(ROOT, b"y", (1, 30));
         assert_eq!(x, y);
-        assert_eq!(t.path(x).unwrap(), b"y");
-        t.forget(x, 1);
-        assert!(t.path(x).is_some());
-        t.forget(x, 1);
+        assert_eq!(t.path(x).unwrap(), b"x");
+        t.unlinked(ROOT, b"x");
+        assert_eq!(
+            t.path(x).unwrap(),
+            b"y",
+            "the other name still leads to the file"
+        );
+        t.unlinked(ROOT, b"y");
         assert!(t.path(x).is_none());
-        assert_eq!(t.len(), 1);
-        // A new node never reuses an old number.
-        assert!(t.lookup(ROOT, b"x", (1, 30)) > x);
+        // A new file reusing the backing inode number gets a new node.
+        let z = t.lookup(ROOT, b"z", (1, 30));
+        assert_ne!(z, x);
+        t.forget(x, 2);
+        assert_eq!(t.path(z).unwrap(), b"z");
     }
 
     #[test]
-    fn removed_nodes_lose_their_path_and_their_backing_inode_can_be_reused() {
+    fn forget_drops_nodes_and_numbers_are_never_reused() {
         let mut t = InodeTable::new((1, 2));
-        let d = t.lookup(ROOT, b"d", (1, 40));
-        let f = t.lookup(d, b"f", (1, 41));
-        t.removed((1, 41));
-        assert!(t.path(f).is_none());
-        let g = t.lookup(d, b"g", (1, 41));
-        assert_ne!(f, g);
-        assert_eq!(t.path(g).unwrap(), b"d/g");
-        t.forget(f, 1);
-        assert_eq!(
-            t.path(g).unwrap(),
-            b"d/g",
-            "forgetting the old node leaves the new one"
-        );
+        let x = t.lookup(ROOT, b"x", (1, 30));
+        t.forget(x, 1);
+        assert!(t.path(x).is_none());
+        assert_eq!(t.len(), 1);
+        assert!(t.lookup(ROOT, b"x", (1, 30)) > x);
         t.forget(ROOT, 100);
         assert!(t.path(ROOT).is_some(), "the root is never forgotten");
+    }
+
+    #[test]
+    fn rename_over_and_exchange() {
+        let mut t = InodeTable::new((1, 2));
+        let a = t.lookup(ROOT, b"a", (1, 40));
+        let b = t.lookup(ROOT, b"b", (1, 41));
+        t.exchanged(ROOT, b"a", ROOT, b"b");
+        assert_eq!(t.path(a).unwrap(), b"b");
+        assert_eq!(t.path(b).unwrap(), b"a");
+        t.renamed(ROOT, b"a", ROOT, b"b");
+        assert_eq!(t.path(b).unwrap(), b"b");
+        assert!(t.path(a).is_none(), "replaced by the rename");
     }
 }

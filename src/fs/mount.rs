@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use super::RewindFs;
 use super::backing::Backing;
-use crate::error::{Error, IoResultExt, Result};
-use crate::history::Recorder;
+use crate::history::{Error, IoResultExt, Recorder, Result};
 
 /// Everything `mount` needs, validated.
 #[derive(Clone, Debug)]
@@ -41,7 +40,7 @@ impl MountConfig {
             unmount(dir, true).with_path(dir)?;
         }
         let workspace = dir.canonicalize().map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => Error::Invalid(format!("{} does not exist", dir.display())),
+            io::ErrorKind::NotFound => Error::Usage(format!("{} does not exist", dir.display())),
             _ => Error::Io {
                 path: dir.to_owned(),
                 source: e,
@@ -49,13 +48,13 @@ impl MountConfig {
         })?;
         let meta = std::fs::metadata(&workspace).with_path(&workspace)?;
         if !meta.is_dir() {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Usage(format!(
                 "{} is not a directory; rewind mounts over a project directory",
                 workspace.display()
             )));
         }
         if let Some(source) = mount_type(&workspace)? {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Usage(format!(
                 "{} is already mounted ({source}); run `rewind unmount {}` first",
                 workspace.display(),
                 workspace.display()
@@ -76,6 +75,11 @@ pub struct Mounted {
 }
 
 impl Mounted {
+    /// What tells the kernel about changes it did not see (a rollback's).
+    pub fn notifier(&self) -> fuser::Notifier {
+        self.session.notifier()
+    }
+
     /// Serve requests until the filesystem is unmounted.
     pub fn run(self) -> io::Result<()> {
         self.session.run()
@@ -124,8 +128,7 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
         MountOption::Dev,
         MountOption::Exec,
     ];
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     fuse.acl = if config.allow_other {
         SessionACL::All
     } else if !root && user_allow_other() {
@@ -137,7 +140,7 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
     let session = fuser::Session::new(fs, &config.workspace, &fuse)
-        .map_err(|e| Error::Invalid(format!("cannot mount {}: {e}", config.workspace.display())))?;
+        .map_err(|e| Error::Usage(format!("cannot mount {}: {e}", config.workspace.display())))?;
     Ok(Mounted { session })
 }
 
@@ -215,12 +218,12 @@ pub fn filesystem(
     state: Arc<super::MountState>,
 ) -> Result<RewindFs> {
     let control = recorder.as_ref().map(|rec| {
-        Arc::new(super::control::Control::new(
+        super::control::Control::new(
             rec.clone(),
             backing.clone(),
             config.workspace.clone(),
             state,
-        ))
+        )
     });
     RewindFs::new(backing, recorder, control, config.passthrough).with_path(&config.workspace)
 }

@@ -32,7 +32,7 @@ impl MountState {
     }
 
     /// Note the outcome of a background gc.
-    pub fn gc_done(&self, result: &crate::Result<GcReport>) {
+    pub fn gc_done(&self, result: &crate::history::Result<GcReport>) {
         let when = time::short(time::now_ns());
         let line = match result {
             Ok(r) => format!(

@@ -1,15 +1,101 @@
-//! What a change means: who made it ([`who`]), which paths count ([`ignore`]), and turning
-//! filesystem operations into recorded changes ([`recorder`]).
+//! What a change means: the domain types ([`change`]), names ([`name`]), who made a change
+//! ([`who`]), which paths count ([`ignore`]), turning filesystem operations into recorded
+//! changes ([`recorder`]), points in time ([`point`]), the tree at a past point ([`view`]),
+//! rollback ([`rollback`]), agent turns ([`turns`]), and how changes and diffs are shown
+//! ([`format`], [`diff`]).
 
+pub mod change;
+pub mod db;
+pub mod diff;
 pub mod format;
 pub mod ignore;
+pub mod name;
 pub mod point;
 pub mod recorder;
 pub mod retention;
 pub mod rollback;
 pub mod time;
+pub mod turns;
 pub mod view;
 pub mod who;
 
+use std::io;
+use std::path::PathBuf;
+
+pub use change::{Change, ChangeKind, FileKind, FileState, Hash};
+pub use db::History;
+pub use name::{BadName, Name};
 pub use recorder::{Recorder, Source};
 pub use who::{Attributor, Who};
+
+/// What can go wrong in reading, recording or rolling back history.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] crate::store::Error),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    BadName(#[from] BadName),
+    #[error(
+        "{0:?} is not a point: give a change id, a checkpoint name, an RFC 3339 time or a duration ago like 15m"
+    )]
+    BadPoint(String),
+    #[error("there is no change {id} (the newest is {newest})")]
+    NoChange { id: u64, newest: u64 },
+    #[error(
+        "change {0} was taken back (its operation failed, or it was folded into an editor's save)"
+    )]
+    Retracted(u64),
+    #[error("change {0} was removed by retention (gc)")]
+    Removed(u64),
+    #[error(
+        "there is no checkpoint named {0:?} (a point is a change id, a checkpoint, an RFC 3339 time or a duration ago like 15m)"
+    )]
+    NoCheckpoint(String),
+    #[error("a checkpoint named {0:?} exists; use --force to move it")]
+    CheckpointExists(String),
+    #[error("there is no turn {0}; see `rewind turns`")]
+    NoTurn(String),
+    #[error("the content of {path} at that point was never recorded ({why})")]
+    NotRecorded { path: String, why: &'static str },
+    /// Input that does not make sense, with what to do instead.
+    #[error("{0}")]
+    Usage(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether this error is the user's input (exit status 2), rather than a failure.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Error::Store(e) => e.is_damaged(),
+            Error::Io { .. } => false,
+            _ => true,
+        }
+    }
+}
+
+/// Attach a path to an `io::Error`, as every I/O error must carry one.
+pub trait IoResultExt<T> {
+    fn with_path(self, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoResultExt<T> for io::Result<T> {
+    fn with_path(self, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })
+    }
+}
+
+/// A workspace path as people read it in messages.
+pub fn show_path(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}

@@ -1,10 +1,10 @@
 //! Points in history: a change id, a checkpoint name, an RFC 3339 time or a relative time
 //! (`15m` ago). A point resolves to the id of the last change at or before it, so "the state at
-//! a point" is the state right after that change (0: before any recorded change).
+//! a point" is the state right after that change (0: before any recorded change). Checkpoint
+//! names never read as ids or times ([`super::Name`]), so the order of the tests below cannot
+//! hide a checkpoint.
 
-use super::time;
-use crate::error::{Error, Result};
-use crate::store::Store;
+use super::{Error, History, Result, time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Point {
@@ -14,20 +14,14 @@ pub enum Point {
 }
 
 impl Point {
-    /// Parse what a user wrote. Checkpoint names win over relative times (`rewind checkpoint 5m`
-    /// is allowed, if odd); anything else that is not a number or a time is a checkpoint name.
-    pub fn parse(s: &str, store: &Store) -> Result<Point> {
+    /// Parse what a user wrote.
+    pub fn parse(s: &str) -> Result<Point> {
         let s = s.trim();
         if s.is_empty() {
-            return Err(Error::Invalid(
-                "an empty point; give a change id, checkpoint or time".into(),
-            ));
+            return Err(Error::BadPoint(s.to_string()));
         }
         if let Ok(id) = s.parse::<u64>() {
             return Ok(Point::Id(id));
-        }
-        if store.checkpoint(s)?.is_some() {
-            return Ok(Point::Checkpoint(s.to_string()));
         }
         if let Some(ns) = time::parse_rfc3339(s) {
             return Ok(Point::Time(ns));
@@ -35,33 +29,52 @@ impl Point {
         if let Some(ago) = time::parse_duration(s) {
             return Ok(Point::Time(time::now_ns().saturating_sub(ago)));
         }
-        Err(Error::NotFound(format!(
-            "{s:?} is not a change id, a checkpoint, an RFC 3339 time or a duration like 15m"
-        )))
+        Ok(Point::Checkpoint(s.to_string()))
     }
 
     /// The id of the last change at or before this point.
-    pub fn resolve(&self, store: &Store) -> Result<u64> {
+    pub fn resolve(&self, history: &History) -> Result<u64> {
         match self {
             Point::Id(id) => {
-                let last = store.last_id()?;
-                if *id > last {
-                    return Err(Error::NotFound(format!(
-                        "there is no change {id}; the newest is {last}"
-                    )));
+                let newest = history.last_id()?;
+                if *id > newest {
+                    return Err(Error::NoChange { id: *id, newest });
                 }
                 Ok(*id)
             }
-            Point::Checkpoint(name) => store
-                .checkpoint(name)?
-                .map(|c| c.id)
-                .ok_or_else(|| Error::NotFound(format!("no checkpoint named {name:?}"))),
-            Point::Time(ns) => store.id_at_time(*ns),
+            Point::Checkpoint(name) => match history.checkpoint(name)? {
+                Some(c) => Ok(c.id),
+                None if name.contains(char::is_whitespace) || name.starts_with('-') => {
+                    Err(Error::BadPoint(name.clone()))
+                }
+                None => Err(Error::NoCheckpoint(name.clone())),
+            },
+            Point::Time(ns) => history.id_at_time(*ns),
         }
     }
 }
 
 /// Parse and resolve in one step.
-pub fn resolve(s: &str, store: &Store) -> Result<u64> {
-    Point::parse(s, store)?.resolve(store)
+pub fn resolve(s: &str, history: &History) -> Result<u64> {
+    Point::parse(s)?.resolve(history)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_times_and_names_are_told_apart() {
+        assert_eq!(Point::parse("12").unwrap(), Point::Id(12));
+        assert!(matches!(Point::parse("15m").unwrap(), Point::Time(_)));
+        assert_eq!(
+            Point::parse("2000-02-29T00:00:00Z").unwrap(),
+            Point::Time(951_782_400_000_000_000)
+        );
+        assert_eq!(
+            Point::parse("before-refactor").unwrap(),
+            Point::Checkpoint("before-refactor".into())
+        );
+        assert!(Point::parse("  ").is_err());
+    }
 }

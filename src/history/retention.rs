@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use super::db::GcPolicy;
 use super::time;
-use crate::store::GcPolicy;
 
 /// How often the daemon applies a retention policy unless told otherwise.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(3600);

@@ -1,22 +1,25 @@
 //! Rollback: put every path a selection of changes touched back to its state just before the
 //! earliest selected change to it.
 //!
-//! Planning only reads (the store, and the workspace through a [`Source`]). Executing acts on the
-//! workspace *through the mount* with ordinary syscalls, so the daemon records each step like any
-//! other change — as kind `restore`, agent `rewind`, in a session of its own (the attributor is
-//! told which thread is restoring) — and the kernel's caches stay right.
+//! Planning only reads (the history, and the workspace through a [`Source`]). Carrying a plan
+//! out goes through [`Apply`], which the filesystem implements on the directory underneath the
+//! mount with the same code as its own operations, so every step is recorded like any other
+//! change (kind `restore`, agent `rewind`, in a session of its own) and nothing follows a
+//! symlink out of the workspace.
+//!
+//! A path is skipped (unless forced) when someone outside the selection changed it between the
+//! selection's first and last change to it, or when it is no longer as the selection left it.
+//! So a rollback that was itself undone does not stand in the way of rolling back the same
+//! selection again: the path is back to what the selection left.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::fs;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
-use super::recorder::Source;
+use super::change::{Change, ChangeKind, FileKind, FileState};
+use super::turns::TurnRef;
 use super::view::View;
-use crate::error::{Error, IoResultExt, Result};
-use crate::store::{Change, ChangeKind, FileKind, FileState, Order, Query, Store};
+use super::{Error, History, Result, show_path};
+use crate::store::{Order, Query};
 
 /// Which changes to undo.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +31,10 @@ pub enum Selector {
     Since(u64),
     /// One path's changes after this change id (`None`: its newest change only).
     File(Vec<u8>, Option<u64>),
+    /// What one agent turn did.
+    Turn(TurnRef),
+    /// What a session did from the start of this turn on.
+    ToTurn(TurnRef),
 }
 
 /// One path to put back.
@@ -48,19 +55,15 @@ pub struct Plan {
 }
 
 /// The changes a selector picks, oldest first.
-pub fn select(store: &Store, selector: &Selector) -> Result<Vec<Change>> {
+pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
     let q = |q: Query| {
-        store.query(&Query {
+        history.query(&Query {
             order: Order::OldestFirst,
             ..q
         })
     };
     Ok(match selector {
-        Selector::Change(id) => vec![
-            store
-                .change(*id)?
-                .ok_or_else(|| Error::NotFound(format!("there is no change {id}")))?,
-        ],
+        Selector::Change(id) => vec![history.get(*id)?],
         Selector::Session(s) => q(Query {
             session: Some(s.clone()),
             ..Query::default()
@@ -78,64 +81,73 @@ pub fn select(store: &Store, selector: &Selector) -> Result<Vec<Change>> {
             after_id: Some(*id),
             ..Query::default()
         })?,
-        Selector::File(path, None) => store
+        Selector::File(path, None) => history
             .last_change_until(path, u64::MAX)?
             .into_iter()
             .collect(),
+        Selector::Turn(t) => {
+            let turn = t.resolve(history, None)?;
+            q(Query {
+                session: Some(turn.session.clone()),
+                after_id: Some(turn.start_id),
+                ..Query::default()
+            })?
+            .into_iter()
+            .filter(|c| c.turn == Some(turn.number))
+            .collect()
+        }
+        Selector::ToTurn(t) => {
+            let turn = t.resolve(history, None)?;
+            q(Query {
+                session: Some(turn.session.clone()),
+                after_id: Some(turn.start_id),
+                ..Query::default()
+            })?
+            .into_iter()
+            .filter(|c| c.turn.is_none_or(|n| n >= turn.number))
+            .collect()
+        }
     })
 }
 
 /// Work out what a rollback of `selected` would do.
-pub fn plan(store: &Store, source: &dyn Source, selected: &[Change], force: bool) -> Result<Plan> {
-    let view = View { store, source };
+pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
+    let history = view.history;
     let ids: HashSet<u64> = selected.iter().map(|c| c.id).collect();
-    // Every path touched, with the earliest selected change to it. A folder renamed within the
-    // selection brings everything below both of its names.
-    let mut first: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    let note = |p: &[u8], id: u64, first: &mut BTreeMap<Vec<u8>, u64>| {
-        let e = first.entry(p.to_vec()).or_insert(id);
-        *e = (*e).min(id);
+    // Every path touched, with the earliest and latest selected change to it. A folder renamed
+    // within the selection brings everything below both of its names.
+    let mut span: BTreeMap<Vec<u8>, (u64, u64)> = BTreeMap::new();
+    let note = |p: &[u8], id: u64, span: &mut BTreeMap<Vec<u8>, (u64, u64)>| {
+        let e = span.entry(p.to_vec()).or_insert((id, id));
+        e.0 = e.0.min(id);
+        e.1 = e.1.max(id);
     };
     for c in selected {
-        note(&c.path, c.id, &mut first);
-        if let Some(from) = &c.from {
-            note(from, c.id, &mut first);
+        note(&c.path, c.id, &mut span);
+        for other in c.from.iter().chain(&c.links) {
+            note(other, c.id, &mut span);
         }
         let is_dir = |s: &Option<FileState>| s.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
         if c.kind == ChangeKind::Rename && (is_dir(&c.after) || is_dir(&c.before)) {
             for dir in [Some(&c.path), c.from.as_ref()].into_iter().flatten() {
                 let mut below = BTreeSet::new();
-                for at in [c.id - 1, store.last_id()?] {
-                    collect_below(&view, dir, at, &mut below)?;
+                for at in [c.id - 1, history.last_id()?] {
+                    collect_below(view, dir, at, &mut below)?;
                 }
                 for p in below {
-                    note(&p, c.id, &mut first);
+                    note(&p, c.id, &mut span);
                 }
             }
         }
     }
     let mut plan = Plan::default();
-    for (path, since) in &first {
-        if !force {
-            let later = store.query(&Query {
-                path: Some(path.clone()),
-                after_id: Some(*since),
-                ..Query::default()
-            })?;
-            if let Some(c) = later.iter().find(|c| !ids.contains(&c.id)) {
-                plan.skipped.push((
-                    path.clone(),
-                    format!(
-                        "changed later by change {} ({}@{}); use --force",
-                        c.id, c.agent, c.session
-                    ),
-                ));
-                continue;
-            }
+    for (path, (first, last)) in &span {
+        let target = view.state_at(path, first - 1)?.state().cloned();
+        let now = view.state_at(path, u64::MAX)?.state().cloned();
+        if !force && let Some(why) = conflict(view, &ids, path, *first, *last, &now)? {
+            plan.skipped.push((path.clone(), why));
+            continue;
         }
-        let target = view.state_at(path, since - 1)?;
-        let now = view.state_at(path, u64::MAX)?;
-        let (target, now) = (target.state().cloned(), now.state().cloned());
         if let Some(t) = &target
             && t.kind == FileKind::File
             && t.hash.is_none()
@@ -156,6 +168,52 @@ pub fn plan(store: &Store, source: &dyn Source, selected: &[Change], force: bool
         });
     }
     Ok(plan)
+}
+
+/// Why rolling back `path` would undo someone else's work, if it would: a change outside the
+/// selection between its first and last selected change, or a present state that is not what
+/// the selection left.
+fn conflict(
+    view: &View<'_>,
+    ids: &HashSet<u64>,
+    path: &[u8],
+    first: u64,
+    last: u64,
+    now: &Option<FileState>,
+) -> Result<Option<String>> {
+    let describe = |c: &Change| {
+        format!(
+            "changed by change {} ({}@{}) in between; use --force",
+            c.id, c.agent, c.session
+        )
+    };
+    let between = view.history.query(&Query {
+        path: Some(path.to_vec()),
+        after_id: Some(first),
+        until_id: Some(last),
+        ..Query::default()
+    })?;
+    if let Some(c) = between.iter().find(|c| !ids.contains(&c.id)) {
+        return Ok(Some(describe(c)));
+    }
+    let left = view.state_at(path, last)?.state().cloned();
+    if same(&left, now) {
+        return Ok(None);
+    }
+    let later = view.history.query(&Query {
+        path: Some(path.to_vec()),
+        after_id: Some(last),
+        ..Query::default()
+    })?;
+    Ok(Some(
+        match later.iter().rev().find(|c| !ids.contains(&c.id)) {
+            Some(c) => format!(
+                "changed later by change {} ({}@{}); use --force",
+                c.id, c.agent, c.session
+            ),
+            None => "changed since, outside the history; use --force".into(),
+        },
+    ))
 }
 
 /// Paths below `dir` at point `at`, recursively.
@@ -184,7 +242,7 @@ fn same(a: &Option<FileState>, b: &Option<FileState>) -> bool {
 
 /// What a step does, for `--dry-run` and reports.
 pub fn describe(step: &Step) -> String {
-    let path = String::from_utf8_lossy(&step.path);
+    let path = super::format::escape_path(&step.path);
     match (&step.now, &step.target) {
         (_, None) => format!("remove   {path}"),
         (None, Some(t)) => format!("restore  {path} ({})", t.kind.as_str()),
@@ -195,14 +253,63 @@ pub fn describe(step: &Step) -> String {
     }
 }
 
-/// Carry out a plan on the workspace mounted at `root`. Returns the paths that failed.
-pub fn execute(store: &Store, root: &Path, plan: &Plan) -> Vec<(Vec<u8>, String)> {
-    let abs = |p: &[u8]| root.join(std::ffi::OsStr::from_bytes(p));
-    let mut failed = Vec::new();
+/// How a plan is carried out: on the workspace underneath the mount, recorded. Every method
+/// acts on exactly the path given, relative to the workspace, following no symlink on the way.
+pub trait Apply {
+    /// Remove a file, symlink or empty folder.
+    fn remove(&self, path: &[u8], dir: bool) -> Result<()>;
+    /// Make a folder (or keep the one there) with this mode.
+    fn make_dir(&self, path: &[u8], mode: u32) -> Result<()>;
+    /// Give a file its content (written in place, so other names of it see it) and mode.
+    fn write_file(
+        &self,
+        path: &[u8],
+        mode: u32,
+        content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
+    ) -> Result<()>;
+    /// Make a symlink, replacing what is at the path.
+    fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
+    /// Change a file's or folder's mode.
+    fn set_mode(&self, path: &[u8], mode: u32) -> Result<()>;
+}
+
+/// Carry out a plan. Returns the paths that failed, and why; the others are done. A path whose
+/// earlier content cannot be read whole from the store is not touched.
+pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8>, String)> {
+    let store = history.store();
+    let mut failed: Vec<(Vec<u8>, String)> = Vec::new();
+    // Read and check every content first: a path whose content is damaged is left as it is.
+    let mut unreadable: HashSet<Vec<u8>> = HashSet::new();
+    for s in &plan.steps {
+        if let Some(t) = &s.target
+            && matches!(t.kind, FileKind::File | FileKind::Symlink)
+        {
+            let checked = match t.hash {
+                Some(h) => store.verify_blob(&h).map(drop).map_err(Error::from),
+                None => Err(Error::NotRecorded {
+                    path: show_path(&s.path),
+                    why: "no content was stored",
+                }),
+            };
+            if let Err(e) = checked {
+                failed.push((
+                    s.path.clone(),
+                    format!("cannot read its earlier content: {e}"),
+                ));
+                unreadable.insert(s.path.clone());
+            }
+        }
+    }
+    let failed_under = |failed: &[(Vec<u8>, String)], path: &[u8]| {
+        failed.iter().any(|(f, _)| {
+            path.starts_with(f) && (path.len() == f.len() || path.get(f.len()) == Some(&b'/'))
+        })
+    };
     // Removals first, deepest first, so folders are empty when their turn comes.
     let mut removals: Vec<&Step> = plan
         .steps
         .iter()
+        .filter(|s| !unreadable.contains(&s.path))
         .filter(|s| {
             s.now.is_some()
                 && s.target
@@ -212,74 +319,58 @@ pub fn execute(store: &Store, root: &Path, plan: &Plan) -> Vec<(Vec<u8>, String)
         .collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for s in removals {
-        let p = abs(&s.path);
-        let r = if s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir) {
-            fs::remove_dir(&p)
-        } else {
-            fs::remove_file(&p)
-        };
-        if let Err(e) = r {
+        let dir = s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir);
+        if let Err(e) = apply.remove(&s.path, dir) {
             failed.push((s.path.clone(), e.to_string()));
         }
     }
     // Then what should exist, parents first.
-    let mut puts: Vec<&Step> = plan.steps.iter().filter(|s| s.target.is_some()).collect();
+    let mut puts: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| s.target.is_some() && !unreadable.contains(&s.path))
+        .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
     for s in puts {
+        if failed_under(&failed, &s.path) {
+            // Its own removal failed, or its folder could not be made.
+            if !failed.iter().any(|(f, _)| *f == s.path) {
+                failed.push((s.path.clone(), "its folder could not be restored".into()));
+            }
+            continue;
+        }
         let t = s.target.as_ref().expect("filtered");
-        if let Err(e) = put(store, &abs(&s.path), t) {
+        let same_content = s
+            .now
+            .as_ref()
+            .is_some_and(|n| n.kind == t.kind && n.hash == t.hash);
+        let result = match t.kind {
+            FileKind::Dir => apply.make_dir(&s.path, t.mode),
+            FileKind::File if same_content => apply.set_mode(&s.path, t.mode),
+            FileKind::File => {
+                let hash = t.hash.expect("checked above");
+                apply.write_file(&s.path, t.mode, &mut |out| {
+                    let mut out = out;
+                    Ok(store.read_blob_to(&hash, &mut out)?)
+                })
+            }
+            FileKind::Symlink => match t.hash.map(|h| store.read_blob(&h)) {
+                Some(Ok(target)) => apply.make_symlink(&s.path, &target),
+                Some(Err(e)) => Err(e.into()),
+                None => Err(Error::NotRecorded {
+                    path: show_path(&s.path),
+                    why: "no target was stored",
+                }),
+            },
+            FileKind::Special => Err(Error::Usage(
+                "special files (fifos, sockets, devices) are not restored".into(),
+            )),
+        };
+        if let Err(e) = result {
             failed.push((s.path.clone(), e.to_string()));
         }
     }
     failed
-}
-
-fn put(store: &Store, p: &Path, t: &FileState) -> Result<()> {
-    match t.kind {
-        FileKind::Dir => {
-            if !p.is_dir() {
-                fs::create_dir(p).with_path(p)?;
-            }
-            fs::set_permissions(p, fs::Permissions::from_mode(t.mode)).with_path(p)
-        }
-        FileKind::File => {
-            let hash = t
-                .hash
-                .ok_or_else(|| Error::NotFound("content never recorded".into()))?;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(p)
-                .with_path(p)?;
-            store.read_blob_to(&hash, &mut f)?;
-            f.flush().with_path(p)?;
-            drop(f);
-            fs::set_permissions(p, fs::Permissions::from_mode(t.mode)).with_path(p)
-        }
-        FileKind::Symlink => {
-            let hash = t
-                .hash
-                .ok_or_else(|| Error::NotFound("target never recorded".into()))?;
-            let target = store.read_blob(&hash)?;
-            if fs::symlink_metadata(p).is_ok() {
-                fs::remove_file(p).with_path(p)?;
-            }
-            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), p).with_path(p)
-        }
-        FileKind::Special => Err(Error::Invalid("special files are not restored".into())),
-    }
-}
-
-/// The name of the next rollback session: `rollback-N`.
-pub fn next_session(store: &Store) -> Result<String> {
-    let n = store
-        .sessions()?
-        .iter()
-        .filter_map(|s| s.name.strip_prefix("rollback-")?.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
-    Ok(format!("rollback-{}", n + 1))
 }
 
 #[cfg(test)]

@@ -3,19 +3,21 @@
 //! Nothing is snapshotted. The state of a path right after change `at` is told by the first
 //! later change that touched it — its *before* — or, if nothing touched it since, by the
 //! workspace as it is now. A folder renamed after `at` moves the question: what was at
-//! `old/x` is what was at `new/x` just after the rename.
+//! `old/x` is what was at `new/x` just after the rename. Paths that are not recorded (ignored)
+//! have no past, and a path under a folder that is now a symlink is not followed: it is read
+//! as absent now.
 
 use std::collections::BTreeSet;
 use std::io::Read;
 
+use super::change::{Change, ChangeKind, FileKind, FileState, Hash};
 use super::recorder::{Source, kind_of};
-use crate::error::{Error, IoResultExt, Result};
-use crate::store::{Change, ChangeKind, FileKind, FileState, Hash, Store};
+use super::{Error, History, IoResultExt, Result, show_path};
 
 /// What a path held at a point.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Then {
-    /// It did not exist.
+    /// It did not exist (or is not recorded).
     Absent,
     /// As recorded (content in the store, if the state has a hash).
     Recorded(FileState),
@@ -33,8 +35,10 @@ impl Then {
 }
 
 pub struct View<'a> {
-    pub store: &'a Store,
+    pub history: &'a History,
     pub source: &'a dyn Source,
+    /// Whether a path (a folder, with `true`) is left unrecorded.
+    pub ignored: &'a dyn Fn(&[u8], bool) -> bool,
 }
 
 fn parent_prefixes(path: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -44,7 +48,7 @@ fn parent_prefixes(path: &[u8]) -> impl Iterator<Item = &[u8]> {
         .map(|(i, _)| &path[..i])
 }
 
-fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+pub fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = parent.to_vec();
     if !p.is_empty() {
         p.push(b'/');
@@ -53,15 +57,23 @@ fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
+/// Errors that mean "there is nothing at this path" when looking without following symlinks.
+fn is_absent(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+    )
+}
+
 impl View<'_> {
-    /// The first change after `at` that decides what `path` was at `at`: one to the path itself,
-    /// or a rename of a folder above it.
+    /// The first change after `at` that decides what `path` was at `at`: one to the path itself
+    /// (or another name of its file), or a rename of a folder above it.
     fn deciding_change(&self, path: &[u8], at: u64) -> Result<Option<Change>> {
-        let mut best = self.store.first_change_after(path, at)?;
+        let mut best = self.history.first_change_after(path, at)?;
         for ancestor in parent_prefixes(path) {
             // Renames of an ancestor, to or from its name.
             let mut after = at;
-            while let Some(c) = self.store.first_change_after(ancestor, after)? {
+            while let Some(c) = self.history.first_change_after(ancestor, after)? {
                 if best.as_ref().is_some_and(|b| b.id < c.id) {
                     break;
                 }
@@ -77,6 +89,14 @@ impl View<'_> {
 
     /// What `path` held right after change `at` (0: before any recorded change).
     pub fn state_at(&self, path: &[u8], at: u64) -> Result<Then> {
+        let then = self.state_at_unfiltered(path, at)?;
+        Ok(match then.state() {
+            Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => Then::Absent,
+            _ => then,
+        })
+    }
+
+    fn state_at_unfiltered(&self, path: &[u8], at: u64) -> Result<Then> {
         let mut path = path.to_vec();
         let mut at = at;
         // Each step follows a folder rename forward; a path can only be renamed so many times.
@@ -84,11 +104,12 @@ impl View<'_> {
             let Some(c) = self.deciding_change(&path, at)? else {
                 return self.current(&path);
             };
-            if c.path == path {
-                return Ok(c.before.map_or(Then::Absent, Then::Recorded));
-            }
-            if c.from.as_deref() == Some(&path[..]) {
-                return Ok(c.after.map_or(Then::Absent, Then::Recorded));
+            if c.touches(&path) {
+                return Ok(c
+                    .states_of(&path)
+                    .0
+                    .cloned()
+                    .map_or(Then::Absent, Then::Recorded));
             }
             // A folder above `path` was renamed.
             if let Some(from) = c.from.as_deref()
@@ -104,33 +125,33 @@ impl View<'_> {
             // Under the folder's new name: nothing was there before the rename.
             return Ok(Then::Absent);
         }
-        Err(Error::Invalid("history too deep to follow".into()))
+        Err(Error::Usage("history too deep to follow".into()))
+    }
+
+    /// The change that gave `path` the state it had at `at` (the last one at or before it),
+    /// for the time a past file shows as its modification time.
+    pub fn made_by(&self, path: &[u8], at: u64) -> Result<Option<Change>> {
+        self.history.last_change_until(path, at)
     }
 
     fn current(&self, path: &[u8]) -> Result<Then> {
         let st = match self.source.lstat(path) {
             Ok(st) => st,
-            Err(e)
-                if e.raw_os_error() == Some(libc::ENOENT)
-                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
-            {
-                return Ok(Then::Absent);
-            }
-            Err(e) => return Err(e).with_path(String::from_utf8_lossy(path).into_owned()),
+            Err(e) if is_absent(&e) => return Ok(Then::Absent),
+            Err(e) => return Err(e).with_path(show_path(path)),
         };
         let kind = kind_of(&st);
         let hash = match kind {
             FileKind::File => {
-                let mut f = self
-                    .source
-                    .open_read(path)
-                    .with_path(String::from_utf8_lossy(path).into_owned())?;
+                let mut f = match self.source.open_read(path) {
+                    Ok(f) => f,
+                    Err(e) if is_absent(&e) => return Ok(Then::Absent),
+                    Err(e) => return Err(e).with_path(show_path(path)),
+                };
                 let mut hasher = blake3::Hasher::new();
                 let mut buf = vec![0u8; 1 << 16];
                 loop {
-                    let n = f
-                        .read(&mut buf)
-                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    let n = f.read(&mut buf).with_path(show_path(path))?;
                     if n == 0 {
                         break;
                     }
@@ -139,10 +160,7 @@ impl View<'_> {
                 Some(Hash(*hasher.finalize().as_bytes()))
             }
             FileKind::Symlink => {
-                let target = self
-                    .source
-                    .readlink(path)
-                    .with_path(String::from_utf8_lossy(path).into_owned())?;
+                let target = self.source.readlink(path).with_path(show_path(path))?;
                 Some(Hash::of(&target))
             }
             _ => None,
@@ -176,7 +194,7 @@ impl View<'_> {
         } else {
             join(dir, b"")
         };
-        for p in self.store.paths_with_prefix(&prefix)? {
+        for p in self.history.paths_with_prefix(&prefix)? {
             let rest = &p[prefix.len()..];
             if rest.is_empty() {
                 continue;
@@ -206,7 +224,7 @@ impl View<'_> {
                         candidates.extend(names);
                     }
                     let prefix = join(&path, b"");
-                    for p in self.store.paths_with_prefix(&prefix)? {
+                    for p in self.history.paths_with_prefix(&prefix)? {
                         if let Some(name) = p[prefix.len()..].split(|b| *b == b'/').next() {
                             candidates.insert(name.to_vec());
                         }
@@ -233,28 +251,22 @@ impl View<'_> {
             Then::Absent => Ok(None),
             Then::Current(s) => match s.kind {
                 FileKind::File => {
-                    let mut f = self
-                        .source
-                        .open_read(path)
-                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    let mut f = self.source.open_read(path).with_path(show_path(path))?;
                     let mut out = Vec::new();
-                    f.read_to_end(&mut out)
-                        .with_path(String::from_utf8_lossy(path).into_owned())?;
+                    f.read_to_end(&mut out).with_path(show_path(path))?;
                     Ok(Some(out))
                 }
-                FileKind::Symlink => Ok(Some(
-                    self.source
-                        .readlink(path)
-                        .with_path(String::from_utf8_lossy(path).into_owned())?,
-                )),
+                FileKind::Symlink => {
+                    Ok(Some(self.source.readlink(path).with_path(show_path(path))?))
+                }
                 _ => Ok(Some(Vec::new())),
             },
             Then::Recorded(s) => match s.hash {
-                Some(h) => Ok(Some(self.store.read_blob(&h)?)),
-                None if s.kind == FileKind::File => Err(Error::NotFound(format!(
-                    "the content of {} at that point was never recorded (it changed while rewind was not mounted)",
-                    String::from_utf8_lossy(path)
-                ))),
+                Some(h) => Ok(Some(self.history.store().read_blob(&h)?)),
+                None if s.kind == FileKind::File => Err(Error::NotRecorded {
+                    path: show_path(path),
+                    why: "it changed while rewind was not mounted",
+                }),
                 None => Ok(Some(Vec::new())),
             },
         }

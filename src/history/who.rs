@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::name::Name;
+
 /// Who made a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Who {
@@ -20,6 +22,9 @@ pub struct Who {
     pub process: String,
     /// A rollback run by the daemon: its changes are recorded as kind `restore`.
     pub restore: bool,
+    /// The session's agent turn open when the operation happened, and the tool call.
+    pub turn: Option<u32>,
+    pub tool: Option<super::change::Tool>,
 }
 
 /// A process identity that survives pid reuse: pid and start time (clock ticks since boot).
@@ -67,6 +72,19 @@ fn stat(pid: u32) -> Option<(u32, u64)> {
     stat_full(pid).map(|(ppid, start, _)| (ppid, start))
 }
 
+/// The process a thread belongs to. FUSE names the thread that made a request (a Node tool
+/// writes from a worker thread), but registrations and process trees are of processes.
+pub fn process_of(tid: u32) -> u32 {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return tid;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(tid)
+}
+
 fn proc_key(pid: u32) -> Option<ProcKey> {
     stat(pid).map(|(_, start)| (pid, start))
 }
@@ -80,18 +98,28 @@ fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
     let mut agent = None;
     for var in env.split(|&b| b == 0) {
         if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
-            session = valid(v);
+            session = valid("session", pid, v);
         } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
-            agent = valid(v);
+            agent = valid("agent", pid, v);
         }
     }
     (session, agent)
 }
 
-/// A name from the environment, if it is one the store accepts.
-fn valid(bytes: &[u8]) -> Option<String> {
-    let s = String::from_utf8_lossy(bytes).into_owned();
-    crate::store::validate_name("session", &s).ok().map(|_| s)
+/// A name from the environment, if it is a valid one; a bad one is logged and ignored (the
+/// change falls back to the next source of attribution).
+fn valid(what: &'static str, pid: u32, bytes: &[u8]) -> Option<String> {
+    let s = String::from_utf8_lossy(bytes);
+    match Name::parse(what, &s) {
+        Ok(n) => Some(n.into_string()),
+        Err(e) => {
+            tracing::warn!(
+                "process {pid}: ignoring REWIND_{}: {e}",
+                what.to_uppercase()
+            );
+            None
+        }
+    }
 }
 
 impl Attributor {
@@ -109,8 +137,10 @@ impl Attributor {
         &self.default_session
     }
 
-    /// Attribute `pid` and its descendants to `session` (and `agent`, if given).
+    /// Attribute `pid` (the process of that thread) and its descendants to `session` (and
+    /// `agent`, if given).
     pub fn register(&self, pid: u32, session: String, agent: Option<String>) -> bool {
+        let pid = process_of(pid);
         let Some(key) = proc_key(pid) else {
             return false;
         };
@@ -124,7 +154,7 @@ impl Attributor {
     /// Drop the registration of `pid` or its nearest registered ancestor. Returns the session.
     pub fn unregister(&self, pid: u32) -> Option<String> {
         let mut regs = self.lock_registrations();
-        let mut cur = pid;
+        let mut cur = process_of(pid);
         for _ in 0..64 {
             let (ppid, start) = stat(cur)?;
             if let Some(r) = regs.remove(&(cur, start)) {
@@ -171,6 +201,8 @@ impl Attributor {
                 pid,
                 process: "rewind".into(),
                 restore: true,
+                turn: None,
+                tool: None,
             };
         }
         if let Some((at, who)) = self.lock_recent().get(&pid)
@@ -203,6 +235,8 @@ impl Attributor {
                 pid,
                 process,
                 restore: false,
+                turn: None,
+                tool: None,
             };
         }
         let (session, agent) = self.resolve(pid);
@@ -219,6 +253,8 @@ impl Attributor {
             pid,
             process,
             restore: false,
+            turn: None,
+            tool: None,
         }
     }
 
@@ -229,7 +265,8 @@ impl Attributor {
         }
         let regs = self.lock_registrations();
         if !regs.is_empty() {
-            let mut cur = pid;
+            // Walk up from the thread's process (its own parent is the process's parent).
+            let mut cur = process_of(pid);
             for _ in 0..64 {
                 let Some((ppid, start)) = stat(cur) else {
                     break;

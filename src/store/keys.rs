@@ -32,6 +32,11 @@ pub fn time(time_ns: u64, id: u64) -> [u8; 16] {
     key
 }
 
+/// `meta`: the tombstone of a retracted change.
+pub fn retracted(id: u64) -> Vec<u8> {
+    named(b"retracted", id)
+}
+
 /// The id at the end of a `named` or `time` key.
 pub fn trailing_id(key: &[u8]) -> Option<u64> {
     let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;

@@ -394,6 +394,7 @@ fn posix_scenario(root: &Path) -> Vec<String> {
     let f2 = File::open(p("mapped")).unwrap();
     // SAFETY: flock on fds we own.
     let r1 = unsafe { libc::flock(f1.as_raw_fd(), libc::LOCK_EX) };
+    // SAFETY: flock on an fd this test owns.
     let r2 = unsafe { libc::flock(f2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     let e2 = std::io::Error::last_os_error().raw_os_error();
     step("flock", format!("{r1} {r2} {e2:?}"));
@@ -663,6 +664,7 @@ fn sigterm_unmounts_cleanly() {
         "still mounted after SIGTERM"
     );
     assert!(
+        // SAFETY: kill with signal 0 only asks whether the process exists.
         wait_for(10, || unsafe { libc::kill(pid, 0) } != 0),
         "daemon still running"
     );

@@ -7,11 +7,18 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use proptest::prelude::*;
+use rewind::history::History;
 use rewind::store::{Hash, Query, Store};
 use serde_json::Value;
 
 use crate::common::{SmallFs, Workspace, sh, wait_for};
+
+fn history(dir: &Path) -> History {
+    History::new(Arc::new(Store::open(dir).unwrap()))
+}
 
 /// Long enough for held-back creates to be recorded (500 ms hold, 250 ms tick).
 const SETTLE: Duration = Duration::from_millis(1100);
@@ -197,7 +204,7 @@ fn untar_records_one_create_per_file_with_its_mode() {
     );
     ws.mount();
     sh(&ws.path(), "tar xf ../src.tar");
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    std::thread::sleep(Duration::from_millis(800));
     let changes = log(&ws);
     assert_eq!(summary(&changes), ["create key", "create run.sh"]);
     let mode = |c: &Value| c["after"]["mode"].as_str().unwrap().to_string();
@@ -473,6 +480,7 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = busy.kill();
     let _ = busy.wait();
+    // SAFETY: kill with signal 0 only asks whether the process exists.
     assert!(wait_for(10, || unsafe { libc::kill(pid, 0) } != 0));
     // status tells a stale mount from a healthy one.
     let status = ws.rewind(&["-C".as_ref(), ws.path().as_os_str(), "status".as_ref()]);
@@ -483,14 +491,14 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
 
     // Everything recorded is there and readable: ids without holes, every blob intact.
     let recorded = {
-        let store = Store::open(&ws.store()).unwrap();
+        let store = history(&ws.store());
         let all = store.query(&Query::default()).unwrap();
         assert!(all.len() > 20, "only {} changes before the kill", all.len());
         for (i, c) in all.iter().enumerate() {
             assert_eq!(c.id, i as u64 + 1);
             for s in [&c.before, &c.after].into_iter().flatten() {
                 if let Some(h) = s.hash {
-                    store.read_blob(&h).unwrap();
+                    store.store().read_blob(&h).unwrap();
                 }
             }
         }
@@ -502,7 +510,7 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
     let changes = log(&ws);
     assert!(changes.len() >= recorded);
     ws.unmount();
-    let store = Store::open(&ws.store()).unwrap();
+    let store = history(&ws.store());
     for i in 0..50 {
         let path = format!("f{i}");
         let Ok(now) = fs::read(ws.path().join(&path)) else {
@@ -514,7 +522,7 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
             .unwrap();
         let after = last.after.unwrap().hash.unwrap();
         assert_eq!(
-            store.read_blob(&after).unwrap(),
+            store.store().read_blob(&after).unwrap(),
             now,
             "history of {path} does not end at its content"
         );
@@ -801,7 +809,7 @@ fn a_session_started_through_ctl_covers_the_shell_and_its_children() {
     sh(
         &ws.path(),
         r#"
-        exec 3<>.rewind/ctl; echo 'session start refactor agent codex' >&3; cat <&3 >/dev/null; exec 3>&-
+        exec 3<>.rewind/ctl; echo 'session start refactor --agent codex' >&3; cat <&3 >/dev/null; exec 3>&-
         echo one > a.txt
         python3 -c "open('b.txt', 'w').write('two')"
         exec 3<>.rewind/ctl; echo 'session end' >&3; cat <&3 >/dev/null; exec 3>&-

@@ -3,11 +3,21 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use rewind::Error;
-use rewind::store::{
-    ALL_CFS, CHUNK, ChangeKind, FileKind, FileState, GcPolicy, Hash, NewChange, Order, Query,
-    Store, keys,
-};
+use std::sync::Arc;
+
+use rewind::history::change::{Change, ChangeKind, FileKind, FileState, OpenEpisode};
+use rewind::history::db::{Extra, GcPolicy};
+use rewind::history::{Error, History, Name};
+use rewind::store::{self, ALL_CFS, CHUNK, Hash, Order, Query, Store, keys};
+
+/// The history over a store opened (or created) in `dir`.
+fn open(dir: &std::path::Path) -> History {
+    History::new(Arc::new(Store::open(dir).unwrap()))
+}
+
+fn record(h: &History, c: Change) -> Result<Change, Error> {
+    h.record(c, &Extra::default())
+}
 
 fn file(content: &[u8], hash: Hash) -> FileState {
     FileState {
@@ -18,8 +28,9 @@ fn file(content: &[u8], hash: Hash) -> FileState {
     }
 }
 
-fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> NewChange {
-    NewChange {
+fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
+    Change {
+        id: 0,
         time_ns,
         kind: ChangeKind::Modify,
         path: path.as_bytes().to_vec(),
@@ -30,69 +41,75 @@ fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> NewChange {
         agent: agent.into(),
         pid: 42,
         process: "test".into(),
+        links: Vec::new(),
+        turn: None,
+        tool: None,
     }
 }
 
 /// Record a modify of `path` from `before` to `after` content, storing both blobs first.
-fn modify(store: &Store, path: &str, t: u64, before: &[u8], after: &[u8]) -> u64 {
-    let b = store.put_blob(before).unwrap();
-    let a = store.put_blob(after).unwrap();
+fn modify(store: &History, path: &str, t: u64, before: &[u8], after: &[u8]) -> u64 {
+    let b = store.store().put_blob(before).unwrap();
+    let a = store.store().put_blob(after).unwrap();
     let mut c = change(path, t, "s1", "claude");
     c.before = Some(file(before, b));
     c.after = Some(file(after, a));
-    store.record(c).unwrap().id
+    record(store, c).unwrap().id
 }
 
 #[test]
 fn blobs_are_stored_once_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    let h1 = store.put_blob(b"hello\n").unwrap();
-    let before = store.stats().unwrap();
-    let h2 = store.put_blob(b"hello\n").unwrap();
+    let store = open(dir.path());
+    let h1 = store.store().put_blob(b"hello\n").unwrap();
+    let before = store.store().stats().unwrap();
+    let h2 = store.store().put_blob(b"hello\n").unwrap();
     assert_eq!(h1, h2);
-    assert_eq!(store.stats().unwrap().blobs, before.blobs);
-    assert_eq!(store.read_blob(&h1).unwrap(), b"hello\n");
+    assert_eq!(store.store().stats().unwrap().blobs, before.blobs);
+    assert_eq!(store.store().read_blob(&h1).unwrap(), b"hello\n");
     assert_eq!(h1, Hash::of(b"hello\n"));
-    assert!(!store.has_blob(&Hash::of(b"never stored")).unwrap());
+    assert!(!store.store().has_blob(&Hash::of(b"never stored")).unwrap());
 }
 
 #[test]
 fn large_blobs_are_chunked_and_streamed() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     // 3.5 chunks, with the first two chunks identical (stored once).
     let mut data = vec![7u8; 2 * CHUNK];
     data.extend((0..CHUNK + CHUNK / 2).map(|i| (i * 31 % 251) as u8));
-    let (hash, size) = store.put_blob_reader(&data[..]).unwrap();
+    let (hash, size) = store.store().put_blob_reader(&data[..]).unwrap();
     assert_eq!(size, data.len() as u64);
     assert_eq!(hash, Hash::of(&data));
     let mut out = Vec::new();
     assert_eq!(
-        store.read_blob_to(&hash, &mut out).unwrap(),
+        store.store().read_blob_to(&hash, &mut out).unwrap(),
         data.len() as u64
     );
     assert!(out == data);
     // Manifest + 3 distinct chunks.
-    assert_eq!(store.stats().unwrap().blobs, 4);
+    assert_eq!(store.store().stats().unwrap().blobs, 4);
 }
 
 #[test]
 fn ids_increase_and_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(dir.path()).unwrap();
+        let store = open(dir.path());
         assert_eq!(store.last_id().unwrap(), 0);
         assert_eq!(modify(&store, "a", 1, b"1", b"2"), 1);
         assert_eq!(modify(&store, "b", 2, b"1", b"2"), 2);
     }
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     assert_eq!(store.last_id().unwrap(), 2);
     assert_eq!(modify(&store, "a", 3, b"2", b"3"), 3);
     let c = store.change(3).unwrap().unwrap();
     assert_eq!(c.path, b"a");
     assert_eq!(
-        store.read_blob(&c.before.unwrap().hash.unwrap()).unwrap(),
+        store
+            .store()
+            .read_blob(&c.before.unwrap().hash.unwrap())
+            .unwrap(),
         b"2"
     );
 }
@@ -100,7 +117,7 @@ fn ids_increase_and_survive_reopen() {
 #[test]
 fn queries_by_path_session_agent_and_time() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let specs = [
         ("src/a.rs", 10, "s1", "claude"),
         ("src/a.rs.bak", 20, "s1", "codex"),
@@ -109,7 +126,7 @@ fn queries_by_path_session_agent_and_time() {
         ("src/a.rs", 50, "s1", "claude"),
     ];
     for (path, t, s, a) in specs {
-        store.record(change(path, t, s, a)).unwrap();
+        record(&store, change(path, t, s, a)).unwrap();
     }
     let ids = |q: Query| {
         store
@@ -217,11 +234,11 @@ fn queries_by_path_session_agent_and_time() {
 #[test]
 fn renames_are_found_under_both_paths() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let mut c = change("new", 1, "s", "a");
     c.kind = ChangeKind::Rename;
     c.from = Some(b"old".to_vec());
-    store.record(c).unwrap();
+    record(&store, c).unwrap();
     assert_eq!(store.first_change_after(b"old", 0).unwrap().unwrap().id, 1);
     assert_eq!(store.first_change_after(b"new", 0).unwrap().unwrap().id, 1);
 }
@@ -229,39 +246,39 @@ fn renames_are_found_under_both_paths() {
 #[test]
 fn checkpoints_name_the_current_end() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    store.record(change("a", 1, "s", "a")).unwrap();
-    let cp = store.put_checkpoint("before-refactor", 5).unwrap();
-    store.record(change("a", 9, "s", "a")).unwrap();
+    let store = open(dir.path());
+    record(&store, change("a", 1, "s", "a")).unwrap();
+    let name = Name::parse("checkpoint", "before-refactor").unwrap();
+    let cp = store.put_checkpoint(&name, 5, false).unwrap();
+    record(&store, change("a", 9, "s", "a")).unwrap();
     assert_eq!(cp.id, 1);
     assert_eq!(store.checkpoint("before-refactor").unwrap().unwrap().id, 1);
     assert!(store.checkpoint("nope").unwrap().is_none());
+    // An existing name is refused unless forced, which moves it.
     assert!(matches!(
-        store.put_checkpoint("", 1),
-        Err(Error::Invalid(_))
+        store.put_checkpoint(&name, 6, false),
+        Err(Error::CheckpointExists(_))
     ));
-    assert!(matches!(
-        store.put_checkpoint("a\0b", 1),
-        Err(Error::Invalid(_))
-    ));
+    assert_eq!(store.checkpoint("before-refactor").unwrap().unwrap().id, 1);
+    assert_eq!(store.put_checkpoint(&name, 6, true).unwrap().id, 2);
     assert_eq!(store.checkpoints().unwrap().len(), 1);
 }
 
 #[test]
 fn bad_names_are_refused_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     assert!(matches!(
-        store.record(change("a", 1, "", "x")),
-        Err(Error::Invalid(_))
+        record(&store, change("a", 1, "", "x")),
+        Err(Error::Store(store::Error::BadName { .. }))
     ));
     assert!(matches!(
-        store.record(change("a", 1, "s", "x\0y")),
-        Err(Error::Invalid(_))
+        record(&store, change("a", 1, "s", "x\0y")),
+        Err(Error::Store(store::Error::BadName { .. }))
     ));
     assert_eq!(store.last_id().unwrap(), 0);
-    // The store is not poisoned by bad input.
-    store.record(change("a", 1, "s", "x")).unwrap();
+    // The store still takes writes after bad input.
+    record(&store, change("a", 1, "s", "x")).unwrap();
 }
 
 /// Overwrite raw values, then check that reading them is an error that names the key.
@@ -270,7 +287,7 @@ fn corrupt_values_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let blob_hash;
     {
-        let store = Store::open(dir.path()).unwrap();
+        let store = open(dir.path());
         modify(&store, "a", 1, b"old content", b"new content");
         modify(&store, "b", 2, b"x", b"y");
         blob_hash = Hash::of(b"old content");
@@ -293,24 +310,30 @@ fn corrupt_values_are_errors_not_panics() {
         db.put_cf(db.cf_handle("sessions").unwrap(), b"s1", b"\x07")
             .unwrap();
     }
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let err = store.change(1).unwrap_err();
-    assert!(matches!(err, Error::Corrupt { cf: "changes", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Store(store::Error::Corrupt { cf: "changes", .. })
+        ),
+        "{err}"
+    );
     assert!(
         err.to_string().contains(&keys::hex(&keys::change(1))),
         "{err}"
     );
     assert!(matches!(
-        store.read_blob(&blob_hash),
-        Err(Error::Corrupt { cf: "blobs", .. })
+        store.store().read_blob(&blob_hash),
+        Err(store::Error::Corrupt { cf: "blobs", .. })
     ));
     assert!(matches!(
         store.sessions(),
-        Err(Error::Corrupt { cf: "sessions", .. })
+        Err(Error::Store(store::Error::Corrupt { cf: "sessions", .. }))
     ));
     // Everything else is still readable.
     assert_eq!(store.change(2).unwrap().unwrap().path, b"b");
-    assert_eq!(store.read_blob(&Hash::of(b"y")).unwrap(), b"y");
+    assert_eq!(store.store().read_blob(&Hash::of(b"y")).unwrap(), b"y");
 }
 
 /// The child half of the SIGKILL test: record changes forever, printing each id once `record`
@@ -321,7 +344,7 @@ fn sigkill_writer_child() {
     let Ok(dir) = std::env::var("REWIND_TEST_STORE_CHILD") else {
         return;
     };
-    let store = Store::open(std::path::Path::new(&dir)).unwrap();
+    let store = open(std::path::Path::new(&dir));
     for i in 0u64.. {
         let content = format!("content {i}\n").repeat(1 + (i as usize % 50));
         let id = modify(
@@ -370,7 +393,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
         "child stopped early at {acknowledged}"
     );
 
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let last = store.last_id().unwrap();
     assert!(
         last >= acknowledged,
@@ -380,7 +403,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
     assert_eq!(all.len() as u64, last, "ids have holes");
     for c in &all {
         let hash = c.after.as_ref().unwrap().hash.unwrap();
-        let content = store.read_blob(&hash).unwrap();
+        let content = store.store().read_blob(&hash).unwrap();
         assert_eq!(content.len() as u64, c.after.as_ref().unwrap().size);
         let by_path = store
             .query(&Query {
@@ -399,14 +422,14 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
 #[test]
 fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     modify(&store, "a", 10, b"a0", b"a1"); // 1: old, superseded by 3
     modify(&store, "b", 20, b"b0", b"b1"); // 2: old, but the newest of b: kept
     modify(&store, "a", 30, b"a1", b"a2"); // 3: old, superseded by 4
     modify(&store, "a", 100, b"a2", b"a3"); // 4: new
     // As `rewind gc` on an unmounted workspace: a store just opened has no content in flight.
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let report = store
         .gc(&GcPolicy {
             older_than_ns: Some(50),
@@ -423,10 +446,10 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
     assert_eq!(left, [2, 4]);
     // a0 and a1 are gone; every blob of a remaining change reads back.
     assert_eq!(report.blobs_removed, 2);
-    assert!(!store.has_blob(&Hash::of(b"a0")).unwrap());
+    assert!(!store.store().has_blob(&Hash::of(b"a0")).unwrap());
     for c in store.query(&Query::default()).unwrap() {
         for s in [c.before, c.after].into_iter().flatten() {
-            store.read_blob(&s.hash.unwrap()).unwrap();
+            store.store().read_blob(&s.hash.unwrap()).unwrap();
         }
     }
     let s1 = store.session("s1").unwrap().unwrap();
@@ -447,7 +470,7 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
 #[test]
 fn gc_by_size_removes_oldest_history_first() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     // Incompressible 64 KiB versions of one file.
     let version = |i: u64| -> Vec<u8> {
         let mut x = i.wrapping_mul(0x9E3779B97F4A7C15) | 1;
@@ -463,10 +486,10 @@ fn gc_by_size_removes_oldest_history_first() {
     for i in 0..10 {
         modify(&store, "big", i, &version(i), &version(i + 1));
     }
-    let before = store.stats().unwrap().blob_bytes;
+    let before = store.store().stats().unwrap().blob_bytes;
     assert!(before > 10 * 65536);
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     let report = store
         .gc(&GcPolicy {
             older_than_ns: None,
@@ -474,7 +497,10 @@ fn gc_by_size_removes_oldest_history_first() {
         })
         .unwrap();
     assert!(report.bytes_after <= 4 * 66_000, "{report:?}");
-    assert_eq!(store.stats().unwrap().blob_bytes, report.bytes_after);
+    assert_eq!(
+        store.store().stats().unwrap().blob_bytes,
+        report.bytes_after
+    );
     let left: Vec<u64> = store
         .query(&Query::default())
         .unwrap()
@@ -485,7 +511,10 @@ fn gc_by_size_removes_oldest_history_first() {
     assert_eq!(*left.last().unwrap(), 10);
     assert_eq!(left, (11 - left.len() as u64..=10).collect::<Vec<_>>());
     for c in store.query(&Query::default()).unwrap() {
-        store.read_blob(&c.before.unwrap().hash.unwrap()).unwrap();
+        store
+            .store()
+            .read_blob(&c.before.unwrap().hash.unwrap())
+            .unwrap();
     }
 }
 
@@ -495,67 +524,78 @@ fn gc_by_size_removes_oldest_history_first() {
 #[test]
 fn gc_keeps_content_in_flight() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     modify(&store, "a", 1, b"a0", b"a1");
     let everything = GcPolicy {
         older_than_ns: Some(u64::MAX),
         max_bytes: Some(0),
     };
     // Stored, then a gc, then the change that uses it.
-    let pending = store.put_blob(b"about to be recorded").unwrap();
+    let pending = store.store().put_blob(b"about to be recorded").unwrap();
     let big: Vec<u8> = (0..CHUNK * 2 + 7).map(|i| (i * 31 % 251) as u8).collect();
-    let big_hash = store.put_blob(&big).unwrap();
-    let orphan = store.put_blob(b"never used").unwrap();
+    let big_hash = store.store().put_blob(&big).unwrap();
+    let orphan = store.store().put_blob(b"never used").unwrap();
     store.gc(&everything).unwrap();
-    assert!(store.has_blob(&pending).unwrap());
-    assert_eq!(store.read_blob(&big_hash).unwrap(), big);
+    assert!(store.store().has_blob(&pending).unwrap());
+    assert_eq!(store.store().read_blob(&big_hash).unwrap(), big);
     let mut c = change("a", 2, "s1", "claude");
     c.before = Some(file(b"a1", Hash::of(b"a1")));
     c.after = Some(file(b"about to be recorded", pending));
-    store.record(c).unwrap();
+    record(&store, c).unwrap();
     let mut c = change("big", 3, "s1", "claude");
     c.after = Some(FileState {
         size: big.len() as u64,
         ..file(&big, big_hash)
     });
-    store.record(c).unwrap();
+    record(&store, c).unwrap();
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     store.gc(&everything).unwrap();
-    assert_eq!(store.read_blob(&pending).unwrap(), b"about to be recorded");
-    assert_eq!(store.read_blob(&big_hash).unwrap(), big);
-    assert!(!store.has_blob(&orphan).unwrap(), "unused content is swept");
+    assert_eq!(
+        store.store().read_blob(&pending).unwrap(),
+        b"about to be recorded"
+    );
+    assert_eq!(store.store().read_blob(&big_hash).unwrap(), big);
+    assert!(
+        !store.store().has_blob(&orphan).unwrap(),
+        "unused content is swept"
+    );
 
     // A write episode's content from before, stored when the file was opened for writing.
-    let held = store.put_blob(b"open for writing").unwrap();
+    let held = store.store().put_blob(b"open for writing").unwrap();
     store
         .put_open_episode(
             b"held",
-            &rewind::store::OpenEpisode {
+            &OpenEpisode {
                 before: Some(file(b"open for writing", held)),
                 time_ns: 4,
                 session: "s1".into(),
                 agent: "claude".into(),
                 pid: 1,
                 process: "test".into(),
+                turn: None,
+                tool: None,
             },
         )
         .unwrap();
     drop(store);
-    let store = Store::open(dir.path()).unwrap();
+    let store = open(dir.path());
     store.gc(&everything).unwrap();
-    assert!(store.has_blob(&held).unwrap());
+    assert!(store.store().has_blob(&held).unwrap());
 }
 
-/// A store on a tiny filesystem: when it fills, writes fail with a typed error that maps to
-/// ENOSPC, and the store refuses further writes until reopened.
+/// A store on a tiny filesystem: when it fills, writes fail with an error that says the disk
+/// is full, the store refuses further writes, and takes them again once there is room.
 #[test]
-fn a_full_disk_poisons_the_store() {
+fn a_full_disk_refuses_writes_until_there_is_room_again() {
     let Some(mnt) = crate::common::SmallFs::new(4) else {
         eprintln!("skipped: cannot mount a tmpfs (needs root)");
         return;
     };
-    let store = Store::open(&mnt.path().join("store")).unwrap();
+    let store = open(&mnt.path().join("store"));
+    // Most of the disk goes to a file beside the store, so that freeing it makes room.
+    let filler = mnt.path().join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 3 << 20]);
     let mut x = 0x12345678u64;
     let mut failure = None;
     for _ in 0..1000 {
@@ -567,18 +607,31 @@ fn a_full_disk_poisons_the_store() {
                 x as u8
             })
             .collect();
-        if let Err(e) = store.put_blob(&data) {
+        if let Err(e) = store.store().put_blob(&data) {
             failure = Some(e);
             break;
         }
     }
     let failure = failure.expect("a 4 MiB filesystem filled up");
-    assert_eq!(failure.errno(), libc::ENOSPC, "{failure}");
-    let again = store.put_blob(b"tiny").unwrap_err();
-    assert!(matches!(again, Error::Poisoned(_)), "{again}");
-    assert_eq!(again.errno(), libc::ENOSPC);
+    assert!(failure.is_no_space(), "{failure}");
+    let again = store.store().put_blob(b"tiny").unwrap_err();
+    assert!(
+        matches!(again, store::Error::Unwritable { no_space: true, .. }),
+        "{again}"
+    );
     assert!(matches!(
-        store.record(change("a", 1, "s", "a")),
-        Err(Error::Poisoned(_))
+        record(&store, change("a", 1, "s", "a")),
+        Err(Error::Store(store::Error::Unwritable { .. }))
     ));
+    // Room again: writes resume once the store is recovered (the daemon tries every second).
+    std::fs::remove_file(&filler).unwrap();
+    store.store().recover().unwrap();
+    record(&store, change("a", 1, "s", "a")).unwrap();
+    assert_eq!(
+        store
+            .store()
+            .read_blob(&store.store().put_blob(b"tiny").unwrap())
+            .unwrap(),
+        b"tiny"
+    );
 }

@@ -1,0 +1,103 @@
+//! Claude Code: `.claude/settings.json` (project settings), nested layout.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
+use super::payload::Payload;
+use super::{Agent, Error, HookEvent, hook_command};
+
+pub const EVENTS: &[&str] = &[
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "Stop",
+    "SessionEnd",
+];
+
+/// Seconds. Claude Code's default is 600; SessionEnd is additionally capped at
+/// 1.5 s overall unless CLAUDE_CODE_SESSIONEND_HOOKS_TIMEOUT_MS is set.
+pub const TIMEOUT_SECS: u64 = 5;
+
+fn path(ws: &Path) -> PathBuf {
+    ws.join(".claude").join("settings.json")
+}
+
+fn specs(rewind: &str) -> Vec<Spec> {
+    EVENTS
+        .iter()
+        .map(|&event| {
+            let handler = json!({
+                "type": "command",
+                "command": hook_command(Agent::Claude, rewind, event),
+                "timeout": TIMEOUT_SECS,
+            });
+            // Tool events take a tool-name matcher ("*" = all tools); the others
+            // ignore matchers (SessionStart: omitted = every source).
+            let entry = if matches!(event, "PreToolUse" | "PostToolUse") {
+                json!({ "matcher": "*", "hooks": [handler] })
+            } else {
+                json!({ "hooks": [handler] })
+            };
+            Spec { event, entry }
+        })
+        .collect()
+}
+
+pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
+    Ok(install_file(
+        &path(ws),
+        Agent::Claude,
+        Layout::Nested,
+        &specs(rewind),
+        &[],
+    )?
+    .into_iter()
+    .collect())
+}
+
+pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
+    Ok(
+        uninstall_file(&path(ws), Agent::Claude, Layout::Nested, &[])?
+            .into_iter()
+            .collect(),
+    )
+}
+
+pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
+    // Cursor can run Claude Code hooks from .claude/settings.json ("third-party
+    // hooks"); such a run is Cursor's, not Claude's, and the Cursor hooks record it.
+    if p.has("cursor_version") {
+        return Ok(HookEvent::Ignored);
+    }
+    let session = || p.req(&["session_id"]);
+    Ok(match p.event {
+        "SessionStart" => HookEvent::SessionStart {
+            session_id: session()?,
+        },
+        "UserPromptSubmit" => HookEvent::Prompt {
+            session_id: session()?,
+            prompt: p.req_allow_empty("prompt")?,
+            prompt_id: p.opt(&["prompt_id"]),
+        },
+        "PreToolUse" => HookEvent::ToolStart {
+            session_id: session()?,
+            tool: p.req(&["tool_name"])?,
+            tool_id: p.opt(&["tool_use_id"]),
+        },
+        "PostToolUse" | "PostToolUseFailure" => HookEvent::ToolEnd {
+            session_id: session()?,
+            tool: p.req(&["tool_name"])?,
+            tool_id: p.opt(&["tool_use_id"]),
+        },
+        "Stop" => HookEvent::Stop {
+            session_id: session()?,
+        },
+        "SessionEnd" => HookEvent::SessionEnd {
+            session_id: session()?,
+        },
+        _ => HookEvent::Ignored,
+    })
+}

@@ -1,0 +1,54 @@
+//! `rewind export`: a selection as commits on a new branch (see `crate::export`).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::context::Ctx;
+use super::{CliResult, Failure};
+use crate::command::ExportArgs;
+use crate::history::point;
+use crate::history::view::View;
+use crate::store::{Order, Query};
+
+pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
+    let ctx = Ctx::locate(cwd)?;
+    let history = ctx.read_history()?;
+    let source = ctx.source()?;
+    let rules = ctx.ignore_rules(&source);
+    let ignored = |path: &[u8], dir: bool| rules.ignored(path, dir);
+    let view = View {
+        history: &history,
+        source: &source,
+        ignored: &ignored,
+    };
+    let q = Query {
+        session: args.session.clone(),
+        agent: args.agent.clone(),
+        after_id: args
+            .since
+            .as_deref()
+            .map(|p| point::resolve(p, &history))
+            .transpose()?,
+        order: Order::OldestFirst,
+        ..Query::default()
+    };
+    let selected = history.query(&q)?;
+    if selected.is_empty() {
+        return Err(Failure::usage("nothing to export: no change matches"));
+    }
+    let done = crate::export::export(&view, &ctx.workspace, &selected, &args.branch)?;
+    println!(
+        "branch {}: {} commits from {} changes{} (working tree, index and HEAD untouched; push it \
+         with `git push -u origin {}`)",
+        done.branch,
+        done.commits,
+        selected.len(),
+        if done.skipped > 0 {
+            format!(", {} left out (folders, ignored paths)", done.skipped)
+        } else {
+            String::new()
+        },
+        done.branch
+    );
+    Ok(ExitCode::SUCCESS)
+}

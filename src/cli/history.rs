@@ -1,0 +1,189 @@
+//! Where history commands run. Reading commands read the store themselves (beside the daemon
+//! while mounted). Commands that change something go to the daemon through `.rewind/ctl`,
+//! with the same words, when the workspace is mounted: it is the store's one writer, and a
+//! rollback must be recorded. Unmounted, checkpoint and gc open the store themselves, and a
+//! rollback mounts the workspace for the occasion.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::context::Ctx;
+use super::{CliResult, Failure};
+use crate::command::env::Applied;
+use crate::command::{self, Actor, Command, Env, Outcome};
+use crate::history::change::Checkpoint;
+use crate::history::db::GcPolicy;
+use crate::history::rollback::Plan;
+use crate::history::{Error, History, Name, Result, time};
+use crate::store::GcReport;
+
+fn exit(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::Partial => ExitCode::from(1),
+    }
+}
+
+/// Where a command must run.
+enum Place {
+    /// Reading: here, on the store.
+    Read,
+    /// Changing: in the daemon when mounted; here, on the store, otherwise.
+    Write,
+    /// Changing the workspace: always in the daemon (mounted for the occasion if need be).
+    Daemon,
+    /// Talking to the daemon about processes: only while mounted.
+    Plumbing,
+}
+
+fn place(command: &Command) -> Place {
+    match command {
+        Command::Rollback(a) if a.dry_run => Place::Read,
+        Command::Undo(a) if a.dry_run => Place::Read,
+        Command::Rollback(_) | Command::Undo(_) => Place::Daemon,
+        Command::Checkpoint(_) | Command::Gc(_) => Place::Write,
+        Command::Session(_) | Command::Sync | Command::Turn(_) | Command::Tool(_) => {
+            Place::Plumbing
+        }
+        _ => Place::Read,
+    }
+}
+
+pub fn run(cwd: &Path, command: &Command) -> CliResult {
+    let ctx = Ctx::locate(cwd)?;
+    match place(command) {
+        Place::Read => local(&ctx, command, &ctx.read_history()?, None),
+        Place::Write if !ctx.mounted => {
+            let history = ctx.write_history()?;
+            local(
+                &ctx,
+                command,
+                &history,
+                Some(&LocalActor { history: &history }),
+            )
+        }
+        Place::Write => forward(&ctx, command),
+        Place::Daemon => ctx.with_mount(|ctx| forward(ctx, command)),
+        Place::Plumbing if ctx.mounted => forward(&ctx, command),
+        Place::Plumbing => Err(Failure::usage(format!(
+            "`rewind {}` talks to the daemon: mount {} first",
+            command.name(),
+            ctx.workspace.display()
+        ))),
+    }
+}
+
+/// Run the command here, on the store.
+fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Actor>) -> CliResult {
+    let source = ctx.source()?;
+    let rules = ctx.ignore_rules(&source);
+    let ignored = |path: &[u8], dir: bool| rules.ignored(path, dir);
+    let stdout = std::io::stdout();
+    let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let mut out = stdout.lock();
+    let mut env = Env {
+        history,
+        source: &source,
+        ignored: &ignored,
+        workspace: ctx.workspace.clone(),
+        base: ctx.base.clone(),
+        actor,
+        caller: std::os::unix::process::parent_id(),
+        color,
+        width: terminal_width(),
+        out: &mut out,
+    };
+    let outcome = command::run(command, &mut env).expect("history commands run here")?;
+    let _ = out.flush();
+    Ok(exit(outcome))
+}
+
+/// Run the command in the daemon, with the words it was given.
+fn forward(ctx: &Ctx, command: &Command) -> CliResult {
+    let line = ctx.forwarded_line()?;
+    let long = matches!(
+        command,
+        Command::Rollback(_) | Command::Undo(_) | Command::Gc(_)
+    );
+    let answer = if long && std::io::stderr().is_terminal() {
+        with_progress(ctx, &line, command.name())?
+    } else {
+        ctx.ctl(&line)?
+    };
+    let _ = std::io::stdout().write_all(&answer.output);
+    Ok(if answer.partial {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Run a long command showing on stderr that it is working, and for a rollback how many
+/// paths it has restored so far.
+fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::Answer, Failure> {
+    let start = ctx.read_history().ok().and_then(|h| h.last_id().ok());
+    std::thread::scope(|s| {
+        let run = s.spawn(|| ctx.ctl(line));
+        let started = std::time::Instant::now();
+        while !run.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let done = start.and_then(|after| {
+                let store = crate::store::Store::open_read_only(&ctx.store_dir).ok()?;
+                let q = crate::store::Query {
+                    agent: Some("rewind".into()),
+                    after_id: Some(after),
+                    ..Default::default()
+                };
+                store.query(&q).ok().map(|c| c.len())
+            });
+            let count = done
+                .map(|n| format!(", {n} paths restored"))
+                .unwrap_or_default();
+            eprint!(
+                "\r{what}: working ({}s{count})",
+                started.elapsed().as_secs()
+            );
+        }
+        eprint!("\r\x1b[K");
+        run.join()
+            .unwrap_or_else(|_| Err(Failure::failed("the command thread failed")))
+    })
+}
+
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(80)
+}
+
+/// What an unmounted workspace's commands may change: the store, opened here.
+struct LocalActor<'a> {
+    history: &'a History,
+}
+
+impl Actor for LocalActor<'_> {
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn checkpoint(&self, name: &Name, force: bool) -> Result<Checkpoint> {
+        self.history.put_checkpoint(name, time::now_ns(), force)
+    }
+
+    fn gc(&self, policy: &GcPolicy) -> Result<GcReport> {
+        self.history.gc(policy)
+    }
+
+    fn rollback(&self, _plan: &Plan) -> Result<Applied> {
+        Err(Error::Usage("a rollback runs in the daemon".into()))
+    }
+
+    fn plumbing(&self, command: &Command, _caller: u32) -> Result<String> {
+        Err(Error::Usage(format!(
+            "`rewind {}` talks to the daemon; mount the workspace first",
+            command.name()
+        )))
+    }
+}

@@ -1,0 +1,84 @@
+//! `rewind log`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::env::{Env, Outcome};
+use crate::history::format::{change_json, change_line};
+use crate::history::turns::TurnRef;
+use crate::history::{Result, point};
+use crate::store::{Order, Query};
+
+/// Show the history, newest last: one change a line, or one JSON object a line with --json.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only changes to this path (or, for renames, from it; or to another name of its file).
+    pub path: Option<PathBuf>,
+    /// Only changes of this session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only changes by this agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only changes of this agent turn (SESSION:N, N, or the agent's prompt id).
+    #[arg(long, value_name = "TURN")]
+    pub turn: Option<String>,
+    /// Only changes after this point (a change id, checkpoint, time, or duration ago).
+    #[arg(long, value_name = "POINT")]
+    pub since: Option<String>,
+    /// Only changes up to this point.
+    #[arg(long, value_name = "POINT")]
+    pub until: Option<String>,
+    /// At most N changes (the newest N).
+    #[arg(short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
+    /// One JSON object a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    let history = env.history;
+    let mut q = Query {
+        session: args.session.clone(),
+        agent: args.agent.clone(),
+        order: Order::NewestFirst,
+        ..Query::default()
+    };
+    let mut turn = None;
+    if let Some(t) = &args.turn {
+        let found = TurnRef::parse(t).resolve(history, args.session.as_deref())?;
+        q.session = Some(found.session.clone());
+        q.after_id = Some(found.start_id);
+        turn = Some(found.number);
+    }
+    if let Some(p) = &args.path {
+        q.path = Some(env.rel_path(p)?);
+    }
+    if let Some(p) = &args.since {
+        let id = point::resolve(p, history)?;
+        q.after_id = Some(q.after_id.map_or(id, |a| a.max(id)));
+    }
+    if let Some(p) = &args.until {
+        q.until_id = Some(point::resolve(p, history)?);
+    }
+    let limit = args.limit.unwrap_or(usize::MAX);
+    let mut changes = Vec::new();
+    history.for_each(&q, |c| {
+        if turn.is_none_or(|n| c.turn == Some(n)) {
+            changes.push(c);
+        }
+        changes.len() < limit
+    })?;
+    changes.reverse();
+    for c in &changes {
+        let line = if args.json {
+            change_json(c).to_string()
+        } else {
+            change_line(c)
+        };
+        env.println(&line)?;
+    }
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,68 @@
+//! Plumbing for agents and scripts: attributing a process tree to a session, and telling the
+//! daemon where an agent's turns and tool calls begin and end (what `rewind hook` writes).
+//! They run in the daemon only.
+
+use clap::Subcommand;
+
+use crate::history::Name;
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Attribute a process (the writer of .rewind/ctl, or with --pid another of yours) and its
+    /// children to session NAME.
+    Start {
+        #[arg(value_parser = |s: &str| Name::parse("session", s))]
+        name: Name,
+        #[arg(long, value_parser = |s: &str| Name::parse("agent", s))]
+        agent: Option<Name>,
+        /// The process to attribute (default: the one that wrote the command).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// End the session started by this process or its nearest ancestor.
+    End {
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TurnCommand {
+    /// A prompt was given: the session's next turn begins.
+    Begin {
+        #[arg(long)]
+        session: String,
+        #[arg(long)]
+        agent: String,
+        /// The prompt (its first line is kept).
+        #[arg(long, default_value = "")]
+        prompt: String,
+        /// The agent's own id for the prompt.
+        #[arg(long)]
+        prompt_id: Option<String>,
+    },
+    /// The agent stopped: the session's open turn ends.
+    End {
+        #[arg(long)]
+        session: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// A tool call began: changes of the session carry it until it ends.
+    Begin {
+        #[arg(long)]
+        session: String,
+        name: String,
+        #[arg(long)]
+        id: Option<String>,
+    },
+    End {
+        #[arg(long)]
+        session: String,
+        name: String,
+        #[arg(long)]
+        id: Option<String>,
+    },
+}

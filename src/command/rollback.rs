@@ -1,0 +1,186 @@
+//! `rewind rollback` and `rewind undo`.
+
+use std::path::PathBuf;
+
+use clap::{ArgGroup, Args};
+
+use super::env::{Env, Outcome};
+use crate::history::format::escape_path;
+use crate::history::rollback::{self, Selector};
+use crate::history::turns::TurnRef;
+use crate::history::{Error, Result, point};
+
+/// Put back what a selection of changes did: every path it touched returns to its state just
+/// before the earliest selected change to it. A path someone outside the selection changed
+/// meanwhile (and that is not now as the selection left it) is skipped, exit status 1, unless
+/// --force. The rollback is itself recorded, in a session of its own whose name it prints.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "to_turn", "since", "file", "to"])))]
+pub struct RollbackArgs {
+    /// Everything a session did.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Everything an agent did.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// What one agent turn (prompt) did, shell commands included: SESSION:N, N, or the
+    /// agent's prompt id.
+    #[arg(long, value_name = "TURN")]
+    pub turn: Option<String>,
+    /// What the turn's session did from that prompt on: back to just before it.
+    #[arg(long, value_name = "TURN")]
+    pub to_turn: Option<String>,
+    /// Everything after this point.
+    #[arg(long, value_name = "POINT")]
+    pub since: Option<String>,
+    /// Back to this point (with --file: that file only).
+    #[arg(long, value_name = "POINT")]
+    pub to: Option<String>,
+    /// One file: its last change, or back to --to.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Print exactly what would happen and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also put back paths changed later by others.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Undo one change.
+#[derive(Debug, Args)]
+pub struct UndoArgs {
+    pub id: u64,
+    /// Print exactly what would happen and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also if the path was changed later by others.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl RollbackArgs {
+    pub fn selector(&self, env: &Env<'_>) -> Result<Selector> {
+        let history = env.history;
+        let exclusive = [
+            self.session.is_some(),
+            self.agent.is_some(),
+            self.turn.is_some(),
+            self.to_turn.is_some(),
+            self.since.is_some(),
+            self.file.is_some() || self.to.is_some(),
+        ];
+        if exclusive.iter().filter(|x| **x).count() > 1 {
+            return Err(Error::Usage(
+                "say one thing to roll back: --session, --agent, --turn, --to-turn, --since, \
+                 --to, or --file (with --to)"
+                    .into(),
+            ));
+        }
+        Ok(if let Some(s) = &self.session {
+            Selector::Session(s.clone())
+        } else if let Some(a) = &self.agent {
+            Selector::Agent(a.clone())
+        } else if let Some(t) = &self.turn {
+            Selector::Turn(TurnRef::parse(t))
+        } else if let Some(t) = &self.to_turn {
+            Selector::ToTurn(TurnRef::parse(t))
+        } else if let Some(p) = &self.since {
+            Selector::Since(point::resolve(p, history)?)
+        } else if let Some(f) = &self.file {
+            let to = self
+                .to
+                .as_deref()
+                .map(|p| point::resolve(p, history))
+                .transpose()?;
+            Selector::File(env.rel_path(f)?, to)
+        } else if let Some(p) = &self.to {
+            Selector::Since(point::resolve(p, history)?)
+        } else {
+            return Err(Error::Usage("say what to roll back".into()));
+        })
+    }
+}
+
+pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    let selector = args.selector(env)?;
+    roll_back(env, &selector, args.dry_run, args.force)
+}
+
+pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    roll_back(env, &Selector::Change(args.id), args.dry_run, args.force)
+}
+
+fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> Result<Outcome> {
+    // Everything done so far belongs in the rollback's view.
+    if let Some(actor) = env.actor {
+        actor.settle()?;
+    } else if !dry {
+        env.actor("rollback")?;
+    }
+    let selected = rollback::select(env.history, selector)?;
+    let plan = rollback::plan(&env.view(), &selected, force)?;
+    let mut out = String::new();
+    for (p, why) in &plan.skipped {
+        out += &format!("skip     {}: {why}\n", escape_path(p));
+    }
+    if plan.steps.is_empty() {
+        out += &if selected.is_empty() {
+            "nothing to roll back: no change matches\n".to_string()
+        } else {
+            format!(
+                "nothing to roll back: the {} selected changes are undone already{}\n",
+                selected.len(),
+                if plan.skipped.is_empty() {
+                    ""
+                } else {
+                    ", or skipped"
+                }
+            )
+        };
+        env.print(&out)?;
+        return Ok(if plan.skipped.is_empty() {
+            Outcome::Done
+        } else {
+            Outcome::Partial
+        });
+    }
+    if dry {
+        for s in &plan.steps {
+            out += &format!("{}\n", rollback::describe(s));
+        }
+        out += &format!(
+            "dry run: {} paths would be restored, {} skipped\n",
+            plan.steps.len(),
+            plan.skipped.len()
+        );
+        env.print(&out)?;
+        return Ok(if plan.skipped.is_empty() {
+            Outcome::Done
+        } else {
+            Outcome::Partial
+        });
+    }
+    let applied = env.actor("rollback")?.rollback(&plan)?;
+    for s in &plan.steps {
+        if !applied.failed.iter().any(|(p, _)| *p == s.path) {
+            out += &format!("{}\n", rollback::describe(s));
+        }
+    }
+    for (p, e) in &applied.failed {
+        out += &format!("failed   {}: {e}\n", escape_path(p));
+    }
+    let session = &applied.session;
+    out += &format!(
+        "{session}: restored {} paths, skipped {}, failed {} (undo it with `rewind rollback --session {session}`)\n",
+        plan.steps.len() - applied.failed.len().min(plan.steps.len()),
+        plan.skipped.len(),
+        applied.failed.len()
+    );
+    env.print(&out)?;
+    Ok(if plan.skipped.is_empty() && applied.failed.is_empty() {
+        Outcome::Done
+    } else {
+        Outcome::Partial
+    })
+}

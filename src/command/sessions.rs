@@ -1,0 +1,46 @@
+//! `rewind sessions`.
+
+use clap::Args;
+use serde_json::json;
+
+use super::env::{Env, Outcome};
+use crate::history::format::escape_text;
+use crate::history::{Result, time};
+
+/// List the sessions with how many changes each made, when, and by which agents.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// One JSON object a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    let mut sessions = env.history.sessions()?;
+    sessions.sort_by_key(|s| s.first_id);
+    for s in sessions {
+        let line = if args.json {
+            json!({
+                "name": s.name, "changes": s.count, "first_id": s.first_id, "last_id": s.last_id,
+                "first_time": time::rfc3339(s.first_time_ns), "last_time": time::rfc3339(s.last_time_ns),
+                "agents": s.agents,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{:<32} {:>6} changes  {} .. {}  {}",
+                escape_text(&s.name),
+                s.count,
+                time::short(s.first_time_ns),
+                time::short(s.last_time_ns),
+                s.agents
+                    .iter()
+                    .map(|a| escape_text(a))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        env.println(&line)?;
+    }
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,86 @@
+//! The daemon's background threads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fs::MountState;
+use crate::history::recorder::PENDING_FOR;
+use crate::history::{History, Recorder};
+use crate::store::Store;
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
+        tracing::error!("cannot start the {name} thread: {e}");
+    }
+}
+
+/// Write deferred changes (deletes) as they come, batched (see `Recorder::defer`).
+pub fn writer(recorder: Arc<Recorder>) {
+    let wakeups = recorder.wakeups();
+    spawn("writer", move || {
+        for () in &wakeups {
+            if let Err(e) = recorder.drain() {
+                tracing::error!("cannot record deletes: {e}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    });
+}
+
+/// Record held-back creates once they are old enough (see `Recorder::flush_pending_older`).
+pub fn pending(recorder: Arc<Recorder>) {
+    spawn("pending", move || {
+        loop {
+            std::thread::sleep(PENDING_FOR / 2);
+            if let Err(e) = recorder.flush_pending_older(false) {
+                tracing::error!("cannot record new files: {e}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    });
+}
+
+/// After a failed write (a full disk), try to write again every second; recording resumes by
+/// itself once it works.
+pub fn store_recovery(store: Arc<Store>) {
+    spawn("store-recovery", move || {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if !store.writable()
+                && let Err(e) = store.recover()
+            {
+                tracing::debug!("the store still cannot be written: {e}");
+            }
+        }
+    });
+}
+
+/// How long after mounting retention first runs.
+const FIRST_GC: Duration = Duration::from_secs(60);
+
+/// Apply the retention limits in the background: soon after mounting (so short mounts get
+/// it too), then every `retention.every`.
+pub fn retention(history: History, state: Arc<MountState>) {
+    if !state.retention.is_set() {
+        return;
+    }
+    spawn("retention", move || {
+        let mut wait = state.retention.every.min(FIRST_GC);
+        loop {
+            std::thread::sleep(wait);
+            wait = state.retention.every;
+            let result = history.gc(&state.retention.policy());
+            match &result {
+                Ok(r) if r.changes_removed + r.blobs_removed > 0 => tracing::info!(
+                    changes = r.changes_removed,
+                    blobs = r.blobs_removed,
+                    bytes = r.bytes_after,
+                    "retention: removed old history"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::error!("retention: gc failed: {e}"),
+            }
+            state.gc_done(&result);
+        }
+    });
+}

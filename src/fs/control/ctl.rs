@@ -1,0 +1,285 @@
+//! `.rewind/ctl`: a command line written to it is parsed by the CLI's own grammar and run by
+//! the daemon, on a thread of its own (the write is answered when it is done, so no FUSE
+//! worker waits on it), against the history it records and the workspace underneath the mount.
+//! Its output is read back from the same open file. A bad command fails the write with
+//! `EINVAL`, a failure with `EIO`; a command done in part ends its output with the line
+//! `exit status 1`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fuser::Errno;
+
+use crate::command::{self, Actor, Command, Env, Outcome, env::Applied};
+use crate::fs::Core;
+use crate::fs::backing::Backing;
+use crate::fs::restore::Restorer;
+use crate::history::change::{Checkpoint, Tool};
+use crate::history::db::GcPolicy;
+use crate::history::rollback::{self, Plan};
+use crate::history::{Error, Name, Recorder, Result, time};
+use crate::store::GcReport;
+
+/// The line that ends the output of a command done in part (exit status 1 in the CLI).
+pub const PARTIAL: &str = "exit status 1";
+
+/// How many commands may run at once; more wait for one to finish.
+const AT_ONCE: usize = 4;
+
+/// Runs commands off the FUSE threads.
+#[derive(Default)]
+pub(super) struct Commands {
+    running: Arc<(AtomicUsize, std::sync::Mutex<()>, std::sync::Condvar)>,
+}
+
+/// One command to run.
+pub(super) struct Job {
+    pub(super) recorder: Arc<Recorder>,
+    pub(super) source: Arc<Backing>,
+    pub(super) workspace: PathBuf,
+    pub(super) core: Arc<Core>,
+    /// The thread that wrote the command.
+    pub(super) caller: u32,
+    pub(super) line: Vec<u8>,
+}
+
+impl Commands {
+    /// Run `job` on a thread of its own, then hand its output and the write's answer to `done`.
+    pub(super) fn run(
+        &self,
+        job: Job,
+        done: impl FnOnce(Vec<u8>, std::result::Result<u32, Errno>) + Send + 'static,
+    ) {
+        let running = self.running.clone();
+        let len = job.line.len() as u32;
+        let spawned = std::thread::Builder::new()
+            .name("ctl".into())
+            .spawn(move || {
+                let (count, lock, freed) = &*running;
+                {
+                    let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while count.load(Ordering::SeqCst) >= AT_ONCE {
+                        guard = freed.wait(guard).unwrap_or_else(|e| e.into_inner());
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                let (output, result) = job.execute();
+                count.fetch_sub(1, Ordering::SeqCst);
+                freed.notify_one();
+                done(output, result.map(|()| len));
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a command thread: {e}");
+        }
+    }
+}
+
+/// Usage errors are the writer's (EINVAL); anything else failed (EIO).
+fn error_errno(e: &Error) -> Errno {
+    if e.is_usage() {
+        Errno::EINVAL
+    } else {
+        Errno::EIO
+    }
+}
+
+impl Job {
+    /// Run the command now. Returns the output to read back and the write's answer.
+    pub(super) fn execute(&self) -> (Vec<u8>, std::result::Result<(), Errno>) {
+        let fail = |msg: String, errno: Errno| (format!("error: {msg}\n").into_bytes(), Err(errno));
+        if self.line.len() > 64 * 1024 {
+            return fail("a command is one line".into(), Errno::EINVAL);
+        }
+        let Ok(line) = std::str::from_utf8(&self.line) else {
+            return fail("a command is text (UTF-8)".into(), Errno::EINVAL);
+        };
+        let line = line.trim();
+        let cli = match command::parse_line(line) {
+            Ok(cli) => cli,
+            Err(why) => return fail(why, Errno::EINVAL),
+        };
+        let base = match &cli.dir {
+            Some(dir) => match command::env::rel_path(&self.workspace, &self.workspace, dir) {
+                Ok(rel) => self.workspace.join(std::ffi::OsStr::new(
+                    std::str::from_utf8(&rel).unwrap_or_default(),
+                )),
+                Err(e) => return fail(e.to_string(), Errno::EINVAL),
+            },
+            None => self.workspace.clone(),
+        };
+        let actor = DaemonActor { job: self };
+        let ignored = |path: &[u8], dir: bool| !self.recorder.records(path, dir);
+        let mut out = Vec::new();
+        let result = {
+            let mut env = Env {
+                history: self.recorder.history(),
+                source: &*self.source,
+                ignored: &ignored,
+                workspace: self.workspace.clone(),
+                base,
+                actor: Some(&actor),
+                caller: self.caller,
+                color: false,
+                width: 80,
+                out: &mut out,
+            };
+            command::run(&cli.command, &mut env)
+        };
+        match result {
+            None => fail(
+                format!(
+                    "`rewind {}` runs in a shell, not through .rewind/ctl",
+                    cli.command.name()
+                ),
+                Errno::EINVAL,
+            ),
+            Some(Ok(Outcome::Done)) => (out, Ok(())),
+            Some(Ok(Outcome::Partial)) => {
+                out.extend_from_slice(format!("{PARTIAL}\n").as_bytes());
+                (out, Ok(()))
+            }
+            Some(Err(e)) => {
+                let mut text = out;
+                text.extend_from_slice(format!("error: {e}\n").as_bytes());
+                (text, Err(error_errno(&e)))
+            }
+        }
+    }
+}
+
+/// What a command may change, in the daemon.
+struct DaemonActor<'a> {
+    job: &'a Job,
+}
+
+impl DaemonActor<'_> {
+    fn recorder(&self) -> &Recorder {
+        &self.job.recorder
+    }
+
+    /// The next rollback's session name, never handed out twice, after any `rollback-N`
+    /// already in the history.
+    fn next_rollback_session(&self) -> Result<String> {
+        let history = self.recorder().history();
+        let store = history.store();
+        if store.meta(b"rollbacks")?.is_none() {
+            let highest = history
+                .sessions()?
+                .iter()
+                .filter_map(|s| s.name.strip_prefix("rollback-")?.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0);
+            store.put_meta(b"rollbacks", &highest.to_be_bytes())?;
+        }
+        Ok(format!(
+            "rollback-{}",
+            store.next_in_sequence(b"rollbacks")?
+        ))
+    }
+}
+
+impl Actor for DaemonActor<'_> {
+    fn settle(&self) -> Result<()> {
+        self.recorder().settle()
+    }
+
+    fn checkpoint(&self, name: &Name, force: bool) -> Result<Checkpoint> {
+        self.recorder().settle()?;
+        self.recorder()
+            .history()
+            .put_checkpoint(name, time::now_ns(), force)
+    }
+
+    fn gc(&self, policy: &GcPolicy) -> Result<GcReport> {
+        self.recorder().history().gc(policy)
+    }
+
+    fn rollback(&self, plan: &Plan) -> Result<Applied> {
+        let session = self.next_rollback_session()?;
+        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let who = self.recorder().attributor();
+        who.begin_restore(tid, session.clone());
+        let restorer = Restorer::new(self.job.core.clone(), tid);
+        let failed = rollback::execute(self.recorder().history(), plan, &restorer);
+        who.end_restore(tid);
+        // New files it made are held back like any others: record them now.
+        self.recorder().settle()?;
+        Ok(Applied { session, failed })
+    }
+
+    fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {
+        use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
+        let rec = self.recorder();
+        match command {
+            Command::Sync => {
+                rec.settle()?;
+                Ok("ok\n".into())
+            }
+            Command::Session(SessionCommand::Start { name, agent, pid }) => {
+                let pid = pid.unwrap_or(caller);
+                if !rec.attributor().register(
+                    pid,
+                    name.to_string(),
+                    agent.as_ref().map(Name::to_string),
+                ) {
+                    return Err(Error::Usage(format!("process {pid} is gone")));
+                }
+                Ok(format!(
+                    "session {name} started for process {pid} and its children\n"
+                ))
+            }
+            Command::Session(SessionCommand::End { pid }) => {
+                match rec.attributor().unregister(pid.unwrap_or(caller)) {
+                    Some(s) => Ok(format!("session {s} ended\n")),
+                    None => Err(Error::Usage(
+                        "no session was started by this process or its parents".into(),
+                    )),
+                }
+            }
+            Command::Turn(TurnCommand::Begin {
+                session,
+                agent,
+                prompt,
+                prompt_id,
+            }) => {
+                let session = Name::parse("session", session)?;
+                // Everything before the prompt is recorded before the turn begins.
+                rec.settle()?;
+                let last = rec.history().last_id()?;
+                let turn =
+                    rec.turns()
+                        .begin(session.as_str(), agent, prompt, prompt_id.clone(), last)?;
+                Ok(format!("turn {}:{} began\n", turn.session, turn.number))
+            }
+            Command::Turn(TurnCommand::End { session }) => {
+                rec.settle()?;
+                let last = rec.history().last_id()?;
+                Ok(match rec.turns().end(session, last)? {
+                    Some(t) => format!("turn {}:{} ended\n", t.session, t.number),
+                    None => "no turn was open\n".into(),
+                })
+            }
+            Command::Tool(ToolCommand::Begin { session, name, id }) => {
+                rec.turns().tool_begin(
+                    session,
+                    Tool {
+                        name: name.clone(),
+                        id: id.clone(),
+                    },
+                );
+                Ok("ok\n".into())
+            }
+            Command::Tool(ToolCommand::End { session, name, id }) => {
+                // What the tool did is recorded with it before it is forgotten.
+                rec.settle()?;
+                rec.turns().tool_end(session, name, id.as_deref());
+                Ok("ok\n".into())
+            }
+            other => Err(Error::Usage(format!(
+                "`{}` is not a daemon command",
+                other.name()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! The control directory `.rewind/`: reachable by path from the workspace root, never listed
+//! by its `readdir`. Its nodes are a typed tree ([`tree`]); who may see which is [`access`];
+//! `events` is served without holding FUSE workers ([`events`]); `ctl` runs commands on a
+//! thread of their own ([`ctl`]).
+//!
+//! Virtual inode numbers and handles live above [`BASE`], so neither collides with real ones.
+//! Contents are made when a file is opened, so a reader sees one consistent snapshot, and
+//! served with direct I/O. Nothing here is cached by the kernel (entries and attributes have a
+//! TTL of zero): names appear on their own (a new checkpoint under `at/`), and every lookup
+//! is checked against the caller.
+
+mod access;
+mod ctl;
+pub use ctl::PARTIAL;
+mod events;
+mod tree;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, PollEvents, PollNotifier,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyWrite, Request, TimeOrNow,
+};
+
+use super::attr::from_ns;
+use super::backing::Backing;
+use super::handle::HandleTable;
+use super::inode::ROOT;
+use super::{Caller, Core, MountState};
+use crate::history::view::View;
+use crate::history::{Error, Recorder};
+pub use tree::Node;
+
+pub const NAME: &[u8] = b".rewind";
+/// Virtual inode numbers start here, far above any counter value the inode table reaches.
+pub const BASE: u64 = 1 << 62;
+
+/// Whether `name` in `parent` is the control directory itself.
+pub fn is_entry(parent: u64, name: &OsStr) -> bool {
+    parent == ROOT && name.as_bytes() == NAME
+}
+
+/// The error for making something in the control directory (or making `.rewind` itself).
+pub fn refuse_change(parent: u64) -> Errno {
+    if Control::is_virtual(parent) {
+        Errno::EROFS
+    } else {
+        Errno::EEXIST
+    }
+}
+
+/// The error for removing or renaming something in it (or it).
+pub fn refuse_removal(parent: u64) -> Errno {
+    if Control::is_virtual(parent) {
+        Errno::EROFS
+    } else {
+        Errno::EBUSY
+    }
+}
+
+/// The error a failed lookup or read reports.
+fn ctl_errno(e: Error) -> Errno {
+    match e {
+        Error::Io { source, .. } => super::errno(source),
+        Error::Store(_) => Errno::EIO,
+        _ => Errno::ENOENT,
+    }
+}
+
+/// Whether a path (a folder, with `true`) is left unrecorded.
+type Ignored = dyn Fn(&[u8], bool) -> bool + Send + Sync;
+
+/// An open file of the control directory: what reads return (made at open, or the output of
+/// the last `ctl` command) and how far the reader got.
+struct Handle {
+    node: Node,
+    buf: Mutex<(Vec<u8>, usize)>,
+}
+
+/// An open folder of the control directory.
+struct Dir {
+    entries: Vec<(Vec<u8>, u64, FileType)>,
+}
+
+pub struct Control {
+    recorder: Arc<Recorder>,
+    source: Arc<Backing>,
+    /// The workspace as mounted.
+    workspace: PathBuf,
+    state: Arc<MountState>,
+    /// The mounting user: it (and root) see everything.
+    owner: u32,
+    /// When the mount started: the times of virtual files.
+    started: SystemTime,
+    core: OnceLock<Arc<Core>>,
+    nodes: Mutex<(HashMap<Node, u64>, HashMap<u64, Node>)>,
+    handles: HandleTable<Handle>,
+    dirs: HandleTable<Dir>,
+    events: events::Events,
+    commands: ctl::Commands,
+    /// Whether a path is left unrecorded (for views of the past).
+    ignored: Box<Ignored>,
+}
+
+impl Control {
+    pub fn new(
+        recorder: Arc<Recorder>,
+        source: Arc<Backing>,
+        workspace: PathBuf,
+        state: Arc<MountState>,
+    ) -> Control {
+        let rules = recorder.clone();
+        Control {
+            ignored: Box::new(move |path, dir| !rules.records(path, dir)),
+            events: events::Events::start(&recorder),
+            recorder,
+            source,
+            workspace,
+            state,
+            owner: rustix::process::geteuid().as_raw(),
+            started: SystemTime::now(),
+            core: OnceLock::new(),
+            nodes: Mutex::new((HashMap::new(), HashMap::new())),
+            handles: HandleTable::starting_at(BASE),
+            dirs: HandleTable::starting_at(BASE),
+            commands: ctl::Commands::default(),
+        }
+    }
+
+    /// Give the control directory the filesystem's core (rollbacks act through it).
+    pub(super) fn attach(&self, core: Arc<Core>) {
+        let _ = self.core.set(core);
+    }
+
+    pub fn is_virtual(ino: u64) -> bool {
+        ino >= BASE
+    }
+
+    fn view(&self) -> View<'_> {
+        View {
+            history: self.recorder.history(),
+            source: &*self.source,
+            ignored: &*self.ignored,
+        }
+    }
+
+    /// The inode number of a node (allocated on first use; the table only grows with what was
+    /// looked at).
+    fn ino(&self, node: Node) -> u64 {
+        let mut t = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&ino) = t.0.get(&node) {
+            return ino;
+        }
+        let ino = BASE + t.1.len() as u64;
+        t.0.insert(node.clone(), ino);
+        t.1.insert(ino, node);
+        ino
+    }
+
+    fn node(&self, ino: u64) -> Result<Node, Errno> {
+        if ino == ROOT {
+            return Err(Errno::ENOENT);
+        }
+        self.nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .get(&ino)
+            .cloned()
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn attr(&self, node: &Node) -> Result<FileAttr, Errno> {
+        let ino = self.ino(node.clone());
+        let (kind, perm, size) = match self.kind(node).map_err(ctl_errno)? {
+            tree::Kind::Dir => (FileType::Directory, 0o555, 0),
+            tree::Kind::Symlink { size } => (FileType::Symlink, 0o777, size),
+            tree::Kind::File { size, writable } => (
+                FileType::RegularFile,
+                if writable { 0o600 } else { 0o444 },
+                size,
+            ),
+        };
+        let perm = match self.past_state(node) {
+            Some(s) if kind != FileType::Symlink => (s.mode & 0o555) as u16,
+            _ if node.is_private() => perm & 0o700,
+            _ => perm,
+        };
+        let time = self.node_time(node).map_or(self.started, from_ns);
+        Ok(FileAttr {
+            ino: INodeNo(ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind,
+            perm,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid: self.owner,
+            gid: rustix::process::getegid().as_raw(),
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+
+    /// The node at `ino` if `caller` may see it.
+    fn visible(&self, caller: &Caller, ino: INodeNo) -> Result<Node, Errno> {
+        let node = self.node(ino.0)?;
+        if !self.may_see(caller, &node) {
+            return Err(Errno::EACCES);
+        }
+        Ok(node)
+    }
+
+    // ---- FUSE requests ---------------------------------------------------------------------
+
+    pub(super) fn lookup(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        let caller = Caller::of(req);
+        if parent.0 == ROOT {
+            return self.attr(&Node::Dir);
+        }
+        let parent = self.visible(&caller, parent)?;
+        let child = self
+            .child(&parent, name.as_bytes())
+            .map_err(ctl_errno)?
+            .ok_or(Errno::ENOENT)?;
+        if !self.may_see(&caller, &child) {
+            return Err(Errno::EACCES);
+        }
+        self.attr(&child)
+    }
+
+    pub(super) fn getattr(&self, req: &Request, ino: INodeNo) -> Result<FileAttr, Errno> {
+        let node = self.node(ino.0)?;
+        // Attributes are as visible as on disk (a file in a folder one cannot search is not
+        // reached, so nothing more is checked here); contents are what is checked.
+        let _ = req;
+        self.attr(&node)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> Result<FileAttr, Errno> {
+        let node = self.visible(&Caller::of(req), ino)?;
+        // `> .rewind/ctl` truncates; nothing else in the control directory changes.
+        let only_size = mode.is_none()
+            && uid.is_none()
+            && gid.is_none()
+            && atime.is_none()
+            && mtime.is_none()
+            && size.is_some();
+        if node == Node::Ctl && only_size {
+            return self.attr(&node);
+        }
+        Err(Errno::EROFS)
+    }
+
+    pub(super) fn readlink(&self, req: &Request, ino: INodeNo) -> Result<Vec<u8>, Errno> {
+        let node = self.visible(&Caller::of(req), ino)?;
+        tree_readlink(self, &node)
+    }
+
+    pub(super) fn open(&self, req: &Request, ino: INodeNo, flags: i32) -> Result<u64, Errno> {
+        let node = self.visible(&Caller::of(req), ino)?;
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && node != Node::Ctl {
+            return Err(Errno::EROFS);
+        }
+        if matches!(self.kind(&node).map_err(ctl_errno)?, tree::Kind::Dir) {
+            return Err(Errno::EISDIR);
+        }
+        let content = match &node {
+            Node::Ctl | Node::Events => Vec::new(),
+            n => self.content(n).map_err(|e| {
+                tracing::warn!("cannot make .rewind content: {e}");
+                ctl_errno(e)
+            })?,
+        };
+        let is_events = node == Node::Events;
+        let fh = self.handles.insert(Handle {
+            node,
+            buf: Mutex::new((content, 0)),
+        });
+        if is_events {
+            self.events.open(fh, self.recorder.subscribe());
+        }
+        Ok(fh)
+    }
+
+    pub(super) fn read(
+        &self,
+        req: &Request,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    ) {
+        let Some(h) = self.handles.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        if h.node == Node::Events {
+            return self.events.read(fh.0, size, req.pid(), reply);
+        }
+        let mut buf = h.buf.lock().unwrap_or_else(|e| e.into_inner());
+        // ctl is read after a write on the same file: its output starts at 0 whatever offset
+        // the write left; everything else is read by offset.
+        let start = if h.node == Node::Ctl {
+            buf.1
+        } else {
+            offset as usize
+        };
+        let start = start.min(buf.0.len());
+        let end = (start + size as usize).min(buf.0.len());
+        let chunk = buf.0[start..end].to_vec();
+        if h.node == Node::Ctl {
+            buf.1 = end;
+        }
+        drop(buf);
+        reply.data(&chunk);
+    }
+
+    pub(super) fn write(&self, req: &Request, fh: FileHandle, data: &[u8], reply: ReplyWrite) {
+        let Some(h) = self.handles.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        if h.node != Node::Ctl {
+            return reply.error(Errno::EROFS);
+        }
+        let Some(core) = self.core.get().cloned() else {
+            return reply.error(Errno::EIO);
+        };
+        let job = ctl::Job {
+            recorder: self.recorder.clone(),
+            source: self.source.clone(),
+            workspace: self.workspace.clone(),
+            core,
+            caller: req.pid(),
+            line: data.to_vec(),
+        };
+        self.commands.run(job, move |output, result| {
+            *h.buf.lock().unwrap_or_else(|e| e.into_inner()) = (output, 0);
+            match result {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn release(&self, fh: FileHandle) {
+        if let Some(h) = self.handles.remove(fh.0)
+            && h.node == Node::Events
+        {
+            self.events.release(fh.0);
+        }
+    }
+
+    pub(super) fn poll(&self, fh: FileHandle, ph: PollNotifier) -> PollEvents {
+        match self.handles.get(fh.0) {
+            Some(h) if h.node == Node::Events => self.events.poll(fh.0, ph),
+            _ => PollEvents::POLLIN | PollEvents::POLLRDNORM | PollEvents::POLLOUT,
+        }
+    }
+
+    pub(super) fn opendir(&self, req: &Request, ino: INodeNo) -> Result<u64, Errno> {
+        let node = self.visible(&Caller::of(req), ino)?;
+        let mut entries = vec![
+            (b".".to_vec(), ino.0, FileType::Directory),
+            (b"..".to_vec(), ino.0, FileType::Directory),
+        ];
+        for (name, child) in self.list(&node).map_err(ctl_errno)? {
+            let child_ino = self.ino(child.clone());
+            let kind = match self.kind(&child) {
+                Ok(tree::Kind::Dir) => FileType::Directory,
+                Ok(tree::Kind::Symlink { .. }) => FileType::Symlink,
+                _ => FileType::RegularFile,
+            };
+            entries.push((name, child_ino, kind));
+        }
+        Ok(self.dirs.insert(Dir { entries }))
+    }
+
+    pub(super) fn readdir(&self, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, ino, kind)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    pub(super) fn readdirplus(
+        &self,
+        req: &Request,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let caller = Caller::of(req);
+        let Some(dir) = self.dirs.get(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (name, ino, _)) in dir.entries.iter().enumerate().skip(offset as usize) {
+            let Ok(node) = self.node(*ino) else { continue };
+            let Ok(a) = self.attr(&node) else { continue };
+            // Entries the caller may not see are listed without attributes (inode 0): the
+            // name, as in a folder one can read but not search.
+            let (ino, a) = if name == b"." || name == b".." || self.may_see(&caller, &node) {
+                (*ino, a)
+            } else {
+                (0, super::attr::none())
+            };
+            if reply.add(
+                INodeNo(ino),
+                i as u64 + 1,
+                OsStr::from_bytes(name),
+                &std::time::Duration::ZERO,
+                &a,
+                Generation(0),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    pub(super) fn releasedir(&self, fh: FileHandle) {
+        self.dirs.remove(fh.0);
+    }
+
+    /// The output of a command run for a file's content (`turns/S/N/diff`).
+    fn run_for_content(&self, line: &str) -> crate::history::Result<Vec<u8>> {
+        let Some(core) = self.core.get().cloned() else {
+            return Ok(Vec::new());
+        };
+        let job = ctl::Job {
+            recorder: self.recorder.clone(),
+            source: self.source.clone(),
+            workspace: self.workspace.clone(),
+            core,
+            caller: std::process::id(),
+            line: line.as_bytes().to_vec(),
+        };
+        Ok(job.execute().0)
+    }
+}
+
+fn tree_readlink(c: &Control, node: &Node) -> Result<Vec<u8>, Errno> {
+    c.past_link(node).map_err(ctl_errno)
+}

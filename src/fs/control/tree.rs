@@ -1,0 +1,496 @@
+//! The control directory as a small typed tree, resolved here and nowhere else:
+//!
+//! ```text
+//! .rewind/README  status  log  log.json  ctl  events
+//! .rewind/at/POINT/...                the whole workspace at POINT, read-only
+//! .rewind/versions/PATH/ID            every recorded version of PATH
+//! .rewind/sessions/NAME/log           the changes of one session
+//! .rewind/turns/SESSION/N/log, diff   one agent turn
+//! ```
+
+use clap::CommandFactory;
+
+use super::Control;
+use crate::history::Source;
+use crate::history::change::{FileKind, FileState};
+use crate::history::format::{change_json, change_line};
+use crate::history::view::join;
+use crate::history::{Error, Result, point, time};
+use crate::store::Query;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    Dir,
+    Readme,
+    Status,
+    Log,
+    LogJson,
+    Ctl,
+    Events,
+    At,
+    /// A path in the past tree right after change `at` (`path` empty: its root).
+    AtPath {
+        at: u64,
+        path: Vec<u8>,
+    },
+    Versions,
+    /// `.rewind/versions/PATH`: PATH's versions, and the versions of paths below it.
+    VersionsOf(Vec<u8>),
+    Version(Vec<u8>, u64),
+    Sessions,
+    Session(String),
+    SessionLog(String),
+    Turns,
+    TurnsOf(String),
+    Turn(String, u32),
+    TurnLog(String, u32),
+    TurnDiff(String, u32),
+}
+
+/// What a node is to `stat`.
+pub enum Kind {
+    Dir,
+    File { size: u64, writable: bool },
+    Symlink { size: u64 },
+}
+
+impl Node {
+    /// Only the mounting user and root may see these (they name every path in the workspace,
+    /// or act on it).
+    pub fn is_private(&self) -> bool {
+        matches!(
+            self,
+            Node::Status
+                | Node::Log
+                | Node::LogJson
+                | Node::Ctl
+                | Node::Events
+                | Node::Sessions
+                | Node::Session(_)
+                | Node::SessionLog(_)
+                | Node::Turns
+                | Node::TurnsOf(_)
+                | Node::Turn(..)
+                | Node::TurnLog(..)
+                | Node::TurnDiff(..)
+        )
+    }
+
+    /// The workspace path whose readers may read this node, for nodes of the past.
+    pub fn workspace_path(&self) -> Option<&[u8]> {
+        match self {
+            Node::AtPath { path, .. } => Some(path),
+            Node::VersionsOf(p) | Node::Version(p, _) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The README's text: what is here, and the commands `ctl` takes (the CLI's own help).
+pub fn readme() -> String {
+    let mut help = crate::command::Cli::command()
+        .override_usage("WORDS AFTER `rewind` (one command a line)")
+        .render_help()
+        .to_string();
+    help = help.replace("Usage: rewind", "");
+    format!(
+        "\
+This is rewind's control directory. Nothing here is part of your project.
+
+  status              the mount, the store, counts, sessions
+  log, log.json       the history, newest last (as `rewind log`, `rewind log --json`)
+  at/POINT/...        the whole workspace at POINT (a change id, checkpoint, RFC 3339 time or
+                      a duration ago like 15m), read-only: diff -r .rewind/at/NAME/src src
+  versions/PATH/ID    every recorded version of PATH, named by change id
+  sessions/NAME/log   the changes of one session
+  turns/SESSION/N/    one agent turn (prompt): its log and its diff
+  events              blocks; one JSON line per new change as it happens
+  ctl                 write a command, read its output on the same open file:
+                        exec 3<>.rewind/ctl; echo 'rollback --session fix-42 --dry-run' >&3; cat <&3
+                      The words are the CLI's, after `rewind`; -C DIR and paths are read from
+                      the workspace root. A bad command fails the write with EINVAL and the
+                      reason is read back. A line with --dry-run in it never changes anything.
+                      Also: session start NAME [--agent NAME], session end, sync.
+
+The commands:
+{help}"
+    )
+}
+
+impl Control {
+    /// The child `name` of `parent`, if there is one.
+    pub(super) fn child(&self, parent: &Node, name: &[u8]) -> Result<Option<Node>> {
+        let history = self.recorder.history();
+        let s = String::from_utf8_lossy(name).into_owned();
+        Ok(match parent {
+            Node::Dir => match name {
+                b"README" => Some(Node::Readme),
+                b"status" => Some(Node::Status),
+                b"log" => Some(Node::Log),
+                b"log.json" => Some(Node::LogJson),
+                b"ctl" => Some(Node::Ctl),
+                b"events" => Some(Node::Events),
+                b"at" => Some(Node::At),
+                b"versions" => Some(Node::Versions),
+                b"sessions" => Some(Node::Sessions),
+                b"turns" => Some(Node::Turns),
+                _ => None,
+            },
+            Node::At => match point::resolve(&s, history) {
+                Ok(at) => Some(Node::AtPath {
+                    at,
+                    path: Vec::new(),
+                }),
+                Err(Error::Store(e)) => return Err(Error::Store(e)),
+                Err(_) => None,
+            },
+            Node::AtPath { at, path } => {
+                let child = join(path, name);
+                self.view()
+                    .state_at(&child, *at)?
+                    .state()
+                    .map(|_| Node::AtPath {
+                        at: *at,
+                        path: child,
+                    })
+            }
+            Node::Versions | Node::VersionsOf(_) => {
+                let base = match parent {
+                    Node::VersionsOf(p) => p.clone(),
+                    _ => Vec::new(),
+                };
+                if let Node::VersionsOf(p) = parent
+                    && let Ok(id) = s.parse::<u64>()
+                    && let Some(c) = history.change(id)?
+                    && c.touches(p)
+                    && c.states_of(p).1.is_some_and(|a| a.kind == FileKind::File)
+                {
+                    return Ok(Some(Node::Version(p.clone(), id)));
+                }
+                let child = join(&base, name);
+                // The path itself, or something below it, has history (not merely a longer
+                // name that starts the same, like `main.rs.bak` for `main.rs`).
+                let has_history = history
+                    .paths_with_prefix(&child)?
+                    .iter()
+                    .any(|p| *p == child || p.get(child.len()) == Some(&b'/'));
+                has_history.then_some(Node::VersionsOf(child))
+            }
+            Node::Sessions => history.session(&s)?.map(|_| Node::Session(s)),
+            Node::Session(n) if name == b"log" => Some(Node::SessionLog(n.clone())),
+            Node::Turns => (!history.turns(Some(&s))?.is_empty()).then_some(Node::TurnsOf(s)),
+            Node::TurnsOf(session) => match s.parse::<u32>() {
+                Ok(n) if history.turns(Some(session))?.iter().any(|t| t.number == n) => {
+                    Some(Node::Turn(session.clone(), n))
+                }
+                _ => None,
+            },
+            Node::Turn(session, n) => match name {
+                b"log" => Some(Node::TurnLog(session.clone(), *n)),
+                b"diff" => Some(Node::TurnDiff(session.clone(), *n)),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
+    pub(super) fn kind(&self, node: &Node) -> Result<Kind> {
+        Ok(match node {
+            Node::Dir
+            | Node::At
+            | Node::Versions
+            | Node::VersionsOf(_)
+            | Node::Sessions
+            | Node::Session(_)
+            | Node::Turns
+            | Node::TurnsOf(_)
+            | Node::Turn(..) => Kind::Dir,
+            Node::Ctl => Kind::File {
+                size: 0,
+                writable: true,
+            },
+            Node::AtPath { at, path } => match self.view().state_at(path, *at)?.state() {
+                Some(s) if s.kind == FileKind::Dir => Kind::Dir,
+                Some(s) if s.kind == FileKind::Symlink => Kind::Symlink { size: s.size },
+                Some(s) => Kind::File {
+                    size: s.size,
+                    writable: false,
+                },
+                None => return Err(Error::Usage("gone".into())),
+            },
+            Node::Version(p, id) => {
+                let size = self
+                    .recorder
+                    .history()
+                    .change(*id)?
+                    .and_then(|c| c.states_of(p).1.map(|a| a.size))
+                    .unwrap_or(0);
+                Kind::File {
+                    size,
+                    writable: false,
+                }
+            }
+            _ => Kind::File {
+                size: 0,
+                writable: false,
+            },
+        })
+    }
+
+    /// The time a node shows: a version's change, a past file's last change at that point,
+    /// the mount's start for everything else.
+    pub(super) fn node_time(&self, node: &Node) -> Option<u64> {
+        let history = self.recorder.history();
+        match node {
+            Node::Version(_, id) => history.change(*id).ok().flatten().map(|c| c.time_ns),
+            Node::AtPath { at, path } => match self.view().made_by(path, *at).ok().flatten() {
+                Some(c) => Some(c.time_ns),
+                None => self.source_mtime(path),
+            },
+            _ => None,
+        }
+    }
+
+    fn source_mtime(&self, path: &[u8]) -> Option<u64> {
+        let st = self.source.lstat(path).ok()?;
+        Some((st.st_mtime as u64).saturating_mul(1_000_000_000) + st.st_mtime_nsec as u64)
+    }
+
+    /// The entries of a virtual folder: name and node.
+    pub(super) fn list(&self, node: &Node) -> Result<Vec<(Vec<u8>, Node)>> {
+        let history = self.recorder.history();
+        Ok(match node {
+            Node::Dir => [
+                ("README", Node::Readme),
+                ("status", Node::Status),
+                ("log", Node::Log),
+                ("log.json", Node::LogJson),
+                ("ctl", Node::Ctl),
+                ("events", Node::Events),
+                ("at", Node::At),
+                ("versions", Node::Versions),
+                ("sessions", Node::Sessions),
+                ("turns", Node::Turns),
+            ]
+            .into_iter()
+            .map(|(n, node)| (n.as_bytes().to_vec(), node))
+            .collect(),
+            // Any point can be looked up; the checkpoints are listed.
+            Node::At => history
+                .checkpoints()?
+                .into_iter()
+                .map(|c| {
+                    (
+                        c.name.into_bytes(),
+                        Node::AtPath {
+                            at: c.id,
+                            path: Vec::new(),
+                        },
+                    )
+                })
+                .collect(),
+            Node::AtPath { at, path } => self
+                .view()
+                .list_at(path, *at)?
+                .into_iter()
+                .map(|(name, _)| {
+                    let child = join(path, &name);
+                    (
+                        name,
+                        Node::AtPath {
+                            at: *at,
+                            path: child,
+                        },
+                    )
+                })
+                .collect(),
+            Node::Versions | Node::VersionsOf(_) => {
+                let base = match node {
+                    Node::VersionsOf(p) => p.clone(),
+                    _ => Vec::new(),
+                };
+                let mut out = Vec::new();
+                if !base.is_empty() {
+                    let q = Query {
+                        path: Some(base.clone()),
+                        ..Query::default()
+                    };
+                    for c in history.query(&q)? {
+                        if c.states_of(&base)
+                            .1
+                            .is_some_and(|a| a.kind == FileKind::File)
+                        {
+                            out.push((
+                                c.id.to_string().into_bytes(),
+                                Node::Version(base.clone(), c.id),
+                            ));
+                        }
+                    }
+                }
+                let prefix = if base.is_empty() {
+                    Vec::new()
+                } else {
+                    join(&base, b"")
+                };
+                let mut names: Vec<Vec<u8>> = history
+                    .paths_with_prefix(&prefix)?
+                    .into_iter()
+                    .filter_map(|p| {
+                        p[prefix.len()..]
+                            .split(|b| *b == b'/')
+                            .next()
+                            .map(<[u8]>::to_vec)
+                    })
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                names.dedup();
+                out.extend(names.into_iter().map(|n| {
+                    let child = join(&base, &n);
+                    (n, Node::VersionsOf(child))
+                }));
+                out
+            }
+            Node::Sessions => history
+                .sessions()?
+                .into_iter()
+                .map(|s| (s.name.clone().into_bytes(), Node::Session(s.name)))
+                .collect(),
+            Node::Session(n) => vec![(b"log".to_vec(), Node::SessionLog(n.clone()))],
+            Node::Turns => {
+                let mut sessions: Vec<String> = history
+                    .turns(None)?
+                    .into_iter()
+                    .map(|t| t.session)
+                    .collect();
+                sessions.dedup();
+                sessions
+                    .into_iter()
+                    .map(|s| (s.clone().into_bytes(), Node::TurnsOf(s)))
+                    .collect()
+            }
+            Node::TurnsOf(s) => history
+                .turns(Some(s))?
+                .into_iter()
+                .map(|t| {
+                    (
+                        t.number.to_string().into_bytes(),
+                        Node::Turn(s.clone(), t.number),
+                    )
+                })
+                .collect(),
+            Node::Turn(s, n) => vec![
+                (b"log".to_vec(), Node::TurnLog(s.clone(), *n)),
+                (b"diff".to_vec(), Node::TurnDiff(s.clone(), *n)),
+            ],
+            _ => return Err(Error::Usage("not a folder".into())),
+        })
+    }
+
+    pub(super) fn past_link(&self, node: &Node) -> Result<Vec<u8>> {
+        match node {
+            Node::AtPath { at, path } => self
+                .view()
+                .content_at(path, *at)?
+                .ok_or_else(|| Error::Usage("gone".into())),
+            _ => Err(Error::Usage("not a symlink".into())),
+        }
+    }
+
+    /// The content of a file node, made now.
+    pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
+        let history = self.recorder.history();
+        if !matches!(node, Node::Readme | Node::Version(..)) {
+            // What was done before the file was opened is in it.
+            self.recorder.settle()?;
+        }
+        let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
+            let mut out = String::new();
+            history.for_each(&q, |c| {
+                if turn.is_none_or(|n| c.turn == Some(n)) {
+                    let line = if json {
+                        change_json(&c).to_string()
+                    } else {
+                        change_line(&c)
+                    };
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+                true
+            })?;
+            Ok(out.into_bytes())
+        };
+        match node {
+            Node::Readme => Ok(readme().into_bytes()),
+            Node::Log => lines(Query::default(), false, None),
+            Node::LogJson => lines(Query::default(), true, None),
+            Node::SessionLog(s) => lines(
+                Query {
+                    session: Some(s.clone()),
+                    ..Query::default()
+                },
+                false,
+                None,
+            ),
+            Node::TurnLog(s, n) => lines(
+                Query {
+                    session: Some(s.clone()),
+                    ..Query::default()
+                },
+                false,
+                Some(*n),
+            ),
+            Node::TurnDiff(s, n) => self.run_for_content(&format!("diff --turn {s}:{n}")),
+            Node::Status => self.status(),
+            Node::AtPath { at, path } => self
+                .view()
+                .content_at(path, *at)?
+                .ok_or_else(|| Error::Usage("gone".into())),
+            Node::Version(p, id) => {
+                let c = history.get(*id)?;
+                match c.states_of(p).1.and_then(|a| a.hash) {
+                    Some(h) => Ok(history.store().read_blob(&h)?),
+                    None => Ok(Vec::new()),
+                }
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn status(&self) -> Result<Vec<u8>> {
+        let history = self.recorder.history();
+        let store = history.store();
+        let stats = store.stats()?;
+        let recording = match store.check_room() {
+            Ok(()) => "recording".to_string(),
+            Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
+        };
+        let mut out = format!(
+            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\nsessions:\n",
+            self.workspace.display(),
+            store.dir().display(),
+            self.state.describe(),
+            stats.changes,
+            stats.last_id,
+            stats.blobs,
+            stats.blob_bytes,
+            self.recorder.attributor().default_session(),
+        );
+        for s in history.sessions()? {
+            out += &format!(
+                "  {} ({} changes, last {})\n",
+                crate::history::format::escape_text(&s.name),
+                s.count,
+                time::short(s.last_time_ns)
+            );
+        }
+        Ok(out.into_bytes())
+    }
+
+    /// A past state's attributes, for `stat` of `.rewind/at/...`.
+    pub(super) fn past_state(&self, node: &Node) -> Option<FileState> {
+        match node {
+            Node::AtPath { at, path } => self.view().state_at(path, *at).ok()?.state().cloned(),
+            _ => None,
+        }
+    }
+}

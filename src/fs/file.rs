@@ -1,0 +1,347 @@
+//! Open files: open and create (a write episode begins), I/O when not passed through, release
+//! (the episode ends), fsync, fallocate, copy_file_range, lseek, and FUSE passthrough ids.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Weak};
+
+use fuser::{BackingId, Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
+
+use super::attr::{attr, key, killed_suid};
+use super::backing::{self, PASSED_OPEN_FLAGS, join};
+use super::{Caller, Core, Result, errno, lock, record_errno};
+use crate::history::recorder::Key;
+
+/// An open regular file.
+pub(super) struct OpenFile {
+    pub(super) file: File,
+    /// The FUSE inode it was opened as (for `fstat` of a file whose last name is gone).
+    pub(super) ino: u64,
+    /// The write episode this handle holds open, if it was opened for writing.
+    episode: Option<Key>,
+    /// Held while the handle is open: the kernel must see the same backing id for every open
+    /// handle of an inode.
+    _backing_id: Option<Arc<BackingId>>,
+}
+
+/// What an open gives the kernel.
+pub(super) struct Opened {
+    pub(super) fh: u64,
+    pub(super) backing: Option<Arc<BackingId>>,
+    pub(super) flags: FopenFlags,
+}
+
+/// Whether an open writes (or truncates) the file.
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+impl Core {
+    /// Store a file's content before it may change; returns the episode to end at release.
+    pub(super) fn begin_write(&self, path: &[u8], pid: u32) -> Result<Option<Key>> {
+        let Some(rec) = &self.recorder else {
+            return Ok(None);
+        };
+        let st = self.backing.stat(path).map_err(errno)?;
+        rec.begin_write(path, &st, pid).map_err(record_errno)
+    }
+
+    pub(super) fn end_write(&self, episode: Option<Key>) {
+        if let (Some(rec), Some(key)) = (&self.recorder, episode)
+            && let Err(e) = rec.end_write(key)
+        {
+            tracing::error!("cannot record the end of a write: {e}");
+        }
+    }
+
+    /// Flags for the backing open: the caller's that mean the same underneath, and reading
+    /// allowed where the kernel may need it for the page cache.
+    fn backing_flags(&self, flags: i32) -> i32 {
+        let mut flags = flags & PASSED_OPEN_FLAGS;
+        if !self.passthrough() {
+            // The writeback cache reads pages around partial writes and sends appends as
+            // positioned writes, so the backing fd must be readable and not O_APPEND. Direct
+            // I/O reaches the daemon with buffers of its own, not aligned for O_DIRECT.
+            flags &= !(libc::O_APPEND | libc::O_DIRECT);
+            if flags & libc::O_ACCMODE == libc::O_WRONLY {
+                flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        flags
+    }
+
+    /// The backing id to pass through for `ino`, shared with its other open handles.
+    fn backing_id(
+        &self,
+        ino: u64,
+        file: &File,
+        open: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> io::Result<Arc<BackingId>> {
+        let mut ids = lock(&self.backing_ids);
+        if let Some(id) = ids.get(&ino).and_then(Weak::upgrade) {
+            return Ok(id);
+        }
+        let id = Arc::new(open(file)?);
+        ids.insert(ino, Arc::downgrade(&id));
+        if ids.len() > 1024 {
+            ids.retain(|_, w| w.strong_count() > 0);
+        }
+        Ok(id)
+    }
+
+    fn has_backing_id(&self, ino: u64) -> bool {
+        lock(&self.backing_ids)
+            .get(&ino)
+            .is_some_and(|w| w.strong_count() > 0)
+    }
+
+    /// Register an opened backing file as a handle. `direct`: data goes through the daemon
+    /// (no passthrough), for writes the daemon must see.
+    fn finish_open(
+        &self,
+        ino: u64,
+        file: File,
+        episode: Option<Key>,
+        direct: bool,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened> {
+        let id = if self.passthrough() && !direct {
+            match self.backing_id(ino, &file, open_backing) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.end_write(episode);
+                    return Err(errno(e));
+                }
+            }
+        } else {
+            None
+        };
+        let flags = if direct {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else if self.passthrough() {
+            FopenFlags::empty()
+        } else {
+            // The mount is the only writer underneath, so cached pages stay valid across opens.
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        let fh = self.files.insert(OpenFile {
+            file,
+            ino,
+            episode,
+            _backing_id: id.clone(),
+        });
+        Ok(Opened {
+            fh,
+            backing: id,
+            flags,
+        })
+    }
+
+    /// With passthrough the kernel writes to the backing file with the daemon's credentials,
+    /// which keep set-ID bits; a process without CAP_FSETID must lose them on write, as on
+    /// disk. Its writes to a set-ID file therefore go through the daemon (which is told to
+    /// clear them), unless the file is already passed through for another handle (the kernel
+    /// allows only one mode per inode).
+    fn writes_must_clear_suid(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        flags: i32,
+        st: &libc::stat,
+    ) -> bool {
+        self.passthrough()
+            && caller.uid != 0
+            && writes(flags)
+            && killed_suid(st.st_mode).is_some()
+            && !self.has_backing_id(ino)
+    }
+
+    pub(super) fn open(
+        &self,
+        caller: &Caller,
+        ino: INodeNo,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened> {
+        let path = self.path(ino)?;
+        // The content is stored before the open that could truncate or change it.
+        let episode = if writes(flags) {
+            self.begin_write(&path, caller.pid)?
+        } else {
+            None
+        };
+        let file = match self.backing.open_file(&path, self.backing_flags(flags), 0) {
+            Ok(f) => f,
+            Err(e) => {
+                self.end_write(episode);
+                return Err(errno(e));
+            }
+        };
+        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
+            self.kill_suid(&Some(path.clone()), Some(&file))?;
+        }
+        let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
+        self.finish_open(ino.0, file, episode, direct, open_backing)
+    }
+
+    pub(super) fn create(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<(FileAttr, Opened)> {
+        if name.len() > 255 {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let parent_path = self.path(parent)?;
+        let path = join(&parent_path, name);
+        // An existing file opened through create (O_CREAT without O_EXCL) is a write.
+        let existing = self.backing.stat(&path).ok();
+        let mut episode = None;
+        if existing.is_some() && flags & libc::O_EXCL == 0 {
+            episode = self.begin_write(&path, caller.pid)?;
+        }
+        if existing.is_none()
+            && let Some(rec) = &self.recorder
+        {
+            rec.ready_for(&path, false).map_err(record_errno)?;
+        }
+        let opened = self.backing.open_file(
+            &path,
+            self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL),
+            mode,
+        );
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) => {
+                self.end_write(episode);
+                return Err(errno(e));
+            }
+        };
+        if existing.is_none() {
+            self.chown_new(caller, &path)?;
+        } else if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
+            self.kill_suid(&Some(path.clone()), Some(&file))?;
+        }
+        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        if existing.is_none()
+            && let Some(rec) = &self.recorder
+        {
+            episode = rec
+                .begin_create(&path, &st, caller.pid)
+                .map_err(record_errno)?;
+        }
+        let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+        // A new file has no capabilities.
+        if existing.is_none() {
+            self.note_no_caps(ino);
+        }
+        let direct = existing.is_some() && self.writes_must_clear_suid(caller, ino, flags, &st);
+        let opened = self.finish_open(ino, file, episode, direct, open_backing)?;
+        Ok((attr(ino, &st), opened))
+    }
+
+    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut filled = 0;
+        while filled < buf.len() {
+            match open
+                .file
+                .read_at(&mut buf[filled..], offset + filled as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        buf.truncate(filled);
+        Ok(buf)
+    }
+
+    /// A write that reached the daemon. `kill_suid`: the writer lacks CAP_FSETID, so set-ID
+    /// bits go, as on disk.
+    pub(super) fn write(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        kill_suid: bool,
+    ) -> Result<u32> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        open.file.write_all_at(data, offset).map_err(errno)?;
+        if kill_suid {
+            self.kill_suid(&None, Some(&open.file))?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    pub(super) fn release(&self, fh: FileHandle) {
+        if let Some(open) = self.files.remove(fh.0) {
+            // Close our fd before recording, so the last writer's data is all there.
+            let episode = open.episode;
+            drop(open);
+            self.end_write(episode);
+        }
+    }
+
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Result<()> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        if datasync {
+            open.file.sync_data().map_err(errno)?;
+        } else {
+            open.file.sync_all().map_err(errno)?;
+        }
+        // fsync of a workspace file makes its history durable too.
+        match &self.recorder {
+            Some(rec) => rec.sync().map_err(record_errno),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn fallocate(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> Result<()> {
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        backing::fallocate(&open.file, mode, offset, length).map_err(errno)
+    }
+
+    pub(super) fn copy_file_range(
+        &self,
+        fh_in: FileHandle,
+        offset_in: u64,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u32> {
+        let src = self.files.get(fh_in.0).ok_or(Errno::EBADF)?;
+        let dst = self.files.get(fh_out.0).ok_or(Errno::EBADF)?;
+        let n = backing::copy_file_range(&src.file, offset_in, &dst.file, offset_out, len)
+            .map_err(errno)?;
+        Ok(n as u32)
+    }
+
+    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> Result<i64> {
+        if !self.passthrough() {
+            // With the writeback cache, written data may not have reached the backing file yet,
+            // so it would look like a hole (and a sparse-aware copy would drop it). ENOSYS makes
+            // the kernel treat the whole file as data from now on: always safe.
+            return Err(Errno::ENOSYS);
+        }
+        let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        backing::lseek(&open.file, offset, whence).map_err(errno)
+    }
+}

@@ -1,0 +1,352 @@
+//! Names: lookup, mknod, mkdir, symlink, link, unlink, rmdir, rename — recorded, and kept in
+//! step with the inode table.
+//!
+//! Each operation has a core that works on paths (`*_at`), used both by the FUSE request (which
+//! turns inodes into paths first) and by a rollback (which has only paths, and then tells the
+//! kernel what changed: see [`super::restore`]).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use fuser::{Errno, FileAttr, FileHandle, INodeNo, RenameFlags};
+
+use super::attr::{attr, key};
+use super::backing::{self, join};
+use super::{Caller, Core, Result, errno, record_errno};
+use crate::history::ChangeKind;
+
+fn check_name(name: &OsStr) -> Result<()> {
+    if name.len() > 255 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+impl Core {
+    /// Look up `name` in `parent` (whose path is `parent_path`), taking one kernel lookup.
+    pub(super) fn entry(
+        &self,
+        parent: INodeNo,
+        parent_path: &[u8],
+        name: &OsStr,
+    ) -> Result<FileAttr> {
+        let st = self.backing.stat_at(parent_path, name).map_err(errno)?;
+        let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+        Ok(attr(ino, &st))
+    }
+
+    pub(super) fn lookup(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr> {
+        check_name(name)?;
+        let parent_path = self.path(parent)?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    pub(super) fn forget(&self, ino: INodeNo, nlookup: u64) {
+        // Keep what we know of capabilities to the inodes the kernel holds.
+        self.forget_no_caps(ino.0);
+        self.inodes().forget(ino.0, nlookup);
+    }
+
+    pub(super) fn getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<FileAttr> {
+        if let Some(open) = fh.and_then(|fh| self.files.get(fh.0)) {
+            return Ok(attr(
+                ino.0,
+                &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file)).map_err(errno)?,
+            ));
+        }
+        match self.path(ino) {
+            Ok(path) => Ok(attr(ino.0, &self.backing.stat(&path).map_err(errno)?)),
+            // No name left (unlinked while open): `fstat` still answers, from an open handle.
+            Err(e) => match self.files.find(|f| f.ino == ino.0) {
+                Some(open) => Ok(attr(
+                    ino.0,
+                    &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file)).map_err(errno)?,
+                )),
+                None => Err(e),
+            },
+        }
+    }
+
+    pub(super) fn readlink(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        let path = self.path(ino)?;
+        self.backing.readlink(&path).map_err(errno)
+    }
+
+    /// Before an operation recorded after it succeeds: refuse it if it could not be recorded.
+    fn ready_for(&self, path: &[u8], is_dir: bool) -> Result<()> {
+        match &self.recorder {
+            Some(rec) => rec.ready_for(path, is_dir).map_err(record_errno),
+            None => Ok(()),
+        }
+    }
+
+    /// Record a new object at `path` after it was made.
+    fn record_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+        match &self.recorder {
+            Some(rec) => rec.after_new(kind, path, pid).map_err(record_errno),
+            None => Ok(()),
+        }
+    }
+
+    /// Give a newly created object to the user who asked for it (we may be root).
+    pub(super) fn chown_new(&self, caller: &Caller, path: &[u8]) -> Result<()> {
+        if self.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
+            self.backing
+                .chown(path, Some(caller.uid), Some(caller.gid))
+                .map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    // ---- cores, on paths -------------------------------------------------------------------
+
+    pub(crate) fn mkdir_at(
+        &self,
+        caller: &Caller,
+        parent: &[u8],
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<()> {
+        check_name(name)?;
+        let path = join(parent, name);
+        self.ready_for(&path, true)?;
+        self.backing.mkdir(parent, name, mode).map_err(errno)?;
+        self.chown_new(caller, &path)?;
+        self.record_new(ChangeKind::Mkdir, &path, caller.pid)
+    }
+
+    fn mknod_at(
+        &self,
+        caller: &Caller,
+        parent: &[u8],
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<()> {
+        check_name(name)?;
+        let path = join(parent, name);
+        self.ready_for(&path, false)?;
+        self.backing
+            .mknod(parent, name, mode, rdev as u64)
+            .map_err(errno)?;
+        self.chown_new(caller, &path)?;
+        self.record_new(ChangeKind::Create, &path, caller.pid)
+    }
+
+    pub(crate) fn symlink_at(
+        &self,
+        caller: &Caller,
+        parent: &[u8],
+        name: &OsStr,
+        target: &[u8],
+    ) -> Result<()> {
+        check_name(name)?;
+        let path = join(parent, name);
+        self.ready_for(&path, false)?;
+        self.backing.symlink(parent, name, target).map_err(errno)?;
+        self.chown_new(caller, &path)?;
+        self.record_new(ChangeKind::Symlink, &path, caller.pid)
+    }
+
+    /// Remove `name` from `parent` (a folder with `dir`). Returns what it was.
+    pub(crate) fn unlink_at(
+        &self,
+        caller: &Caller,
+        parent: &[u8],
+        name: &OsStr,
+        dir: bool,
+    ) -> Result<libc::stat> {
+        let st = self.backing.stat_at(parent, name).map_err(errno)?;
+        let path = join(parent, name);
+        let unlink = || self.backing.unlink(parent, name, dir).map_err(errno);
+        if dir {
+            self.ready_for(&path, true)?;
+            unlink()?;
+            if let Some(rec) = &self.recorder {
+                rec.after_rmdir(&path, &st, caller.pid)
+                    .map_err(record_errno)?;
+            }
+        } else {
+            let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+            // The content is stored before the unlink; the delete is written after it, in the
+            // background (`rm -rf` does not wait on an index write per file).
+            let delete = match &self.recorder {
+                Some(rec) => rec
+                    .before_unlink(&path, &st, caller.pid)
+                    .map_err(record_errno)?,
+                None => None,
+            };
+            unlink()?;
+            if let (Some(rec), Some(delete)) = (&self.recorder, delete) {
+                rec.defer(delete);
+            }
+        }
+        Ok(st)
+    }
+
+    /// Rename; returns what was at the source and what the target replaced.
+    pub(crate) fn rename_at(
+        &self,
+        caller: &Caller,
+        parent: &[u8],
+        name: &OsStr,
+        new_parent: &[u8],
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(libc::stat, Option<libc::stat>)> {
+        check_name(new_name)?;
+        let src = self.backing.stat_at(parent, name).map_err(errno)?;
+        let dst = self.backing.stat_at(new_parent, new_name).ok();
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) && dst.is_none() {
+            return Err(Errno::ENOENT);
+        }
+        let src_path = join(parent, name);
+        let dst_path = join(new_parent, new_name);
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        // The files stay locked until the rename is done, so their episodes cannot end between
+        // the bookkeeping and the rename itself.
+        let mut files = vec![key(&src)];
+        files.extend(dst.as_ref().map(key));
+        let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
+        let recorded = match &self.recorder {
+            Some(rec) => rec
+                .before_rename(
+                    &src_path,
+                    &src,
+                    &dst_path,
+                    dst.as_ref(),
+                    exchange,
+                    caller.pid,
+                )
+                .map_err(record_errno)?,
+            None => Vec::new(),
+        };
+        if let Err(e) = self
+            .backing
+            .rename(parent, name, new_parent, new_name, flags.bits())
+            .map_err(errno)
+        {
+            if let Some(rec) = &self.recorder {
+                rec.retract(&recorded);
+            }
+            return Err(e);
+        }
+        Ok((src, dst))
+    }
+
+    // ---- FUSE requests ---------------------------------------------------------------------
+
+    pub(super) fn mknod(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<FileAttr> {
+        let parent_path = self.path(parent)?;
+        self.mknod_at(caller, &parent_path, name, mode, rdev)?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+    ) -> Result<FileAttr> {
+        let parent_path = self.path(parent)?;
+        self.mkdir_at(caller, &parent_path, name, mode)?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    pub(super) fn symlink(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &Path,
+    ) -> Result<FileAttr> {
+        let parent_path = self.path(parent)?;
+        self.symlink_at(caller, &parent_path, name, target.as_os_str().as_bytes())?;
+        self.entry(parent, &parent_path, name)
+    }
+
+    pub(super) fn unlink(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        dir: bool,
+    ) -> Result<()> {
+        let parent_path = self.path(parent)?;
+        let st = self.unlink_at(caller, &parent_path, name, dir)?;
+        let mut inodes = self.inodes();
+        inodes.unlinked(parent.0, name.as_bytes());
+        if dir || st.st_nlink <= 1 {
+            inodes.gone(key(&st));
+        }
+        Ok(())
+    }
+
+    pub(super) fn rename(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let parent_path = self.path(parent)?;
+        let new_parent_path = self.path(new_parent)?;
+        let (src, dst) = self.rename_at(
+            caller,
+            &parent_path,
+            name,
+            &new_parent_path,
+            new_name,
+            flags,
+        )?;
+        let mut inodes = self.inodes();
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            inodes.exchanged(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
+        } else {
+            if let Some(dst) = &dst
+                && key(dst) != key(&src)
+                && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            {
+                inodes.gone(key(dst));
+            }
+            inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
+        }
+        Ok(())
+    }
+
+    pub(super) fn link(
+        &self,
+        caller: &Caller,
+        ino: INodeNo,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+    ) -> Result<FileAttr> {
+        check_name(new_name)?;
+        let path = self.path(ino)?;
+        let new_parent_path = self.path(new_parent)?;
+        let new_path = join(&new_parent_path, new_name);
+        self.ready_for(&new_path, false)?;
+        self.backing
+            .link(&path, &new_parent_path, new_name)
+            .map_err(errno)?;
+        if let Some(rec) = &self.recorder {
+            rec.after_link(&path, &new_path, caller.pid)
+                .map_err(record_errno)?;
+        }
+        self.entry(new_parent, &new_parent_path, new_name)
+    }
+}

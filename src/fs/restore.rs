@@ -1,0 +1,248 @@
+//! Rollbacks, carried out by the daemon on the directory underneath the mount: through the same
+//! cores as FUSE requests (so every step is recorded, as a `restore`), relative to folder fds
+//! opened without following symlinks (so nothing leaves the workspace: a path whose folder has
+//! become a symlink fails with ELOOP and is reported), and never with a syscall on the mount
+//! itself (the daemon would wait on itself). The kernel is then told what changed, as it
+//! caches entries and attributes for a day.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use fuser::{Errno, INodeNo};
+
+use super::attr::key;
+use super::backing::{self, join, split};
+use super::{Caller, Core, errno};
+use crate::history::rollback::Apply;
+use crate::history::{Error, Result, show_path};
+
+/// Carries out one rollback, as thread `tid` (which the attributor knows as the rollback's).
+pub struct Restorer {
+    core: Arc<Core>,
+    tid: u32,
+}
+
+/// A FUSE errno as a history error naming the path.
+fn failed(path: &[u8], e: Errno) -> Error {
+    Error::Io {
+        path: show_path(path).into(),
+        source: std::io::Error::from_raw_os_error(e.code()),
+    }
+}
+
+impl Restorer {
+    pub fn new(core: Arc<Core>, tid: u32) -> Restorer {
+        Restorer { core, tid }
+    }
+
+    fn parts<'p>(&self, path: &'p [u8]) -> Result<(&'p [u8], &'p OsStr)> {
+        split(path).ok_or_else(|| Error::Usage("the workspace root itself is not restored".into()))
+    }
+
+    /// Act as the owner of the folder a new object goes in (a root daemon gives it to them).
+    fn caller_in(&self, parent: &[u8]) -> Caller {
+        let (uid, gid) = self
+            .core
+            .backing
+            .stat(parent)
+            .map(|st| (st.st_uid, st.st_gid))
+            .unwrap_or((self.core.euid, 0));
+        Caller {
+            pid: self.tid,
+            uid,
+            gid,
+        }
+    }
+
+    /// Tell the kernel `name` in `parent` changed (now exists, or not), and keep the inode
+    /// table in step with a removal.
+    fn entry_changed(&self, parent: &[u8], name: &OsStr, removed: Option<&libc::stat>) {
+        let (parent_ino, child) = {
+            let mut inodes = self.core.inodes();
+            let Some(parent_ino) = inodes.find(parent) else {
+                // The kernel has never looked into this folder: it caches nothing of it.
+                return;
+            };
+            let child = inodes.child(parent_ino, name.as_bytes());
+            if let Some(st) = removed {
+                inodes.unlinked(parent_ino, name.as_bytes());
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR || st.st_nlink <= 1 {
+                    inodes.gone(key(st));
+                }
+            }
+            (parent_ino, child)
+        };
+        let Some(notifier) = self.core.notifier.get() else {
+            return;
+        };
+        let result = match (removed, child) {
+            (Some(_), Some(child)) => notifier.delete(INodeNo(parent_ino), INodeNo(child), name),
+            _ => notifier.inval_entry(INodeNo(parent_ino), name),
+        };
+        // ENOENT: the kernel had already dropped it.
+        if let Err(e) = result
+            && e.raw_os_error() != Some(libc::ENOENT)
+        {
+            tracing::debug!(
+                "cannot tell the kernel about {}: {e}",
+                show_path(&join(parent, name))
+            );
+        }
+    }
+
+    /// Tell the kernel a file's content or attributes changed.
+    fn inode_changed(&self, path: &[u8]) {
+        let ino = self.core.inodes().find(path);
+        if let (Some(ino), Some(notifier)) = (ino, self.core.notifier.get())
+            && let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0)
+            && e.raw_os_error() != Some(libc::ENOENT)
+        {
+            tracing::debug!("cannot tell the kernel about {}: {e}", show_path(path));
+        }
+    }
+
+    fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
+        let st = self
+            .core
+            .backing
+            .stat(path)
+            .map_err(|e| failed(path, errno(e)))?;
+        if st.st_mode & 0o7777 == mode & 0o7777 {
+            return Ok(());
+        }
+        let chmod = || {
+            self.core
+                .backing
+                .chmod(path, mode & 0o7777)
+                .map_err(|e| failed(path, errno(e)))
+        };
+        match &self.core.recorder {
+            Some(rec) => {
+                let _held = rec.hold(&[key(&st)]);
+                let recorded = rec.before_chmod(path, &st, mode, self.tid)?;
+                if let Err(e) = chmod() {
+                    rec.retract(&recorded.into_iter().collect::<Vec<_>>());
+                    return Err(e);
+                }
+            }
+            None => chmod()?,
+        }
+        self.inode_changed(path);
+        Ok(())
+    }
+}
+
+impl Apply for Restorer {
+    fn remove(&self, path: &[u8], dir: bool) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let caller = self.caller_in(parent);
+        let st = self
+            .core
+            .unlink_at(&caller, parent, name, dir)
+            .map_err(|e| failed(path, e))?;
+        self.entry_changed(parent, name, Some(&st));
+        Ok(())
+    }
+
+    fn make_dir(&self, path: &[u8], mode: u32) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        match self.core.backing.stat(path) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+            _ => {
+                let caller = self.caller_in(parent);
+                self.core
+                    .mkdir_at(&caller, parent, name, mode & 0o7777)
+                    .map_err(|e| failed(path, e))?;
+                self.entry_changed(parent, name, None);
+            }
+        }
+        // mkdir applies the daemon's umask; the mode is set exactly.
+        self.chmod(path, mode)
+    }
+
+    fn write_file(
+        &self,
+        path: &[u8],
+        mode: u32,
+        content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
+    ) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let io = |e: std::io::Error| failed(path, errno(e));
+        let existing = match self.core.backing.stat(path) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
+            Ok(_) => return Err(failed(path, Errno::EEXIST)),
+            Err(_) => false,
+        };
+        if existing {
+            // In place, so every name of a hard-linked file gets it.
+            let episode = self
+                .core
+                .begin_write(path, self.tid)
+                .map_err(|e| failed(path, e))?;
+            let written = self
+                .core
+                .backing
+                .open_file(path, libc::O_WRONLY | libc::O_TRUNC, 0)
+                .map_err(io)
+                .and_then(|mut f| {
+                    content(&mut f)?;
+                    f.flush().map_err(io)
+                });
+            self.core.end_write(episode);
+            written?;
+            self.inode_changed(path);
+        } else {
+            let caller = self.caller_in(parent);
+            if let Some(rec) = &self.core.recorder {
+                rec.ready_for(path, false)?;
+            }
+            let mut f = self
+                .core
+                .backing
+                .open_file(
+                    path,
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                    mode & 0o7777,
+                )
+                .map_err(io)?;
+            self.core
+                .chown_new(&caller, path)
+                .map_err(|e| failed(path, e))?;
+            let st = backing::stat_fd(std::os::fd::AsFd::as_fd(&f)).map_err(io)?;
+            let episode = match &self.core.recorder {
+                Some(rec) => rec.begin_create(path, &st, self.tid)?,
+                None => None,
+            };
+            let written = content(&mut f).and_then(|_| f.flush().map_err(io));
+            drop(f);
+            self.core.end_write(episode);
+            written?;
+            self.entry_changed(parent, name, None);
+        }
+        self.chmod(path, mode)
+    }
+
+    fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let caller = self.caller_in(parent);
+        if let Ok(st) = self.core.backing.stat(path) {
+            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let st = self
+                .core
+                .unlink_at(&caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+        }
+        self.core
+            .symlink_at(&caller, parent, name, target)
+            .map_err(|e| failed(path, e))?;
+        self.entry_changed(parent, name, None);
+        Ok(())
+    }
+
+    fn set_mode(&self, path: &[u8], mode: u32) -> Result<()> {
+        self.chmod(path, mode)
+    }
+}

@@ -1,0 +1,138 @@
+//! `setattr`: chmod (recorded), chown, truncate (a write episode of its own), and times
+//! (not recorded, but kept in the manifest).
+
+use std::os::fd::AsFd;
+
+use fuser::{FileAttr, FileHandle, INodeNo, TimeOrNow};
+
+use super::attr::{attr, key, killed_suid, timespec};
+use super::backing::{self, futimens, set_fd_mode, set_fd_owner};
+use super::{Caller, Core, Result, errno, record_errno};
+
+/// What a `setattr` asks to change.
+pub struct Changes {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+impl Core {
+    pub(super) fn setattr(
+        &self,
+        caller: &Caller,
+        ino: INodeNo,
+        ch: &Changes,
+        fh: Option<FileHandle>,
+    ) -> Result<FileAttr> {
+        let path = self.path(ino).ok();
+        let open = fh.and_then(|fh| self.files.get(fh.0));
+        let stat = || match &open {
+            Some(o) => backing::stat_fd(o.file.as_fd()).map_err(errno),
+            None => self
+                .backing
+                .stat(path.as_deref().ok_or(fuser::Errno::ENOENT)?)
+                .map_err(errno),
+        };
+        if let Some(mode) = ch.mode {
+            let st = stat()?;
+            let chmod = || match &open {
+                Some(o) => set_fd_mode(&o.file, mode).map_err(errno),
+                None => {
+                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
+                    self.backing.chmod(path, mode & 0o7777).map_err(errno)
+                }
+            };
+            match (&self.recorder, path.as_deref()) {
+                (Some(rec), Some(p)) => {
+                    // Held until the chmod is done, so the end of a write episode on the file
+                    // cannot be recorded in between.
+                    let _held = rec.hold(&[key(&st)]);
+                    let recorded = rec
+                        .before_chmod(p, &st, mode, caller.pid)
+                        .map_err(record_errno)?;
+                    if let Err(e) = chmod() {
+                        rec.retract(&recorded.into_iter().collect::<Vec<_>>());
+                        return Err(e);
+                    }
+                }
+                _ => chmod()?,
+            }
+        }
+        if ch.uid.is_some() || ch.gid.is_some() {
+            match &open {
+                // No path to resolve: `tar` chowns every file it writes while it is open.
+                Some(o) => set_fd_owner(&o.file, ch.uid, ch.gid).map_err(errno)?,
+                None => {
+                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
+                    self.backing.chown(path, ch.uid, ch.gid).map_err(errno)?;
+                }
+            }
+        }
+        if let Some(size) = ch.size {
+            match &open {
+                // Open for writing: its episode already holds the content from before.
+                Some(o) => o.file.set_len(size).map_err(errno)?,
+                None => {
+                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
+                    let episode = self.begin_write(path, caller.pid)?;
+                    let result = self
+                        .backing
+                        .open_file(path, libc::O_WRONLY, 0)
+                        .and_then(|f| f.set_len(size))
+                        .map_err(errno);
+                    self.end_write(episode);
+                    result?;
+                }
+            }
+            // Truncating by a process without CAP_FSETID clears set-ID bits, as on disk.
+            if caller.uid != 0 {
+                self.kill_suid(&path, open.as_deref().map(|o| &o.file))?;
+            }
+        }
+        if ch.atime.is_some() || ch.mtime.is_some() {
+            let times = [timespec(ch.atime), timespec(ch.mtime)];
+            match (&open, path.as_deref()) {
+                (Some(o), _) => futimens(&o.file, &times).map_err(errno)?,
+                (None, Some(path)) => self.backing.utimens(path, &times).map_err(errno)?,
+                (None, None) => return Err(fuser::Errno::ENOENT),
+            }
+            if let (Some(rec), Some(path)) = (&self.recorder, path.as_deref()) {
+                let st = stat()?;
+                rec.touched(path, &st);
+                // Times are the last thing set: this stat is the reply.
+                return Ok(attr(ino.0, &st));
+            }
+        }
+        Ok(attr(ino.0, &stat()?))
+    }
+
+    /// Clear set-user-ID (and set-group-ID, when the group may execute) as a write or truncate
+    /// by an unprivileged process does on disk.
+    pub(super) fn kill_suid(
+        &self,
+        path: &Option<Vec<u8>>,
+        file: Option<&std::fs::File>,
+    ) -> Result<()> {
+        let st = match file {
+            Some(f) => backing::stat_fd(f.as_fd()).map_err(errno)?,
+            None => match path {
+                Some(p) => self.backing.stat(p).map_err(errno)?,
+                None => return Ok(()),
+            },
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(());
+        }
+        if let Some(mode) = killed_suid(st.st_mode) {
+            match (file, path) {
+                (Some(f), _) => set_fd_mode(f, mode).map_err(errno)?,
+                (None, Some(p)) => self.backing.chmod(p, mode).map_err(errno)?,
+                (None, None) => {}
+            }
+        }
+        Ok(())
+    }
+}

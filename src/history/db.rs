@@ -1,0 +1,274 @@
+//! The history as the rest of the program sees it: the store's records read and written as
+//! domain types, with the domain's rules (which names are valid, which change of a path gc
+//! must keep, when a checkpoint may be moved).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::change::{Change, Checkpoint, OpenEpisode, Seen, SessionInfo, Turn};
+use super::name::Name;
+use super::{Error, Result};
+use crate::store::{self, ChangeRecord, GcPlan, GcReport, Query, SeenRecord, Store};
+
+/// Bookkeeping written in the same batch as a change (see [`store::Extra`]).
+#[derive(Default)]
+pub struct Extra<'a> {
+    pub finish_episode: Option<&'a [u8]>,
+    pub manifest: &'a [(Vec<u8>, Option<Seen>)],
+    pub move_under: Option<(&'a [u8], &'a [u8])>,
+}
+
+/// What gc may remove (the limits; the rule of what always stays is [`History::gc`]'s).
+#[derive(Clone, Debug, Default)]
+pub struct GcPolicy {
+    /// Remove changes older than this time (ns since the epoch).
+    pub older_than_ns: Option<u64>,
+    /// Then remove the oldest changes until the stored content is at most this many bytes.
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Clone)]
+pub struct History {
+    store: Arc<Store>,
+}
+
+fn change(r: ChangeRecord) -> Result<Change> {
+    Ok(Change::try_from(r)?)
+}
+
+impl History {
+    pub fn new(store: Arc<Store>) -> History {
+        History { store }
+    }
+
+    /// The store underneath: content blobs, and writability.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn change(&self, id: u64) -> Result<Option<Change>> {
+        self.store.change(id)?.map(change).transpose()
+    }
+
+    /// Change `id`, or an error that says why there is none: never recorded, taken back, or
+    /// removed by retention.
+    pub fn get(&self, id: u64) -> Result<Change> {
+        if let Some(c) = self.change(id)? {
+            return Ok(c);
+        }
+        if self.store.was_retracted(id)? {
+            return Err(Error::Retracted(id));
+        }
+        let newest = self.last_id()?;
+        if id > 0 && id <= newest {
+            return Err(Error::Removed(id));
+        }
+        Err(Error::NoChange { id, newest })
+    }
+
+    pub fn query(&self, q: &Query) -> Result<Vec<Change>> {
+        self.store.query(q)?.into_iter().map(change).collect()
+    }
+
+    /// Visit the changes a query selects until `visit` returns false.
+    pub fn for_each(&self, q: &Query, mut visit: impl FnMut(Change) -> bool) -> Result<()> {
+        let mut failed = None;
+        self.store.for_each(q, |r| match change(r) {
+            Ok(c) => visit(c),
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    pub fn last_id(&self) -> Result<u64> {
+        Ok(self.store.last_id()?)
+    }
+
+    /// The first change to `path` (directly, as a rename's source, or through a hard link)
+    /// with an id above `id`.
+    pub fn first_change_after(&self, path: &[u8], id: u64) -> Result<Option<Change>> {
+        let q = Query {
+            path: Some(path.to_vec()),
+            after_id: Some(id),
+            limit: Some(1),
+            ..Query::default()
+        };
+        Ok(self.query(&q)?.pop())
+    }
+
+    /// The newest change to `path` with an id at most `id`.
+    pub fn last_change_until(&self, path: &[u8], id: u64) -> Result<Option<Change>> {
+        let q = Query {
+            path: Some(path.to_vec()),
+            until_id: Some(id),
+            order: store::Order::NewestFirst,
+            limit: Some(1),
+            ..Query::default()
+        };
+        Ok(self.query(&q)?.pop())
+    }
+
+    /// Every distinct path with history whose bytes start with `prefix`, in byte order.
+    pub fn paths_with_prefix(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.store.paths_with_prefix(prefix)?)
+    }
+
+    pub fn id_at_time(&self, time_ns: u64) -> Result<u64> {
+        Ok(self.store.id_at_time(time_ns)?)
+    }
+
+    /// Record changes in one batch, with consecutive ids (their `id` fields are ignored).
+    pub fn record_many(&self, items: Vec<(Change, &Extra<'_>)>) -> Result<Vec<Change>> {
+        let manifests: Vec<Vec<(Vec<u8>, Option<SeenRecord>)>> = items
+            .iter()
+            .map(|(_, e)| {
+                e.manifest
+                    .iter()
+                    .map(|(p, s)| (p.clone(), s.as_ref().map(SeenRecord::from)))
+                    .collect()
+            })
+            .collect();
+        let extras: Vec<store::Extra<'_>> = items
+            .iter()
+            .zip(&manifests)
+            .map(|((_, e), manifest)| store::Extra {
+                finish_episode: e.finish_episode,
+                manifest,
+                move_under: e.move_under,
+            })
+            .collect();
+        let records = items
+            .iter()
+            .zip(&extras)
+            .map(|((c, _), e)| (ChangeRecord::from(c), e))
+            .collect();
+        self.store
+            .record_many(records)?
+            .into_iter()
+            .map(change)
+            .collect()
+    }
+
+    pub fn record(&self, c: Change, extra: &Extra<'_>) -> Result<Change> {
+        let mut out = self.record_many(vec![(c, extra)])?;
+        Ok(out.pop().expect("one change in, one out"))
+    }
+
+    pub fn retract(&self, c: &Change) -> Result<()> {
+        Ok(self.store.retract(&ChangeRecord::from(c))?)
+    }
+
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        Ok(self
+            .store
+            .sessions()?
+            .into_iter()
+            .map(SessionInfo::from)
+            .collect())
+    }
+
+    pub fn session(&self, name: &str) -> Result<Option<SessionInfo>> {
+        Ok(self.store.session(name)?.map(SessionInfo::from))
+    }
+
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        Ok(self
+            .store
+            .checkpoints()?
+            .into_iter()
+            .map(Checkpoint::from)
+            .collect())
+    }
+
+    pub fn checkpoint(&self, name: &str) -> Result<Option<Checkpoint>> {
+        Ok(self.store.checkpoint(name)?.map(Checkpoint::from))
+    }
+
+    /// Name the current end of the history. An existing checkpoint of that name is refused
+    /// unless `force` moves it.
+    pub fn put_checkpoint(&self, name: &Name, time_ns: u64, force: bool) -> Result<Checkpoint> {
+        match self.store.put_checkpoint(name.as_str(), time_ns, force)? {
+            Some(c) => Ok(c.into()),
+            None => Err(Error::CheckpointExists(name.to_string())),
+        }
+    }
+
+    pub fn turns(&self, session: Option<&str>) -> Result<Vec<Turn>> {
+        Ok(self
+            .store
+            .turns(session)?
+            .into_iter()
+            .map(Turn::from)
+            .collect())
+    }
+
+    pub fn put_turn(&self, turn: &Turn) -> Result<()> {
+        Ok(self.store.put_turn(&turn.into())?)
+    }
+
+    pub fn put_open_episode(&self, path: &[u8], e: &OpenEpisode) -> Result<()> {
+        Ok(self.store.put_open_episode(path, &e.into())?)
+    }
+
+    pub fn drop_open_episode(&self, path: &[u8]) -> Result<()> {
+        Ok(self.store.drop_open_episode(path)?)
+    }
+
+    pub fn open_episodes(&self) -> Result<Vec<(Vec<u8>, OpenEpisode)>> {
+        Ok(self
+            .store
+            .open_episodes()?
+            .into_iter()
+            .map(|(p, e)| (p, e.into()))
+            .collect())
+    }
+
+    pub fn manifest(&self) -> Result<Vec<(Vec<u8>, Seen)>> {
+        Ok(self
+            .store
+            .manifest()?
+            .into_iter()
+            .map(|(p, s)| (p, s.into()))
+            .collect())
+    }
+
+    pub fn put_manifest(&self, entries: &[(Vec<u8>, Option<Seen>)]) -> Result<()> {
+        let records: Vec<_> = entries
+            .iter()
+            .map(|(p, s)| (p.clone(), s.as_ref().map(SeenRecord::from)))
+            .collect();
+        Ok(self.store.put_manifest(&records)?)
+    }
+
+    pub fn replace_manifest(&self, entries: &[(Vec<u8>, Seen)]) -> Result<()> {
+        let records: Vec<_> = entries
+            .iter()
+            .map(|(p, s)| (p.clone(), SeenRecord::from(s)))
+            .collect();
+        Ok(self.store.replace_manifest(&records)?)
+    }
+
+    /// Remove history `policy` lets go, but never the newest change of any path (counting
+    /// both names of a rename and every name of a hard-linked file), so that the present can
+    /// always be undone one step and every path keeps its last known content.
+    pub fn gc(&self, policy: &GcPolicy) -> Result<GcReport> {
+        let protect = |all: &[ChangeRecord]| -> HashSet<u64> {
+            let mut newest: std::collections::HashMap<&[u8], u64> = Default::default();
+            for c in all {
+                newest.insert(&c.path, c.id);
+                for name in c.from.iter().chain(&c.links) {
+                    newest.insert(name, c.id);
+                }
+            }
+            newest.into_values().collect()
+        };
+        Ok(self.store.gc(&GcPlan {
+            older_than_ns: policy.older_than_ns,
+            max_bytes: policy.max_bytes,
+            protect: &protect,
+        })?)
+    }
+}

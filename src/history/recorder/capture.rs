@@ -1,0 +1,162 @@
+//! Capturing a path's state: its content stored in the store, and the cache that lets an
+//! unchanged file be captured again without reading it.
+
+use std::fs::File;
+use std::io;
+
+use super::{Key, Recorder, lock};
+use crate::history::change::{FileKind, FileState, Seen};
+use crate::history::{Error, Result, show_path};
+
+/// Read access to the workspace underneath the mount.
+pub trait Source: Send + Sync {
+    fn open_read(&self, path: &[u8]) -> io::Result<File>;
+    /// Names in a directory (without `.` and `..`).
+    fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>>;
+    fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>>;
+    fn lstat(&self, path: &[u8]) -> io::Result<libc::stat>;
+}
+
+pub fn key_of(st: &libc::stat) -> Key {
+    (st.st_dev, st.st_ino)
+}
+
+pub fn kind_of(st: &libc::stat) -> FileKind {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Special,
+    }
+}
+
+pub fn seen_of(st: &libc::stat) -> Seen {
+    Seen {
+        kind: kind_of(st),
+        size: if kind_of(st) == FileKind::Dir {
+            0
+        } else {
+            st.st_size as u64
+        },
+        mode: st.st_mode & 0o7777,
+        mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+    }
+}
+
+/// The stat fields that change whenever content may have.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sig {
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Sig {
+    pub(super) fn of(st: &libc::stat) -> Sig {
+        Sig {
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+
+    pub(super) fn size(&self) -> i64 {
+        self.size
+    }
+}
+
+/// The last captured state of each backing file, valid while its [`Sig`] is unchanged, with
+/// the store's sweep count when its content was known to be stored.
+pub(super) type Known = std::collections::HashMap<Key, (Sig, FileState, u64)>;
+
+impl Recorder {
+    /// The state of `path` as `st` describes it, with its content stored.
+    pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        self.capture_with(path, st, true)
+    }
+
+    /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
+    /// too coarse to tell two versions of the same size apart.
+    pub(super) fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        self.capture_with(path, st, false)
+    }
+
+    /// The cache holds the content last read from a file with no write episode open, keyed by
+    /// backing inode and (size, mtime, ctime). It answers only while no episode is open on the
+    /// file: then nothing can have written to it since (every write needs an episode).
+    fn capture_with(&self, path: &[u8], st: &libc::stat, use_cache: bool) -> Result<FileState> {
+        let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
+        let mode = st.st_mode & 0o7777;
+        let io_err = |source| Error::Io {
+            path: show_path(path).into(),
+            source,
+        };
+        let store = self.history.store();
+        match kind_of(st) {
+            FileKind::File => {
+                let key = key_of(st);
+                let sig = Sig::of(st);
+                let cached = lock(&self.known)
+                    .get(&key)
+                    .filter(|(s, ..)| use_cache && *s == sig)
+                    .map(|(_, state, sweeps)| (state.clone(), *sweeps));
+                // Reusing stored content: keep it from a gc running meanwhile (if one already
+                // removed it, read the file again).
+                if let Some((state, sweeps)) = cached
+                    && state
+                        .hash
+                        .is_none_or(|h| store.keep_blob_since(&h, sweeps).unwrap_or(false))
+                {
+                    return Ok(FileState { mode, ..state });
+                }
+                let sweeps = store.sweeps();
+                let file = self.source.open_read(path).map_err(io_err)?;
+                let (hash, size) = store.put_blob_reader(file)?;
+                let state = FileState {
+                    kind: FileKind::File,
+                    size,
+                    mode,
+                    hash: Some(hash),
+                };
+                let mut known = lock(&self.known);
+                if known.len() > 100_000 {
+                    known.clear();
+                }
+                known.insert(key, (sig, state.clone(), sweeps));
+                Ok(state)
+            }
+            FileKind::Symlink => {
+                let target = self.source.readlink(path).map_err(io_err)?;
+                let hash = store.put_blob(&target)?;
+                Ok(FileState {
+                    kind: FileKind::Symlink,
+                    size: target.len() as u64,
+                    mode: 0o777,
+                    hash: Some(hash),
+                })
+            }
+            kind => Ok(FileState {
+                kind,
+                size: 0,
+                mode,
+                hash: None,
+            }),
+        }
+    }
+
+    /// Forget what was captured of a file whose inode number may now be reused.
+    pub(super) fn forget_known(&self, key: Key) {
+        lock(&self.known).remove(&key);
+    }
+
+    /// Only a file's times changed (no episode open, so its content cannot have): keep its
+    /// last capture valid under the new stat.
+    pub(super) fn refresh_known(&self, st: &libc::stat) {
+        if let Some((sig, state, _)) = lock(&self.known).get_mut(&key_of(st))
+            && sig.size() == st.st_size
+            && state.kind == FileKind::File
+        {
+            *sig = Sig::of(st);
+        }
+    }
+}

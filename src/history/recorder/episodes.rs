@@ -1,0 +1,233 @@
+//! Write episodes: from the first open for writing of a file to its last release, recorded as
+//! one change from the content before to the content after.
+//!
+//! Episodes are keyed by backing inode, so every handle of a file (and every name of a
+//! hard-linked one) shares one. A chmod, unlink or rename of a file whose episode is still open
+//! (RELEASE arrives after the writer's close) first *cuts* the episode: what it wrote so far is
+//! recorded, and it goes on from there, so history stays a chain.
+
+use std::time::Instant;
+
+use super::capture::{key_of, kind_of, seen_of};
+use super::pending::Pending;
+use super::{Key, Recorder, lock};
+use crate::history::Result;
+use crate::history::change::{ChangeKind, FileKind, FileState, OpenEpisode};
+use crate::history::db::Extra;
+use crate::history::time::now_ns;
+use crate::history::who::Who;
+
+pub(super) struct Episode {
+    pub(super) path: Vec<u8>,
+    pub(super) before: Option<FileState>,
+    pub(super) opens: u32,
+    pub(super) who: Who,
+    /// The file was created in this episode.
+    pub(super) created: bool,
+    /// The file lost its last name while open: nothing more to record.
+    pub(super) orphaned: bool,
+}
+
+impl Recorder {
+    /// A regular file is about to be opened for writing (or truncated): store its content.
+    /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
+    pub fn begin_write(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+        if kind_of(st) != FileKind::File || !self.records(path, false) {
+            return Ok(None);
+        }
+        // A write whose end cannot be recorded must not begin (even when nothing needs storing
+        // now).
+        self.check_writable()?;
+        let key = key_of(st);
+        // Wait for an episode of this file that is ending to be recorded first.
+        drop(self.hold(&[key]));
+        self.flush_pending(path)?;
+        if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+            ep.opens += 1;
+            return Ok(Some(key));
+        }
+        let before = self.capture(path, st)?;
+        let who = self.who(pid);
+        self.open_episode(key, path, Some(before), who, false)?;
+        Ok(Some(key))
+    }
+
+    /// A regular file was just created (and opened).
+    pub fn begin_create(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+        if !self.records(path, false) {
+            return Ok(None);
+        }
+        self.check_writable()?;
+        let who = self.who(pid);
+        self.open_episode(key_of(st), path, None, who, true)?;
+        Ok(Some(key_of(st)))
+    }
+
+    fn open_episode(
+        &self,
+        key: Key,
+        path: &[u8],
+        before: Option<FileState>,
+        who: Who,
+        created: bool,
+    ) -> Result<()> {
+        // A new file needs no marker: if the daemon dies before its end, the scan at the next
+        // mount finds it anyway. A marker keeps the before state of a file being changed.
+        if !created {
+            self.put_marker(path, before.clone(), &who)?;
+        }
+        let mut episodes = lock(&self.episodes);
+        // Another open of the same file may have won the race while we captured: join it.
+        episodes
+            .entry(key)
+            .and_modify(|ep| ep.opens += 1)
+            .or_insert(Episode {
+                path: path.to_vec(),
+                before,
+                opens: 1,
+                who,
+                created,
+                orphaned: false,
+            });
+        Ok(())
+    }
+
+    pub(super) fn put_marker(
+        &self,
+        path: &[u8],
+        before: Option<FileState>,
+        who: &Who,
+    ) -> Result<()> {
+        let marker = OpenEpisode {
+            before,
+            time_ns: now_ns(),
+            session: who.session.clone(),
+            agent: who.agent.clone(),
+            pid: who.pid,
+            process: who.process.clone(),
+            turn: who.turn,
+            tool: who.tool.clone(),
+        };
+        self.history.put_open_episode(path, &marker)
+    }
+
+    /// A handle that began an episode was released. At the last one, record what changed.
+    pub fn end_write(&self, key: Key) -> Result<()> {
+        let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+        let _held = self.hold(&[key]);
+        let (path, before, who, created, orphaned) = {
+            let mut episodes = lock(&self.episodes);
+            let Some(ep) = episodes.get_mut(&key) else {
+                return Ok(());
+            };
+            ep.opens -= 1;
+            if ep.opens > 0 {
+                return Ok(());
+            }
+            let ep = episodes.remove(&key).expect("present above");
+            (ep.path, ep.before, ep.who, ep.created, ep.orphaned)
+        };
+        if let Some(p) = self.finish_episode(key, &path, before, who, created, orphaned)? {
+            lock(&self.pending).insert(path, p);
+        }
+        Ok(())
+    }
+
+    /// Record the end of an episode; a created file is returned to be held back instead.
+    fn finish_episode(
+        &self,
+        key: Key,
+        path: &[u8],
+        before: Option<FileState>,
+        who: Who,
+        created: bool,
+        orphaned: bool,
+    ) -> Result<Option<Pending>> {
+        if orphaned {
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        // Gone, or the name now belongs to something else: what this file became is not in the
+        // tree.
+        let Some(st) = self.stat_if_same(path, key) else {
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        };
+        self.reload_ignore_if(path);
+        if created {
+            return Ok(Some(Pending {
+                replaces: None,
+                key,
+                who,
+                time_ns: now_ns(),
+                since: Instant::now(),
+            }));
+        }
+        let after = self.capture_fresh(path, &st)?;
+        if before.as_ref() == Some(&after) {
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        let mut change = self.change(ChangeKind::Modify, path, &who);
+        change.before = before;
+        change.after = Some(after);
+        change.links = self.other_names(key, path);
+        let manifest = [(path.to_vec(), Some(seen_of(&st)))];
+        self.record(
+            change,
+            &Extra {
+                finish_episode: Some(path),
+                manifest: &manifest,
+                move_under: None,
+            },
+        )?;
+        Ok(None)
+    }
+
+    /// `path`'s stat, if it is still the file `key` (not gone, not replaced).
+    pub(super) fn stat_if_same(&self, path: &[u8], key: Key) -> Option<libc::stat> {
+        self.source.lstat(path).ok().filter(|st| key_of(st) == key)
+    }
+
+    /// Record what an open episode on `key` (at `path`) has changed so far, and let it go on
+    /// from the current content. A RELEASE reaches us after the writer's close, so a chmod,
+    /// unlink or rename can come while the episode that just wrote the file is still open; it
+    /// must be recorded first, or history would not be a chain.
+    pub(super) fn cut_episode(&self, key: Key, path: &[u8]) -> Result<()> {
+        let (ep_path, before, who, created) = match lock(&self.episodes).get(&key) {
+            Some(ep)
+                if !ep.orphaned && (ep.path == path || self.same_file(key, &ep.path, path)) =>
+            {
+                (
+                    ep.path.clone(),
+                    ep.before.clone(),
+                    ep.who.clone(),
+                    ep.created,
+                )
+            }
+            _ => return Ok(()),
+        };
+        let Some(st) = self.stat_if_same(&ep_path, key) else {
+            return Ok(());
+        };
+        let now = self.capture_fresh(&ep_path, &st)?;
+        if before.as_ref() != Some(&now) {
+            let kind = if created {
+                ChangeKind::Create
+            } else {
+                ChangeKind::Modify
+            };
+            let mut change = self.change(kind, &ep_path, &who);
+            change.before = before;
+            change.after = Some(now.clone());
+            change.links = self.other_names(key, &ep_path);
+            self.record_one(change, &[(ep_path.clone(), Some(seen_of(&st)))])?;
+        }
+        self.put_marker(&ep_path, Some(now.clone()), &who)?;
+        if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+            ep.before = Some(now);
+            ep.created = false;
+        }
+        Ok(())
+    }
+}

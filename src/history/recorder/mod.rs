@@ -1,0 +1,218 @@
+//! Recording: turning what the filesystem sees into changes, with the content they destroy
+//! stored first.
+//!
+//! The filesystem calls in at the edges of a write episode and around every destructive
+//! operation:
+//!
+//! - [`episodes`]: `begin_write` (open for writing, `O_TRUNC`, truncate) stores the file's
+//!   current content before the kernel can touch it and notes an open episode in the store;
+//!   `end_write` (last release) stores the new content and records one `modify`, or nothing.
+//! - [`pending`]: a new file's create is held back for a moment, to see whether it is a
+//!   temporary renamed over its target or deleted ([`saves`] has the save heuristics).
+//! - [`ops`]: unlink, rename and chmod are recorded *before* they happen (their before content
+//!   already stored) and retracted if they then fail; mkdir, rmdir, symlink and link after.
+//! - [`capture`] stores content; [`journal`] writes changes in id order and tells watchers;
+//!   [`links`] keeps the names of hard-linked files; [`recovery`] runs at mount.
+//!
+//! Lock order: docs/design.md, "Lock order". In short: `ending` (shared), then the file
+//! stripes ([`Recorder::hold`]), then `pending`, `episodes`, `known`; `links`,
+//! `renamed_away` and the journal's subscriber lists are leaves; the journal's `deferred` is
+//! taken after the stripes and held across the store write that records a change (that is
+//! what keeps ids in order).
+
+mod capture;
+mod episodes;
+mod journal;
+mod links;
+mod ops;
+mod pending;
+mod recovery;
+mod saves;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, RwLock};
+
+use crossbeam_channel::{Receiver, Sender};
+
+pub use capture::{Source, key_of, kind_of, seen_of};
+pub use journal::{Next, Prepared, Subscription};
+pub use pending::PENDING_FOR;
+pub use recovery::Recovery;
+
+use super::change::{Change, ChangeKind};
+use super::ignore::IgnoreRules;
+use super::turns::Turns;
+use super::who::{Attributor, Who};
+use super::{History, Result, time};
+
+/// A backing file's identity: `(st_dev, st_ino)`.
+pub type Key = (u64, u64);
+
+const STRIPES: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub struct Recorder {
+    history: History,
+    source: Arc<dyn Source>,
+    who: Attributor,
+    turns: Turns,
+    ignore: RwLock<IgnoreRules>,
+    pending: Mutex<HashMap<Vec<u8>, pending::Pending>>,
+    episodes: Mutex<HashMap<Key, episodes::Episode>>,
+    /// Per-file locks (striped by backing key): the end of an episode, and a rename or unlink
+    /// of the file with its bookkeeping, never interleave.
+    stripes: Vec<Mutex<()>>,
+    known: Mutex<capture::Known>,
+    journal: journal::Journal,
+    renamed_away: Mutex<HashMap<Vec<u8>, saves::RenamedAway>>,
+    links: Mutex<links::Links>,
+    /// Held shared by every episode end in progress; [`Recorder::settle`] takes it exclusively
+    /// to wait for them.
+    ending: RwLock<()>,
+    /// Wakes the writer thread: a token is sent when `deferred` gets something.
+    wake: (Sender<()>, Receiver<()>),
+}
+
+impl Recorder {
+    pub fn new(
+        history: History,
+        source: Arc<dyn Source>,
+        default_session: String,
+    ) -> Result<Recorder> {
+        let rules = match source.open_read(b".rewindignore") {
+            Ok(f) => io::read_to_string(f).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        Ok(Recorder {
+            turns: Turns::load(history.clone())?,
+            history,
+            source,
+            who: Attributor::new(default_session),
+            ignore: RwLock::new(IgnoreRules::new(&rules)),
+            pending: Mutex::new(HashMap::new()),
+            episodes: Mutex::new(HashMap::new()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            known: Mutex::new(HashMap::new()),
+            journal: journal::Journal::default(),
+            renamed_away: Mutex::new(HashMap::new()),
+            links: Mutex::new(links::Links::default()),
+            ending: RwLock::new(()),
+            wake: crossbeam_channel::bounded(1),
+        })
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub fn attributor(&self) -> &Attributor {
+        &self.who
+    }
+
+    pub fn turns(&self) -> &Turns {
+        &self.turns
+    }
+
+    /// Who process (or thread) `pid` is, with its session's open turn and tool call.
+    pub fn who(&self, pid: u32) -> Who {
+        let mut who = self.who.who(pid);
+        if !who.restore {
+            (who.turn, who.tool) = self.turns.current(&who.session);
+        }
+        who
+    }
+
+    /// Refuse an operation that would have to be recorded after the fact when the store can no
+    /// longer be written (it would otherwise happen unrecorded).
+    pub fn ready_for(&self, path: &[u8], is_dir: bool) -> Result<()> {
+        if self.records(path, is_dir) {
+            self.check_writable()?;
+        }
+        Ok(())
+    }
+
+    /// The store takes writes, and its disk has room for what is about to be recorded.
+    fn check_writable(&self) -> Result<()> {
+        Ok(self.history.store().check_room()?)
+    }
+
+    /// Whether changes to `path` are recorded at all.
+    pub fn records(&self, path: &[u8], is_dir: bool) -> bool {
+        !self
+            .ignore
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ignored(path, is_dir)
+    }
+
+    /// Re-read `.rewindignore` after it changed.
+    fn reload_ignore_if(&self, path: &[u8]) {
+        if path == b".rewindignore" {
+            let rules = match self.source.open_read(b".rewindignore") {
+                Ok(f) => io::read_to_string(f).unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            *self.ignore.write().unwrap_or_else(|e| e.into_inner()) = IgnoreRules::new(&rules);
+        }
+    }
+
+    /// A change of `kind` to `path` by `who`, to be filled in and recorded.
+    fn change(&self, kind: ChangeKind, path: &[u8], who: &Who) -> Change {
+        Change {
+            id: 0,
+            time_ns: time::now_ns(),
+            kind: if who.restore {
+                ChangeKind::Restore
+            } else {
+                kind
+            },
+            path: path.to_vec(),
+            from: None,
+            before: None,
+            after: None,
+            session: who.session.clone(),
+            agent: who.agent.clone(),
+            pid: who.pid,
+            process: who.process.clone(),
+            links: Vec::new(),
+            turn: who.turn,
+            tool: who.tool.clone(),
+        }
+    }
+
+    fn stripe_of(key: Key) -> usize {
+        (key.1 as usize ^ (key.0 as usize).rotate_left(17)) % STRIPES
+    }
+
+    /// Hold the locks of these files (in a fixed order, so two holders never deadlock) for an
+    /// operation on them and its bookkeeping: a rename, an unlink, the end of an episode.
+    pub fn hold(&self, keys: &[Key]) -> Vec<std::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.iter().map(|k| Self::stripe_of(*k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        stripes
+            .into_iter()
+            .map(|i| lock(&self.stripes[i]))
+            .collect()
+    }
+
+    /// Record everything that has happened: wait for episode ends in progress (a large file's
+    /// content may take a while to store), record held-back creates and queued deletes. After
+    /// this, every operation whose syscall returned before it was called is in the history
+    /// (a close's RELEASE is queued by the kernel before the close returns).
+    pub fn settle(&self) -> Result<()> {
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.flush_pending_older(true)
+    }
+
+    /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
+    pub fn sync(&self) -> Result<()> {
+        self.flush_pending_older(true)?;
+        self.drain()?;
+        Ok(self.history.store().sync()?)
+    }
+}

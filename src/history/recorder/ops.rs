@@ -1,0 +1,471 @@
+//! Single operations on names: unlink, rmdir, mkdir, symlink, link, mknod, chmod, rename.
+//! Destructive ones are recorded before they happen, with the content they destroy stored, and
+//! taken back ([`Recorder::retract`]) if they then fail; the others after they succeed.
+
+use std::time::Instant;
+
+use super::capture::{key_of, kind_of, seen_of};
+use super::journal::Prepared;
+use super::saves::RenamedAway;
+use super::{Recorder, lock};
+use crate::history::Result;
+use crate::history::change::{Change, ChangeKind, FileKind, FileState};
+use crate::history::db::Extra;
+
+impl Recorder {
+    /// `path` (described by `st`) is about to be unlinked: its content is stored now. Returns
+    /// the delete to hand to [`defer`](Recorder::defer) once the unlink has succeeded. The
+    /// caller holds the file until the unlink is done.
+    pub fn before_unlink(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        pid: u32,
+    ) -> Result<Option<Prepared>> {
+        let key = key_of(st);
+        {
+            let mut episodes = lock(&self.episodes);
+            if let Some(ep) = episodes.get_mut(&key)
+                && ep.created
+                && ep.path == path
+                && st.st_nlink <= 1
+            {
+                // A file created and deleted while still open: a temporary file.
+                ep.orphaned = true;
+                drop(episodes);
+                self.history.drop_open_episode(path)?;
+                return Ok(None);
+            }
+        }
+        // What the file's open episode wrote so far comes before its deletion.
+        if self.records(path, false) {
+            self.cut_episode(key, path)?;
+        }
+        lock(&self.links).remove(key, path);
+        {
+            let mut episodes = lock(&self.episodes);
+            if let Some(ep) = episodes.get_mut(&key)
+                && ep.path == path
+            {
+                // The episode goes on under another name of the file, if it has one.
+                match self.other_names(key, path).into_iter().next() {
+                    Some(other) if st.st_nlink > 1 => {
+                        drop(episodes);
+                        self.move_marker(key, path, &other)?;
+                    }
+                    _ => ep.orphaned = true,
+                }
+            }
+        }
+        self.flush_saved(path)?;
+        if lock(&self.pending).remove(path).is_some() {
+            // Created and deleted before anyone saw it: a temporary file. Nothing to record.
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        if !self.records(path, false) {
+            return Ok(None);
+        }
+        // The delete itself is written later (`defer`): it must be writable now.
+        self.check_writable()?;
+        if self.saved_by_renaming_away(path, st, pid)? {
+            return Ok(None);
+        }
+        let before = self.capture(path, st)?;
+        if st.st_nlink <= 1 {
+            // The inode number may be reused by the next file created.
+            self.forget_known(key);
+        }
+        let who = self.who(pid);
+        let mut change = self.change(ChangeKind::Delete, path, &who);
+        change.before = Some(before);
+        Ok(Some(Prepared {
+            change,
+            manifest: vec![(path.to_vec(), None)],
+        }))
+    }
+
+    /// An open episode of `key` now goes on under `to` (its file's name `from` went away).
+    fn move_marker(&self, key: super::Key, from: &[u8], to: &[u8]) -> Result<()> {
+        let moved = {
+            let mut episodes = lock(&self.episodes);
+            match episodes.get_mut(&key) {
+                Some(ep) if ep.path == from => {
+                    ep.path = to.to_vec();
+                    Some((ep.before.clone(), ep.who.clone(), ep.created))
+                }
+                _ => None,
+            }
+        };
+        if let Some((before, who, created)) = moved {
+            self.history.drop_open_episode(from)?;
+            if !created && self.records(to, false) {
+                self.put_marker(to, before, &who)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `path` was removed by `rmdir`; `st` is how it was.
+    pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<()> {
+        if !self.records(path, true) {
+            return Ok(());
+        }
+        let who = self.who(pid);
+        let mut change = self.change(ChangeKind::Rmdir, path, &who);
+        change.before = Some(self.capture(path, st)?);
+        self.record_one(change, &[(path.to_vec(), None)])?;
+        Ok(())
+    }
+
+    /// A new object exists at `path` (mkdir, symlink, mknod): record it.
+    pub fn after_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+        let Ok(st) = self.source.lstat(path) else {
+            return Ok(());
+        };
+        if !self.records(path, kind_of(&st) == FileKind::Dir) {
+            return Ok(());
+        }
+        let who = self.who(pid);
+        let mut change = self.change(kind, path, &who);
+        change.after = Some(self.capture(path, &st)?);
+        self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
+        Ok(())
+    }
+
+    /// `path` is a new name of the file at `target` (a hard link): record it, and know the
+    /// file by both names from now on.
+    pub fn after_link(&self, target: &[u8], path: &[u8], pid: u32) -> Result<()> {
+        let Ok(st) = self.source.lstat(path) else {
+            return Ok(());
+        };
+        let key = key_of(&st);
+        {
+            let mut links = lock(&self.links);
+            links.add(key, target);
+            links.add(key, path);
+        }
+        // A new file not recorded yet is recorded first: its create comes before its link.
+        self.flush_pending(target)?;
+        self.cut_episode(key, target)?;
+        if !self.records(path, false) {
+            return Ok(());
+        }
+        let who = self.who(pid);
+        let mut change = self.change(ChangeKind::Link, path, &who);
+        change.after = Some(self.capture(path, &st)?);
+        self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
+        Ok(())
+    }
+
+    /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails. The
+    /// caller holds the file until the chmod is done.
+    pub fn before_chmod(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        mode: u32,
+        pid: u32,
+    ) -> Result<Option<Change>> {
+        let is_dir = kind_of(st) == FileKind::Dir;
+        if st.st_mode & 0o7777 == mode & 0o7777 || !self.records(path, is_dir) {
+            return Ok(None);
+        }
+        // A new file whose creation is not recorded yet (still open, or held back): its create
+        // will carry the mode it has by then. `tar` and `cp` set the mode of every file they
+        // make; that is part of making it, not a change of its own.
+        let key = key_of(st);
+        let new_file = lock(&self.pending).get(path).is_some_and(|p| p.key == key)
+            || lock(&self.episodes).get(&key).is_some_and(|ep| ep.created);
+        if new_file {
+            return Ok(None);
+        }
+        self.flush_pending(path)?;
+        self.cut_episode(key, path)?;
+        let who = self.who(pid);
+        let before = self.capture(path, st)?;
+        let after = FileState {
+            mode: mode & 0o7777,
+            ..before.clone()
+        };
+        let mut seen = seen_of(st);
+        seen.mode = after.mode;
+        let mut change = self.change(ChangeKind::Chmod, path, &who);
+        change.before = Some(before);
+        change.after = Some(after);
+        change.links = self.other_names(key, path);
+        let recorded = self.record_one(change, &[(path.to_vec(), Some(seen))])?;
+        // An episode still open on the file goes on from the new mode.
+        if let Some(ep) = lock(&self.episodes).get_mut(&key)
+            && let Some(before) = &mut ep.before
+        {
+            before.mode = mode & 0o7777;
+        }
+        Ok(Some(recorded))
+    }
+
+    /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
+    /// changes to retract if the rename then fails. The caller holds both files (see
+    /// [`hold`](Recorder::hold)) until the rename is done.
+    pub fn before_rename(
+        &self,
+        src: &[u8],
+        src_st: &libc::stat,
+        dst: &[u8],
+        dst_st: Option<&libc::stat>,
+        exchange: bool,
+        pid: u32,
+    ) -> Result<Vec<Change>> {
+        let src_dir = kind_of(src_st) == FileKind::Dir;
+        if src_dir {
+            self.flush_pending_under(src)?;
+        }
+        self.flush_pending(dst)?;
+        if exchange {
+            self.flush_pending(src)?;
+        }
+        // What open episodes wrote so far comes before the rename: the target's, which is about
+        // to be replaced, and the source's unless it is a new file still being written (a
+        // save-by-rename, handled below).
+        if let Some(st) = dst_st
+            && self.records(dst, false)
+        {
+            self.cut_episode(key_of(st), dst)?;
+        }
+        let src_created = lock(&self.episodes)
+            .get(&key_of(src_st))
+            .is_some_and(|ep| ep.created && ep.path == src);
+        if !src_dir && (exchange || !src_created) && self.records(src, false) {
+            self.cut_episode(key_of(src_st), src)?;
+        }
+        let src_recorded = self.records(src, src_dir);
+        let dst_recorded = self.records(dst, src_dir);
+        let who = self.who(pid);
+        let dst_before = match dst_st {
+            Some(st) if dst_recorded => Some(self.capture(dst, st)?),
+            _ => None,
+        };
+        self.rename_bookkeeping(src, src_st, dst, dst_st, exchange)?;
+        // An episode still open on the source moves with it. If it created the file, this is a
+        // save-by-rename still being written: its end records one change of the target.
+        if !exchange
+            && let Some((was_created, before, ep_who)) =
+                self.move_episode(src_st, src, dst, &dst_before)
+        {
+            self.history.drop_open_episode(src)?;
+            if dst_recorded {
+                self.put_marker(dst, before, &ep_who)?;
+            }
+            if was_created {
+                return Ok(Vec::new());
+            }
+        }
+        let mut out = Vec::new();
+        let src_seen = seen_of(src_st);
+        self.flush_saved(src)?;
+        if !exchange && let Some(p) = lock(&self.pending).remove(src) {
+            // Save-by-rename: a new file renamed into place. One change of the target.
+            self.history.drop_open_episode(src)?;
+            if !dst_recorded {
+                return Ok(out);
+            }
+            let kind = if dst_before.is_some() {
+                ChangeKind::Modify
+            } else {
+                ChangeKind::Create
+            };
+            let Some((after, seen)) = self.pending_content(src, &p)? else {
+                return Ok(out);
+            };
+            let mut change = self.change(kind, dst, &p.who);
+            change.before = dst_before;
+            change.after = Some(after);
+            out.push(self.record_one(change, &[(dst.to_vec(), Some(seen))])?);
+            return Ok(out);
+        }
+        if !src_recorded && !dst_recorded {
+            return Ok(out);
+        }
+        let src_state = self.capture(src, src_st)?;
+        let mut change = self.change(ChangeKind::Rename, dst, &who);
+        change.from = src_recorded.then(|| src.to_vec());
+        change.before = dst_before.clone();
+        change.after = dst_recorded.then(|| src_state.clone());
+        let mut manifest = vec![(dst.to_vec(), dst_recorded.then(|| src_seen.clone()))];
+        if exchange {
+            if let Some(st) = dst_st {
+                manifest.push((src.to_vec(), Some(seen_of(st))));
+            }
+        } else {
+            manifest.push((src.to_vec(), None));
+        }
+        let move_under = (src_dir && !exchange).then_some((src, dst));
+        let extra = Extra {
+            finish_episode: None,
+            manifest: &manifest,
+            move_under,
+        };
+        let recorded = self.record(change, &extra)?;
+        if !src_dir
+            && !exchange
+            && dst_st.is_none()
+            && src_recorded
+            && dst_recorded
+            && kind_of(src_st) == FileKind::File
+        {
+            self.remember_renamed_away(
+                dst,
+                RenamedAway {
+                    from: src.to_vec(),
+                    key: key_of(src_st),
+                    change: recorded.clone(),
+                    pid,
+                    at: Instant::now(),
+                },
+            );
+        }
+        out.push(recorded);
+        if exchange && let Some(dst_before) = dst_before {
+            let mut back = self.change(ChangeKind::Rename, src, &who);
+            back.from = Some(dst.to_vec());
+            back.before = Some(src_state);
+            back.after = Some(dst_before);
+            out.push(self.record(back, &Extra::default())?);
+        }
+        Ok(out)
+    }
+
+    /// Names, caches and open episodes follow a rename (done before it, under the files'
+    /// locks; a failed rename leaves them pointing at the new names, which the next access
+    /// corrects).
+    fn rename_bookkeeping(
+        &self,
+        src: &[u8],
+        src_st: &libc::stat,
+        dst: &[u8],
+        dst_st: Option<&libc::stat>,
+        exchange: bool,
+    ) -> Result<()> {
+        let src_dir = kind_of(src_st) == FileKind::Dir;
+        if let Some(st) = dst_st
+            && !exchange
+            && key_of(st) != key_of(src_st)
+        {
+            lock(&self.links).remove(key_of(st), dst);
+            if st.st_nlink <= 1 {
+                // Replaced: its inode number may be reused by the next file created, and its
+                // open episode has nothing more to record.
+                self.forget_known(key_of(st));
+                if let Some(ep) = lock(&self.episodes).get_mut(&key_of(st)) {
+                    ep.orphaned = true;
+                }
+            }
+        }
+        if src_dir {
+            if !exchange {
+                lock(&self.links).moved_dir(src, dst);
+                self.move_episodes_under(src, dst)?;
+            }
+        } else {
+            let mut links = lock(&self.links);
+            links.moved(key_of(src_st), src, dst);
+            if exchange && let Some(st) = dst_st {
+                links.moved(key_of(st), dst, src);
+            }
+        }
+        Ok(())
+    }
+
+    /// Episodes of files below a renamed folder go on under its new name, markers too.
+    fn move_episodes_under(&self, from: &[u8], to: &[u8]) -> Result<()> {
+        let mut prefix = from.to_vec();
+        prefix.push(b'/');
+        // (old path, new path, before, who, created) of each episode moved.
+        type Moved = (
+            Vec<u8>,
+            Vec<u8>,
+            Option<FileState>,
+            crate::history::Who,
+            bool,
+        );
+        let moved: Vec<Moved> = {
+            let mut episodes = lock(&self.episodes);
+            episodes
+                .values_mut()
+                .filter(|ep| ep.path.starts_with(&prefix))
+                .map(|ep| {
+                    let mut new = to.to_vec();
+                    new.extend_from_slice(&ep.path[from.len()..]);
+                    let old = std::mem::replace(&mut ep.path, new.clone());
+                    (old, new, ep.before.clone(), ep.who.clone(), ep.created)
+                })
+                .collect()
+        };
+        for (old, new, before, who, created) in moved {
+            self.history.drop_open_episode(&old)?;
+            if !created && self.records(&new, false) {
+                self.put_marker(&new, before, &who)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Move the episode open on `src_st`'s file from `src` to `dst`. A created file renamed
+    /// over an existing one becomes that file's modify. Returns (was it created, its before,
+    /// who), if there was one.
+    fn move_episode(
+        &self,
+        src_st: &libc::stat,
+        src: &[u8],
+        dst: &[u8],
+        dst_before: &Option<FileState>,
+    ) -> Option<(bool, Option<FileState>, crate::history::Who)> {
+        let mut episodes = lock(&self.episodes);
+        let ep = episodes.get_mut(&key_of(src_st))?;
+        if ep.path != src {
+            return None;
+        }
+        ep.path = dst.to_vec();
+        let was_created = ep.created;
+        if ep.created && dst_before.is_some() {
+            ep.created = false;
+            ep.before = dst_before.clone();
+        }
+        Some((was_created, ep.before.clone(), ep.who.clone()))
+    }
+
+    /// An operation recorded in advance failed: take its changes back.
+    pub fn retract(&self, changes: &[Change]) {
+        for c in changes.iter().rev() {
+            if let Err(e) = self.history.retract(c) {
+                tracing::error!(
+                    "cannot retract change {} after a failed operation: {e}",
+                    c.id
+                );
+            }
+        }
+    }
+
+    /// Metadata of `path` changed without a recorded change (timestamps): keep the manifest
+    /// in step so the next mount does not mistake it for an outside change.
+    pub fn touched(&self, path: &[u8], st: &libc::stat) {
+        // A file being written, or new and still held back, gets its manifest entry when that
+        // is recorded. Until then it may not belong there at all: a temporary file renamed over
+        // its target never does (with the writeback cache its times arrive while it is open).
+        let key = key_of(st);
+        if lock(&self.pending).contains_key(path) || lock(&self.episodes).contains_key(&key) {
+            return;
+        }
+        // Only timestamps changed. With no write episode open the content cannot have changed
+        // either (every write needs one), so the last capture stays valid under the new stat;
+        // `tar` and `cp -p` set times right after writing, and would otherwise force a re-read.
+        self.refresh_known(st);
+        if self.records(path, kind_of(st) == FileKind::Dir)
+            && let Err(e) = self
+                .history
+                .put_manifest(&[(path.to_vec(), Some(seen_of(st)))])
+        {
+            tracing::warn!("manifest update failed: {e}");
+        }
+    }
+}

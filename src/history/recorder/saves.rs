@@ -1,0 +1,96 @@
+//! How editors save, recognised so that a save is one `modify` of the file saved.
+//!
+//! - Save-by-rename (`sed -i`, most editors and tools): write a temporary file, rename it over
+//!   the target. The temporary's create is held back ([`super::pending`]), and a held-back
+//!   file renamed over another becomes a `modify` of the target (`ops::before_rename`).
+//! - Rename-away (vim's default through this mount): rename the original `a` to `a~`, write a
+//!   new `a`, delete `a~`. A rename of a regular file to a new name is remembered for
+//!   [`SAVE_WINDOW`]. If the same process then deletes the renamed file while its new file
+//!   under the old name is not recorded yet (held back, or still open), and neither name has
+//!   changed since, the rename is retracted, the delete is not recorded, and the new file's
+//!   create becomes a `modify` from the original content (nothing at all if it is the same).
+//!   Costs: a gap in the ids (the retracted rename, which `.rewind/events` readers have seen),
+//!   and a crash mid-save gives an `external` create at the next mount.
+
+use std::time::{Duration, Instant};
+
+use super::capture::key_of;
+use super::{Key, Recorder, lock};
+use crate::history::Result;
+use crate::history::change::Change;
+
+/// How long a rename-away save may take from the rename to the delete.
+pub(super) const SAVE_WINDOW: Duration = Duration::from_secs(5);
+
+/// A regular file renamed to a new name, remembered for a moment.
+pub(super) struct RenamedAway {
+    pub(super) from: Vec<u8>,
+    pub(super) key: Key,
+    pub(super) change: Change,
+    pub(super) pid: u32,
+    pub(super) at: Instant,
+}
+
+impl Recorder {
+    /// Remember a rename to a new name: perhaps the first step of a rename-away save.
+    pub(super) fn remember_renamed_away(&self, to: &[u8], away: RenamedAway) {
+        let mut all = lock(&self.renamed_away);
+        if all.len() >= 64 {
+            all.retain(|_, a| a.at.elapsed() <= SAVE_WINDOW);
+        }
+        all.insert(to.to_vec(), away);
+    }
+
+    /// `path`, a file that `pid` renamed away from its name moments ago, is being deleted while
+    /// a new file by the same process stands under that name: an editor's save. Whether it was
+    /// one (and was folded into one `modify`).
+    pub(super) fn saved_by_renaming_away(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        pid: u32,
+    ) -> Result<bool> {
+        let Some(away) = lock(&self.renamed_away).remove(path) else {
+            return Ok(false);
+        };
+        if away.pid != pid || away.key != key_of(st) || away.at.elapsed() > SAVE_WINDOW {
+            return Ok(false);
+        }
+        // Nothing else may have happened to either name since the rename.
+        self.drain()?;
+        let last = |p: &[u8]| -> Result<Option<u64>> {
+            Ok(self.history.last_change_until(p, u64::MAX)?.map(|c| c.id))
+        };
+        if last(path)? != Some(away.change.id) || last(&away.from)? != Some(away.change.id) {
+            return Ok(false);
+        }
+        let original = away.change.after.clone();
+        let converted = match lock(&self.pending).get_mut(&away.from) {
+            Some(p) if p.who.pid == pid && p.replaces.is_none() => {
+                p.replaces = original.clone();
+                true
+            }
+            _ => false,
+        } || match lock(&self.episodes)
+            .values_mut()
+            .find(|ep| ep.path == away.from && ep.created && ep.who.pid == pid)
+        {
+            // Still being written (RELEASE comes after close): its end records the modify.
+            Some(ep) => {
+                ep.created = false;
+                ep.before = original.clone();
+                true
+            }
+            None => false,
+        };
+        if !converted {
+            return Ok(false);
+        }
+        self.history.retract(&away.change)?;
+        self.history.put_manifest(&[(path.to_vec(), None)])?;
+        if st.st_nlink <= 1 {
+            self.forget_known(key_of(st));
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,264 @@
+//! Agent turns: each prompt a user gives an agent opens a turn of the agent's session, which
+//! ends at the agent's stop (or the next prompt). While a turn is open, every change attributed
+//! to the session carries its number, and the tool call the agent reported, if any.
+//!
+//! Turns are told by the agent's hooks (`rewind hook`, through `.rewind/ctl`), kept in the store
+//! like checkpoints, and survive remounts: a turn still open when the daemon stopped stays open.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::change::{Tool, Turn};
+use super::{Error, History, Result, time};
+
+/// The longest prompt line kept with a turn, in bytes.
+pub const PROMPT_MAX: usize = 200;
+
+struct Open {
+    turn: Turn,
+    /// Tool calls in progress, oldest first: a change goes to the newest.
+    tools: Vec<Tool>,
+}
+
+pub struct Turns {
+    history: History,
+    open: Mutex<HashMap<String, Open>>,
+}
+
+/// A turn as users name it: `SESSION:N`, `N` (in the only session with turns, or the given
+/// one), or the agent's own prompt id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TurnRef {
+    Number {
+        session: Option<String>,
+        number: u32,
+    },
+    PromptId(String),
+}
+
+impl TurnRef {
+    pub fn parse(s: &str) -> TurnRef {
+        if let Ok(n) = s.parse::<u32>() {
+            return TurnRef::Number {
+                session: None,
+                number: n,
+            };
+        }
+        if let Some((session, n)) = s.rsplit_once(':')
+            && let Ok(n) = n.parse::<u32>()
+        {
+            return TurnRef::Number {
+                session: Some(session.to_string()),
+                number: n,
+            };
+        }
+        TurnRef::PromptId(s.to_string())
+    }
+
+    /// The turn this names. `session` narrows a bare number.
+    pub fn resolve(&self, history: &History, session: Option<&str>) -> Result<Turn> {
+        let all = history.turns(None)?;
+        let given = match self {
+            TurnRef::Number { session: s, number } => s.as_deref().or(session).map_or_else(
+                || {
+                    let matching: Vec<&Turn> = all.iter().filter(|t| t.number == *number).collect();
+                    match matching.as_slice() {
+                        [one] => Ok(Some((*one).clone())),
+                        [] => Ok(None),
+                        _ => Err(Error::Usage(format!(
+                            "turn {number} exists in several sessions; say which: {}",
+                            matching
+                                .iter()
+                                .map(|t| format!("{}:{number}", t.session))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))),
+                    }
+                },
+                |s| {
+                    Ok(all
+                        .iter()
+                        .find(|t| t.session == s && t.number == *number)
+                        .cloned())
+                },
+            )?,
+            TurnRef::PromptId(id) => all
+                .iter()
+                .find(|t| t.prompt_id.as_deref() == Some(id.as_str()))
+                .cloned(),
+        };
+        given.ok_or_else(|| {
+            Error::NoTurn(match self {
+                TurnRef::Number { session, number } => match session {
+                    Some(s) => format!("{s}:{number}"),
+                    None => number.to_string(),
+                },
+                TurnRef::PromptId(id) => id.clone(),
+            })
+        })
+    }
+}
+
+/// The first line of a prompt, cut to [`PROMPT_MAX`] bytes on a character boundary.
+pub fn first_line(prompt: &str) -> String {
+    let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let line = line.trim();
+    if line.len() <= PROMPT_MAX {
+        return line.to_string();
+    }
+    let mut end = PROMPT_MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}
+
+impl Turns {
+    /// The turns still open in `history` (the daemon stopped during them) go on.
+    pub fn load(history: History) -> Result<Turns> {
+        let mut open = HashMap::new();
+        for turn in history.turns(None)? {
+            if turn.end_id.is_none() {
+                open.insert(
+                    turn.session.clone(),
+                    Open {
+                        turn,
+                        tools: Vec::new(),
+                    },
+                );
+            }
+        }
+        Ok(Turns {
+            history,
+            open: Mutex::new(open),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Open>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A prompt was given in `session`: end its open turn and open the next. `last_id` is the
+    /// newest change id now (everything before the prompt is recorded by then).
+    pub fn begin(
+        &self,
+        session: &str,
+        agent: &str,
+        prompt: &str,
+        prompt_id: Option<String>,
+        last_id: u64,
+    ) -> Result<Turn> {
+        let mut open = self.lock();
+        if let Some(prev) = open.remove(session) {
+            self.finish(prev.turn, last_id)?;
+        }
+        let number = self
+            .history
+            .turns(Some(session))?
+            .iter()
+            .map(|t| t.number)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let turn = Turn {
+            session: session.to_string(),
+            number,
+            prompt: first_line(prompt),
+            prompt_id,
+            agent: agent.to_string(),
+            start_time_ns: time::now_ns(),
+            start_id: last_id,
+            end_time_ns: None,
+            end_id: None,
+        };
+        self.history.put_turn(&turn)?;
+        open.insert(
+            session.to_string(),
+            Open {
+                turn: turn.clone(),
+                tools: Vec::new(),
+            },
+        );
+        Ok(turn)
+    }
+
+    /// The agent stopped: its open turn ends at `last_id`.
+    pub fn end(&self, session: &str, last_id: u64) -> Result<Option<Turn>> {
+        match self.lock().remove(session) {
+            Some(o) => self.finish(o.turn, last_id).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn finish(&self, mut turn: Turn, last_id: u64) -> Result<Turn> {
+        turn.end_id = Some(last_id.max(turn.start_id));
+        turn.end_time_ns = Some(time::now_ns());
+        self.history.put_turn(&turn)?;
+        Ok(turn)
+    }
+
+    pub fn tool_begin(&self, session: &str, tool: Tool) {
+        if let Some(o) = self.lock().get_mut(session) {
+            o.tools.retain(|t| tool.id.is_none() || t.id != tool.id);
+            o.tools.push(tool);
+        }
+    }
+
+    pub fn tool_end(&self, session: &str, name: &str, id: Option<&str>) {
+        if let Some(o) = self.lock().get_mut(session) {
+            match id {
+                Some(id) => o.tools.retain(|t| t.id.as_deref() != Some(id)),
+                None => {
+                    if let Some(i) = o.tools.iter().rposition(|t| t.name == name) {
+                        o.tools.remove(i);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The open turn of `session` and the newest tool call in it.
+    pub fn current(&self, session: &str) -> (Option<u32>, Option<Tool>) {
+        match self.lock().get(session) {
+            Some(o) => (Some(o.turn.number), o.tools.last().cloned()),
+            None => (None, None),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turn_refs() {
+        assert_eq!(
+            TurnRef::parse("3"),
+            TurnRef::Number {
+                session: None,
+                number: 3
+            }
+        );
+        assert_eq!(
+            TurnRef::parse("claude-ab12:7"),
+            TurnRef::Number {
+                session: Some("claude-ab12".into()),
+                number: 7
+            }
+        );
+        assert_eq!(TurnRef::parse("gen-7f"), TurnRef::PromptId("gen-7f".into()));
+    }
+
+    #[test]
+    fn prompts_are_cut_to_their_first_line() {
+        assert_eq!(first_line("\n  fix the tests\nplease"), "fix the tests");
+        let long = "é".repeat(300);
+        let cut = first_line(&long);
+        assert!(cut.len() <= PROMPT_MAX + "…".len());
+        assert!(cut.ends_with('…'));
+    }
+}

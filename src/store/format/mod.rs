@@ -1,0 +1,136 @@
+//! The bytes the store persists, as explicit versioned records.
+//!
+//! Every value starts with one version byte; the rest is the record in postcard. Records use
+//! plain numbers for kinds (never a Rust enum's position), so the domain types in `history` can
+//! change shape without changing what an old store means. [`v1`] is the layout written by the
+//! first releases; [`v2`] adds to a change the other names of a hard-linked file, the agent's
+//! turn and its tool call, and the same to an open-episode marker. Values are written in the
+//! newest version and read in any. The golden-bytes tests below pin every record kind, so the
+//! format can only change on purpose.
+
+pub mod v1;
+pub mod v2;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Error;
+use super::keys;
+
+pub use v1::{CheckpointRecord, ManifestRecord, SeenRecord, SessionRecord, StateRecord};
+pub use v2::{ChangeRecord, EpisodeRecord, ToolRecord, TurnRecord};
+
+/// The version byte of values written now, per record family.
+pub const CHANGE_VERSION: u8 = 2;
+pub const EPISODE_VERSION: u8 = 2;
+
+/// File kinds as stored.
+pub mod kind {
+    pub const FILE: u8 = 0;
+    pub const DIR: u8 = 1;
+    pub const SYMLINK: u8 = 2;
+    pub const SPECIAL: u8 = 3;
+}
+
+/// Change kinds as stored.
+pub mod change_kind {
+    pub const CREATE: u8 = 0;
+    pub const MODIFY: u8 = 1;
+    pub const DELETE: u8 = 2;
+    pub const RENAME: u8 = 3;
+    pub const MKDIR: u8 = 4;
+    pub const RMDIR: u8 = 5;
+    pub const SYMLINK: u8 = 6;
+    pub const LINK: u8 = 7;
+    pub const CHMOD: u8 = 8;
+    pub const RESTORE: u8 = 9;
+}
+
+/// `version, postcard(record)`.
+pub fn encode<T: Serialize>(version: u8, record: &T) -> Vec<u8> {
+    let mut out = vec![version];
+    // Plain records (numbers, strings, byte vectors) always serialize into a Vec.
+    postcard::to_io(record, &mut out).expect("postcard encodes plain records into a Vec");
+    out
+}
+
+/// Split a value into its version byte and body, or say why it is not a value.
+pub fn split<'a>(cf: &'static str, key: &[u8], value: &'a [u8]) -> Result<(u8, &'a [u8]), Error> {
+    value
+        .split_first()
+        .map(|(v, body)| (*v, body))
+        .ok_or_else(|| corrupt(cf, key, "empty value".into()))
+}
+
+/// Decode a body known to be a `T`.
+pub fn body<T: DeserializeOwned>(cf: &'static str, key: &[u8], body: &[u8]) -> Result<T, Error> {
+    postcard::from_bytes(body).map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))
+}
+
+/// A record family that has only ever had one version.
+pub fn decode_v1<T: DeserializeOwned>(
+    cf: &'static str,
+    key: &[u8],
+    value: &[u8],
+) -> Result<T, Error> {
+    match split(cf, key, value)? {
+        (1, rest) => body(cf, key, rest),
+        (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
+    }
+}
+
+pub fn corrupt(cf: &'static str, key: &[u8], reason: String) -> Error {
+    Error::Corrupt {
+        cf,
+        key: keys::hex(key),
+        reason,
+    }
+}
+
+impl ChangeRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        encode(CHANGE_VERSION, self)
+    }
+
+    /// A change as stored in any version.
+    pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<ChangeRecord, Error> {
+        match split(cf, key, value)? {
+            (1, rest) => Ok(body::<v1::ChangeRecord>(cf, key, rest)?.into()),
+            (2, rest) => body(cf, key, rest),
+            (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
+        }
+    }
+}
+
+impl EpisodeRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        encode(EPISODE_VERSION, self)
+    }
+
+    pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<EpisodeRecord, Error> {
+        match split(cf, key, value)? {
+            (1, rest) => Ok(body::<v1::EpisodeRecord>(cf, key, rest)?.into()),
+            (2, rest) => body(cf, key, rest),
+            (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
+        }
+    }
+}
+
+macro_rules! v1_only {
+    ($($t:ty),*) => {$(
+        impl $t {
+            pub fn encode(&self) -> Vec<u8> {
+                encode(1, self)
+            }
+
+            pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<$t, Error> {
+                decode_v1(cf, key, value)
+            }
+        }
+    )*};
+}
+
+v1_only!(SessionRecord, CheckpointRecord, SeenRecord, TurnRecord);
+
+#[cfg(test)]
+mod tests;

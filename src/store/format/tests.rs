@@ -1,0 +1,175 @@
+//! The persisted bytes of every record kind, pinned. The expected values were worked out by
+//! hand (a small postcard encoder outside this crate, in `docs/design.md`'s terms: varints,
+//! length-prefixed bytes, `0`/`1` option tags), so a change to any record's layout fails here
+//! before it can change what old stores mean.
+
+use super::*;
+use crate::store::blobs;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn hash() -> [u8; 32] {
+    std::array::from_fn(|i| i as u8)
+}
+
+fn state() -> StateRecord {
+    StateRecord {
+        kind: kind::FILE,
+        size: 12,
+        mode: 0o644,
+        hash: Some(hash()),
+    }
+}
+
+fn v1_change() -> v1::ChangeRecord {
+    v1::ChangeRecord {
+        id: 7,
+        time_ns: 1_700_000_000_000_000_000,
+        kind: change_kind::RENAME,
+        path: b"new \xff name".to_vec(),
+        from: Some(b"old".to_vec()),
+        before: None,
+        after: Some(state()),
+        session: "s1".into(),
+        agent: "claude".into(),
+        pid: 1234,
+        process: "sed".into(),
+    }
+}
+
+const V1_CHANGE: &str = "01078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d20903736564";
+const V2_CHANGE: &str = "02078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d2090373656401056f7468657201030104426173680107746f6f6c755f31";
+
+#[test]
+fn changes_version_1_read_and_version_2_written() {
+    assert_eq!(encode(1, &v1_change()), hex(V1_CHANGE));
+    let read = ChangeRecord::decode("changes", b"k", &hex(V1_CHANGE)).unwrap();
+    assert_eq!(read, ChangeRecord::from(v1_change()));
+    let mut v2 = ChangeRecord::from(v1_change());
+    v2.links = vec![b"other".to_vec()];
+    v2.turn = Some(3);
+    v2.tool = Some(ToolRecord {
+        name: "Bash".into(),
+        id: Some("toolu_1".into()),
+    });
+    assert_eq!(v2.encode(), hex(V2_CHANGE));
+    assert_eq!(
+        ChangeRecord::decode("changes", b"k", &hex(V2_CHANGE)).unwrap(),
+        v2
+    );
+}
+
+#[test]
+fn sessions_checkpoints_seen_and_turns() {
+    let session = SessionRecord {
+        name: "s1".into(),
+        count: 5,
+        first_id: 1,
+        last_id: 9,
+        first_time_ns: 100,
+        last_time_ns: 900,
+        agents: vec!["claude".into(), "human".into()],
+    };
+    let pinned = hex("010273310501096484070206636c617564650568756d616e");
+    assert_eq!(session.encode(), pinned);
+    assert_eq!(
+        SessionRecord::decode("sessions", b"s1", &pinned).unwrap(),
+        session
+    );
+
+    let checkpoint = CheckpointRecord {
+        name: "before".into(),
+        id: 42,
+        time_ns: 1_700_000_000_000_000_000,
+    };
+    let pinned = hex("01066265666f72652a8080a8b1e39fe7cb17");
+    assert_eq!(checkpoint.encode(), pinned);
+    assert_eq!(
+        CheckpointRecord::decode("checkpoints", b"c", &pinned).unwrap(),
+        checkpoint
+    );
+
+    let seen = SeenRecord {
+        kind: kind::SYMLINK,
+        size: 11,
+        mode: 0o777,
+        mtime_ns: -5,
+    };
+    let pinned = hex("01020bff0309");
+    assert_eq!(seen.encode(), pinned);
+    assert_eq!(SeenRecord::decode("manifest", b"p", &pinned).unwrap(), seen);
+
+    let turn = TurnRecord {
+        session: "claude-ab12".into(),
+        number: 3,
+        prompt: "fix the tests".into(),
+        prompt_id: Some("p-9".into()),
+        agent: "claude".into(),
+        start_time_ns: 1000,
+        start_id: 41,
+        end_time_ns: Some(2000),
+        end_id: Some(48),
+    };
+    let pinned = hex(
+        "010b636c617564652d61623132030d666978207468652074657374730103702d3906636c61756465e8072901d00f0130",
+    );
+    assert_eq!(turn.encode(), pinned);
+    assert_eq!(TurnRecord::decode("turns", b"t", &pinned).unwrap(), turn);
+}
+
+#[test]
+fn open_episode_markers_of_both_versions() {
+    let v1 = v1::EpisodeRecord {
+        before: Some(state()),
+        time_ns: 77,
+        session: "s1".into(),
+        agent: "claude".into(),
+        pid: 4242,
+        process: "vim".into(),
+    };
+    let pinned_v1 = hex(
+        "0101000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f4d02733106636c6175646592210376696d",
+    );
+    assert_eq!(encode(1, &v1), pinned_v1);
+    let mut v2 = EpisodeRecord::from(v1);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_v1).unwrap(),
+        v2
+    );
+    v2.turn = Some(2);
+    let pinned_v2 = hex(
+        "0201000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f4d02733106636c6175646592210376696d010200",
+    );
+    assert_eq!(v2.encode(), pinned_v2);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_v2).unwrap(),
+        v2
+    );
+}
+
+#[test]
+fn chunk_manifests() {
+    let m = ManifestRecord {
+        size: 3,
+        chunks: vec![(hash(), 3)],
+    };
+    let pinned = hex("01010301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f03");
+    assert_eq!(blobs::encode_manifest(&m), pinned);
+}
+
+#[test]
+fn bad_values_are_errors_that_name_the_key() {
+    let mut bytes = hex(V2_CHANGE);
+    bytes.truncate(bytes.len() / 2);
+    let err = ChangeRecord::decode("changes", &[0, 1], &bytes).unwrap_err();
+    assert!(err.to_string().contains("changes"), "{err}");
+    assert!(err.to_string().contains("0001"), "{err}");
+    assert!(ChangeRecord::decode("changes", b"k", &[]).is_err());
+    assert!(ChangeRecord::decode("changes", b"k", &[99, 1, 2]).is_err());
+    assert!(SessionRecord::decode("sessions", b"k", &[2, 0]).is_err());
+}

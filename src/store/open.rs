@@ -1,0 +1,199 @@
+//! Opening a store: for writing (the daemon, or a command on an unmounted workspace) or for
+//! reading beside a running writer; checking that its files are all there; and reopening it
+//! after a failed write.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options};
+
+use super::{ALL_CFS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys};
+
+fn options() -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    // Blobs are compressed by us; records and index keys are tiny.
+    opts.set_compression_type(rocksdb::DBCompressionType::None);
+    opts.set_keep_log_file_num(3);
+    opts.set_max_total_wal_size(64 << 20);
+    opts
+}
+
+fn descriptors() -> impl Iterator<Item = ColumnFamilyDescriptor> {
+    ALL_CFS
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()))
+}
+
+fn open_db(dir: &Path) -> Result<DB> {
+    let db = DB::open_cf_descriptors(&options(), dir, descriptors())
+        .map_err(|source| classify_open_error(dir, source))?;
+    check_files(&db, dir)?;
+    Ok(db)
+}
+
+impl Store {
+    /// Open (creating if needed) the store in `dir` for reading and writing.
+    pub fn open(dir: &Path) -> Result<Store> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let db = open_db(dir)?;
+        Self::finish_open(db, dir, false, None)
+    }
+
+    /// Open an existing store for reading only, alongside a running writer if there is one: a
+    /// RocksDB secondary instance, which sees everything the writer had written when it opened.
+    pub fn open_read_only(dir: &Path) -> Result<Store> {
+        if !dir.join("CURRENT").exists() {
+            return Err(Error::Missing(dir.to_owned()));
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let secondary =
+            std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
+        let mut opts = Options::default();
+        opts.set_max_open_files(-1);
+        let db = DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
+            .map_err(|source| classify_open_error(dir, source))?;
+        check_files(&db, dir)?;
+        Self::finish_open(db, dir, true, Some(secondary))
+    }
+
+    fn finish_open(
+        db: DB,
+        dir: &Path,
+        read_only: bool,
+        secondary: Option<std::path::PathBuf>,
+    ) -> Result<Store> {
+        let store = Store {
+            db: RwLock::new(Some(db)),
+            dir: dir.to_owned(),
+            read_only,
+            unwritable: Mutex::new(None),
+            writer: Mutex::new(0),
+            secondary,
+            sessions_cache: Mutex::new(Default::default()),
+            sweeps: AtomicU64::new(0),
+            recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
+        };
+        match store.meta(b"format")? {
+            Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
+                return Err(Error::Format {
+                    found: v[0],
+                    supported: FORMAT_VERSION,
+                });
+            }
+            Some(_) => {}
+            None if !read_only => store.put_meta(b"format", &[FORMAT_VERSION])?,
+            None => {}
+        }
+        *store.writer.lock().unwrap_or_else(|e| e.into_inner()) = store.last_id()?;
+        Ok(store)
+    }
+
+    /// The id of the newest change, 0 for an empty store.
+    pub fn last_id(&self) -> Result<u64> {
+        let db = self.db()?;
+        let mut iter = db.iterator_cf(db.cf(CF_CHANGES), IteratorMode::End);
+        match iter.next() {
+            None => Ok(0),
+            Some(item) => {
+                let (key, _) = item.map_err(Store::db_error("scan changes"))?;
+                keys::change_id(&key).ok_or_else(|| Error::Corrupt {
+                    cf: CF_CHANGES,
+                    key: keys::hex(&key),
+                    reason: "key is not an id".into(),
+                })
+            }
+        }
+    }
+
+    pub fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let db = self.db()?;
+        db.get_cf(db.cf(CF_META), key)
+            .map_err(Store::db_error("read meta"))
+    }
+
+    /// After a failed write: close the database and open it again, which replays what its log
+    /// holds and clears RocksDB's own error state. Writes are accepted again only if that
+    /// works and a test write succeeds; otherwise the store stays unwritable (reads go on).
+    pub fn recover(&self) -> Result<()> {
+        if self.read_only || self.writable() {
+            return Ok(());
+        }
+        let mut slot = self.db.write().unwrap_or_else(|e| e.into_inner());
+        // Closing flushes nothing that matters: every acknowledged write is in the WAL.
+        drop(slot.take());
+        let reopened = open_db(&self.dir);
+        let db = match reopened {
+            Ok(db) => db,
+            Err(e) => {
+                // Reads must go on: take what can be opened.
+                *slot = DB::open_cf_descriptors(&options(), &self.dir, descriptors()).ok();
+                return Err(e);
+            }
+        };
+        let probe = db.put_cf(
+            db.cf_handle(CF_META)
+                .expect("column family created at open"),
+            b"probe",
+            b"",
+        );
+        *slot = Some(db);
+        drop(slot);
+        probe.map_err(Store::db_error("test write"))?;
+        *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        tracing::info!("the store accepts writes again");
+        Ok(())
+    }
+}
+
+/// A store whose files are damaged says so plainly.
+fn classify_open_error(dir: &Path, source: rocksdb::Error) -> Error {
+    match source.kind() {
+        rocksdb::ErrorKind::Corruption | rocksdb::ErrorKind::NotFound => Error::Damaged {
+            dir: dir.to_owned(),
+            reason: format!("cannot be opened: {source}"),
+        },
+        _ => Error::Db {
+            context: "open",
+            source,
+        },
+    }
+}
+
+/// Every table file the database lists must be there, whole: RocksDB opens a store with a
+/// missing or truncated table file and fails only when a read reaches it (or reads nothing).
+fn check_files(db: &DB, dir: &Path) -> Result<()> {
+    let files = db
+        .live_files()
+        .map_err(Store::db_error("list table files"))?;
+    for f in files {
+        let name = f.name.trim_start_matches('/');
+        let path = dir.join(name);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.len() == f.size as u64 => {}
+            Ok(m) => {
+                return Err(Error::Damaged {
+                    dir: dir.to_owned(),
+                    reason: format!(
+                        "table file {name} is {} bytes, expected {}",
+                        m.len(),
+                        f.size
+                    ),
+                });
+            }
+            Err(e) => {
+                return Err(Error::Damaged {
+                    dir: dir.to_owned(),
+                    reason: format!("table file {name}: {e}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! Writing: every write goes through [`Store::write`], which refuses to write on top of a
+//! failed one, and a change with all its bookkeeping is one batch.
+
+use std::collections::HashMap;
+
+use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
+
+use super::{
+    CF_BY_AGENT, CF_BY_PATH, CF_BY_SESSION, CF_BY_TIME, CF_CHANGES, CF_CHECKPOINTS, CF_EPISODES,
+    CF_MANIFEST, CF_META, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, Db, EpisodeRecord,
+    Error, Result, SeenRecord, SessionRecord, Store, TurnRecord, check_key_name, keys,
+};
+
+/// Bookkeeping written in the same batch as a change.
+#[derive(Default)]
+pub struct Extra<'a> {
+    /// The open-episode marker this change completes.
+    pub finish_episode: Option<&'a [u8]>,
+    /// Manifest entries to set (or, with `None`, remove).
+    pub manifest: &'a [(Vec<u8>, Option<SeenRecord>)],
+    /// A directory renamed: move the manifest entries below the first path under the second.
+    pub move_under: Option<(&'a [u8], &'a [u8])>,
+}
+
+impl Store {
+    /// Whether writes are accepted now.
+    pub fn writable(&self) -> bool {
+        self.check_writable().is_ok()
+    }
+
+    /// `Ok` if writes are accepted: not read-only, and no write has failed since the last
+    /// successful [`recover`](Store::recover).
+    pub fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        match &*self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((reason, no_space)) => Err(Error::Unwritable {
+                reason: reason.clone(),
+                no_space: *no_space,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// [`check_writable`](Store::check_writable), and the store's disk has room. For
+    /// operations recorded a moment after they happen (a new file): they must not happen when
+    /// the record could not be written, and a full disk does not fail a write until one is
+    /// tried. Recording resumes by itself once there is room again.
+    pub fn check_room(&self) -> Result<()> {
+        self.check_writable()?;
+        if self.disk_full() {
+            return Err(Error::Unwritable {
+                reason: format!("the disk of {} is full", self.dir.display()),
+                no_space: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// Why writes are refused, if they are: for `status`.
+    pub fn unwritable_reason(&self) -> Option<String> {
+        self.unwritable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(r, _)| r.clone())
+    }
+
+    /// Note a failed write: nothing more is written until [`recover`](Store::recover) works.
+    pub(super) fn fail(&self, context: &'static str, source: &rocksdb::Error) {
+        let why = source.to_string();
+        let no_space = super::error::is_no_space(source) || self.disk_full();
+        tracing::error!("store write failed ({context}): {why}; refusing writes until one works");
+        *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = Some((why, no_space));
+    }
+
+    /// Whether the store's file system has no room left (a write error on a full disk does
+    /// not always say so).
+    fn disk_full(&self) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(path) = std::ffi::CString::new(self.dir.as_os_str().as_bytes()) else {
+            return false;
+        };
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: statvfs of a NUL-terminated path into memory we own; read only on success.
+        if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+            return false;
+        }
+        // SAFETY: statvfs returned 0, so it filled `st`.
+        let st = unsafe { st.assume_init() };
+        st.f_bavail.saturating_mul(st.f_frsize) < 1 << 20
+    }
+
+    /// Run a write; on failure refuse further writes, so nothing is written on top of an
+    /// unknown state.
+    pub(super) fn write(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
+        self.check_writable()?;
+        let db = self.db()?;
+        let mut opts = WriteOptions::default();
+        opts.set_sync(false);
+        db.write_opt(batch, &opts).map_err(|source| {
+            self.fail(context, &source);
+            Error::Db { context, source }
+        })
+    }
+
+    pub fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db.cf(CF_META), key, value);
+        drop(db);
+        self.write("meta", batch)
+    }
+
+    /// Record changes in one batch, with consecutive ids in the order given (the records' `id`
+    /// fields are ignored). Their blobs must already be stored. Returns them with their ids.
+    pub fn record_many(&self, items: Vec<(ChangeRecord, &Extra<'_>)>) -> Result<Vec<ChangeRecord>> {
+        self.check_writable()?;
+        for (c, _) in &items {
+            check_key_name("session", c.session.as_bytes())?;
+            check_key_name("agent", c.agent.as_bytes())?;
+        }
+        let mut last_id = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        // Ids and session summaries first (summaries may be read from the store), then the
+        // batch: the database lock is never taken twice by one thread.
+        let mut sessions: HashMap<String, SessionRecord> = HashMap::new();
+        let mut summaries = Vec::with_capacity(items.len());
+        let mut changes = Vec::with_capacity(items.len());
+        for (i, (mut change, extra)) in items.into_iter().enumerate() {
+            change.id = *last_id + 1 + i as u64;
+            let summary = match sessions.remove(&change.session) {
+                Some(mut s) => {
+                    s.count_in(&change);
+                    s
+                }
+                None => self.updated_session(&change)?,
+            };
+            sessions.insert(change.session.clone(), summary.clone());
+            summaries.push(summary);
+            changes.push((change, extra));
+        }
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        let mut out = Vec::with_capacity(changes.len());
+        for ((change, extra), summary) in changes.into_iter().zip(summaries) {
+            let id = change.id;
+            batch.put_cf(db.cf(CF_CHANGES), keys::change(id), change.encode());
+            for name in index_names(&change) {
+                batch.put_cf(db.cf(CF_BY_PATH), keys::named(name, id), b"");
+            }
+            let session_key = keys::named(change.session.as_bytes(), id);
+            batch.put_cf(db.cf(CF_BY_SESSION), session_key, b"");
+            let agent_key = keys::named(change.agent.as_bytes(), id);
+            batch.put_cf(db.cf(CF_BY_AGENT), agent_key, b"");
+            batch.put_cf(db.cf(CF_BY_TIME), keys::time(change.time_ns, id), b"");
+            batch.put_cf(
+                db.cf(CF_SESSIONS),
+                change.session.as_bytes(),
+                summary.encode(),
+            );
+            if let Some(path) = extra.finish_episode {
+                batch.delete_cf(db.cf(CF_EPISODES), path);
+            }
+            if let Some((from, to)) = extra.move_under {
+                move_manifest_under(&db, &mut batch, from, to)?;
+            }
+            put_manifest_entries(&db, &mut batch, extra.manifest);
+            out.push(change);
+        }
+        drop(db);
+        self.write("record change", batch)?;
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sessions);
+        *last_id += out.len() as u64;
+        Ok(out)
+    }
+
+    /// Take back a change recorded before an operation that then failed. Its id is not handed
+    /// out again.
+    pub fn retract(&self, change: &ChangeRecord) -> Result<()> {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let summary = self.session(&change.session)?;
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        delete_change(&db, &mut batch, change);
+        // A tombstone, so that the id can be explained later.
+        batch.put_cf(db.cf(CF_META), keys::retracted(change.id), b"");
+        match summary {
+            Some(mut info) if info.count > 1 => {
+                info.count -= 1;
+                batch.put_cf(db.cf(CF_SESSIONS), change.session.as_bytes(), info.encode());
+            }
+            _ => batch.delete_cf(db.cf(CF_SESSIONS), change.session.as_bytes()),
+        }
+        drop(db);
+        self.write("retract change", batch)?;
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        Ok(())
+    }
+
+    /// Note that a write episode on `path` has begun (its before content is already stored),
+    /// so a crash before it ends can still be recorded at the next mount.
+    pub fn put_open_episode(&self, path: &[u8], episode: &EpisodeRecord) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db.cf(CF_EPISODES), path, episode.encode());
+        drop(db);
+        self.write("open episode", batch)
+    }
+
+    pub fn drop_open_episode(&self, path: &[u8]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(db.cf(CF_EPISODES), path);
+        drop(db);
+        self.write("drop episode", batch)
+    }
+
+    /// Update manifest entries outside of a change (metadata-only updates).
+    pub fn put_manifest(&self, entries: &[(Vec<u8>, Option<SeenRecord>)]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        put_manifest_entries(&db, &mut batch, entries);
+        drop(db);
+        self.write("manifest", batch)
+    }
+
+    /// Replace the whole manifest (after the scan at mount).
+    pub fn replace_manifest(&self, entries: &[(Vec<u8>, SeenRecord)]) -> Result<()> {
+        let db = self.db()?;
+        let cf = db.cf(CF_MANIFEST);
+        let mut batch = WriteBatch::default();
+        for item in db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, _) = item.map_err(Store::db_error("scan manifest"))?;
+            batch.delete_cf(cf, key);
+        }
+        for (path, seen) in entries {
+            batch.put_cf(cf, path, seen.encode());
+        }
+        batch.put_cf(db.cf(CF_META), b"manifest", [1u8]);
+        drop(db);
+        self.write("replace manifest", batch)
+    }
+
+    /// Name the current end of the history. An existing checkpoint of that name is moved only
+    /// with `replace`; otherwise nothing is written and the answer is `None`.
+    pub fn put_checkpoint(
+        &self,
+        name: &str,
+        time_ns: u64,
+        replace: bool,
+    ) -> Result<Option<CheckpointRecord>> {
+        check_key_name("checkpoint", name.as_bytes())?;
+        // Under the writer lock: the end of the history cannot move while it is named.
+        let last = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if !replace && self.checkpoint(name)?.is_some() {
+            return Ok(None);
+        }
+        let checkpoint = CheckpointRecord {
+            name: name.to_owned(),
+            id: *last,
+            time_ns,
+        };
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db.cf(CF_CHECKPOINTS), name.as_bytes(), checkpoint.encode());
+        drop(db);
+        self.write("checkpoint", batch)?;
+        Ok(Some(checkpoint))
+    }
+
+    /// Write a turn (a new one, or one that ended).
+    pub fn put_turn(&self, turn: &TurnRecord) -> Result<()> {
+        check_key_name("session", turn.session.as_bytes())?;
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(
+            db.cf(CF_TURNS),
+            keys::named(turn.session.as_bytes(), u64::from(turn.number)),
+            turn.encode(),
+        );
+        drop(db);
+        self.write("turn", batch)
+    }
+
+    /// The id the next change will get, were it recorded now (for a turn's start).
+    pub fn next_id(&self) -> u64 {
+        *self.writer.lock().unwrap_or_else(|e| e.into_inner()) + 1
+    }
+
+    /// Hand out the next number of a counter kept in `meta` (rollback session numbers), never
+    /// the same twice.
+    pub fn next_in_sequence(&self, name: &[u8]) -> Result<u64> {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let n = match self.meta(name)? {
+            Some(v) if v.len() == 8 => u64::from_be_bytes(v.try_into().expect("8 bytes")),
+            _ => 0,
+        } + 1;
+        self.put_meta(name, &n.to_be_bytes())?;
+        Ok(n)
+    }
+
+    /// Make everything written so far durable against a machine crash.
+    pub fn sync(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.check_writable()?;
+        let db = self.db()?;
+        db.flush_wal(true).map_err(|source| {
+            self.fail("sync", &source);
+            Error::Db {
+                context: "sync",
+                source,
+            }
+        })
+    }
+}
+
+/// The `by_path` names of a change: its path, a rename's old path, the file's other names.
+pub(super) fn index_names(c: &ChangeRecord) -> impl Iterator<Item = &[u8]> {
+    std::iter::once(c.path.as_slice())
+        .chain(c.from.as_deref())
+        .chain(c.links.iter().map(Vec::as_slice))
+}
+
+pub(super) fn delete_change(db: &Db<'_>, batch: &mut WriteBatch, c: &ChangeRecord) {
+    batch.delete_cf(db.cf(CF_CHANGES), keys::change(c.id));
+    for name in index_names(c) {
+        batch.delete_cf(db.cf(CF_BY_PATH), keys::named(name, c.id));
+    }
+    batch.delete_cf(
+        db.cf(CF_BY_SESSION),
+        keys::named(c.session.as_bytes(), c.id),
+    );
+    batch.delete_cf(db.cf(CF_BY_AGENT), keys::named(c.agent.as_bytes(), c.id));
+    batch.delete_cf(db.cf(CF_BY_TIME), keys::time(c.time_ns, c.id));
+}
+
+fn put_manifest_entries(
+    db: &Db<'_>,
+    batch: &mut WriteBatch,
+    entries: &[(Vec<u8>, Option<SeenRecord>)],
+) {
+    for (path, seen) in entries {
+        match seen {
+            Some(seen) => batch.put_cf(db.cf(CF_MANIFEST), path, seen.encode()),
+            None => batch.delete_cf(db.cf(CF_MANIFEST), path),
+        }
+    }
+}
+
+fn move_manifest_under(db: &Db<'_>, batch: &mut WriteBatch, from: &[u8], to: &[u8]) -> Result<()> {
+    let mut prefix = from.to_vec();
+    prefix.push(b'/');
+    let cf = db.cf(CF_MANIFEST);
+    for item in db.iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward)) {
+        let (key, value) = item.map_err(Store::db_error("scan manifest"))?;
+        if !key.starts_with(&prefix) {
+            break;
+        }
+        let mut moved = to.to_vec();
+        moved.extend_from_slice(&key[from.len()..]);
+        batch.delete_cf(cf, &key);
+        batch.put_cf(cf, moved, value);
+    }
+    Ok(())
+}
