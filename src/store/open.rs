@@ -47,20 +47,48 @@ impl Store {
 
     /// Open an existing store for reading only, alongside a running writer if there is one: a
     /// RocksDB secondary instance, which sees everything the writer had written when it opened.
+    /// With no writer running, a plain read-only instance: a secondary recovers to the newest
+    /// state whose table files are all there, so a missing or truncated one would silently hide
+    /// history instead of failing.
     pub fn open_read_only(dir: &Path) -> Result<Store> {
         if !dir.join("CURRENT").exists() {
             return Err(Error::Missing(dir.to_owned()));
         }
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let secondary =
-            std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
-        let mut opts = Options::default();
-        opts.set_max_open_files(-1);
-        let db = DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
-            .map_err(|source| classify_open_error(dir, source))?;
-        check_files(&db, dir)?;
-        Self::finish_open(db, dir, true, Some(secondary))
+        if !writer_running(dir) {
+            let mut opts = Options::default();
+            opts.set_max_open_files(-1);
+            let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(), false)
+                .map_err(|source| classify_open_error(dir, source))?;
+            check_files(&db, dir)?;
+            return Self::finish_open(db, dir, true, None);
+        }
+        // The writer may compact between the secondary's reading of the file list and the
+        // check, deleting a table file it lists: that is a race, not damage, so try again.
+        let mut attempt = 0;
+        loop {
+            static SEQ: AtomicU64 = AtomicU64::new(0);
+            let n = SEQ.fetch_add(1, Ordering::Relaxed);
+            let secondary =
+                std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
+            let mut opts = Options::default();
+            opts.set_max_open_files(-1);
+            let db = DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
+                .map_err(|source| classify_open_error(dir, source))?;
+            match check_files(&db, dir) {
+                Err(Error::Damaged { .. }) if attempt < 5 && writer_running(dir) => {
+                    drop(db);
+                    let _ = std::fs::remove_dir_all(&secondary);
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+                }
+                Err(e) => {
+                    drop(db);
+                    let _ = std::fs::remove_dir_all(&secondary);
+                    return Err(e);
+                }
+                Ok(()) => return Self::finish_open(db, dir, true, Some(secondary)),
+            }
+        }
     }
 
     fn finish_open(
@@ -150,6 +178,24 @@ impl Store {
         tracing::info!("the store accepts writes again");
         Ok(())
     }
+}
+
+/// Whether another process has the store open for writing (holds RocksDB's record lock on
+/// `LOCK`). Not for a process that has the store open for writing itself: closing any fd of
+/// `LOCK` would drop its own lock.
+fn writer_running(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(dir.join("LOCK")) else {
+        return false;
+    };
+    // SAFETY: an all-zero flock is a valid value.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: F_OFD_GETLK on an fd we own, into a flock we own.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+    // If we cannot tell, assume a writer: the secondary instance is safe beside one.
+    r != 0 || lock.l_type != libc::F_UNLCK as libc::c_short
 }
 
 /// A store whose files are damaged says so plainly.
