@@ -243,6 +243,11 @@ impl History {
         Ok(self.store.put_manifest(&records)?)
     }
 
+    /// Swap the manifest entries below two folders (undoes a folder rename's, which swaps them).
+    pub fn swap_manifest_under(&self, a: &[u8], b: &[u8]) -> Result<()> {
+        Ok(self.store.swap_manifest_under(a, b)?)
+    }
+
     pub fn replace_manifest(&self, entries: &[(Vec<u8>, Seen)]) -> Result<()> {
         let records: Vec<_> = entries
             .iter()

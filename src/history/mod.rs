@@ -25,7 +25,7 @@ use std::path::PathBuf;
 pub use change::{Change, ChangeKind, FileKind, FileState, Hash};
 pub use db::History;
 pub use name::{BadName, Name};
-pub use recorder::{Recorder, Source};
+pub use recorder::{AsRecorded, Recorder, Source};
 pub use who::{Attributor, Who};
 
 /// What can go wrong in reading, recording or rolling back history.

@@ -18,7 +18,8 @@ pub struct Extra<'a> {
     pub finish_episode: Option<&'a [u8]>,
     /// Manifest entries to set (or, with `None`, remove).
     pub manifest: &'a [(Vec<u8>, Option<SeenRecord>)],
-    /// A directory renamed: move the manifest entries below the first path under the second.
+    /// A directory renamed: move the manifest entries below the first path under the second
+    /// (and, for an exchange of two directories, those below the second under the first).
     pub move_under: Option<(&'a [u8], &'a [u8])>,
 }
 
@@ -231,6 +232,17 @@ impl Store {
         self.write("manifest", batch)
     }
 
+    /// Swap the entries below two folders, as a recorded folder rename does (for taking one
+    /// back).
+    pub fn swap_manifest_under(&self, a: &[u8], b: &[u8]) -> Result<()> {
+        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        move_manifest_under(&db, &mut batch, a, b)?;
+        drop(db);
+        self.write("manifest", batch)
+    }
+
     /// Replace the whole manifest (after the scan at mount).
     pub fn replace_manifest(&self, entries: &[(Vec<u8>, SeenRecord)]) -> Result<()> {
         let db = self.db()?;
@@ -357,18 +369,29 @@ fn put_manifest_entries(
 }
 
 fn move_manifest_under(db: &Db<'_>, batch: &mut WriteBatch, from: &[u8], to: &[u8]) -> Result<()> {
-    let mut prefix = from.to_vec();
-    prefix.push(b'/');
+    // Entries below `from` go below `to`, and any below `to` (an exchange of two folders; a
+    // plain rename replaces only an empty folder) below `from`. Every old key is deleted before
+    // any new one is put, as one may be the other's.
     let cf = db.cf(CF_MANIFEST);
-    for item in db.iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward)) {
-        let (key, value) = item.map_err(Store::db_error("scan manifest"))?;
-        if !key.starts_with(&prefix) {
-            break;
+    let mut moved = Vec::new();
+    for (old, new) in [(from, to), (to, from)] {
+        let mut prefix = old.to_vec();
+        prefix.push(b'/');
+        for item in db.iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward)) {
+            let (key, value) = item.map_err(Store::db_error("scan manifest"))?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let mut renamed = new.to_vec();
+            renamed.extend_from_slice(&key[old.len()..]);
+            moved.push((key, renamed, value));
         }
-        let mut moved = to.to_vec();
-        moved.extend_from_slice(&key[from.len()..]);
-        batch.delete_cf(cf, &key);
-        batch.put_cf(cf, moved, value);
+    }
+    for (key, _, _) in &moved {
+        batch.delete_cf(cf, key);
+    }
+    for (_, renamed, value) in moved {
+        batch.put_cf(cf, renamed, value);
     }
     Ok(())
 }

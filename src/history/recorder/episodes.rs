@@ -172,7 +172,7 @@ impl Recorder {
         change.before = before;
         change.after = Some(after);
         change.links = self.other_names(key, path);
-        let manifest = [(path.to_vec(), Some(seen_of(&st)))];
+        let manifest = self.manifest_of_names(path, &change.links, seen_of(&st));
         self.record(
             change,
             &Extra {
@@ -221,7 +221,8 @@ impl Recorder {
             change.before = before;
             change.after = Some(now.clone());
             change.links = self.other_names(key, &ep_path);
-            self.record_one(change, &[(ep_path.clone(), Some(seen_of(&st)))])?;
+            let manifest = self.manifest_of_names(&ep_path, &change.links, seen_of(&st));
+            self.record_one(change, &manifest)?;
         }
         self.put_marker(&ep_path, Some(now.clone()), &who)?;
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {

@@ -9,6 +9,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::{Key, Recorder, lock};
+use crate::history::change::Seen;
 
 #[derive(Default)]
 pub(super) struct Links {
@@ -37,22 +38,22 @@ impl Links {
         }
     }
 
-    /// A folder was renamed: names below it move with it.
-    pub(super) fn moved_dir(&mut self, from: &[u8], to: &[u8]) {
-        let mut prefix = from.to_vec();
-        prefix.push(b'/');
+    /// A folder was renamed: names below it move with it. With `exchange`
+    /// (`RENAME_EXCHANGE`), names below `to` move below `from` at the same time.
+    pub(super) fn moved_dir(&mut self, from: &[u8], to: &[u8], exchange: bool) {
         for names in self.names.values_mut() {
-            let below: Vec<Vec<u8>> = names
+            let moved: Vec<(Vec<u8>, Vec<u8>)> = names
                 .iter()
-                .filter(|n| n.starts_with(&prefix))
-                .cloned()
+                .filter_map(|n| {
+                    let new = moved_below(n, from, to)
+                        .or_else(|| exchange.then(|| moved_below(n, to, from)).flatten())?;
+                    Some((n.clone(), new))
+                })
                 .collect();
-            for old in below {
-                names.remove(&old);
-                let mut new = to.to_vec();
-                new.extend_from_slice(&old[from.len()..]);
-                names.insert(new);
+            for (old, _) in &moved {
+                names.remove(old);
             }
+            names.extend(moved.into_iter().map(|(_, new)| new));
         }
     }
 
@@ -68,6 +69,17 @@ impl Links {
     }
 }
 
+/// `path` with folder `from` above it replaced by `to`, if `from` is above it.
+pub(super) fn moved_below(path: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
+    if path.starts_with(from) && path.get(from.len()) == Some(&b'/') {
+        let mut new = to.to_vec();
+        new.extend_from_slice(&path[from.len()..]);
+        Some(new)
+    } else {
+        None
+    }
+}
+
 impl Recorder {
     /// The other names of the file `key`, which `path` names.
     pub(super) fn other_names(&self, key: Key, path: &[u8]) -> Vec<Vec<u8>> {
@@ -78,6 +90,21 @@ impl Recorder {
     pub(super) fn same_file(&self, key: Key, a: &[u8], b: &[u8]) -> bool {
         let links = lock(&self.links);
         links.contains(key, a) && links.contains(key, b)
+    }
+
+    /// The manifest entries for a change to the file at `path` whose other names are `links`:
+    /// one file, so one stat for every recorded name, or the next mount's scan would take the
+    /// other names' new content or mode for a change made while unmounted.
+    pub(super) fn manifest_of_names(
+        &self,
+        path: &[u8],
+        links: &[Vec<u8>],
+        seen: Seen,
+    ) -> Vec<(Vec<u8>, Option<Seen>)> {
+        std::iter::once(path.to_vec())
+            .chain(links.iter().filter(|l| self.records(l, false)).cloned())
+            .map(|p| (p, Some(seen.clone())))
+            .collect()
     }
 
     /// A file with several names was seen at `path`.
@@ -98,8 +125,15 @@ mod tests {
         l.add((1, 5), b"a");
         l.add((1, 5), b"d/c");
         assert_eq!(l.others((1, 5), b"a"), vec![b"d/c".to_vec()]);
-        l.moved_dir(b"d", b"e");
+        l.moved_dir(b"d", b"e", false);
         assert_eq!(l.others((1, 5), b"a"), vec![b"e/c".to_vec()]);
+        l.add((1, 6), b"f/x");
+        l.add((1, 6), b"e/x");
+        l.moved_dir(b"e", b"f", true);
+        assert_eq!(l.others((1, 5), b"a"), vec![b"f/c".to_vec()]);
+        assert_eq!(l.others((1, 6), b"f/x"), vec![b"e/x".to_vec()]);
+        l.moved_dir(b"f", b"e", false);
+        l.remove((1, 6), b"e/x");
         l.moved((1, 5), b"a", b"b");
         assert_eq!(l.others((1, 5), b"e/c"), vec![b"b".to_vec()]);
         l.remove((1, 5), b"b");

@@ -37,7 +37,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 pub use capture::{Source, key_of, kind_of, seen_of};
 pub use journal::{Next, Prepared, Subscription};
-pub use pending::PENDING_FOR;
+pub use pending::{AsRecorded, PENDING_FOR};
 pub use recovery::Recovery;
 
 use super::change::{Change, ChangeKind};
@@ -200,6 +200,14 @@ impl Recorder {
             .collect()
     }
 
+    /// Keep episodes from ending while a folder is renamed: an end that had already taken its
+    /// episode when the episodes below the folder were moved would record the file under its
+    /// old path after the rename. Taken before [`hold`](Recorder::hold), and kept until the
+    /// rename is done.
+    pub fn pause_endings(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.ending.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Record everything that has happened: wait for episode ends in progress (a large file's
     /// content may take a while to store), record held-back creates and queued deletes. After
     /// this, every operation whose syscall returned before it was called is in the history
@@ -207,6 +215,24 @@ impl Recorder {
     pub fn settle(&self) -> Result<()> {
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         self.flush_pending_older(true)
+    }
+
+    /// [`settle`](Recorder::settle) for reading the past: episodes being ended are recorded and
+    /// queued deletes written, but held-back creates stay held back (a view reads the live tree
+    /// through [`AsRecorded`], which hides them), so that looking at `.rewind/at/` while an
+    /// editor saves does not split its save-by-rename.
+    pub fn settle_for_views(&self) -> Result<()> {
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.drain()
+    }
+
+    /// [`settle`](Recorder::settle) for an agent's hook: everything `session` did is recorded
+    /// (its turn or tool call ends with it), but other sessions' new files stay held back, so
+    /// that another agent's save in progress (a temporary file written, not yet renamed over
+    /// its target) is still seen as one `modify` of the target.
+    pub fn settle_session(&self, session: &str) -> Result<()> {
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.flush_pending_of(session)
     }
 
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::capture::{key_of, kind_of, seen_of};
 use super::journal::Prepared;
+use super::links::moved_below;
 use super::saves::RenamedAway;
 use super::{Recorder, lock};
 use crate::history::Result;
@@ -41,6 +42,8 @@ impl Recorder {
         if self.records(path, false) {
             self.cut_episode(key, path)?;
         }
+        // Asked before this name is dropped: a file left with one name is no longer kept.
+        let other = self.other_names(key, path).into_iter().next();
         lock(&self.links).remove(key, path);
         {
             let mut episodes = lock(&self.episodes);
@@ -48,7 +51,7 @@ impl Recorder {
                 && ep.path == path
             {
                 // The episode goes on under another name of the file, if it has one.
-                match self.other_names(key, path).into_iter().next() {
+                match other {
                     Some(other) if st.st_nlink > 1 => {
                         drop(episodes);
                         self.move_marker(key, path, &other)?;
@@ -194,7 +197,8 @@ impl Recorder {
         change.before = Some(before);
         change.after = Some(after);
         change.links = self.other_names(key, path);
-        let recorded = self.record_one(change, &[(path.to_vec(), Some(seen))])?;
+        let manifest = self.manifest_of_names(path, &change.links, seen);
+        let recorded = self.record_one(change, &manifest)?;
         // An episode still open on the file goes on from the new mode.
         if let Some(ep) = lock(&self.episodes).get_mut(&key)
             && let Some(before) = &mut ep.before
@@ -217,8 +221,13 @@ impl Recorder {
         pid: u32,
     ) -> Result<Vec<Change>> {
         let src_dir = kind_of(src_st) == FileKind::Dir;
+        // A folder exchanged for the source moves too.
+        let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
         if src_dir {
             self.flush_pending_under(src)?;
+        }
+        if dst_dir {
+            self.flush_pending_under(dst)?;
         }
         self.flush_pending(dst)?;
         if exchange {
@@ -299,7 +308,8 @@ impl Recorder {
         } else {
             manifest.push((src.to_vec(), None));
         }
-        let move_under = (src_dir && !exchange).then_some((src, dst));
+        // An exchange swaps what is below the two folders.
+        let move_under = (src_dir || dst_dir).then_some((src, dst));
         let extra = Extra {
             finish_episode: None,
             manifest: &manifest,
@@ -327,6 +337,8 @@ impl Recorder {
         out.push(recorded);
         if exchange && let Some(dst_before) = dst_before {
             let mut back = self.change(ChangeKind::Rename, src, &who);
+            // The first half's time marks the pair as one exchange (`history::view`).
+            back.time_ns = out.last().map_or(back.time_ns, |c| c.time_ns);
             back.from = Some(dst.to_vec());
             back.before = Some(src_state);
             back.after = Some(dst_before);
@@ -361,25 +373,26 @@ impl Recorder {
                 }
             }
         }
-        if src_dir {
-            if !exchange {
-                lock(&self.links).moved_dir(src, dst);
-                self.move_episodes_under(src, dst)?;
-            }
-        } else {
-            let mut links = lock(&self.links);
-            links.moved(key_of(src_st), src, dst);
-            if exchange && let Some(st) = dst_st {
-                links.moved(key_of(st), dst, src);
-            }
+        let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
+        if src_dir || dst_dir {
+            lock(&self.links).moved_dir(src, dst, exchange);
+            self.move_episodes_under(src, dst, exchange)?;
+        }
+        if !src_dir {
+            lock(&self.links).moved(key_of(src_st), src, dst);
+        }
+        if exchange
+            && !dst_dir
+            && let Some(st) = dst_st
+        {
+            lock(&self.links).moved(key_of(st), dst, src);
         }
         Ok(())
     }
 
-    /// Episodes of files below a renamed folder go on under its new name, markers too.
-    fn move_episodes_under(&self, from: &[u8], to: &[u8]) -> Result<()> {
-        let mut prefix = from.to_vec();
-        prefix.push(b'/');
+    /// Episodes of files below a renamed folder go on under its new name, markers too; with
+    /// `exchange`, those below `to` go below `from` at the same time.
+    fn move_episodes_under(&self, from: &[u8], to: &[u8], exchange: bool) -> Result<()> {
         // (old path, new path, before, who, created) of each episode moved.
         type Moved = (
             Vec<u8>,
@@ -392,17 +405,20 @@ impl Recorder {
             let mut episodes = lock(&self.episodes);
             episodes
                 .values_mut()
-                .filter(|ep| ep.path.starts_with(&prefix))
-                .map(|ep| {
-                    let mut new = to.to_vec();
-                    new.extend_from_slice(&ep.path[from.len()..]);
+                .filter_map(|ep| {
+                    let new = moved_below(&ep.path, from, to)
+                        .or_else(|| exchange.then(|| moved_below(&ep.path, to, from)).flatten())?;
                     let old = std::mem::replace(&mut ep.path, new.clone());
-                    (old, new, ep.before.clone(), ep.who.clone(), ep.created)
+                    Some((old, new, ep.before.clone(), ep.who.clone(), ep.created))
                 })
                 .collect()
         };
-        for (old, new, before, who, created) in moved {
-            self.history.drop_open_episode(&old)?;
+        // All old markers go before any new one is written: in an exchange a new path may be
+        // another episode's old one.
+        for (old, ..) in &moved {
+            self.history.drop_open_episode(old)?;
+        }
+        for (_, new, before, who, created) in moved {
             if !created && self.records(&new, false) {
                 self.put_marker(&new, before, &who)?;
             }
@@ -443,6 +459,32 @@ impl Recorder {
                     c.id
                 );
             }
+        }
+        // The manifest was moved on as if the operation had happened: put it back as the tree
+        // is, or the next mount would take the names involved for outside changes.
+        let is_dir = |s: &Option<FileState>| s.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
+        if let Some(c) = changes.first()
+            && c.kind == ChangeKind::Rename
+            && (is_dir(&c.before) || is_dir(&c.after))
+            && let Some(from) = &c.from
+            && let Err(e) = self.history.swap_manifest_under(from, &c.path)
+        {
+            tracing::warn!("manifest update failed: {e}");
+        }
+        let mut entries = Vec::new();
+        for c in changes {
+            for path in std::iter::once(&c.path).chain(&c.from) {
+                let st = self.source.lstat(path).ok();
+                if self.records(
+                    path,
+                    st.as_ref().is_some_and(|st| kind_of(st) == FileKind::Dir),
+                ) {
+                    entries.push((path.clone(), st.as_ref().map(seen_of)));
+                }
+            }
+        }
+        if let Err(e) = self.history.put_manifest(&entries) {
+            tracing::warn!("manifest update failed: {e}");
         }
     }
 

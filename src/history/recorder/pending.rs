@@ -4,13 +4,17 @@
 //! never shows. Its content is captured when the create is recorded (the file cannot change
 //! meanwhile without flushing it first).
 
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::capture::seen_of;
+use super::capture::{Source, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileState, Seen};
 use crate::history::db::Extra;
+use crate::history::view::join;
 use crate::history::who::Who;
 
 /// How long a new file's creation is held back, waiting to see whether it is a temporary file
@@ -63,7 +67,12 @@ impl Recorder {
         }
     }
 
-    fn record_create(&self, path: &[u8], p: Pending) -> Result<()> {
+    fn record_create(&self, path: &[u8], mut p: Pending) -> Result<()> {
+        if p.replaces.is_none()
+            && let Some(original) = self.saved_keeping_backup(path, &p)?
+        {
+            p.replaces = Some(original);
+        }
         let Some((after, seen)) = self.pending_content(path, &p)? else {
             return Ok(());
         };
@@ -81,7 +90,7 @@ impl Recorder {
         change.before = p.replaces.clone();
         change.after = Some(after);
         change.links = self.other_names(p.key, path);
-        let manifest = [(path.to_vec(), Some(seen))];
+        let manifest = self.manifest_of_names(path, &change.links, seen);
         self.record(
             change,
             &Extra {
@@ -99,9 +108,20 @@ impl Recorder {
         if all {
             self.drain()?;
         }
+        self.flush_pending_where(|p| all || p.since.elapsed() >= PENDING_FOR)
+    }
+
+    /// Record the held-back creates of `session` now, and the queued deletes. Other sessions'
+    /// stay held back: one of them may be a temporary file about to be renamed over its target.
+    pub fn flush_pending_of(&self, session: &str) -> Result<()> {
+        self.drain()?;
+        self.flush_pending_where(|p| p.who.session == session)
+    }
+
+    fn flush_pending_where(&self, due: impl Fn(&Pending) -> bool) -> Result<()> {
         let mut due: Vec<(u64, Vec<u8>, Key)> = lock(&self.pending)
             .iter()
-            .filter(|(_, p)| all || p.since.elapsed() >= PENDING_FOR)
+            .filter(|(_, p)| due(p))
             .map(|(path, p)| (p.time_ns, path.clone(), p.key))
             .collect();
         due.sort();
@@ -130,5 +150,49 @@ impl Recorder {
             self.flush_pending(&p)?;
         }
         Ok(())
+    }
+}
+
+/// The live tree as the history has it so far: a new file whose create is still held back is
+/// not in it yet. Views of the past read paths unchanged since their point from it, so a file
+/// made after a point is never shown at that point, not even in the moment before its create
+/// is recorded (the create gets an id after every point there is now).
+pub struct AsRecorded {
+    pub recorder: Arc<Recorder>,
+    pub source: Arc<dyn Source>,
+}
+
+impl AsRecorded {
+    fn check(&self, path: &[u8]) -> io::Result<()> {
+        if lock(&self.recorder.pending).contains_key(path) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(())
+    }
+}
+
+impl Source for AsRecorded {
+    fn open_read(&self, path: &[u8]) -> io::Result<File> {
+        self.check(path)?;
+        self.source.open_read(path)
+    }
+
+    fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        let mut names = self.source.read_dir(path)?;
+        let pending = lock(&self.recorder.pending);
+        if !pending.is_empty() {
+            names.retain(|name| !pending.contains_key(&join(path, name)));
+        }
+        Ok(names)
+    }
+
+    fn readlink(&self, path: &[u8]) -> io::Result<Vec<u8>> {
+        self.check(path)?;
+        self.source.readlink(path)
+    }
+
+    fn lstat(&self, path: &[u8]) -> io::Result<libc::stat> {
+        self.check(path)?;
+        self.source.lstat(path)
     }
 }

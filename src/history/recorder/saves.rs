@@ -11,13 +11,18 @@
 //!   create becomes a `modify` from the original content (nothing at all if it is the same).
 //!   Costs: a gap in the ids (the retracted rename, which `.rewind/events` readers have seen),
 //!   and a crash mid-save gives an `external` create at the next mount.
+//! - Rename-away keeping a backup (vim with `set backup`): as above, but the backup stays. When
+//!   the new file's create is about to be recorded and the renamed file still stands unchanged
+//!   under its new name, the rename is retracted and the save is recorded as what the user
+//!   sees: a `create` of the backup (with the original content) and a `modify` of the file.
 
 use std::time::{Duration, Instant};
 
-use super::capture::key_of;
+use super::capture::{key_of, seen_of};
+use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::Change;
+use crate::history::change::{Change, ChangeKind, FileState};
 
 /// How long a rename-away save may take from the rename to the delete.
 pub(super) const SAVE_WINDOW: Duration = Duration::from_secs(5);
@@ -92,5 +97,47 @@ impl Recorder {
             self.forget_known(key_of(st));
         }
         Ok(true)
+    }
+
+    /// `path`, a new file that `p`'s process wrote under a name it renamed away moments ago,
+    /// is about to be recorded while the renamed file still stands under its new name: a save
+    /// that keeps a backup. Records the backup's create and returns the original state (the
+    /// new file's create then becomes a `modify` from it), if it was one.
+    pub(super) fn saved_keeping_backup(
+        &self,
+        path: &[u8],
+        p: &Pending,
+    ) -> Result<Option<FileState>> {
+        let found = {
+            let mut all = lock(&self.renamed_away);
+            let backup = all
+                .iter()
+                .find(|(_, a)| {
+                    a.from == path && a.pid == p.who.pid && a.at.elapsed() <= SAVE_WINDOW
+                })
+                .map(|(to, _)| to.clone());
+            backup.and_then(|to| all.remove(&to).map(|a| (to, a)))
+        };
+        let Some((backup, away)) = found else {
+            return Ok(None);
+        };
+        // Nothing else may have happened to either name since the rename, and the backup is
+        // still the file renamed.
+        self.drain()?;
+        let last = |n: &[u8]| -> Result<Option<u64>> {
+            Ok(self.history.last_change_until(n, u64::MAX)?.map(|c| c.id))
+        };
+        if last(path)? != Some(away.change.id) || last(&backup)? != Some(away.change.id) {
+            return Ok(None);
+        }
+        let Some(st) = self.stat_if_same(&backup, away.key) else {
+            return Ok(None);
+        };
+        self.history.retract(&away.change)?;
+        let mut create = self.change(ChangeKind::Create, &backup, &p.who);
+        create.time_ns = away.change.time_ns;
+        create.after = away.change.after.clone();
+        self.record_one(create, &[(backup, Some(seen_of(&st)))])?;
+        Ok(away.change.after)
     }
 }
