@@ -17,7 +17,7 @@ use std::io::Write;
 
 use super::change::{Change, ChangeKind, FileKind, FileState};
 use super::turns::TurnRef;
-use super::view::View;
+use super::view::{Then, View};
 use super::{Error, History, Result, show_path};
 use crate::store::{Order, Query};
 
@@ -45,6 +45,10 @@ pub struct Step {
     pub target: Option<FileState>,
     /// What it is now.
     pub now: Option<FileState>,
+    /// Where the target state is now, if it was never recorded (unchanged since before the
+    /// first mount) and a folder rename has moved it: its content is kept from there before
+    /// anything is touched ([`keep_moved_content`]).
+    pub moved_to: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -131,7 +135,10 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
         if c.kind == ChangeKind::Rename && (is_dir(&c.after) || is_dir(&c.before)) {
             for dir in [Some(&c.path), c.from.as_ref()].into_iter().flatten() {
                 let mut below = BTreeSet::new();
-                for at in [c.id - 1, history.last_id()?] {
+                // What was below either name just before the rename and just after it (the
+                // rename touched all of it, although a later change may have moved it on),
+                // and what is below it now.
+                for at in [c.id - 1, c.id, history.last_id()?] {
                     collect_below(view, dir, at, &mut below)?;
                 }
                 for p in below {
@@ -142,7 +149,9 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
     }
     let mut plan = Plan::default();
     for (path, (first, last)) in &span {
-        let target = view.state_at(path, first - 1)?.state().cloned();
+        let (then, place) = view.located(path, first - 1)?;
+        let target = then.state().cloned();
+        let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
         let now = view.state_at(path, u64::MAX)?.state().cloned();
         if !force && let Some(why) = conflict(view, &ids, path, *first, *last, &now)? {
             plan.skipped.push((path.clone(), why));
@@ -165,6 +174,7 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
             path: path.clone(),
             target,
             now,
+            moved_to,
         });
     }
     Ok(plan)
@@ -271,6 +281,43 @@ pub trait Apply {
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
     /// Change a file's or folder's mode.
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()>;
+}
+
+/// Store the content of every target that is only in the workspace, under a folder's later
+/// name (see [`Step::moved_to`]), so that the rollback can put it back at its old path after
+/// removing the new one. Content that no longer matches is left out (the step then fails as
+/// unreadable, and nothing of it is touched).
+pub fn keep_moved_content(view: &View<'_>, plan: &Plan) -> Result<()> {
+    let store = view.history.store();
+    for s in &plan.steps {
+        let (Some(t), Some(at)) = (&s.target, &s.moved_to) else {
+            continue;
+        };
+        let Some(hash) = t.hash else {
+            continue;
+        };
+        if store.has_blob(&hash)? {
+            continue;
+        }
+        let kept = match t.kind {
+            FileKind::File => match view.source.open_read(at) {
+                Ok(f) => store.put_blob_reader(f)?.0,
+                Err(_) => continue,
+            },
+            FileKind::Symlink => match view.source.readlink(at) {
+                Ok(target) => store.put_blob(&target)?,
+                Err(_) => continue,
+            },
+            _ => continue,
+        };
+        if kept != hash {
+            tracing::warn!(
+                "{} changed while a rollback was planned; its content is not restored",
+                show_path(at)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Carry out a plan. Returns the paths that failed, and why; the others are done. A path whose

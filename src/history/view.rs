@@ -77,7 +77,12 @@ impl View<'_> {
                 if best.as_ref().is_some_and(|b| b.id < c.id) {
                     break;
                 }
-                if c.kind == ChangeKind::Rename || c.kind == ChangeKind::Restore {
+                // A rollback's changes are all `restore`s; only one that moved a folder (has a
+                // `from`) moves what is below it. Restoring a folder's mode, or making it
+                // again, leaves its contents to their own changes.
+                if c.kind == ChangeKind::Rename
+                    || (c.kind == ChangeKind::Restore && c.from.is_some())
+                {
                     best = Some(c);
                     break;
                 }
@@ -89,41 +94,93 @@ impl View<'_> {
 
     /// What `path` held right after change `at` (0: before any recorded change).
     pub fn state_at(&self, path: &[u8], at: u64) -> Result<Then> {
-        let then = self.state_at_unfiltered(path, at)?;
+        Ok(self.located(path, at)?.0)
+    }
+
+    /// [`state_at`](Self::state_at), and where a state still current is now.
+    pub fn located(&self, path: &[u8], at: u64) -> Result<(Then, Vec<u8>)> {
+        let (then, now) = self.locate(path, at)?;
         Ok(match then.state() {
-            Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => Then::Absent,
-            _ => then,
+            Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => (Then::Absent, now),
+            _ => (then, now),
         })
     }
 
-    fn state_at_unfiltered(&self, path: &[u8], at: u64) -> Result<Then> {
+    /// The second half of a `RENAME_EXCHANGE` whose first half is `c`. The recorder writes an
+    /// exchange as one rename each way, the second with the first's time, so that the pair is
+    /// not taken for two renames one after the other (which would move a folder's contents
+    /// there and back).
+    fn exchanged_with(&self, c: &Change) -> Result<Option<Change>> {
+        let Some(from) = c.from.as_deref() else {
+            return Ok(None);
+        };
+        if !matches!(c.kind, ChangeKind::Rename | ChangeKind::Restore) {
+            return Ok(None);
+        }
+        let Some(next) = self.history.first_change_after(from, c.id)? else {
+            return Ok(None);
+        };
+        Ok((next.time_ns == c.time_ns
+            && next.path == from
+            && next.from.as_deref() == Some(c.path.as_slice()))
+        .then_some(next))
+    }
+
+    /// Where what was at `path`, below a folder that change `c` renamed (from or to its
+    /// name), is right after `c` (and after its other half, for an exchange): the path, and the
+    /// change to go on from. `None` if `path` is below the rename's new name, where nothing was
+    /// before it.
+    fn moved_by(&self, c: &Change, path: &[u8]) -> Result<Option<(Vec<u8>, u64)>> {
+        let below = |dir: &[u8]| path.starts_with(dir) && path.get(dir.len()) == Some(&b'/');
+        let rebase = |old: &[u8], new: &[u8]| {
+            let mut moved = new.to_vec();
+            moved.extend_from_slice(&path[old.len()..]);
+            moved
+        };
+        let Some(from) = c.from.as_deref() else {
+            return Ok(None);
+        };
+        let moved = if below(from) {
+            rebase(from, &c.path)
+        } else if below(&c.path) {
+            // Only an exchange takes what was under the new name the other way.
+            match self.exchanged_with(c)? {
+                Some(back) => return Ok(Some((rebase(&c.path, from), back.id))),
+                None => return Ok(None),
+            }
+        } else {
+            return Ok(None);
+        };
+        let next = self.exchanged_with(c)?.map_or(c.id, |back| back.id);
+        Ok(Some((moved, next)))
+    }
+
+    /// What `path` held right after change `at`, and, for a state that is still current, the
+    /// path it is at now (a folder renamed since moved it).
+    fn locate(&self, path: &[u8], at: u64) -> Result<(Then, Vec<u8>)> {
         let mut path = path.to_vec();
         let mut at = at;
         // Each step follows a folder rename forward; a path can only be renamed so many times.
         for _ in 0..10_000 {
             let Some(c) = self.deciding_change(&path, at)? else {
-                return self.current(&path);
+                return Ok((self.current(&path)?, path));
             };
             if c.touches(&path) {
-                return Ok(c
+                let then = c
                     .states_of(&path)
                     .0
                     .cloned()
-                    .map_or(Then::Absent, Then::Recorded));
+                    .map_or(Then::Absent, Then::Recorded);
+                return Ok((then, path));
             }
             // A folder above `path` was renamed.
-            if let Some(from) = c.from.as_deref()
-                && path.starts_with(from)
-                && path.get(from.len()) == Some(&b'/')
-            {
-                let mut moved = c.path.clone();
-                moved.extend_from_slice(&path[from.len()..]);
+            if let Some((moved, next)) = self.moved_by(&c, &path)? {
                 path = moved;
-                at = c.id;
+                at = next;
                 continue;
             }
             // Under the folder's new name: nothing was there before the rename.
-            return Ok(Then::Absent);
+            return Ok((Then::Absent, path));
         }
         Err(Error::Usage("history too deep to follow".into()))
     }
@@ -214,12 +271,11 @@ impl View<'_> {
             let Some(c) = self.deciding_change(&probe, after)? else {
                 break;
             };
-            match c.from.as_deref() {
-                Some(from) if path.starts_with(from) => {
-                    let mut moved = c.path.clone();
-                    moved.extend_from_slice(&path[from.len()..]);
-                    path = moved;
-                    after = c.id;
+            match self.moved_by(&c, &probe)? {
+                Some((moved, next)) => {
+                    // (Without the probe's "/\0".)
+                    path = moved[..moved.len() - 2].to_vec();
+                    after = next;
                     if let Ok(names) = self.source.read_dir(&path) {
                         candidates.extend(names);
                     }
@@ -230,7 +286,7 @@ impl View<'_> {
                         }
                     }
                 }
-                _ => break,
+                None => break,
             }
         }
         let mut out = Vec::new();
@@ -247,7 +303,11 @@ impl View<'_> {
 
     /// The content of `path` right after change `at`, or `None` if it did not exist then.
     pub fn content_at(&self, path: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
-        match self.state_at(path, at)? {
+        let (then, now) = self.located(path, at)?;
+        // A state still current is read where it is now: under a folder's later name, if it
+        // was renamed since.
+        let path = now.as_slice();
+        match then {
             Then::Absent => Ok(None),
             Then::Current(s) => match s.kind {
                 FileKind::File => {
