@@ -244,6 +244,31 @@ impl Backing {
         Ok(File::from(fd))
     }
 
+    /// An unnamed regular file in folder `parent` (`O_TMPFILE`).
+    pub fn open_tmpfile(&self, parent: &[u8], flags: i32, mode: u32) -> io::Result<File> {
+        let dir = self.dir(parent)?;
+        no_umask();
+        // O_TMPFILE needs write access; the caller's flags carry it.
+        let flags = (flags & !libc::O_TRUNC) | libc::O_TMPFILE;
+        let fd = openat2_beneath(dir.fd(), b".", flags, mode)?;
+        Ok(File::from(fd))
+    }
+
+    /// Give the open, unnamed file `file` the name `name` in `new_parent`, the way an
+    /// unprivileged process links an `O_TMPFILE` (through `/proc/self/fd`).
+    pub fn link_fd(&self, file: &File, new_parent: &[u8], name: &OsStr) -> io::Result<()> {
+        let to = self.dir(new_parent)?;
+        let from = format!("/proc/self/fd/{}", file.as_raw_fd());
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            from.as_str(),
+            to.fd(),
+            name,
+            rustix::fs::AtFlags::SYMLINK_FOLLOW,
+        )?;
+        Ok(())
+    }
+
     /// Open a directory for reading its entries (or fsyncing it).
     pub fn open_dir(&self, path: &[u8]) -> io::Result<File> {
         let fd = open_dir_path(self.root.as_fd(), path, libc::O_RDONLY | libc::O_DIRECTORY)?;
@@ -482,6 +507,19 @@ pub fn copy_file_range(
         len.min(u32::MAX as u64 & !0xfff) as usize,
     )?;
     Ok(n as u64)
+}
+
+/// The offset and length alignment the file's filesystem requires of `O_DIRECT` I/O (0 when
+/// it does not say).
+pub fn direct_io_alignment(file: &File) -> u32 {
+    rustix::fs::statx(
+        file,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::DIOALIGN,
+    )
+    .map(|st| st.stx_dio_offset_align)
+    .unwrap_or(0)
 }
 
 /// `SEEK_DATA` / `SEEK_HOLE` (the only whences the kernel asks the daemon about).

@@ -118,7 +118,7 @@ impl Core {
             let Ok(st) = self.backing.stat_at(&dir.path, name) else {
                 continue;
             };
-            let child = self.inodes().lookup(ino.0, name.as_bytes(), key(&st));
+            let child = self.enter(ino, name.as_bytes(), key(&st));
             if reply.add(
                 INodeNo(child),
                 next,

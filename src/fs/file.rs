@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use fuser::{BackingId, Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 
@@ -21,11 +21,28 @@ pub(super) struct OpenFile {
     pub(super) file: File,
     /// The FUSE inode it was opened as (for `fstat` of a file whose last name is gone).
     pub(super) ino: u64,
-    /// The write episode this handle holds open, if it was opened for writing.
-    episode: Option<Key>,
+    /// Opened `O_DIRECT` without passthrough: the alignment the disk requires of offsets and
+    /// lengths, checked here as the disk would (the backing fd is not `O_DIRECT`: the daemon's
+    /// buffers are its own). The caller's buffer address never reaches the daemon, so its
+    /// alignment cannot be checked.
+    direct_align: u32,
+    /// The write episode this handle holds open, if it was opened for writing (or, for an
+    /// `O_TMPFILE`, once it was given a name).
+    episode: Mutex<Option<Key>>,
     /// Held while the handle is open: the kernel must see the same backing id for every open
     /// handle of an inode.
     _backing_id: Option<Arc<BackingId>>,
+}
+
+impl OpenFile {
+    /// `EINVAL` for direct I/O at an offset or of a length the disk would refuse.
+    fn check_direct(&self, offset: u64, len: usize) -> Result<()> {
+        let align = u64::from(self.direct_align);
+        if align > 1 && (!offset.is_multiple_of(align) || !(len as u64).is_multiple_of(align)) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
 }
 
 /// What an open gives the kernel.
@@ -106,6 +123,7 @@ impl Core {
         ino: u64,
         file: File,
         episode: Option<Key>,
+        open_flags: i32,
         direct: bool,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<Opened> {
@@ -128,10 +146,16 @@ impl Core {
             // The mount is the only writer underneath, so cached pages stay valid across opens.
             FopenFlags::FOPEN_KEEP_CACHE
         };
+        let direct_align = if !self.passthrough() && open_flags & libc::O_DIRECT != 0 {
+            backing::direct_io_alignment(&file)
+        } else {
+            0
+        };
         let fh = self.files.insert(OpenFile {
             file,
             ino,
-            episode,
+            direct_align,
+            episode: Mutex::new(episode),
             _backing_id: id.clone(),
         });
         Ok(Opened {
@@ -186,7 +210,7 @@ impl Core {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
-        self.finish_open(ino.0, file, episode, direct, open_backing)
+        self.finish_open(ino.0, file, episode, flags, direct, open_backing)
     }
 
     pub(super) fn create(
@@ -239,18 +263,71 @@ impl Core {
                 .begin_create(&path, &st, caller.pid)
                 .map_err(record_errno)?;
         }
-        let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+        let ino = self.enter(parent, name.as_bytes(), key(&st));
         // A new file has no capabilities.
         if existing.is_none() {
             self.note_no_caps(ino);
         }
         let direct = existing.is_some() && self.writes_must_clear_suid(caller, ino, flags, &st);
-        let opened = self.finish_open(ino, file, episode, direct, open_backing)?;
+        let opened = self.finish_open(ino, file, episode, flags, direct, open_backing)?;
         Ok((attr(ino, &st), opened))
+    }
+
+    /// `O_TMPFILE`: an unnamed file in folder `parent`, open. Nothing is recorded until a
+    /// `link` gives it a name (nothing existed before it, nothing is destroyed).
+    pub(super) fn tmpfile(
+        &self,
+        caller: &Caller,
+        parent: INodeNo,
+        mode: u32,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<(FileAttr, Opened)> {
+        let parent_path = self.path(parent)?;
+        let file = self
+            .backing
+            .open_tmpfile(&parent_path, self.backing_flags(flags), mode)
+            .map_err(errno)?;
+        if self.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
+            backing::set_fd_owner(&file, Some(caller.uid), Some(caller.gid)).map_err(errno)?;
+        }
+        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        let ino = self.inodes().unnamed(key(&st));
+        self.note_no_caps(ino);
+        let opened = self.finish_open(ino, file, None, flags, false, open_backing)?;
+        Ok((attr(ino, &st), opened))
+    }
+
+    /// An `O_TMPFILE` of inode `ino` is being given its first name `new_path`: link it from
+    /// its open handle. Returns the handle, to start its write episode once linked.
+    pub(super) fn link_unnamed(
+        &self,
+        ino: INodeNo,
+        new_parent: &[u8],
+        name: &OsStr,
+    ) -> Result<Arc<OpenFile>> {
+        let open = self.files.find(|f| f.ino == ino.0).ok_or(Errno::ENOENT)?;
+        self.backing
+            .link_fd(&open.file, new_parent, name)
+            .map_err(errno)?;
+        Ok(open)
+    }
+
+    /// A file named for the first time while open (an `O_TMPFILE`) is a new file being
+    /// written: its create is recorded at its last close, like any other.
+    pub(super) fn begin_named(&self, open: &OpenFile, path: &[u8], pid: u32) -> Result<()> {
+        let Some(rec) = &self.recorder else {
+            return Ok(());
+        };
+        let st = backing::stat_fd(open.file.as_fd()).map_err(errno)?;
+        let episode = rec.begin_create(path, &st, pid).map_err(record_errno)?;
+        *lock(&open.episode) = episode;
+        Ok(())
     }
 
     pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        open.check_direct(offset, size as usize)?;
         let mut buf = vec![0u8; size as usize];
         let mut filled = 0;
         while filled < buf.len() {
@@ -278,6 +355,7 @@ impl Core {
         kill_suid: bool,
     ) -> Result<u32> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
+        open.check_direct(offset, data.len())?;
         open.file.write_all_at(data, offset).map_err(errno)?;
         if kill_suid {
             self.kill_suid(&None, Some(&open.file))?;
@@ -288,7 +366,7 @@ impl Core {
     pub(super) fn release(&self, fh: FileHandle) {
         if let Some(open) = self.files.remove(fh.0) {
             // Close our fd before recording, so the last writer's data is all there.
-            let episode = open.episode;
+            let episode = lock(&open.episode).take();
             drop(open);
             self.end_write(episode);
         }

@@ -140,6 +140,23 @@ impl InodeTable {
         ino
     }
 
+    /// A file with no name yet (`O_TMPFILE`): a node with one lookup and no links. A `link`
+    /// later gives it its first name (`lookup` of the same key).
+    pub fn unnamed(&mut self, key: BackingKey) -> u64 {
+        let ino = self.next;
+        self.next += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                links: Vec::new(),
+                key,
+                lookups: 1,
+            },
+        );
+        self.by_key.insert(key, ino);
+        ino
+    }
+
     fn drop_link(&mut self, ino: u64, link: &Link) {
         if self.by_link.get(link) == Some(&ino) {
             self.by_link.remove(link);
@@ -236,17 +253,49 @@ impl InodeTable {
         }
     }
 
-    /// The backing file `key` has no name left at all (its link count reached 0).
-    pub fn gone(&mut self, key: BackingKey) {
-        if let Some(ino) = self.by_key.remove(&key)
-            && let Some(node) = self.nodes.get_mut(&ino)
-        {
+    /// The backing file `key` was just freed (its last name removed): a file that reuses the
+    /// number gets a new node. Its old node keeps its names until `unlinked` or `gone` drops
+    /// them. The caller makes sure no lookup enters a key in between (`Core::reuse`).
+    pub fn retire(&mut self, key: BackingKey) {
+        self.by_key.remove(&key);
+    }
+
+    /// `name` in `parent` was the last name of its file (its link count reached 0, or a
+    /// folder): its node loses every name it still had.
+    pub fn gone(&mut self, parent: u64, name: &[u8]) {
+        let Some(ino) = self.by_link.get(&(parent, name.to_vec())).copied() else {
+            return;
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
             for link in std::mem::take(&mut node.links) {
                 if self.by_link.get(&link) == Some(&ino) {
                     self.by_link.remove(&link);
                 }
             }
+            if self.by_key.get(&node.key) == Some(&ino) {
+                self.by_key.remove(&node.key);
+            }
         }
+    }
+
+    /// Make `ino` unreachable by name, so the next lookup of any of its names makes a new node
+    /// (a new inode number for the kernel); returns those names. The old node keeps them for
+    /// the handles still open on it. The kernel never takes a cached regular file's size from
+    /// the daemon under the writeback cache, so this is how it learns of a file rewritten
+    /// underneath (a rollback).
+    pub fn renumber(&mut self, ino: u64) -> Vec<Link> {
+        let Some(node) = self.nodes.get(&ino).filter(|_| ino != ROOT) else {
+            return Vec::new();
+        };
+        if self.by_key.get(&node.key) == Some(&ino) {
+            self.by_key.remove(&node.key);
+        }
+        for link in &node.links {
+            if self.by_link.get(link) == Some(&ino) {
+                self.by_link.remove(link);
+            }
+        }
+        node.links.clone()
     }
 
     pub fn len(&self) -> usize {
@@ -297,6 +346,43 @@ mod tests {
         assert_ne!(z, x);
         t.forget(x, 2);
         assert_eq!(t.path(z).unwrap(), b"z");
+    }
+
+    #[test]
+    fn a_retired_key_reused_by_a_new_file_is_a_new_node() {
+        let mut t = InodeTable::new((1, 2));
+        let old = t.lookup(ROOT, b"old", (1, 50));
+        // `old` was unlinked underneath and its number freed; a new file got it before the
+        // table heard of the unlink.
+        t.retire((1, 50));
+        let new = t.lookup(ROOT, b"new", (1, 50));
+        assert_ne!(new, old);
+        t.gone(ROOT, b"old");
+        assert!(t.path(old).is_none());
+        assert_eq!(t.path(new).unwrap(), b"new", "the new file keeps its name");
+        assert_eq!(t.lookup(ROOT, b"new", (1, 50)), new);
+    }
+
+    #[test]
+    fn a_renumbered_file_is_a_new_node_for_every_name() {
+        let mut t = InodeTable::new((1, 2));
+        let a = t.lookup(ROOT, b"a", (1, 60));
+        assert_eq!(t.lookup(ROOT, b"b", (1, 60)), a);
+        let mut names = t.renumber(a);
+        names.sort();
+        assert_eq!(names, [(ROOT, b"a".to_vec()), (ROOT, b"b".to_vec())]);
+        assert_eq!(t.child(ROOT, b"a"), None);
+        assert_eq!(
+            t.path(a).unwrap(),
+            b"a",
+            "open handles still reach the file"
+        );
+        let new = t.lookup(ROOT, b"b", (1, 60));
+        assert_ne!(new, a);
+        assert_eq!(t.lookup(ROOT, b"a", (1, 60)), new);
+        t.forget(a, 2);
+        assert_eq!(t.find(b"a"), Some(new));
+        assert_eq!(t.path(new).unwrap(), b"b");
     }
 
     #[test]

@@ -36,7 +36,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -106,6 +106,11 @@ pub struct Core {
     /// `None` when mounted without recording (for measuring what recording costs).
     recorder: Option<Arc<Recorder>>,
     inodes: Mutex<InodeTable>,
+    /// Held exclusively across a syscall that frees a backing inode number (the last unlink
+    /// of a file, rmdir, a rename over a last name) and the `retire` of that key; shared while
+    /// a key read from the backing is entered in the table (`enter`). Otherwise a file made
+    /// meanwhile that reuses the number would be taken for the removed one.
+    reuse: RwLock<()>,
     files: HandleTable<file::OpenFile>,
     dirs: HandleTable<dir::OpenDir>,
     /// Per FUSE inode, the backing id shared by its open handles.
@@ -139,6 +144,30 @@ impl Core {
         lock(&self.inodes)
     }
 
+    /// The kernel is told of `name` in `parent`, the backing file `key` (read after the syscall
+    /// that made or found it): its inode number, with one more lookup held.
+    fn enter(&self, parent: INodeNo, name: &[u8], key: inode::BackingKey) -> u64 {
+        let _reuse = self.reuse.read().unwrap_or_else(|e| e.into_inner());
+        self.inodes().lookup(parent.0, name, key)
+    }
+
+    /// Run `free`, a syscall that frees the backing inode number of `key` when `frees`, so
+    /// that no file made meanwhile is entered as the freed one (see `reuse`).
+    fn freeing<T>(
+        &self,
+        key: inode::BackingKey,
+        frees: bool,
+        free: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        if !frees {
+            return free();
+        }
+        let _reuse = self.reuse.write().unwrap_or_else(|e| e.into_inner());
+        let done = free()?;
+        self.inodes().retire(key);
+        Ok(done)
+    }
+
     fn path(&self, ino: INodeNo) -> Result<Vec<u8>> {
         self.inodes().path(ino.0).ok_or(Errno::ENOENT)
     }
@@ -165,6 +194,7 @@ impl RewindFs {
             backing,
             recorder,
             inodes: Mutex::new(InodeTable::new(attr::key(&root))),
+            reuse: RwLock::new(()),
             files: HandleTable::default(),
             dirs: HandleTable::default(),
             backing_ids: Mutex::new(HashMap::new()),
@@ -516,6 +546,43 @@ impl Filesystem for RewindFs {
                     flags,
                 },
             )) => reply.created_passthrough(&TTL, &attr, Generation(0), FileHandle(fh), flags, &id),
+            Ok((attr, file::Opened { fh, flags, .. })) => {
+                reply.created(&TTL, &attr, Generation(0), FileHandle(fh), flags);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        if control::Control::is_virtual(parent.0) {
+            return reply.error(Errno::EROFS);
+        }
+        let made = self.core.tmpfile(
+            &Caller::of(req),
+            parent,
+            mode & !umask & 0o7777,
+            flags,
+            |f| reply.open_backing(f),
+        );
+        match made {
+            Ok((
+                attr,
+                file::Opened {
+                    fh,
+                    backing: Some(id),
+                    flags,
+                },
+            )) => {
+                reply.created_passthrough(&TTL, &attr, Generation(0), FileHandle(fh), flags, &id);
+            }
             Ok((attr, file::Opened { fh, flags, .. })) => {
                 reply.created(&TTL, &attr, Generation(0), FileHandle(fh), flags);
             }

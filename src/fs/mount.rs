@@ -30,9 +30,7 @@ impl MountConfig {
     pub fn new(dir: &Path) -> Result<MountConfig> {
         // A mount whose daemon died answers nothing ("Transport endpoint is not connected"):
         // clear it, and mount again (the scan at mount records what changed meanwhile).
-        if let Err(e) = std::fs::metadata(dir)
-            && e.raw_os_error() == Some(libc::ENOTCONN)
-        {
+        if is_stale(dir) {
             tracing::warn!(
                 "{}: clearing a stale mount left by a daemon that died",
                 dir.display()
@@ -67,6 +65,15 @@ impl MountConfig {
             threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2) * 2),
         })
     }
+}
+
+/// Whether `dir` is a FUSE mount whose daemon is gone. `stat` of the mount's root is not
+/// enough: the kernel answers it from its attribute cache (a day long) without asking the dead
+/// daemon; `statfs` always asks.
+fn is_stale(dir: &Path) -> bool {
+    let enotconn = |e: &io::Error| e.raw_os_error() == Some(libc::ENOTCONN);
+    std::fs::metadata(dir).as_ref().is_err_and(enotconn)
+        || rustix::fs::statfs(dir).is_err_and(|e| e == rustix::io::Errno::NOTCONN)
 }
 
 /// A mounted session, not yet serving. [`Mounted::run`] serves until unmounted.

@@ -32,7 +32,7 @@ impl Core {
         name: &OsStr,
     ) -> Result<FileAttr> {
         let st = self.backing.stat_at(parent_path, name).map_err(errno)?;
-        let ino = self.inodes().lookup(parent.0, name.as_bytes(), key(&st));
+        let ino = self.enter(parent, name.as_bytes(), key(&st));
         Ok(attr(ino, &st))
     }
 
@@ -162,7 +162,7 @@ impl Core {
         let unlink = || self.backing.unlink(parent, name, dir).map_err(errno);
         if dir {
             self.ready_for(&path, true)?;
-            unlink()?;
+            self.freeing(key(&st), true, unlink)?;
             if let Some(rec) = &self.recorder {
                 rec.after_rmdir(&path, &st, caller.pid)
                     .map_err(record_errno)?;
@@ -177,7 +177,7 @@ impl Core {
                     .map_err(record_errno)?,
                 None => None,
             };
-            unlink()?;
+            self.freeing(key(&st), st.st_nlink <= 1, unlink)?;
             if let (Some(rec), Some(delete)) = (&self.recorder, delete) {
                 rec.defer(delete);
             }
@@ -211,6 +211,12 @@ impl Core {
         // the bookkeeping and the rename itself.
         let mut files = vec![key(&src)];
         files.extend(dst.as_ref().map(key));
+        let is_dir = |st: &libc::stat| st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let folder = is_dir(&src) || (exchange && dst.as_ref().is_some_and(is_dir));
+        let _endings = match &self.recorder {
+            Some(rec) if folder => Some(rec.pause_endings()),
+            _ => None,
+        };
         let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
         let recorded = match &self.recorder {
             Some(rec) => rec
@@ -225,11 +231,22 @@ impl Core {
                 .map_err(record_errno)?,
             None => Vec::new(),
         };
-        if let Err(e) = self
-            .backing
-            .rename(parent, name, new_parent, new_name, flags.bits())
-            .map_err(errno)
-        {
+        // A rename over the last name of another file (or over a folder) frees its number.
+        let freed = dst.as_ref().filter(|d| {
+            !exchange
+                && key(d) != key(&src)
+                && (d.st_nlink <= 1 || d.st_mode & libc::S_IFMT == libc::S_IFDIR)
+        });
+        let rename = || {
+            self.backing
+                .rename(parent, name, new_parent, new_name, flags.bits())
+                .map_err(errno)
+        };
+        let renamed = match freed {
+            Some(d) => self.freeing(key(d), true, rename),
+            None => rename(),
+        };
+        if let Err(e) = renamed {
             if let Some(rec) = &self.recorder {
                 rec.retract(&recorded);
             }
@@ -287,9 +304,10 @@ impl Core {
         let parent_path = self.path(parent)?;
         let st = self.unlink_at(caller, &parent_path, name, dir)?;
         let mut inodes = self.inodes();
-        inodes.unlinked(parent.0, name.as_bytes());
         if dir || st.st_nlink <= 1 {
-            inodes.gone(key(&st));
+            inodes.gone(parent.0, name.as_bytes());
+        } else {
+            inodes.unlinked(parent.0, name.as_bytes());
         }
         Ok(())
     }
@@ -321,7 +339,7 @@ impl Core {
                 && key(dst) != key(&src)
                 && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
             {
-                inodes.gone(key(dst));
+                inodes.gone(new_parent.0, new_name.as_bytes());
             }
             inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
         }
@@ -336,10 +354,16 @@ impl Core {
         new_name: &OsStr,
     ) -> Result<FileAttr> {
         check_name(new_name)?;
-        let path = self.path(ino)?;
         let new_parent_path = self.path(new_parent)?;
         let new_path = join(&new_parent_path, new_name);
         self.ready_for(&new_path, false)?;
+        let Ok(path) = self.path(ino) else {
+            // No name yet: an O_TMPFILE given its first one. A new file, written from now on.
+            let open = self.link_unnamed(ino, &new_parent_path, new_name)?;
+            let attr = self.entry(new_parent, &new_parent_path, new_name)?;
+            self.begin_named(&open, &new_path, caller.pid)?;
+            return Ok(attr);
+        };
         self.backing
             .link(&path, &new_parent_path, new_name)
             .map_err(errno)?;

@@ -67,9 +67,10 @@ impl Restorer {
             };
             let child = inodes.child(parent_ino, name.as_bytes());
             if let Some(st) = removed {
-                inodes.unlinked(parent_ino, name.as_bytes());
                 if st.st_mode & libc::S_IFMT == libc::S_IFDIR || st.st_nlink <= 1 {
-                    inodes.gone(key(st));
+                    inodes.gone(parent_ino, name.as_bytes());
+                } else {
+                    inodes.unlinked(parent_ino, name.as_bytes());
                 }
             }
             (parent_ino, child)
@@ -100,6 +101,34 @@ impl Restorer {
             && e.raw_os_error() != Some(libc::ENOENT)
         {
             tracing::debug!("cannot tell the kernel about {}: {e}", show_path(path));
+        }
+    }
+
+    /// Tell the kernel a file's content was rewritten in place. Under the writeback cache (no
+    /// passthrough) the kernel keeps its own size of a cached file, whatever the daemon says
+    /// (a shorter file would read as its old size, padded with zeros, and an append would
+    /// write past a hole), so the file gets a new inode number: its names are looked up again.
+    fn content_changed(&self, path: &[u8]) {
+        self.inode_changed(path);
+        if self.core.passthrough() {
+            return;
+        }
+        let names = {
+            let mut inodes = self.core.inodes();
+            match inodes.find(path) {
+                Some(ino) => inodes.renumber(ino),
+                None => return,
+            }
+        };
+        let Some(notifier) = self.core.notifier.get() else {
+            return;
+        };
+        for (parent, name) in names {
+            if let Err(e) = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name))
+                && e.raw_os_error() != Some(libc::ENOENT)
+            {
+                tracing::debug!("cannot tell the kernel about {}: {e}", show_path(path));
+            }
         }
     }
 
@@ -192,7 +221,7 @@ impl Apply for Restorer {
                 });
             self.core.end_write(episode);
             written?;
-            self.inode_changed(path);
+            self.content_changed(path);
         } else {
             let caller = self.caller_in(parent);
             if let Some(rec) = &self.core.recorder {

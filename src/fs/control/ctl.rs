@@ -244,8 +244,9 @@ impl Actor for DaemonActor<'_> {
                 prompt_id,
             }) => {
                 let session = Name::parse("session", session)?;
-                // Everything before the prompt is recorded before the turn begins.
-                rec.settle()?;
+                // Everything the session did before the prompt is recorded before the turn
+                // begins (other sessions' saves in progress are left alone).
+                rec.settle_session(session.as_str())?;
                 let last = rec.history().last_id()?;
                 let turn =
                     rec.turns()
@@ -253,7 +254,7 @@ impl Actor for DaemonActor<'_> {
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
             Command::Turn(TurnCommand::End { session }) => {
-                rec.settle()?;
+                rec.settle_session(session)?;
                 let last = rec.history().last_id()?;
                 Ok(match rec.turns().end(session, last)? {
                     Some(t) => format!("turn {}:{} ended\n", t.session, t.number),
@@ -272,7 +273,7 @@ impl Actor for DaemonActor<'_> {
             }
             Command::Tool(ToolCommand::End { session, name, id }) => {
                 // What the tool did is recorded with it before it is forgotten.
-                rec.settle()?;
+                rec.settle_session(session)?;
                 rec.turns().tool_end(session, name, id.as_deref());
                 Ok("ok\n".into())
             }

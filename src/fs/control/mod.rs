@@ -33,7 +33,7 @@ use super::handle::HandleTable;
 use super::inode::ROOT;
 use super::{Caller, Core, MountState};
 use crate::history::view::View;
-use crate::history::{Error, Recorder};
+use crate::history::{AsRecorded, Error, Recorder};
 pub use tree::Node;
 
 pub const NAME: &[u8] = b".rewind";
@@ -105,6 +105,8 @@ pub struct Control {
     commands: ctl::Commands,
     /// Whether a path is left unrecorded (for views of the past).
     ignored: Box<Ignored>,
+    /// The live tree for views of the past: `source` without held-back creates.
+    recorded: AsRecorded,
 }
 
 impl Control {
@@ -117,6 +119,10 @@ impl Control {
         let rules = recorder.clone();
         Control {
             ignored: Box::new(move |path, dir| !rules.records(path, dir)),
+            recorded: AsRecorded {
+                recorder: recorder.clone(),
+                source: source.clone(),
+            },
             events: events::Events::start(&recorder),
             recorder,
             source,
@@ -141,12 +147,19 @@ impl Control {
         ino >= BASE
     }
 
+    /// The past, over the live tree as recorded so far.
     fn view(&self) -> View<'_> {
         View {
             history: self.recorder.history(),
-            source: &*self.source,
+            source: &self.recorded,
             ignored: &*self.ignored,
         }
+    }
+
+    /// [`view`](Self::view) once what has happened is recorded (held-back creates aside).
+    fn settled_view(&self) -> crate::history::Result<View<'_>> {
+        self.recorder.settle_for_views()?;
+        Ok(self.view())
     }
 
     /// The inode number of a node (allocated on first use; the table only grows with what was

@@ -146,6 +146,7 @@ impl Control {
             },
             Node::AtPath { at, path } => {
                 let child = join(path, name);
+                self.recorder.settle_for_views()?;
                 self.view()
                     .state_at(&child, *at)?
                     .state()
@@ -290,7 +291,7 @@ impl Control {
                 })
                 .collect(),
             Node::AtPath { at, path } => self
-                .view()
+                .settled_view()?
                 .list_at(path, *at)?
                 .into_iter()
                 .map(|(name, _)| {
@@ -399,9 +400,12 @@ impl Control {
     /// The content of a file node, made now.
     pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
         let history = self.recorder.history();
-        if !matches!(node, Node::Readme | Node::Version(..)) {
+        match node {
+            Node::Readme | Node::Version(..) => {}
+            // The past: new files not yet recorded are left out rather than recorded now.
+            Node::AtPath { .. } => self.recorder.settle_for_views()?,
             // What was done before the file was opened is in it.
-            self.recorder.settle()?;
+            _ => self.recorder.settle()?,
         }
         let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
             let mut out = String::new();
