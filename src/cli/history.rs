@@ -80,7 +80,11 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(path, dir);
     let stdout = std::io::stdout();
-    let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    // As git decides: a terminal that is not "dumb" (an unset TERM counts as dumb), unless
+    // NO_COLOR is set.
+    let color = stdout.is_terminal()
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
     let mut out = stdout.lock();
     let mut env = Env {
         history,
@@ -101,7 +105,16 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
 
 /// Run the command in the daemon, with the words it was given.
 fn forward(ctx: &Ctx, command: &Command) -> CliResult {
-    let line = ctx.forwarded_line()?;
+    let mut line = ctx.forwarded_line()?;
+    // `rewind session start/end` in a shell means the shell (the writer of ctl would be this
+    // short-lived process).
+    if let Command::Session(
+        command::plumbing::SessionCommand::Start { pid: None, .. }
+        | command::plumbing::SessionCommand::End { pid: None },
+    ) = command
+    {
+        line += &format!(" --pid {}", std::os::unix::process::parent_id());
+    }
     let long = matches!(
         command,
         Command::Rollback(_) | Command::Undo(_) | Command::Gc(_)

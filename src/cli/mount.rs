@@ -140,16 +140,20 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let _ = child.wait();
+    // The daemon's own exit status says whether the input was bad (a damaged store: 2).
+    let code = match child.wait().ok().and_then(|s| s.code()) {
+        Some(2) => 2,
+        _ => 1,
+    };
     let why = answer
         .trim()
         .strip_prefix("error: ")
         .map(str::to_string)
         .unwrap_or_else(|| format!("the daemon exited; see {}", log_path.display()));
-    Err(Failure::failed(format!(
-        "cannot mount {}: {why}",
-        config.workspace.display()
-    )))
+    Err(Failure {
+        code,
+        message: format!("cannot mount {}: {why}", config.workspace.display()),
+    })
 }
 
 /// The retention limits for this mount: `rewind.toml` in the store, overridden by flags.

@@ -2,10 +2,11 @@
 //!
 //! Two kinds of diff. A *range* (`--since`, `--from`/`--to`) compares the whole tree at two
 //! points, like `git diff A B`. A *selection* (a change id, `--session`, `--agent`, `--turn`)
-//! shows what those changes did and nothing else: a path's consecutive selected changes are one
-//! section, and where someone outside the selection changed the path in between, the output
-//! says so there and starts a new section from what that change left. Either way the output is
-//! git's extended format, applied in order by `git apply`.
+//! shows what those changes did and nothing else, as one tree diff from what they found to what
+//! they left (each file once, renames paired); where someone outside the selection changed one
+//! of its paths between two of its changes, the output says so there and goes on with a new
+//! tree diff from what that change left. Either way the output is git's extended format,
+//! applied in order by `git apply`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -176,100 +177,275 @@ fn version(env: &Env<'_>, path: &[u8], state: Option<&FileState>) -> Result<Opti
     }))
 }
 
-/// The selection's own changes, path by path, with what others did in between said.
+/// The selection's own changes, with what others did in between said. The selected changes
+/// are cut where someone else changed one of their paths between two of them; each part is
+/// shown as one tree diff (a file once, renames paired as git pairs them), from what the
+/// selection found to what it left, so `git apply` takes the parts in order.
 fn selection(env: &Env<'_>, selected: &[Change], filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
     let ids: BTreeSet<u64> = selected.iter().map(|c| c.id).collect();
-    // (first id, piece), sorted at the end so `git apply` meets them in the order they happened.
-    let mut pieces: Vec<(u64, Piece)> = Vec::new();
-    // Content changes, path by path: runs of consecutive selected changes.
-    let mut by_path: BTreeMap<Vec<u8>, Vec<&Change>> = BTreeMap::new();
+    // Every path the selection touched, with the ids of the selected changes to it.
+    let mut touched: BTreeMap<&[u8], Vec<u64>> = BTreeMap::new();
     for c in selected {
-        if let (Some(from), Some(after)) = (&c.from, &c.after) {
-            // A rename: its own section, content as it moved.
-            if wanted(filter, &c.path) || wanted(filter, from) {
-                let old = version(env, from, Some(after))?;
-                let new = version(env, &c.path, Some(after))?;
-                if old.is_some() || new.is_some() {
-                    pieces.push((
-                        c.id,
-                        Piece::Section {
-                            old,
-                            new,
-                            score: None,
-                        },
-                    ));
-                }
-            }
-            continue;
-        }
-        if wanted(filter, &c.path) {
-            by_path.entry(c.path.clone()).or_default().push(c);
+        for p in names_of(c) {
+            touched.entry(p).or_default().push(c.id);
         }
     }
-    for (path, changes) in by_path {
-        let mut run: Vec<&Change> = Vec::new();
-        let flush = |run: &mut Vec<&Change>, pieces: &mut Vec<(u64, Piece)>| -> Result<()> {
-            if let (Some(first), Some(last)) = (run.first(), run.last()) {
-                let old = version(env, &path, first.states_of(&path).0)?;
-                let new = version(env, &path, last.states_of(&path).1)?;
-                pieces.push((
-                    first.id,
-                    Piece::Section {
-                        old,
-                        new,
-                        score: None,
-                    },
-                ));
+    // Where others changed a path between two selected changes to it: a cut, and a note.
+    let mut cuts: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for (path, path_ids) in &touched {
+        for pair in path_ids.windows(2) {
+            if pair[1] <= pair[0] + 1 {
+                continue;
             }
-            run.clear();
-            Ok(())
-        };
-        for c in changes {
-            if let Some(prev) = run.last() {
-                let between: Vec<Change> = env
-                    .history
-                    .query(&Query {
-                        path: Some(path.clone()),
-                        after_id: Some(prev.id),
-                        until_id: Some(c.id - 1),
-                        ..Query::default()
-                    })?
-                    .into_iter()
-                    .filter(|b| !ids.contains(&b.id))
-                    .collect();
-                if let (Some(first), Some(last)) = (between.first(), between.last()) {
-                    flush(&mut run, &mut pieces)?;
-                    let who: BTreeSet<String> = between
-                        .iter()
-                        .map(|b| format!("{}@{}", escape_text(&b.agent), escape_text(&b.session)))
-                        .collect();
-                    let span = if first.id == last.id {
-                        format!("change {}", first.id)
-                    } else {
-                        format!("changes {}..{}", first.id, last.id)
-                    };
-                    pieces.push((
-                        first.id,
-                        Piece::Note(format!(
-                            "# {} was changed in between by {} ({span}), not shown; what follows starts from there\n",
-                            escape_path(&path),
-                            who.into_iter().collect::<Vec<_>>().join(", ")
-                        )),
-                    ));
-                }
+            let between: Vec<Change> = env
+                .history
+                .query(&Query {
+                    path: Some(path.to_vec()),
+                    after_id: Some(pair[0]),
+                    until_id: Some(pair[1] - 1),
+                    ..Query::default()
+                })?
+                .into_iter()
+                .filter(|b| !ids.contains(&b.id))
+                .collect();
+            let (Some(first), Some(last)) = (between.first(), between.last()) else {
+                continue;
+            };
+            if !wanted(filter, path) {
+                cuts.entry(first.id).or_default();
+                continue;
             }
-            run.push(c);
+            let who: BTreeSet<String> = between
+                .iter()
+                .map(|b| format!("{}@{}", escape_text(&b.agent), escape_text(&b.session)))
+                .collect();
+            let span = if first.id == last.id {
+                format!("change {}", first.id)
+            } else {
+                format!("changes {}..{}", first.id, last.id)
+            };
+            cuts.entry(first.id).or_default().push(format!(
+                "# {} was changed in between by {} ({span}), not shown; what follows starts from there\n",
+                escape_path(path),
+                who.into_iter().collect::<Vec<_>>().join(", ")
+            ));
         }
-        flush(&mut run, &mut pieces)?;
     }
-    pieces.sort_by_key(|(id, _)| *id);
-    Ok(pieces.into_iter().map(|(_, p)| p).collect())
+    let mut pieces = Vec::new();
+    let mut rest = selected;
+    let bounds = cuts.into_iter().map(Some).chain([None]);
+    let mut notes: Vec<String> = Vec::new();
+    for bound in bounds {
+        let until = bound.as_ref().map_or(u64::MAX, |(id, _)| *id);
+        let split = rest
+            .iter()
+            .position(|c| c.id >= until)
+            .unwrap_or(rest.len());
+        let (part, later) = rest.split_at(split);
+        if !part.is_empty() {
+            pieces.extend(notes.drain(..).map(Piece::Note));
+            pieces.extend(net_diff(env, part, filter)?);
+        }
+        rest = later;
+        if let Some((_, more)) = bound {
+            notes.extend(more);
+        }
+    }
+    Ok(pieces)
 }
 
-/// The whole tree at `from` against the tree at `to`, for the paths changed in between.
+/// The paths a change touches: its own, the one it was renamed from, and the file's other
+/// names.
+fn names_of(c: &Change) -> impl Iterator<Item = &[u8]> {
+    std::iter::once(c.path.as_slice())
+        .chain(c.from.as_deref())
+        .chain(c.links.iter().map(Vec::as_slice))
+}
+
+/// What `changes` (in order, no one else's between them on their paths) did, as one tree diff:
+/// each path from the state the first of them found to the state the last left.
+fn net_diff(env: &Env<'_>, changes: &[Change], filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
+    let view = env.view();
+    let mut net = Net::default();
+    let mut i = 0;
+    while i < changes.len() {
+        let c = &changes[i];
+        i += 1;
+        let Some(from) = c.from.as_deref().filter(|f| *f != c.path.as_slice()) else {
+            for p in names_of(c) {
+                let (was, now) = c.states_of(p);
+                net.set(p, version(env, p, was)?, version(env, p, now)?);
+            }
+            continue;
+        };
+        // A rename: an exchange is recorded as two, one each way, with one time.
+        let back = changes.get(i).filter(|b| {
+            b.time_ns == c.time_ns
+                && b.path.as_slice() == from
+                && b.from.as_deref() == Some(c.path.as_slice())
+        });
+        if back.is_some() {
+            i += 1;
+        }
+        let moved_dir = c.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir);
+        let back_dir =
+            back.is_some_and(|b| b.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir));
+        // What was below a folder moved with it, each file as it was.
+        let mut moves = Vec::new();
+        if moved_dir {
+            moves.push((from, c.path.as_slice()));
+        }
+        if let Some(b) = back.filter(|_| back_dir) {
+            moves.push((c.path.as_slice(), b.path.as_slice()));
+        }
+        let mut moved = Vec::new();
+        for (old_dir, new_dir) in moves {
+            let mut below = BTreeSet::new();
+            collect_files_below(&view, old_dir, c.id - 1, &mut below)?;
+            for rel in below {
+                let old = [old_dir, rel.as_slice()].concat();
+                let new = [new_dir, rel.as_slice()].concat();
+                let state = match net.after.get(&old) {
+                    Some(v) => v.clone(),
+                    None => version_at(&view, &old, c.id - 1)?,
+                };
+                moved.push((old, new, state));
+            }
+        }
+        for (old, _, state) in &moved {
+            net.set(old, state.clone(), None);
+        }
+        for (_, new, state) in moved {
+            let was = version_at(&view, &new, c.id - 1)?;
+            net.set(
+                &new,
+                was,
+                state.map(|v| Version {
+                    path: new.clone(),
+                    ..v
+                }),
+            );
+        }
+        match back {
+            Some(back) => {
+                net.set(
+                    &c.path,
+                    version(env, &c.path, c.before.as_ref())?,
+                    version(env, &c.path, c.after.as_ref())?,
+                );
+                net.set(
+                    from,
+                    version(env, from, back.before.as_ref())?,
+                    version(env, from, back.after.as_ref())?,
+                );
+            }
+            None => {
+                net.set(from, version(env, from, c.after.as_ref())?, None);
+                net.set(
+                    &c.path,
+                    version(env, &c.path, c.before.as_ref())?,
+                    version(env, &c.path, c.after.as_ref())?,
+                );
+            }
+        }
+    }
+    let mut olds = Vec::new();
+    let mut news = Vec::new();
+    for (path, was) in net.before {
+        if wanted(filter, &path) {
+            olds.extend(was);
+            news.extend(net.after.remove(&path).flatten());
+        }
+    }
+    Ok(tree_diff(olds, news))
+}
+
+/// Two lists of files (each path at most once per list) as git pairs and orders them.
+fn tree_diff(olds: Vec<Version>, news: Vec<Version>) -> Vec<Piece> {
+    let opts = diff::Options::default();
+    let old_sides: Vec<Side<'_>> = olds.iter().map(as_side).collect();
+    let new_sides: Vec<Side<'_>> = news.iter().map(as_side).collect();
+    diff::plan_tree_diff(&old_sides, &new_sides, &opts)
+        .into_iter()
+        .map(|p| Piece::Section {
+            old: p.old.map(|i| olds[i].clone()),
+            new: p.new.map(|i| news[i].clone()),
+            score: p.rename_score,
+        })
+        .collect()
+}
+
+/// What `path` was right after change `at`, with its content (read where it is now if it has
+/// not changed since), unless it is not something git diffs.
+fn version_at(
+    view: &crate::history::view::View<'_>,
+    path: &[u8],
+    at: u64,
+) -> Result<Option<Version>> {
+    let Some(state) = view.state_at(path, at)?.state().cloned() else {
+        return Ok(None);
+    };
+    if !matches!(state.kind, FileKind::File | FileKind::Symlink) {
+        return Ok(None);
+    }
+    let Some(content) = view.content_at(path, at)? else {
+        return Ok(None);
+    };
+    Ok(Some(Version {
+        path: path.to_vec(),
+        state,
+        content,
+    }))
+}
+
+/// Each path's version before the first of some changes and after the last.
+#[derive(Default)]
+struct Net {
+    before: BTreeMap<Vec<u8>, Option<Version>>,
+    after: BTreeMap<Vec<u8>, Option<Version>>,
+}
+
+impl Net {
+    fn set(&mut self, path: &[u8], was: Option<Version>, now: Option<Version>) {
+        self.before.entry(path.to_vec()).or_insert(was);
+        self.after.insert(path.to_vec(), now);
+    }
+}
+
+/// The files and symlinks below folder `dir` right after change `at`, as paths relative to
+/// it ("/name", "/sub/name").
+fn collect_files_below(
+    view: &crate::history::view::View<'_>,
+    dir: &[u8],
+    at: u64,
+    out: &mut BTreeSet<Vec<u8>>,
+) -> Result<()> {
+    fn walk(
+        view: &crate::history::view::View<'_>,
+        root: &[u8],
+        rel: &[u8],
+        at: u64,
+        out: &mut BTreeSet<Vec<u8>>,
+    ) -> Result<()> {
+        for (name, state) in view.list_at(&[root, rel].concat(), at)? {
+            let child = [rel, b"/", name.as_slice()].concat();
+            if state.kind == FileKind::Dir {
+                walk(view, root, &child, at, out)?;
+            } else {
+                out.insert(child);
+            }
+        }
+        Ok(())
+    }
+    walk(view, dir, b"", at, out)
+}
+
+/// The whole tree at `from` against the tree at `to`, for the paths changed in between (and
+/// what was below a folder renamed in between).
 fn range(env: &Env<'_>, from: u64, to: u64, filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
     let (lo, hi) = (from.min(to), from.max(to));
     let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut folder_renames = Vec::new();
     env.history.for_each(
         &Query {
             after_id: Some(lo),
@@ -277,31 +453,33 @@ fn range(env: &Env<'_>, from: u64, to: u64, filter: &[Vec<u8>]) -> Result<Vec<Pi
             ..Query::default()
         },
         |c| {
-            paths.insert(c.path.clone());
-            paths.extend(c.from.clone());
-            paths.extend(c.links.iter().cloned());
+            paths.extend(names_of(&c).map(<[u8]>::to_vec));
+            if let Some(from) = &c.from
+                && c.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir)
+            {
+                folder_renames.push((c.id, from.clone(), c.path.clone()));
+            }
             true
         },
     )?;
     let view = env.view();
+    for (id, old_dir, new_dir) in folder_renames {
+        let mut below = BTreeSet::new();
+        collect_files_below(&view, &old_dir, id - 1, &mut below)?;
+        // An exchange moves what was below the other name too.
+        collect_files_below(&view, &new_dir, id - 1, &mut below)?;
+        for rel in below {
+            paths.insert([old_dir.as_slice(), rel.as_slice()].concat());
+            paths.insert([new_dir.as_slice(), rel.as_slice()].concat());
+        }
+    }
     let mut olds = Vec::new();
     let mut news = Vec::new();
     for path in paths.into_iter().filter(|p| wanted(filter, p)) {
-        olds.extend(version(env, &path, view.state_at(&path, from)?.state())?);
-        news.extend(version(env, &path, view.state_at(&path, to)?.state())?);
+        olds.extend(version_at(&view, &path, from)?);
+        news.extend(version_at(&view, &path, to)?);
     }
-    let opts = diff::Options::default();
-    let old_sides: Vec<Side<'_>> = olds.iter().map(as_side).collect();
-    let new_sides: Vec<Side<'_>> = news.iter().map(as_side).collect();
-    // git's pairing (renames by content) and order.
-    Ok(diff::plan_tree_diff(&old_sides, &new_sides, &opts)
-        .into_iter()
-        .map(|p| Piece::Section {
-            old: p.old.map(|i| olds[i].clone()),
-            new: p.new.map(|i| news[i].clone()),
-            score: p.rename_score,
-        })
-        .collect())
+    Ok(tree_diff(olds, news))
 }
 
 fn as_side(v: &Version) -> Side<'_> {
@@ -325,6 +503,12 @@ fn emit(env: &mut Env<'_>, pieces: &[Piece], stat: bool) -> Result<()> {
         let stats: Vec<diff::Stat> = pieces
             .iter()
             .filter_map(|p| match p {
+                // A folder's change: nothing git would list (the patch shows nothing either).
+                Piece::Section {
+                    old: None,
+                    new: None,
+                    ..
+                } => None,
                 Piece::Section { old, new, .. } => {
                     Some(diff::Stat::from_sides(side(old), side(new), &opts))
                 }

@@ -32,7 +32,9 @@ pub use env::{Actor, Env, Outcome};
 #[command(name = "rewind", version, about, long_about = None)]
 pub struct Cli {
     /// Run as if started in DIR (in .rewind/ctl: a folder of the workspace).
-    #[arg(short = 'C', global = true, value_name = "DIR")]
+    // Its own id: `mount DIR` and `unmount DIR` have a positional named `dir`, and a global
+    // of the same id would take its value.
+    #[arg(short = 'C', global = true, value_name = "DIR", id = "chdir")]
     pub dir: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
@@ -159,8 +161,13 @@ pub fn parse_line(line: &str) -> Result<Cli, String> {
     }
     let parsed = Cli::try_parse_from(std::iter::once("rewind".to_string()).chain(words))
         .map_err(|e| e.render().to_string().trim_end().to_string())?;
-    // Whatever the parser made of it, a line that says --dry-run never changes anything.
-    if line.contains("--dry-run") && parsed.command.changes_something() {
+    // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn
+    // and tool lines (written by `rewind hook`) have no dry-run mode and carry an agent's free
+    // text: a prompt that mentions --dry-run is a value there, and must still begin its turn.
+    if line.contains("--dry-run")
+        && parsed.command.changes_something()
+        && !matches!(parsed.command, Command::Turn(_) | Command::Tool(_))
+    {
         return Err(format!(
             "`{}` with --dry-run would still change something here; refused",
             parsed.command.name()

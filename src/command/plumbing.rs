@@ -8,8 +8,8 @@ use crate::history::Name;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// Attribute a process (the writer of .rewind/ctl, or with --pid another of yours) and its
-    /// children to session NAME.
+    /// Attribute a process and its children to session NAME: the writer of .rewind/ctl, the
+    /// shell `rewind session start` runs in, or --pid.
     Start {
         #[arg(value_parser = |s: &str| Name::parse("session", s))]
         name: Name,

@@ -161,6 +161,7 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
             Outcome::Partial
         });
     }
+    rollback::keep_moved_content(&env.view(), &plan)?;
     let applied = env.actor("rollback")?.rollback(&plan)?;
     for s in &plan.steps {
         if !applied.failed.iter().any(|(p, _)| *p == s.path) {

@@ -46,6 +46,11 @@ pub fn summary(env: &Env<'_>, turn: &Turn) -> Result<(usize, usize, usize)> {
             .unwrap_or_default()
     };
     for c in &changes {
+        // Files, as `diff --stat` counts them: a folder made or removed is not one.
+        let is_dir = |s: Option<&FileState>| s.is_none_or(|s| s.kind == FileKind::Dir);
+        if is_dir(c.before.as_ref()) && is_dir(c.after.as_ref()) {
+            continue;
+        }
         files.insert(c.path.clone());
         if c.from.is_some() {
             continue;
