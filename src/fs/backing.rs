@@ -7,6 +7,9 @@
 //! name with `*at(..., AT_SYMLINK_NOFOLLOW)` or `O_NOFOLLOW`. So no path can leave the
 //! workspace, a symlink in it is an object to report, never a way out, and a path whose folder
 //! became a symlink fails with `ELOOP`.
+//!
+//! Longer than most files (about 700 lines) on purpose: it is the one place with raw fd
+//! syscalls and `unsafe`, and keeping them together keeps every SAFETY argument in one room.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};

@@ -10,7 +10,7 @@ use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, Re
 use super::attr::{attr, dirent_type, key};
 use super::backing::{self, read_dir_entries};
 use super::inode::ROOT;
-use super::{Core, Result, TTL, errno};
+use super::{Core, Result, TTL};
 
 /// An open directory.
 pub(super) struct OpenDir {
@@ -34,15 +34,14 @@ impl Core {
                 inodes.parent(ino.0),
             )
         };
-        let dir = self.backing.open_dir(&path).map_err(errno)?;
+        let dir = self.backing.open_dir(&path)?;
         let mut entries = vec![
             (b".".to_vec(), ino.0, FileType::Directory),
             (b"..".to_vec(), parent, FileType::Directory),
         ];
         let hide = hide && ino.0 == ROOT;
         entries.extend(
-            read_dir_entries(&dir)
-                .map_err(errno)?
+            read_dir_entries(&dir)?
                 .into_iter()
                 .filter(|(name, _, _)| !(hide && name == super::control::NAME))
                 .map(|(name, d_ino, d_type)| (name, d_ino, dirent_type(d_type))),
@@ -142,9 +141,9 @@ impl Core {
     pub(super) fn fsyncdir(&self, fh: FileHandle, datasync: bool) -> Result<()> {
         let dir = self.dirs.get(fh.0).ok_or(Errno::EBADF)?;
         if datasync {
-            dir.dir.sync_data().map_err(errno)?;
+            dir.dir.sync_data()?;
         } else {
-            dir.dir.sync_all().map_err(errno)?;
+            dir.dir.sync_all()?;
         }
         // What was recorded of the folder's changes is made durable with them.
         match &self.recorder {

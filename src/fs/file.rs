@@ -13,7 +13,7 @@ use fuser::{BackingId, Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 
 use super::attr::{attr, key, killed_suid};
 use super::backing::{self, PASSED_OPEN_FLAGS, join};
-use super::{Caller, Core, Result, errno, lock, record_errno};
+use super::{Caller, Core, Result, lock, record_errno};
 use crate::history::recorder::Key;
 
 /// An open regular file.
@@ -63,7 +63,7 @@ impl Core {
         let Some(rec) = &self.recorder else {
             return Ok(None);
         };
-        let st = self.backing.stat(path).map_err(errno)?;
+        let st = self.backing.stat(path)?;
         rec.begin_write(path, &st, pid).map_err(record_errno)
     }
 
@@ -132,7 +132,7 @@ impl Core {
                 Ok(id) => Some(id),
                 Err(e) => {
                     self.end_write(episode);
-                    return Err(errno(e));
+                    return Err(e.into());
                 }
             }
         } else {
@@ -202,10 +202,10 @@ impl Core {
             Ok(f) => f,
             Err(e) => {
                 self.end_write(episode);
-                return Err(errno(e));
+                return Err(e.into());
             }
         };
-        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        let st = backing::stat_fd(file.as_fd())?;
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
@@ -247,7 +247,7 @@ impl Core {
             Ok(f) => f,
             Err(e) => {
                 self.end_write(episode);
-                return Err(errno(e));
+                return Err(e.into());
             }
         };
         if existing.is_none() {
@@ -255,7 +255,7 @@ impl Core {
         } else if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
-        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        let st = backing::stat_fd(file.as_fd())?;
         if existing.is_none()
             && let Some(rec) = &self.recorder
         {
@@ -286,12 +286,11 @@ impl Core {
         let parent_path = self.path(parent)?;
         let file = self
             .backing
-            .open_tmpfile(&parent_path, self.backing_flags(flags), mode)
-            .map_err(errno)?;
+            .open_tmpfile(&parent_path, self.backing_flags(flags), mode)?;
         if self.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
-            backing::set_fd_owner(&file, Some(caller.uid), Some(caller.gid)).map_err(errno)?;
+            backing::set_fd_owner(&file, Some(caller.uid), Some(caller.gid))?;
         }
-        let st = backing::stat_fd(file.as_fd()).map_err(errno)?;
+        let st = backing::stat_fd(file.as_fd())?;
         let ino = self.inodes().unnamed(key(&st));
         self.note_no_caps(ino);
         let opened = self.finish_open(ino, file, None, flags, false, open_backing)?;
@@ -307,9 +306,7 @@ impl Core {
         name: &OsStr,
     ) -> Result<Arc<OpenFile>> {
         let open = self.files.find(|f| f.ino == ino.0).ok_or(Errno::ENOENT)?;
-        self.backing
-            .link_fd(&open.file, new_parent, name)
-            .map_err(errno)?;
+        self.backing.link_fd(&open.file, new_parent, name)?;
         Ok(open)
     }
 
@@ -319,7 +316,7 @@ impl Core {
         let Some(rec) = &self.recorder else {
             return Ok(());
         };
-        let st = backing::stat_fd(open.file.as_fd()).map_err(errno)?;
+        let st = backing::stat_fd(open.file.as_fd())?;
         let episode = rec.begin_create(path, &st, pid).map_err(record_errno)?;
         *lock(&open.episode) = episode;
         Ok(())
@@ -338,7 +335,7 @@ impl Core {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(errno(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         buf.truncate(filled);
@@ -356,7 +353,7 @@ impl Core {
     ) -> Result<u32> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
         open.check_direct(offset, data.len())?;
-        open.file.write_all_at(data, offset).map_err(errno)?;
+        open.file.write_all_at(data, offset)?;
         if kill_suid {
             self.kill_suid(&None, Some(&open.file))?;
         }
@@ -375,9 +372,9 @@ impl Core {
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Result<()> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
         if datasync {
-            open.file.sync_data().map_err(errno)?;
+            open.file.sync_data()?;
         } else {
-            open.file.sync_all().map_err(errno)?;
+            open.file.sync_all()?;
         }
         // fsync of a workspace file makes its history durable too.
         match &self.recorder {
@@ -394,7 +391,7 @@ impl Core {
         mode: i32,
     ) -> Result<()> {
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
-        backing::fallocate(&open.file, mode, offset, length).map_err(errno)
+        backing::fallocate(&open.file, mode, offset, length).map_err(Errno::from)
     }
 
     pub(super) fn copy_file_range(
@@ -407,8 +404,7 @@ impl Core {
     ) -> Result<u32> {
         let src = self.files.get(fh_in.0).ok_or(Errno::EBADF)?;
         let dst = self.files.get(fh_out.0).ok_or(Errno::EBADF)?;
-        let n = backing::copy_file_range(&src.file, offset_in, &dst.file, offset_out, len)
-            .map_err(errno)?;
+        let n = backing::copy_file_range(&src.file, offset_in, &dst.file, offset_out, len)?;
         Ok(n as u32)
     }
 
@@ -420,6 +416,6 @@ impl Core {
             return Err(Errno::ENOSYS);
         }
         let open = self.files.get(fh.0).ok_or(Errno::EBADF)?;
-        backing::lseek(&open.file, offset, whence).map_err(errno)
+        backing::lseek(&open.file, offset, whence).map_err(Errno::from)
     }
 }

@@ -16,6 +16,9 @@
 //! exactly once. The state they share is [`Core`], which the daemon's command threads use too
 //! (a rollback works on the backing directory through the same code as FUSE requests).
 //! Lock order: docs/design.md, "Lock order".
+//!
+//! About 900 lines because the `Filesystem` trait has forty-odd methods, each a few lines of
+//! dispatch and reply; the logic they call lives in the modules above.
 
 pub mod attr;
 pub mod backing;
@@ -84,18 +87,13 @@ impl Caller {
     }
 }
 
-/// The one place errors become errno values.
-pub fn errno(e: io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
-}
-
 /// A recording failure stops the operation: nothing happens unrecorded. A full disk is
 /// `ENOSPC`, anything else `EIO`.
 fn record_errno(e: crate::history::Error) -> Errno {
     tracing::error!("cannot record a change, refusing the operation: {e}");
     match &e {
         crate::history::Error::Store(s) if s.is_no_space() => Errno::ENOSPC,
-        crate::history::Error::Io { source, .. } => errno(io::Error::from(source.kind())),
+        crate::history::Error::Io { source, .. } => Errno::from(source.kind()),
         _ => Errno::EIO,
     }
 }
@@ -743,7 +741,7 @@ impl Filesystem for RewindFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.backing.statfs().map_err(errno) {
+        match self.core.backing.statfs().map_err(Errno::from) {
             Ok(st) => reply.statfs(
                 st.f_blocks,
                 st.f_bfree,

@@ -13,7 +13,7 @@ use fuser::{Errno, FileAttr, FileHandle, INodeNo, RenameFlags};
 
 use super::attr::{attr, key};
 use super::backing::{self, join};
-use super::{Caller, Core, Result, errno, record_errno};
+use super::{Caller, Core, Result, record_errno};
 use crate::history::ChangeKind;
 
 fn check_name(name: &OsStr) -> Result<()> {
@@ -31,7 +31,7 @@ impl Core {
         parent_path: &[u8],
         name: &OsStr,
     ) -> Result<FileAttr> {
-        let st = self.backing.stat_at(parent_path, name).map_err(errno)?;
+        let st = self.backing.stat_at(parent_path, name)?;
         let ino = self.enter(parent, name.as_bytes(), key(&st));
         Ok(attr(ino, &st))
     }
@@ -52,16 +52,16 @@ impl Core {
         if let Some(open) = fh.and_then(|fh| self.files.get(fh.0)) {
             return Ok(attr(
                 ino.0,
-                &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file)).map_err(errno)?,
+                &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
             ));
         }
         match self.path(ino) {
-            Ok(path) => Ok(attr(ino.0, &self.backing.stat(&path).map_err(errno)?)),
+            Ok(path) => Ok(attr(ino.0, &self.backing.stat(&path)?)),
             // No name left (unlinked while open): `fstat` still answers, from an open handle.
             Err(e) => match self.files.find(|f| f.ino == ino.0) {
                 Some(open) => Ok(attr(
                     ino.0,
-                    &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file)).map_err(errno)?,
+                    &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
                 )),
                 None => Err(e),
             },
@@ -70,7 +70,7 @@ impl Core {
 
     pub(super) fn readlink(&self, ino: INodeNo) -> Result<Vec<u8>> {
         let path = self.path(ino)?;
-        self.backing.readlink(&path).map_err(errno)
+        self.backing.readlink(&path).map_err(Errno::from)
     }
 
     /// Before an operation recorded after it succeeds: refuse it if it could not be recorded.
@@ -93,8 +93,7 @@ impl Core {
     pub(super) fn chown_new(&self, caller: &Caller, path: &[u8]) -> Result<()> {
         if self.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
             self.backing
-                .chown(path, Some(caller.uid), Some(caller.gid))
-                .map_err(errno)?;
+                .chown(path, Some(caller.uid), Some(caller.gid))?;
         }
         Ok(())
     }
@@ -111,7 +110,7 @@ impl Core {
         check_name(name)?;
         let path = join(parent, name);
         self.ready_for(&path, true)?;
-        self.backing.mkdir(parent, name, mode).map_err(errno)?;
+        self.backing.mkdir(parent, name, mode)?;
         self.chown_new(caller, &path)?;
         self.record_new(ChangeKind::Mkdir, &path, caller.pid)
     }
@@ -127,9 +126,7 @@ impl Core {
         check_name(name)?;
         let path = join(parent, name);
         self.ready_for(&path, false)?;
-        self.backing
-            .mknod(parent, name, mode, rdev as u64)
-            .map_err(errno)?;
+        self.backing.mknod(parent, name, mode, rdev as u64)?;
         self.chown_new(caller, &path)?;
         self.record_new(ChangeKind::Create, &path, caller.pid)
     }
@@ -144,7 +141,7 @@ impl Core {
         check_name(name)?;
         let path = join(parent, name);
         self.ready_for(&path, false)?;
-        self.backing.symlink(parent, name, target).map_err(errno)?;
+        self.backing.symlink(parent, name, target)?;
         self.chown_new(caller, &path)?;
         self.record_new(ChangeKind::Symlink, &path, caller.pid)
     }
@@ -157,9 +154,9 @@ impl Core {
         name: &OsStr,
         dir: bool,
     ) -> Result<libc::stat> {
-        let st = self.backing.stat_at(parent, name).map_err(errno)?;
+        let st = self.backing.stat_at(parent, name)?;
         let path = join(parent, name);
-        let unlink = || self.backing.unlink(parent, name, dir).map_err(errno);
+        let unlink = || self.backing.unlink(parent, name, dir).map_err(Errno::from);
         if dir {
             self.ready_for(&path, true)?;
             self.freeing(key(&st), true, unlink)?;
@@ -196,7 +193,7 @@ impl Core {
         flags: RenameFlags,
     ) -> Result<(libc::stat, Option<libc::stat>)> {
         check_name(new_name)?;
-        let src = self.backing.stat_at(parent, name).map_err(errno)?;
+        let src = self.backing.stat_at(parent, name)?;
         let dst = self.backing.stat_at(new_parent, new_name).ok();
         if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
             return Err(Errno::EEXIST);
@@ -240,7 +237,7 @@ impl Core {
         let rename = || {
             self.backing
                 .rename(parent, name, new_parent, new_name, flags.bits())
-                .map_err(errno)
+                .map_err(Errno::from)
         };
         let renamed = match freed {
             Some(d) => self.freeing(key(d), true, rename),
@@ -364,9 +361,7 @@ impl Core {
             self.begin_named(&open, &new_path, caller.pid)?;
             return Ok(attr);
         };
-        self.backing
-            .link(&path, &new_parent_path, new_name)
-            .map_err(errno)?;
+        self.backing.link(&path, &new_parent_path, new_name)?;
         if let Some(rec) = &self.recorder {
             rec.after_link(&path, &new_path, caller.pid)
                 .map_err(record_errno)?;

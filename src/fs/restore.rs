@@ -14,7 +14,7 @@ use fuser::{Errno, INodeNo};
 
 use super::attr::key;
 use super::backing::{self, join, split};
-use super::{Caller, Core, errno};
+use super::{Caller, Core};
 use crate::history::rollback::Apply;
 use crate::history::{Error, Result, show_path};
 
@@ -137,7 +137,7 @@ impl Restorer {
             .core
             .backing
             .stat(path)
-            .map_err(|e| failed(path, errno(e)))?;
+            .map_err(|e| failed(path, e.into()))?;
         if st.st_mode & 0o7777 == mode & 0o7777 {
             return Ok(());
         }
@@ -145,7 +145,7 @@ impl Restorer {
             self.core
                 .backing
                 .chmod(path, mode & 0o7777)
-                .map_err(|e| failed(path, errno(e)))
+                .map_err(|e| failed(path, e.into()))
         };
         match &self.core.recorder {
             Some(rec) => {
@@ -198,7 +198,7 @@ impl Apply for Restorer {
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()> {
         let (parent, name) = self.parts(path)?;
-        let io = |e: std::io::Error| failed(path, errno(e));
+        let io = |e: std::io::Error| failed(path, e.into());
         let existing = match self.core.backing.stat(path) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
             Ok(_) => return Err(failed(path, Errno::EEXIST)),

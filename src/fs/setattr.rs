@@ -3,11 +3,11 @@
 
 use std::os::fd::AsFd;
 
-use fuser::{FileAttr, FileHandle, INodeNo, TimeOrNow};
+use fuser::{Errno, FileAttr, FileHandle, INodeNo, TimeOrNow};
 
 use super::attr::{attr, key, killed_suid, timespec};
 use super::backing::{self, futimens, set_fd_mode, set_fd_owner};
-use super::{Caller, Core, Result, errno, record_errno};
+use super::{Caller, Core, Result, record_errno};
 
 /// What a `setattr` asks to change.
 pub struct Changes {
@@ -30,19 +30,19 @@ impl Core {
         let path = self.path(ino).ok();
         let open = fh.and_then(|fh| self.files.get(fh.0));
         let stat = || match &open {
-            Some(o) => backing::stat_fd(o.file.as_fd()).map_err(errno),
+            Some(o) => backing::stat_fd(o.file.as_fd()).map_err(Errno::from),
             None => self
                 .backing
-                .stat(path.as_deref().ok_or(fuser::Errno::ENOENT)?)
-                .map_err(errno),
+                .stat(path.as_deref().ok_or(Errno::ENOENT)?)
+                .map_err(Errno::from),
         };
         if let Some(mode) = ch.mode {
             let st = stat()?;
             let chmod = || match &open {
-                Some(o) => set_fd_mode(&o.file, mode).map_err(errno),
+                Some(o) => set_fd_mode(&o.file, mode).map_err(Errno::from),
                 None => {
-                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
-                    self.backing.chmod(path, mode & 0o7777).map_err(errno)
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
+                    self.backing.chmod(path, mode & 0o7777).map_err(Errno::from)
                 }
             };
             match (&self.recorder, path.as_deref()) {
@@ -64,25 +64,25 @@ impl Core {
         if ch.uid.is_some() || ch.gid.is_some() {
             match &open {
                 // No path to resolve: `tar` chowns every file it writes while it is open.
-                Some(o) => set_fd_owner(&o.file, ch.uid, ch.gid).map_err(errno)?,
+                Some(o) => set_fd_owner(&o.file, ch.uid, ch.gid)?,
                 None => {
-                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
-                    self.backing.chown(path, ch.uid, ch.gid).map_err(errno)?;
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
+                    self.backing.chown(path, ch.uid, ch.gid)?;
                 }
             }
         }
         if let Some(size) = ch.size {
             match &open {
                 // Open for writing: its episode already holds the content from before.
-                Some(o) => o.file.set_len(size).map_err(errno)?,
+                Some(o) => o.file.set_len(size)?,
                 None => {
-                    let path = path.as_deref().ok_or(fuser::Errno::ENOENT)?;
+                    let path = path.as_deref().ok_or(Errno::ENOENT)?;
                     let episode = self.begin_write(path, caller.pid)?;
                     let result = self
                         .backing
                         .open_file(path, libc::O_WRONLY, 0)
                         .and_then(|f| f.set_len(size))
-                        .map_err(errno);
+                        .map_err(Errno::from);
                     self.end_write(episode);
                     result?;
                 }
@@ -95,9 +95,9 @@ impl Core {
         if ch.atime.is_some() || ch.mtime.is_some() {
             let times = [timespec(ch.atime), timespec(ch.mtime)];
             match (&open, path.as_deref()) {
-                (Some(o), _) => futimens(&o.file, &times).map_err(errno)?,
-                (None, Some(path)) => self.backing.utimens(path, &times).map_err(errno)?,
-                (None, None) => return Err(fuser::Errno::ENOENT),
+                (Some(o), _) => futimens(&o.file, &times)?,
+                (None, Some(path)) => self.backing.utimens(path, &times)?,
+                (None, None) => return Err(Errno::ENOENT),
             }
             if let (Some(rec), Some(path)) = (&self.recorder, path.as_deref()) {
                 let st = stat()?;
@@ -117,9 +117,9 @@ impl Core {
         file: Option<&std::fs::File>,
     ) -> Result<()> {
         let st = match file {
-            Some(f) => backing::stat_fd(f.as_fd()).map_err(errno)?,
+            Some(f) => backing::stat_fd(f.as_fd())?,
             None => match path {
-                Some(p) => self.backing.stat(p).map_err(errno)?,
+                Some(p) => self.backing.stat(p)?,
                 None => return Ok(()),
             },
         };
@@ -128,8 +128,8 @@ impl Core {
         }
         if let Some(mode) = killed_suid(st.st_mode) {
             match (file, path) {
-                (Some(f), _) => set_fd_mode(f, mode).map_err(errno)?,
-                (None, Some(p)) => self.backing.chmod(p, mode).map_err(errno)?,
+                (Some(f), _) => set_fd_mode(f, mode)?,
+                (None, Some(p)) => self.backing.chmod(p, mode)?,
                 (None, None) => {}
             }
         }

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use fuser::{Errno, INodeNo};
 
 use super::backing::Xattr;
-use super::{Core, Result, errno, lock};
+use super::{Core, Result, lock};
 
 /// The extended attribute holding file capabilities.
 const CAPS_XATTR: &[u8] = b"security.capability";
@@ -41,7 +41,7 @@ impl Core {
         let path = self.path(ino)?;
         self.backing
             .setxattr(&path, name, value, flags)
-            .map_err(errno)
+            .map_err(Errno::from)
     }
 
     pub(super) fn getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> Result<Xattr> {
@@ -53,7 +53,7 @@ impl Core {
         let result = self
             .backing
             .getxattr(&path, name, size as usize)
-            .map_err(errno);
+            .map_err(Errno::from);
         if caps && matches!(result, Err(Errno::NO_XATTR)) {
             self.note_no_caps(ino.0);
         }
@@ -62,7 +62,9 @@ impl Core {
 
     pub(super) fn listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr> {
         let path = self.path(ino)?;
-        self.backing.listxattr(&path, size as usize).map_err(errno)
+        self.backing
+            .listxattr(&path, size as usize)
+            .map_err(Errno::from)
     }
 
     pub(super) fn removexattr(&self, ino: INodeNo, name: &OsStr) -> Result<()> {
@@ -70,6 +72,6 @@ impl Core {
             self.forget_no_caps(ino.0);
         }
         let path = self.path(ino)?;
-        self.backing.removexattr(&path, name).map_err(errno)
+        self.backing.removexattr(&path, name).map_err(Errno::from)
     }
 }

@@ -66,7 +66,7 @@ pub fn refuse_removal(parent: u64) -> Errno {
 /// The error a failed lookup or read reports.
 fn ctl_errno(e: Error) -> Errno {
     match e {
-        Error::Io { source, .. } => super::errno(source),
+        Error::Io { source, .. } => Errno::from(source),
         Error::Store(_) => Errno::EIO,
         _ => Errno::ENOENT,
     }

@@ -1,5 +1,9 @@
 //! Line diff with git's post-processing (group sliding + indent heuristic),
 //! hunk grouping and unified-diff emission the way git's xdiff + diff.c do it.
+//!
+//! About 900 lines: it follows git's xdiff/xdiffi.c and diff.c step by
+//! step (so that `rewind diff` output is byte for byte git's), and splitting it would separate
+//! each step from the git code it mirrors.
 
 use std::collections::HashMap;
 
