@@ -687,9 +687,10 @@ fn race_symlink_swaps(as_nobody: bool) {
         .read_to_string(&mut err)
         .unwrap();
     assert!(status.success(), "the swapper failed: {err}");
+    // How often it swapped is up to timing; that a step met a swap (below) is what counts.
     assert!(
-        swaps.trim().parse::<u64>().unwrap() > 10,
-        "the swapper hardly ran: {swaps}"
+        swaps.trim().parse::<u64>().unwrap() > 0,
+        "the swapper never swapped: {swaps}"
     );
     assert!(outputs.contains("rollback-"), "{outputs}");
     // The swaps did overlap the rollback (else this proves nothing).
