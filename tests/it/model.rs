@@ -958,6 +958,11 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
         let step = model.step(op);
         let mut next = model.clone();
         let expect = next.apply(&step);
+        if expect == Expect::Skip {
+            // It would act outside the workspace (through a symlink), as in the ops below.
+            done += &format!("  initial {n}: {step:?} not run\n");
+            continue;
+        }
         let result = run(&root, &step);
         match (&expect, &result) {
             (Expect::Ok, Ok(())) => model = next,
@@ -1012,7 +1017,6 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
                     }
                     (Expect::Fails, Err(_)) => {
                         stats.failed += 1;
-                        eprintln!("FAILSTEP {step:?}");
                     }
                     _ => {
                         return Err(format!(
