@@ -195,15 +195,21 @@ impl Apply for Restorer {
         &self,
         path: &[u8],
         mode: u32,
+        detach: bool,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()> {
         let (parent, name) = self.parts(path)?;
         let io = |e: std::io::Error| failed(path, e.into());
-        let existing = match self.core.backing.stat(path) {
+        let mut existing = match self.core.backing.stat(path) {
             Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
             Ok(_) => return Err(failed(path, Errno::EEXIST)),
             Err(_) => false,
         };
+        if existing && detach {
+            // A file of its own: this name goes, and is made again below.
+            self.remove(path, false)?;
+            existing = false;
+        }
         if existing {
             // In place, so every name of a hard-linked file gets it.
             let episode = self
@@ -273,5 +279,11 @@ impl Apply for Restorer {
 
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()> {
         self.chmod(path, mode)
+    }
+
+    fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)> {
+        let st = self.core.backing.stat(path).ok()?;
+        (st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink > 1)
+            .then_some((st.st_dev, st.st_ino))
     }
 }

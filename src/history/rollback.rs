@@ -12,7 +12,7 @@
 //! So a rollback that was itself undone does not stand in the way of rolling back the same
 //! selection again: the path is back to what the selection left.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 
 use super::change::{Change, ChangeKind, FileKind, FileState};
@@ -270,13 +270,17 @@ pub trait Apply {
     fn remove(&self, path: &[u8], dir: bool) -> Result<()>;
     /// Make a folder (or keep the one there) with this mode.
     fn make_dir(&self, path: &[u8], mode: u32) -> Result<()>;
-    /// Give a file its content (written in place, so other names of it see it) and mode.
+    /// Give a file its content and mode: written in place, so other names of it see it, unless
+    /// `detach`, when the path gets a file of its own and its other names keep theirs.
     fn write_file(
         &self,
         path: &[u8],
         mode: u32,
+        detach: bool,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()>;
+    /// Which file a path is now (device, inode), if it is a regular file with other names.
+    fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)>;
     /// Make a symlink, replacing what is at the path.
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
     /// Change a file's or folder's mode.
@@ -378,6 +382,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         .filter(|s| s.target.is_some() && !unreadable.contains(&s.path))
         .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
+    let detach = must_detach(&puts, apply);
     for s in puts {
         if failed_under(&failed, &s.path) {
             // Its own removal failed, or its folder could not be made.
@@ -396,7 +401,8 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
             FileKind::File if same_content => apply.set_mode(&s.path, t.mode),
             FileKind::File => {
                 let hash = t.hash.expect("checked above");
-                apply.write_file(&s.path, t.mode, &mut |out| {
+                let detach = detach.contains(&s.path);
+                apply.write_file(&s.path, t.mode, detach, &mut |out| {
                     let mut out = out;
                     Ok(store.read_blob_to(&hash, &mut out)?)
                 })
@@ -418,6 +424,35 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         }
     }
     failed
+}
+
+/// The files to restore as files of their own: those that are now hard links of another file
+/// the plan gives different content. Written in place, the last write would win for every
+/// name (`a` and `c` were two files, are now two names of one, and each goes back to its own
+/// content). Names that go back to the same content, or that the plan does not touch, stay
+/// linked: a rollback of one name of a linked file gives every name its earlier content.
+fn must_detach(puts: &[&Step], apply: &dyn Apply) -> HashSet<Vec<u8>> {
+    let mut by_file: HashMap<(u64, u64), Vec<&Step>> = HashMap::new();
+    for s in puts {
+        let files = |st: &Option<FileState>| st.as_ref().is_some_and(|f| f.kind == FileKind::File);
+        if files(&s.target)
+            && files(&s.now)
+            && let Some(id) = apply.shared_file(&s.path)
+        {
+            by_file.entry(id).or_default().push(s);
+        }
+    }
+    let hash = |st: &Option<FileState>| st.as_ref().and_then(|f| f.hash);
+    let mut out = HashSet::new();
+    for names in by_file.values() {
+        for s in names {
+            let rewritten = hash(&s.target) != hash(&s.now);
+            if rewritten && names.iter().any(|o| hash(&o.target) != hash(&s.target)) {
+                out.insert(s.path.clone());
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
