@@ -361,6 +361,10 @@ impl Core {
             self.begin_named(&open, &new_path, caller.pid)?;
             return Ok(attr);
         };
+        // The file stays locked until its link is recorded, so an episode of it that ends
+        // meanwhile is recorded before the link (under the names it had) or after it.
+        let st = self.backing.stat(&path)?;
+        let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
         self.backing.link(&path, &new_parent_path, new_name)?;
         if let Some(rec) = &self.recorder {
             rec.after_link(&path, &new_path, caller.pid)

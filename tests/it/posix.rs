@@ -743,6 +743,49 @@ fn files_that_became_one_are_rolled_back_to_their_own_contents() {
     }
 }
 
+/// A link made while the file is open for writing: the change written before it is recorded
+/// under the names the file had then, so the past shows no new name before it was made (found
+/// by the model test: `.rewind/at/POINT/` showed the link's name at a point before it).
+#[test]
+fn a_link_made_during_a_write_is_not_in_the_past() {
+    for data in BOTH {
+        let ws = mounted(data);
+        let dir = ws.path();
+        sh(&dir, "printf 'one two three\\n' > b; mkdir d");
+        rw(&ws, &["checkpoint", "before"]);
+        let script = "import os\nf = open('b', 'r+')\nf.truncate(4)\nf.flush()\n\
+                      os.link('b', 'd/b')\nf.write('x')\nf.close()\n";
+        let out = Command::new("python3")
+            .args(["-c", script])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        rw(&ws, &["sync"]);
+        assert_eq!(read(&dir.join("d/b")), "xne ");
+        assert!(
+            !dir.join(".rewind/at/before/d/b").exists(),
+            "{data:?}: d/b in the past:\n{}",
+            rw(&ws, &["log"])
+        );
+        assert_eq!(
+            read(&dir.join(".rewind/at/before/b")),
+            "one two three\n",
+            "{data:?}"
+        );
+        // d/b's history starts with its link: the truncate before it is b's alone.
+        let changes = log(&ws, Some("d/b"));
+        let links = of_kind(&changes, "link");
+        assert_eq!(links.len(), 1, "{data:?}: {changes:#?}");
+        let first = changes.iter().filter_map(|c| c["id"].as_u64()).min();
+        assert_eq!(first, links[0]["id"].as_u64(), "{data:?}: {changes:#?}");
+    }
+}
+
 /// Links made before the mount are learnt by the scan at mount: a change through one name is
 /// in the history of the others, and a rollback of any name restores all. The same for a link
 /// made while unmounted, between two mounts.

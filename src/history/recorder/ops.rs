@@ -137,20 +137,22 @@ impl Recorder {
     }
 
     /// `path` is a new name of the file at `target` (a hard link): record it, and know the
-    /// file by both names from now on.
+    /// file by both names from now on. The caller holds the file ([`hold`](Recorder::hold)).
     pub fn after_link(&self, target: &[u8], path: &[u8], pid: u32) -> Result<()> {
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
         };
         let key = key_of(&st);
+        // A new file not recorded yet is recorded first: its create comes before its link. So
+        // does a change being written to it, under the names it had then (the caller holds the
+        // file, so no episode ends between here and the link's record).
+        self.flush_pending(target)?;
+        self.cut_episode(key, target)?;
         {
             let mut links = lock(&self.links);
             links.add(key, target);
             links.add(key, path);
         }
-        // A new file not recorded yet is recorded first: its create comes before its link.
-        self.flush_pending(target)?;
-        self.cut_episode(key, target)?;
         if !self.records(path, false) {
             return Ok(());
         }
