@@ -430,6 +430,73 @@ fn two_agents_at_once_are_each_attributed() {
     }
 }
 
+/// A new file reopened at once to append: the kernel sends the first close to the daemon
+/// after `close` has returned, so the second open can race the end of the first write. The
+/// file's history must still begin with its create, and a checkpoint taken before must not
+/// show it (found by the model test; before the fix, about 1 path in 700 began with a modify
+/// here).
+#[test]
+fn a_new_file_reopened_at_once_begins_with_its_create() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let out = ws.rewind(&[
+        "-C".as_ref(),
+        ws.path().as_os_str(),
+        "checkpoint".as_ref(),
+        "empty".as_ref(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let writer = |tag: &str| {
+        let script = format!(
+            "import os\nfor i in range(300):\n    p = '{tag}%d' % i\n    \
+             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)\n    \
+             os.write(fd, b'first'); os.close(fd)\n    \
+             fd = os.open(p, os.O_WRONLY | os.O_APPEND)\n    \
+             os.write(fd, b'second'); os.close(fd)\n"
+        );
+        Command::new("python3")
+            .args(["-c", &script])
+            .current_dir(ws.path())
+            .spawn()
+            .unwrap()
+    };
+    let mut writers = [writer("a"), writer("b"), writer("c")];
+    for w in &mut writers {
+        assert!(w.wait().unwrap().success());
+    }
+    let changes = log(&ws);
+    let mut first: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for c in &changes {
+        let (path, id) = (c["path"].as_str().unwrap(), c["id"].as_u64().unwrap());
+        let kind = c["kind"].as_str().unwrap().to_string();
+        let e = first.entry(path.to_string()).or_insert((id, kind.clone()));
+        if id < e.0 {
+            *e = (id, kind);
+        }
+    }
+    assert_eq!(first.len(), 900);
+    let wrong: Vec<_> = first.iter().filter(|(_, (_, k))| k != "create").collect();
+    assert!(
+        wrong.is_empty(),
+        "histories that begin with no create: {wrong:?}"
+    );
+    let past: Vec<_> = fs::read_dir(ws.path().join(".rewind/at/empty"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(past.is_empty(), "in the past: {past:?}");
+    for (path, _) in first.iter().take(5) {
+        assert_eq!(
+            fs::read_to_string(ws.path().join(path)).unwrap(),
+            "firstsecond"
+        );
+    }
+}
+
 #[test]
 fn rm_rf_keeps_the_content_of_the_whole_tree() {
     let mut ws = Workspace::new();

@@ -39,8 +39,12 @@ impl Recorder {
         // now).
         self.check_writable()?;
         let key = key_of(st);
-        // Wait for an episode of this file that is ending to be recorded first.
-        drop(self.hold(&[key]));
+        // Held until the episode is open: an episode of this file that is ending is recorded
+        // first (a new file's held-back create included, flushed below), and none can end
+        // between the check for one and the capture of the content before. Dropped at once,
+        // an end of the last episode could slip in after the check, and this write would be
+        // recorded as a modify before the file's create.
+        let _held = self.hold(&[key]);
         self.flush_pending(path)?;
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
             ep.opens += 1;
