@@ -363,8 +363,12 @@ impl Core {
         };
         // The file stays locked until its link is recorded, so an episode of it that ends
         // meanwhile is recorded before the link (under the names it had) or after it.
-        let st = self.backing.stat(&path)?;
-        let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+        let file = self.inodes().key(ino.0);
+        let _held = self
+            .recorder
+            .as_ref()
+            .zip(file)
+            .map(|(rec, k)| rec.hold(&[k]));
         self.backing.link(&path, &new_parent_path, new_name)?;
         if let Some(rec) = &self.recorder {
             rec.after_link(&path, &new_path, caller.pid)

@@ -432,9 +432,9 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
 /// content). Names that go back to the same content, or that the plan does not touch, stay
 /// linked: a rollback of one name of a linked file gives every name its earlier content.
 fn must_detach(puts: &[&Step], apply: &dyn Apply) -> HashSet<Vec<u8>> {
+    let files = |st: &Option<FileState>| st.as_ref().is_some_and(|f| f.kind == FileKind::File);
     let mut by_file: HashMap<(u64, u64), Vec<&Step>> = HashMap::new();
     for s in puts {
-        let files = |st: &Option<FileState>| st.as_ref().is_some_and(|f| f.kind == FileKind::File);
         if files(&s.target)
             && files(&s.now)
             && let Some(id) = apply.shared_file(&s.path)
