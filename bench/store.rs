@@ -116,6 +116,7 @@ fn main() {
         .gc(&GcPolicy {
             older_than_ns: Some(1_700_000_000_000_000_000 + n / 2 * 1_000_000),
             max_bytes: None,
+            dry_run: false,
         })
         .unwrap();
     let gc_half = t.elapsed();
@@ -124,6 +125,7 @@ fn main() {
         .gc(&GcPolicy {
             older_than_ns: Some(0),
             max_bytes: None,
+            dry_run: false,
         })
         .unwrap();
     let gc_nothing = t.elapsed();

@@ -21,6 +21,13 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
         source: &source,
         ignored: &ignored,
     };
+    // A session or agent gc cut would be exported as part of itself, passed off as the whole.
+    if let Some(s) = &args.session {
+        history.check_whole(false, s)?;
+    }
+    if let Some(a) = &args.agent {
+        history.check_whole(true, a)?;
+    }
     let q = Query {
         session: args.session.clone(),
         agent: args.agent.clone(),

@@ -53,6 +53,13 @@ pub fn run(cwd: &Path) -> CliResult {
     let history = ctx.read_history()?;
     let stats = history.store().stats()?;
     println!("changes: {} (last id {})", stats.changes, stats.last_id);
+    if let Some(h) = history.horizon()? {
+        println!(
+            "oldest point still kept: {} ({}); gc removed what came before",
+            h.id,
+            crate::history::time::rfc3339(h.time_ns)
+        );
+    }
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
     println!("sessions: {}", history.sessions()?.len());
     println!(

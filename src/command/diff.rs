@@ -113,7 +113,7 @@ pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
     } else {
         let selected = match id {
             Some(id) => vec![history.get(id)?],
-            None => select(env, args)?,
+            None => select(&mut *env, args)?,
         };
         selection(env, &selected, &filter)?
     };
@@ -121,7 +121,7 @@ pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-fn select(env: &Env<'_>, args: &DiffArgs) -> Result<Vec<Change>> {
+fn select(env: &mut Env<'_>, args: &DiffArgs) -> Result<Vec<Change>> {
     let history = env.history;
     let mut q = Query {
         session: args.session.clone(),
@@ -135,6 +135,10 @@ fn select(env: &Env<'_>, args: &DiffArgs) -> Result<Vec<Change>> {
         q.session = Some(found.session.clone());
         q.after_id = Some(found.start_id);
         turn = Some(found.number);
+    }
+    if let Some(note) = history.cut_note(q.session.as_deref(), q.agent.as_deref(), turn)? {
+        // Before the patch, where `git apply` reads it as commentary.
+        env.println(&note)?;
     }
     Ok(history
         .query(&q)?

@@ -4,7 +4,9 @@ use clap::Args;
 
 use super::env::{Env, Outcome};
 use crate::history::retention::Retention;
+use crate::history::time;
 use crate::history::{Error, Result};
+use crate::store::GcReport;
 
 /// Remove old history: changes older than --keep, then the oldest until the store fits
 /// --max-size. The newest change of every path is always kept.
@@ -27,17 +29,61 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
             "say what to keep: --keep DURATION and/or --max-size SIZE".into(),
         ));
     }
-    let policy = Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)
+    let mut policy = Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)
         .map_err(|e| Error::Usage(format!("--{e}")))?
         .policy();
-    if args.dry_run {
-        env.println("dry run: nothing removed")?;
-        return Ok(Outcome::Done);
-    }
+    // The dry run is the same plan as the run, computed by the store's one writer.
+    policy.dry_run = args.dry_run;
     let r = env.actor("gc")?.gc(&policy)?;
-    env.println(&format!(
-        "removed {} changes and {} blobs; stored content {} -> {} bytes",
-        r.changes_removed, r.blobs_removed, r.bytes_before, r.bytes_after
-    ))?;
+    for line in report(&r, args.max_size.as_deref()) {
+        env.println(&line)?;
+    }
     Ok(Outcome::Done)
+}
+
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// What a gc did (or, dry, would do), as `rewind gc` prints it.
+pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let what = format!(
+        "{} and {}; stored content {} -> {} bytes",
+        count(r.changes_removed, "change", "changes"),
+        count(r.blobs_removed, "blob", "blobs"),
+        r.bytes_before,
+        r.bytes_after
+    );
+    if r.dry_run {
+        out.push(format!("dry run: would remove {what} (nothing removed)"));
+    } else {
+        out.push(format!(
+            "removed {what}; store on disk {} -> {} bytes",
+            r.disk_before, r.disk_after
+        ));
+    }
+    for (session, n) in &r.sessions_cut {
+        out.push(format!(
+            "  session {session}: {} {}",
+            count(*n, "change", "changes"),
+            if r.dry_run { "would go" } else { "removed" }
+        ));
+    }
+    if r.over_target {
+        out.push(format!(
+            "cannot reach --max-size {}: the newest change of every path is always kept, and              they hold {} bytes",
+            max_size.unwrap_or("?"),
+            r.bytes_after
+        ));
+    }
+    if let Some(h) = &r.horizon {
+        out.push(format!(
+            "oldest point still kept: {} ({}){}",
+            h.id,
+            time::rfc3339(h.time_ns),
+            if r.dry_run { " after this gc" } else { "" }
+        ));
+    }
+    out
 }

@@ -72,6 +72,10 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
         changes.len() < limit
     })?;
     changes.reverse();
+    let note = history.cut_note(q.session.as_deref(), q.agent.as_deref(), turn)?;
+    if let Some(note) = note.filter(|_| !args.json) {
+        env.println(&note)?;
+    }
     for c in &changes {
         let line = if args.json {
             change_json(c).to_string()

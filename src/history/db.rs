@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::change::{Change, Checkpoint, OpenEpisode, Seen, SessionInfo, Turn};
 use super::name::Name;
 use super::{Error, Result};
-use crate::store::{self, ChangeRecord, GcPlan, GcReport, Query, SeenRecord, Store};
+use crate::store::{self, ChangeRecord, GcPlan, GcReport, Horizon, Query, SeenRecord, Store};
 
 /// Bookkeeping written in the same batch as a change (see [`store::Extra`]).
 #[derive(Default)]
@@ -25,6 +25,8 @@ pub struct GcPolicy {
     pub older_than_ns: Option<u64>,
     /// Then remove the oldest changes until the stored content is at most this many bytes.
     pub max_bytes: Option<u64>,
+    /// Only say what would be removed (the same plan a run carries out).
+    pub dry_run: bool,
 }
 
 #[derive(Clone)]
@@ -60,8 +62,11 @@ impl History {
             return Err(Error::Retracted(id));
         }
         let newest = self.last_id()?;
-        if id > 0 && id <= newest {
+        if id > 0 && self.horizon()?.is_some_and(|h| id <= h.id) {
             return Err(Error::Removed(id));
+        }
+        if id > 0 && id <= newest {
+            return Err(Error::Unused(id));
         }
         Err(Error::NoChange { id, newest })
     }
@@ -122,9 +127,18 @@ impl History {
 
     /// Record changes in one batch, with consecutive ids (their `id` fields are ignored).
     pub fn record_many(&self, items: Vec<(Change, &Extra<'_>)>) -> Result<Vec<Change>> {
+        self.record_with_ids(items.into_iter().map(|(c, e)| (c, e, None)).collect())
+    }
+
+    /// [`record_many`](History::record_many), where an item may bring an id set aside with
+    /// [`reserve_id`](History::reserve_id) when its operation happened.
+    pub fn record_with_ids(
+        &self,
+        items: Vec<(Change, &Extra<'_>, Option<u64>)>,
+    ) -> Result<Vec<Change>> {
         let manifests: Vec<Vec<(Vec<u8>, Option<SeenRecord>)>> = items
             .iter()
-            .map(|(_, e)| {
+            .map(|(_, e, _)| {
                 e.manifest
                     .iter()
                     .map(|(p, s)| (p.clone(), s.as_ref().map(SeenRecord::from)))
@@ -134,7 +148,7 @@ impl History {
         let extras: Vec<store::Extra<'_>> = items
             .iter()
             .zip(&manifests)
-            .map(|((_, e), manifest)| store::Extra {
+            .map(|((_, e, _), manifest)| store::Extra {
                 finish_episode: e.finish_episode,
                 manifest,
                 move_under: e.move_under,
@@ -143,10 +157,10 @@ impl History {
         let records = items
             .iter()
             .zip(&extras)
-            .map(|((c, _), e)| (ChangeRecord::from(c), e))
+            .map(|((c, _, id), e)| (ChangeRecord::from(c), e, *id))
             .collect();
         self.store
-            .record_many(records)?
+            .record_with_ids(records)?
             .into_iter()
             .map(change)
             .collect()
@@ -155,6 +169,16 @@ impl History {
     pub fn record(&self, c: Change, extra: &Extra<'_>) -> Result<Change> {
         let mut out = self.record_many(vec![(c, extra)])?;
         Ok(out.pop().expect("one change in, one out"))
+    }
+
+    /// Set an id aside for an operation that happened now and is recorded later.
+    pub fn reserve_id(&self) -> u64 {
+        self.store.reserve_id()
+    }
+
+    /// An id set aside will not be used.
+    pub fn release_id(&self, id: u64) {
+        self.store.release_id(id);
     }
 
     pub fn retract(&self, c: &Change) -> Result<()> {
@@ -274,6 +298,72 @@ impl History {
             older_than_ns: policy.older_than_ns,
             max_bytes: policy.max_bytes,
             protect: &protect,
+            dry_run: policy.dry_run,
         })?)
+    }
+
+    /// The oldest point still answered exactly, if gc ever removed history.
+    pub fn horizon(&self) -> Result<Option<Horizon>> {
+        Ok(self.store.horizon()?)
+    }
+
+    /// Refuse a point (the state right after change `id`) that needs history gc removed.
+    pub fn check_kept(&self, id: u64, given: &str) -> Result<u64> {
+        match self.horizon()? {
+            Some(h) if id < h.id => Err(Error::BeforeHorizon {
+                point: given.to_string(),
+                oldest: h.id,
+                time: super::time::rfc3339(h.time_ns),
+            }),
+            _ => Ok(id),
+        }
+    }
+
+    /// Refuse a selection of a session (or, with `agent`, an agent) that gc cut: showing,
+    /// exporting or rolling back the rest would pass part of it off as the whole.
+    pub fn check_whole(&self, agent: bool, name: &str) -> Result<()> {
+        match self.store.cut(agent, name)? {
+            Some(cut) if cut.removed > 0 => Err(Error::Cut {
+                what: if agent { "agent" } else { "session" },
+                name: name.to_string(),
+                removed: cut.removed,
+                newest: cut.newest_id,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// What to say beside a listing or diff of a selection that gc cut (it is shown, but as
+    /// what it is: a part).
+    pub fn cut_note(
+        &self,
+        session: Option<&str>,
+        agent: Option<&str>,
+        turn: Option<u32>,
+    ) -> Result<Option<String>> {
+        let checked = match (session, agent, turn) {
+            (Some(s), _, Some(t)) => self.check_whole_turn(s, t),
+            (Some(s), _, None) => self.check_whole(false, s),
+            (None, Some(a), _) => self.check_whole(true, a),
+            _ => Ok(()),
+        };
+        match checked {
+            Err(e @ Error::Cut { .. }) => Ok(Some(format!("note: {e}; what follows is the rest"))),
+            Err(e) => Err(e),
+            Ok(()) => Ok(None),
+        }
+    }
+
+    /// Refuse a turn of a session some of whose changes gc removed.
+    pub fn check_whole_turn(&self, session: &str, turn: u32) -> Result<()> {
+        match self.store.cut(false, session)? {
+            Some(cut) if cut.turns.contains(&turn) => Err(Error::Cut {
+                what: "turn",
+                name: format!("{session}:{turn}"),
+                removed: cut.removed,
+                newest: cut.newest_id,
+            }),
+            _ => Ok(()),
+        }
     }
 }

@@ -54,6 +54,27 @@ pub enum Error {
     #[error("change {0} was removed by retention (gc)")]
     Removed(u64),
     #[error(
+        "point {point} is older than the history retention kept: the oldest point still kept is {oldest} ({time}); gc removed the changes before it"
+    )]
+    BeforeHorizon {
+        point: String,
+        oldest: u64,
+        time: String,
+    },
+    #[error(
+        "{what} {name} is incomplete: gc removed {removed} of its changes (the newest of them {newest}), so it can no longer be exported or undone as a whole"
+    )]
+    Cut {
+        what: &'static str,
+        name: String,
+        removed: u64,
+        newest: u64,
+    },
+    #[error(
+        "there is no change {0}: its id was set aside for an operation that then recorded nothing"
+    )]
+    Unused(u64),
+    #[error(
         "there is no checkpoint named {0:?} (a point is a change id, a checkpoint, an RFC 3339 time or a duration ago like 15m)"
     )]
     NoCheckpoint(String),

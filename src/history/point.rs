@@ -32,8 +32,14 @@ impl Point {
         Ok(Point::Checkpoint(s.to_string()))
     }
 
-    /// The id of the last change at or before this point.
+    /// The id of the last change at or before this point; an error if the history from there
+    /// on is no longer whole (gc removed changes after it).
     pub fn resolve(&self, history: &History) -> Result<u64> {
+        let id = self.resolve_id(history)?;
+        history.check_kept(id, &self.to_string())
+    }
+
+    fn resolve_id(&self, history: &History) -> Result<u64> {
         match self {
             Point::Id(id) => {
                 let newest = history.last_id()?;
@@ -50,6 +56,16 @@ impl Point {
                 None => Err(Error::NoCheckpoint(name.clone())),
             },
             Point::Time(ns) => history.id_at_time(*ns),
+        }
+    }
+}
+
+impl std::fmt::Display for Point {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Point::Id(id) => write!(f, "{id}"),
+            Point::Checkpoint(name) => write!(f, "{name}"),
+            Point::Time(ns) => write!(f, "{}", time::rfc3339(*ns)),
         }
     }
 }

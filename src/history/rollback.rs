@@ -68,14 +68,20 @@ pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
     };
     Ok(match selector {
         Selector::Change(id) => vec![history.get(*id)?],
-        Selector::Session(s) => q(Query {
-            session: Some(s.clone()),
-            ..Query::default()
-        })?,
-        Selector::Agent(a) => q(Query {
-            agent: Some(a.clone()),
-            ..Query::default()
-        })?,
+        Selector::Session(s) => {
+            history.check_whole(false, s)?;
+            q(Query {
+                session: Some(s.clone()),
+                ..Query::default()
+            })?
+        }
+        Selector::Agent(a) => {
+            history.check_whole(true, a)?;
+            q(Query {
+                agent: Some(a.clone()),
+                ..Query::default()
+            })?
+        }
         Selector::Since(id) => q(Query {
             after_id: Some(*id),
             ..Query::default()
@@ -91,6 +97,7 @@ pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
             .collect(),
         Selector::Turn(t) => {
             let turn = t.resolve(history, None)?;
+            history.check_whole_turn(&turn.session, turn.number)?;
             q(Query {
                 session: Some(turn.session.clone()),
                 after_id: Some(turn.start_id),
@@ -102,6 +109,10 @@ pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
         }
         Selector::ToTurn(t) => {
             let turn = t.resolve(history, None)?;
+            history.check_kept(
+                turn.start_id.saturating_sub(1),
+                &format!("the start of turn {}:{}", turn.session, turn.number),
+            )?;
             q(Query {
                 session: Some(turn.session.clone()),
                 after_id: Some(turn.start_id),

@@ -1,14 +1,21 @@
 //! Removing history: changes the caller's plan lets go, then every blob that nothing refers
 //! to any more. Which changes must stay is the caller's rule (`history::retention`); this
 //! module only counts references.
+//!
+//! A dry run and a run are one computation: [`Store::gc`] plans under the writer lock and,
+//! unless it is a dry run, carries out exactly that plan before letting go of the lock. What
+//! a run removed is remembered (the *horizon*: the newest change removed, and per session and
+//! agent how many of theirs), so that no question about the past is answered from incomplete
+//! history.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use rocksdb::{IteratorMode, WriteBatch};
+use rocksdb::{BottommostLevelCompaction, CompactOptions, IteratorMode, WriteBatch};
 
 use super::blobs::{self, Hash};
-use super::{CF_BLOBS, ChangeRecord, Query, Result, Store, write::delete_change};
+use super::{ALL_CFS, CF_BLOBS, CF_META, ChangeRecord, Query, Result, Store, write::delete_change};
 
 /// What a gc may remove.
 pub struct GcPlan<'a> {
@@ -18,14 +25,104 @@ pub struct GcPlan<'a> {
     pub max_bytes: Option<u64>,
     /// The ids that must stay whatever their age, chosen from every change (oldest first).
     pub protect: &'a dyn Fn(&[ChangeRecord]) -> HashSet<u64>,
+    /// Only say what would be removed.
+    pub dry_run: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcReport {
+    /// Whether this was a dry run (nothing was removed).
+    pub dry_run: bool,
     pub changes_removed: u64,
     pub blobs_removed: u64,
+    /// Stored content (compressed blobs) before and after.
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// The store's files on disk, as `du` counts them, before and after (a dry run: both the
+    /// size now).
+    pub disk_before: u64,
+    pub disk_after: u64,
+    /// `max_bytes` could not be reached: what must stay (the newest change of every path)
+    /// holds more.
+    pub over_target: bool,
+    /// The history's horizon after this gc, if any was ever removed.
+    pub horizon: Option<Horizon>,
+    /// Sessions that lost changes in this gc, with how many.
+    pub sessions_cut: BTreeMap<String, u64>,
+}
+
+/// The newest change gc ever removed: the state right after it is the oldest point still
+/// answered exactly (every later change is kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Horizon {
+    pub id: u64,
+    pub time_ns: u64,
+}
+
+/// What gc removed of one session's or agent's changes, over all gcs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cut {
+    pub removed: u64,
+    /// The newest of them.
+    pub newest_id: u64,
+    /// The turns (of a session) that lost changes.
+    pub turns: BTreeSet<u32>,
+}
+
+const HORIZON_KEY: &[u8] = b"horizon";
+/// Meta keys `cut NUL s NUL session` and `cut NUL a NUL agent`.
+fn cut_key(kind: u8, name: &str) -> Vec<u8> {
+    let mut k = b"cut\0".to_vec();
+    k.push(kind);
+    k.push(0);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+impl Cut {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.removed.to_be_bytes());
+        v.extend_from_slice(&self.newest_id.to_be_bytes());
+        for t in &self.turns {
+            v.extend_from_slice(&t.to_be_bytes());
+        }
+        v
+    }
+
+    fn decode(v: &[u8]) -> Option<Cut> {
+        if v.first() != Some(&1) || v.len() < 17 || !(v.len() - 17).is_multiple_of(4) {
+            return None;
+        }
+        let u64_at = |i: usize| u64::from_be_bytes(v[i..i + 8].try_into().expect("8 bytes"));
+        Some(Cut {
+            removed: u64_at(1),
+            newest_id: u64_at(9),
+            turns: v[17..]
+                .chunks(4)
+                .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+                .collect(),
+        })
+    }
+}
+
+impl Horizon {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = vec![1u8];
+        v.extend_from_slice(&self.id.to_be_bytes());
+        v.extend_from_slice(&self.time_ns.to_be_bytes());
+        v
+    }
+
+    fn decode(v: &[u8]) -> Option<Horizon> {
+        if v.len() != 17 || v[0] != 1 {
+            return None;
+        }
+        Some(Horizon {
+            id: u64::from_be_bytes(v[1..9].try_into().expect("8 bytes")),
+            time_ns: u64::from_be_bytes(v[9..17].try_into().expect("8 bytes")),
+        })
+    }
 }
 
 /// The blobs a change refers to.
@@ -35,14 +132,47 @@ fn content_hashes(c: &ChangeRecord) -> impl Iterator<Item = Hash> + '_ {
         .filter_map(|s| s.as_ref().and_then(|s| s.hash).map(Hash))
 }
 
+/// Bytes the files below `dir` take on disk (allocated blocks, as `du` counts them).
+pub fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(md) if md.is_dir() => disk_usage(&e.path()),
+            Ok(md) => md.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 impl Store {
+    /// The oldest point still answered exactly, if gc ever removed a change.
+    pub fn horizon(&self) -> Result<Option<Horizon>> {
+        Ok(self.meta(HORIZON_KEY)?.as_deref().and_then(Horizon::decode))
+    }
+
+    /// What gc removed of a session's changes (`agent`: of an agent's).
+    pub fn cut(&self, agent: bool, name: &str) -> Result<Option<Cut>> {
+        let kind = if agent { b'a' } else { b's' };
+        Ok(self
+            .meta(&cut_key(kind, name))?
+            .as_deref()
+            .and_then(Cut::decode))
+    }
+
     /// Remove what `plan` lets go, then unreferenced blobs. Never a blob that a remaining
     /// change, an open-episode marker or a capture in flight refers to (through chunk
-    /// manifests too).
+    /// manifests too). A dry run computes the same and removes nothing.
     pub fn gc(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
-        self.check_writable()?;
+        if !plan.dry_run {
+            self.check_writable()?;
+        }
         // Hold the writer lock so no change is recorded between planning and deleting.
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let disk_before = disk_usage(&self.dir);
         let all = self.query(&Query::default())?;
         let protected = (plan.protect)(&all);
 
@@ -87,13 +217,18 @@ impl Store {
         let bytes_before: u64 = sizes.values().sum();
         let mut live: u64 = refs.keys().filter_map(|h| sizes.get(h)).sum();
 
-        // Oldest first, so the size budget removes the oldest history.
+        // Oldest first, so the size budget removes the oldest history. Once a change that may
+        // go is kept, every later one is kept too: what is removed is always all the history
+        // before a horizon (less the protected changes), never a hole in the middle of it.
         let mut doomed = Vec::new();
         for c in &all {
+            if protected.contains(&c.id) {
+                continue;
+            }
             let too_old = plan.older_than_ns.is_some_and(|t| c.time_ns < t);
             let too_big = plan.max_bytes.is_some_and(|max| live > max);
-            if protected.contains(&c.id) || !(too_old || too_big) {
-                continue;
+            if !(too_old || too_big) {
+                break;
             }
             for hash in content_hashes(c) {
                 for h in with_chunks(hash) {
@@ -107,14 +242,8 @@ impl Store {
             }
             doomed.push(c);
         }
+        let over_target = plan.max_bytes.is_some_and(|max| live > max);
 
-        let mut batch = WriteBatch::default();
-        {
-            let db = self.db()?;
-            for c in &doomed {
-                delete_change(&db, &mut batch, c);
-            }
-        }
         // Blobs stored or reused lately may belong to a change not recorded yet: keep them.
         // The lock is held until the batch is written, so `keep_blob` either noted its hash
         // in time or finds the blob gone (and it is stored again).
@@ -123,10 +252,75 @@ impl Store {
         unreferenced.retain(|h| !kept.contains(h));
         unreferenced.sort();
         unreferenced.dedup();
+        let bytes_after = bytes_before
+            - unreferenced
+                .iter()
+                .filter_map(|h| sizes.get(h))
+                .sum::<u64>();
+
+        // What this gc takes from each session and agent, and the new horizon.
+        let mut sessions_cut: BTreeMap<String, u64> = BTreeMap::new();
+        let mut cuts: BTreeMap<(u8, String), Cut> = BTreeMap::new();
+        for c in &doomed {
+            *sessions_cut.entry(c.session.clone()).or_default() += 1;
+            for (kind, name) in [(b's', &c.session), (b'a', &c.agent)] {
+                let cut = match cuts.entry((kind, name.clone())) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(self.cut(kind == b'a', name)?.unwrap_or_default())
+                    }
+                };
+                cut.removed += 1;
+                cut.newest_id = cut.newest_id.max(c.id);
+                if kind == b's'
+                    && let Some(t) = c.turn
+                {
+                    cut.turns.insert(t);
+                }
+            }
+        }
+        let old_horizon = self.horizon()?;
+        let horizon = match (old_horizon, doomed.last()) {
+            (Some(h), Some(c)) if h.id >= c.id => Some(h),
+            (_, Some(c)) => Some(Horizon {
+                id: c.id,
+                time_ns: c.time_ns,
+            }),
+            (h, None) => h,
+        };
+
+        let mut report = GcReport {
+            dry_run: plan.dry_run,
+            changes_removed: doomed.len() as u64,
+            blobs_removed: unreferenced.len() as u64,
+            bytes_before,
+            bytes_after,
+            disk_before,
+            disk_after: disk_before,
+            over_target,
+            horizon,
+            sessions_cut,
+        };
+        if plan.dry_run {
+            return Ok(report);
+        }
+
+        let mut batch = WriteBatch::default();
         {
             let db = self.db()?;
+            for c in &doomed {
+                delete_change(&db, &mut batch, c);
+            }
             for h in &unreferenced {
                 batch.delete_cf(db.cf(CF_BLOBS), h.0);
+            }
+            if horizon != old_horizon
+                && let Some(h) = horizon
+            {
+                batch.put_cf(db.cf(CF_META), HORIZON_KEY, h.encode());
+            }
+            for ((kind, name), cut) in &cuts {
+                batch.put_cf(db.cf(CF_META), cut_key(*kind, name), cut.encode());
             }
         }
         self.write("gc", batch)?;
@@ -136,19 +330,47 @@ impl Store {
         }
         drop(recent);
         self.rebuild_sessions()?;
-        {
-            let db = self.db()?;
-            db.compact_range_cf(db.cf(CF_BLOBS), None::<&[u8]>, None::<&[u8]>);
+        if !doomed.is_empty() || !unreferenced.is_empty() {
+            self.give_back_space()?;
         }
-        Ok(GcReport {
-            changes_removed: doomed.len() as u64,
-            blobs_removed: unreferenced.len() as u64,
-            bytes_before,
-            bytes_after: bytes_before
-                - unreferenced
-                    .iter()
-                    .filter_map(|h| sizes.get(h))
-                    .sum::<u64>(),
-        })
+        report.disk_after = disk_usage(&self.dir);
+        Ok(report)
+    }
+
+    /// Make RocksDB drop what was deleted: flush every family (so the write-ahead log that
+    /// still holds the deleted values can go), then compact each down to its last level,
+    /// rewriting even the bottom one, where deleted values would otherwise stay.
+    fn give_back_space(&self) -> Result<()> {
+        let db = self.db()?;
+        let cfs: Vec<_> = ALL_CFS.iter().map(|name| db.cf(name)).collect();
+        db.flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())
+            .map_err(Store::db_error("flush after gc"))?;
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        opts.set_exclusive_manual_compaction(true);
+        for cf in cfs {
+            db.compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn horizon_and_cut_round_trip() {
+        let h = Horizon { id: 42, time_ns: 7 };
+        assert_eq!(Horizon::decode(&h.encode()), Some(h));
+        assert_eq!(Horizon::decode(&[2; 17]), None);
+        let c = Cut {
+            removed: 3,
+            newest_id: 9,
+            turns: [1, 4].into(),
+        };
+        assert_eq!(Cut::decode(&c.encode()), Some(c));
+        assert_eq!(Cut::decode(&[1, 0, 0]), None);
+        assert_eq!(cut_key(b's', "x"), b"cut\0s\0x");
     }
 }

@@ -51,7 +51,7 @@ pub use format::{
     ChangeRecord, CheckpointRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
     ToolRecord, TurnRecord,
 };
-pub use gc::{GcPlan, GcReport};
+pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use query::{Order, Query};
 pub use write::Extra;
 
@@ -102,8 +102,8 @@ pub struct Store {
     read_only: bool,
     /// Why writes are refused, after a failed one (and whether the disk was full).
     unwritable: Mutex<Option<(String, bool)>>,
-    /// The last id handed out. Held from allocating an id until its batch is written, so ids
-    /// land in order.
+    /// The last id handed out (written, or set aside for a held-back create). Held from
+    /// allocating an id until its batch is written, so ids land in order.
     writer: Mutex<u64>,
     /// A reader's own scratch directory, removed on drop.
     secondary: Option<PathBuf>,
@@ -113,6 +113,9 @@ pub struct Store {
     recent_blobs: Mutex<blobs::RecentBlobs>,
     /// How many gcs have deleted blobs: content known to be stored before the last one still is.
     sweeps: AtomicU64,
+    /// The newest id a checkpoint named: an id set aside at or below it is never handed out
+    /// again, even if it goes unused.
+    pinned: AtomicU64,
 }
 
 /// A read lock on the open database.

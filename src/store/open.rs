@@ -107,6 +107,7 @@ impl Store {
             sessions_cache: Mutex::new(Default::default()),
             sweeps: AtomicU64::new(0),
             recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
+            pinned: AtomicU64::new(0),
         };
         match store.meta(b"format")? {
             Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
@@ -119,8 +120,39 @@ impl Store {
             None if !read_only => store.put_meta(b"format", &[FORMAT_VERSION])?,
             None => {}
         }
-        *store.writer.lock().unwrap_or_else(|e| e.into_inner()) = store.last_id()?;
+        // Ids are never handed out twice: not a retracted one (its tombstone explains it), nor
+        // one a checkpoint or gc's horizon names.
+        let handed_out = [
+            store.last_id()?,
+            store.last_retracted()?,
+            store.horizon()?.map_or(0, |h| h.id),
+            store.checkpoints()?.iter().map(|c| c.id).max().unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        *store.writer.lock().unwrap_or_else(|e| e.into_inner()) = handed_out;
+        store.pinned.store(handed_out, Ordering::SeqCst);
         Ok(store)
+    }
+
+    /// The newest retracted id, 0 if none.
+    fn last_retracted(&self) -> Result<u64> {
+        let db = self.db()?;
+        let prefix = keys::named_prefix(b"retracted");
+        let mut end = prefix.clone();
+        end.extend_from_slice(&[0xff; 8]);
+        let mut iter = db.iterator_cf(
+            db.cf(CF_META),
+            IteratorMode::From(&end, rocksdb::Direction::Reverse),
+        );
+        match iter.next() {
+            Some(Ok((key, _))) if key.starts_with(&prefix) => {
+                Ok(keys::trailing_id(&key).unwrap_or(0))
+            }
+            Some(Err(e)) => Err(Store::db_error("scan meta")(e)),
+            _ => Ok(0),
+        }
     }
 
     /// The id of the newest change, 0 for an empty store.

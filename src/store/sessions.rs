@@ -19,11 +19,18 @@ impl SessionRecord {
         }
     }
 
-    /// Count `change` (the newest so far) in the session.
+    /// Count `change` in the session. It is usually the newest so far, but a held-back create
+    /// is written after changes that came later (its id was set aside when it happened).
     pub fn count_in(&mut self, change: &ChangeRecord) {
         self.count += 1;
-        self.last_id = change.id;
-        self.last_time_ns = change.time_ns;
+        if self.count == 1 || change.id >= self.last_id {
+            self.last_id = change.id;
+            self.last_time_ns = change.time_ns;
+        }
+        if change.id < self.first_id {
+            self.first_id = change.id;
+            self.first_time_ns = change.time_ns;
+        }
         if !self.agents.contains(&change.agent) {
             self.agents.push(change.agent.clone());
         }

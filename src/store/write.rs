@@ -2,6 +2,7 @@
 //! failed one, and a change with all its bookkeeping is one batch.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
 
@@ -117,8 +118,36 @@ impl Store {
     /// Record changes in one batch, with consecutive ids in the order given (the records' `id`
     /// fields are ignored). Their blobs must already be stored. Returns them with their ids.
     pub fn record_many(&self, items: Vec<(ChangeRecord, &Extra<'_>)>) -> Result<Vec<ChangeRecord>> {
+        self.record_with_ids(items.into_iter().map(|(c, e)| (c, e, None)).collect())
+    }
+
+    /// Set an id aside for a change that happened now but is recorded later (a held-back
+    /// create), so that ids follow the order operations happened in. Give it to
+    /// [`record_with_ids`](Store::record_with_ids), or back with
+    /// [`release_id`](Store::release_id).
+    pub fn reserve_id(&self) -> u64 {
+        let mut last = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        *last += 1;
+        *last
+    }
+
+    /// An id set aside will not be used. Handed out again if nothing came after it (and no
+    /// checkpoint named it), so the common case leaves no gap; otherwise it stays a gap.
+    pub fn release_id(&self, id: u64) {
+        let mut last = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == id && id > self.pinned.load(Ordering::SeqCst) {
+            *last -= 1;
+        }
+    }
+
+    /// [`record_many`](Store::record_many), where an item may bring an id set aside with
+    /// [`reserve_id`](Store::reserve_id).
+    pub fn record_with_ids(
+        &self,
+        items: Vec<(ChangeRecord, &Extra<'_>, Option<u64>)>,
+    ) -> Result<Vec<ChangeRecord>> {
         self.check_writable()?;
-        for (c, _) in &items {
+        for (c, _, _) in &items {
             check_key_name("session", c.session.as_bytes())?;
             check_key_name("agent", c.agent.as_bytes())?;
         }
@@ -128,8 +157,22 @@ impl Store {
         let mut sessions: HashMap<String, SessionRecord> = HashMap::new();
         let mut summaries = Vec::with_capacity(items.len());
         let mut changes = Vec::with_capacity(items.len());
-        for (i, (mut change, extra)) in items.into_iter().enumerate() {
-            change.id = *last_id + 1 + i as u64;
+        let mut fresh = 0u64;
+        for (mut change, extra, reserved) in items {
+            change.id = match reserved {
+                Some(id) if id > 0 && id <= *last_id => id,
+                Some(id) => {
+                    return Err(Error::Corrupt {
+                        cf: CF_CHANGES,
+                        key: keys::hex(&keys::change(id)),
+                        reason: format!("id {id} was never set aside (the last is {last_id})"),
+                    });
+                }
+                None => {
+                    fresh += 1;
+                    *last_id + fresh
+                }
+            };
             let summary = match sessions.remove(&change.session) {
                 Some(mut s) => {
                     s.count_in(&change);
@@ -175,7 +218,7 @@ impl Store {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(sessions);
-        *last_id += out.len() as u64;
+        *last_id += fresh;
         Ok(out)
     }
 
@@ -279,6 +322,8 @@ impl Store {
             id: *last,
             time_ns,
         };
+        // An id set aside before this point stays below it, even if it is never used.
+        self.pinned.store(*last, Ordering::SeqCst);
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         batch.put_cf(db.cf(CF_CHECKPOINTS), name.as_bytes(), checkpoint.encode());

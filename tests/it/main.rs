@@ -9,6 +9,7 @@ mod mount;
 mod posix;
 mod programs;
 mod record;
+mod retention;
 mod service;
 mod store;
 mod trust;

@@ -10,7 +10,8 @@
 //! files and of symlinks: `link(2)` does not follow), relative symlinks to other names, chmod of
 //! files (through symlinks too) and folders, checkpoints, two processes writing at once (two
 //! files, or appending the same block to one file, whose result is the same in any order) and
-//! an unmount and remount. Every operation is applied to a model too (a tree of folders and
+//! an unmount and remount, and `rewind gc --max-size` (after its dry run, which must promise
+//! exactly what the run then removes). Every operation is applied to a model too (a tree of folders and
 //! inodes, so hard links share content and mode), and the mount must succeed or fail as the
 //! model says. Writes through a symlink follow it as the kernel does; an operation whose
 //! symlink would lead outside the workspace is not run.
@@ -26,6 +27,11 @@
 //!   and does not promise to bring back hard-link identity;
 //! - `rewind rollback --session rollback-N` (the session the rollback printed; no `--force`, as
 //!   nothing else happened in between) gives back exactly the tree the rollback started from.
+//!
+//! A checkpoint that gc left without the whole history after it must be refused (exit 2, naming
+//! the oldest point kept) by `rollback --to`, `diff --from` and `.rewind/at/`, never answered
+//! from what is left; only checkpoints older than every answered one may be refused, and none
+//! taken after the last gc.
 //!
 //! Finally every view of the past is read again: history grown by rollbacks must not change
 //! what a checkpoint shows.
@@ -177,6 +183,8 @@ enum Op {
     /// Two processes at once, each appending the same block to one file this many times.
     TwoAppenders(Leaf, Vec<u8>, u8),
     Remount,
+    /// `rewind gc --max-size SIZE`, after its dry run.
+    Gc(&'static str),
 }
 
 /// An operation with its paths: what is run, on the model and through the mount.
@@ -203,6 +211,7 @@ enum Step {
     TwoAppenders(String, Vec<u8>, u8),
     Checkpoint,
     Remount,
+    Gc(&'static str),
 }
 
 fn leaf() -> impl Strategy<Value = Leaf> {
@@ -263,6 +272,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (leaf(), small(), leaf(), small()).prop_map(|(a, x, b, y)| Op::TwoWriters(a, x, b, y)),
         1 => (leaf(), small(), 1..12u8).prop_map(|(l, c, n)| Op::TwoAppenders(l, c, n)),
         1 => Just(Op::Remount),
+        1 => prop::sample::select(vec!["0", "2K", "1M", "1G"]).prop_map(Op::Gc),
     ]
 }
 
@@ -397,6 +407,7 @@ impl Model {
             }
             Op::TwoAppenders(l, block, n) => Step::TwoAppenders(self.leaf(*l), block.clone(), *n),
             Op::Remount => Step::Remount,
+            Op::Gc(size) => Step::Gc(size),
         }
     }
 
@@ -667,7 +678,7 @@ impl Model {
                 }
                 Err(_) => Expect::Skip,
             },
-            Step::Checkpoint | Step::Remount => Expect::Ok,
+            Step::Checkpoint | Step::Remount | Step::Gc(_) => Expect::Ok,
         }
     }
 
@@ -834,7 +845,7 @@ fn run(root: &Path, step: &Step) -> Result<(), String> {
                 (p.clone(), "a", block, *n as usize),
             ],
         ),
-        Step::Checkpoint | Step::Remount => Ok(()),
+        Step::Checkpoint | Step::Remount | Step::Gc(_) => Ok(()),
     }
 }
 
@@ -945,6 +956,9 @@ struct Stats {
     skipped: usize,
     checkpoints: usize,
     restored: usize,
+    /// Changes gc removed, and checkpoints it left too old to answer.
+    gc_removed: u64,
+    refused: usize,
 }
 
 fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String> {
@@ -989,6 +1003,8 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     };
     take(&ws, &model, &mut checkpoints)?;
     done += "  checkpoint cp0\n";
+    // Checkpoints taken before the last gc may be refused as too old; later ones never.
+    let mut gc_before = 0;
     for (n, op) in ops.iter().enumerate() {
         let step = model.step(op);
         match step {
@@ -1000,6 +1016,32 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
                 ws.unmount();
                 ws.mount();
                 done += &format!("  {n}: remount\n");
+            }
+            Step::Gc(size) => {
+                // Held-back creates are recorded first, so the dry run and the run see the
+                // same history.
+                let sync = rewind(&ws, &["sync"]);
+                let dry = rewind(&ws, &["gc", "--max-size", size, "--dry-run"]);
+                let real = rewind(&ws, &["gc", "--max-size", size]);
+                if !sync.status.success() || !dry.status.success() || !real.status.success() {
+                    return Err(format!(
+                        "{done}  {n}: gc --max-size {size} failed:\n{}{}{}",
+                        text(&sync),
+                        text(&dry),
+                        text(&real)
+                    ));
+                }
+                let (would, did) = (removed(&dry.stdout), removed(&real.stdout));
+                if would.is_none() || would != did {
+                    return Err(format!(
+                        "{done}  {n}: gc --max-size {size} did not do what its dry run said:\n{}{}",
+                        text(&dry),
+                        text(&real)
+                    ));
+                }
+                stats.gc_removed += did.map_or(0, |(changes, _)| changes);
+                gc_before = checkpoints.len();
+                done += &format!("  {n}: gc --max-size {size}: removed {did:?}\n");
             }
             _ => {
                 let mut next = model.clone();
@@ -1078,6 +1120,53 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             ))
         }
     };
+    // A checkpoint that gc left without whole history after it is refused, everywhere, with
+    // an error naming the oldest point kept; every other one answers exactly.
+    let mut answered: Vec<(String, Tree)> = Vec::new();
+    for (i, (name, tree)) in checkpoints.iter().enumerate() {
+        let preview = rewind(&ws, &["rollback", "--to", name, "--dry-run"]);
+        let refused = preview.status.code() == Some(2)
+            && String::from_utf8_lossy(&preview.stderr).contains("oldest point still kept");
+        if !refused {
+            answered.push((name.clone(), tree.clone()));
+            continue;
+        }
+        if i >= gc_before || !answered.is_empty() {
+            return Err(format!(
+                "{done}{name} was refused as older than what gc kept, but {}: {}",
+                if i >= gc_before {
+                    "it was taken after the last gc".to_string()
+                } else {
+                    format!("the older {} was answered", answered[0].0)
+                },
+                text(&preview)
+            ));
+        }
+        stats.refused += 1;
+        let view = ws.path().join(".rewind/at").join(name);
+        if fs::symlink_metadata(&view).is_ok() {
+            return Err(format!(
+                "{done}{name} is refused, but .rewind/at/{name}/ is there"
+            ));
+        }
+        let (before, _) = walk(&root)?;
+        let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        let (after, _) = walk(&root)?;
+        if out.status.code() != Some(2) || before != after {
+            return Err(format!(
+                "{done}{name} is refused, but rollback --to {name} --force: {}",
+                text(&out)
+            ));
+        }
+        let cat = rewind(&ws, &["diff", "--from", name, "--stat"]);
+        if cat.status.code() != Some(2) {
+            return Err(format!(
+                "{done}{name} is refused, but diff --from {name}: {}",
+                text(&cat)
+            ));
+        }
+    }
+    let checkpoints = answered;
     for (name, tree) in &checkpoints {
         past_view(&ws, name, tree)?;
     }
@@ -1138,9 +1227,21 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     for (name, tree) in &checkpoints {
         past_view(&ws, name, tree).map_err(|e| format!("after the rollbacks: {e}"))?;
     }
-    stats.checkpoints = checkpoints.len();
+    stats.checkpoints = checkpoints.len() + stats.refused;
     ws.unmount();
     Ok(())
+}
+
+/// N and M in gc's "removed N changes and M blobs" (or its dry run's "would remove ...").
+fn removed(out: &[u8]) -> Option<(u64, u64)> {
+    let out = String::from_utf8_lossy(out);
+    let line = out.lines().next()?;
+    let rest = line.split("remove").nth(1)?;
+    let mut numbers = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<u64>().ok());
+    Some((numbers.next()??, numbers.next()??))
 }
 
 /// N in a rollback's "rollback-M: restored N paths".
@@ -1224,13 +1325,15 @@ proptest! {
             ),
         };
         eprintln!(
-            "case: {} initial, {} ops ({} done, {} failed as expected, {} not run), {} checkpoints, {} paths restored, {:.1}s, {}",
+            "case: {} initial, {} ops ({} done, {} failed as expected, {} not run), {} checkpoints ({} refused after gc), {} changes removed by gc, {} paths restored, {:.1}s, {}",
             initial.len(),
             ops.len(),
             stats.ok,
             stats.failed,
             stats.skipped,
             stats.checkpoints,
+            stats.refused,
+            stats.gc_removed,
             stats.restored,
             begun.elapsed().as_secs_f64(),
             if error.is_some() { "FAILED" } else { "ok" }

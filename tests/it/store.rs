@@ -434,6 +434,7 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
         .gc(&GcPolicy {
             older_than_ns: Some(50),
             max_bytes: None,
+            dry_run: false,
         })
         .unwrap();
     assert_eq!(report.changes_removed, 2);
@@ -494,6 +495,7 @@ fn gc_by_size_removes_oldest_history_first() {
         .gc(&GcPolicy {
             older_than_ns: None,
             max_bytes: Some(4 * 66_000),
+            dry_run: false,
         })
         .unwrap();
     assert!(report.bytes_after <= 4 * 66_000, "{report:?}");
@@ -529,6 +531,7 @@ fn gc_keeps_content_in_flight() {
     let everything = GcPolicy {
         older_than_ns: Some(u64::MAX),
         max_bytes: Some(0),
+        dry_run: false,
     };
     // Stored, then a gc, then the change that uses it.
     let pending = store.store().put_blob(b"about to be recorded").unwrap();

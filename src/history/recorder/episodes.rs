@@ -164,6 +164,7 @@ impl Recorder {
                 key,
                 who,
                 time_ns: now_ns(),
+                id: self.reserve_id()?,
                 since: Instant::now(),
             }));
         }

@@ -142,12 +142,32 @@ impl Recorder {
 
     /// Record `change` now (after any queued deletes), and tell the watchers.
     pub(super) fn record(&self, change: Change, extra: &Extra<'_>) -> Result<Change> {
+        self.record_as(change, extra, None)
+    }
+
+    /// [`record`](Recorder::record), with an id set aside by
+    /// [`reserve_id`](Recorder::reserve_id) when the operation happened (`None`: the next).
+    pub(super) fn record_as(
+        &self,
+        change: Change,
+        extra: &Extra<'_>,
+        id: Option<u64>,
+    ) -> Result<Change> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
-        let recorded = self.history.record(change, extra)?;
+        let mut out = self.history.record_with_ids(vec![(change, extra, id)])?;
+        let recorded = out.pop().expect("one change in, one out");
         drop(deferred);
         self.publish(std::slice::from_ref(&recorded));
         Ok(recorded)
+    }
+
+    /// The id of an operation that happens now but is recorded later (a held-back create):
+    /// after every delete queued before it, before everything that comes after.
+    pub(super) fn reserve_id(&self) -> Result<u64> {
+        let mut deferred = lock(&self.journal.deferred);
+        self.write_deferred(&mut deferred)?;
+        Ok(self.history.reserve_id())
     }
 
     /// Record `prepared` soon, on the writer thread, batched with others. For changes whose

@@ -27,6 +27,9 @@ pub(super) struct Pending {
     pub(super) key: Key,
     pub(super) who: Who,
     pub(super) time_ns: u64,
+    /// The id set aside when the file's episode ended, so that its create keeps its place
+    /// among changes recorded meanwhile; released if nothing is recorded.
+    pub(super) id: u64,
     pub(super) since: Instant,
     /// The file this one replaces in a rename-away save (see `saves`): its state before, so
     /// the create is recorded as a `modify`.
@@ -74,10 +77,12 @@ impl Recorder {
             p.replaces = Some(original);
         }
         let Some((after, seen)) = self.pending_content(path, &p)? else {
+            self.history.release_id(p.id);
             return Ok(());
         };
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
+            self.history.release_id(p.id);
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
             return Ok(());
         }
@@ -91,13 +96,14 @@ impl Recorder {
         change.after = Some(after);
         change.links = self.other_names(p.key, path);
         let manifest = self.manifest_of_names(path, &change.links, seen);
-        self.record(
+        self.record_as(
             change,
             &Extra {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
             },
+            Some(p.id),
         )?;
         Ok(())
     }

@@ -1,0 +1,297 @@
+//! History that never lies: gc removes exactly what its dry run said, and no question about
+//! the past is answered from what gc left incomplete; change ids follow the order operations
+//! happened in, held-back creates included, so an exported session builds at every commit.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::common::{Workspace, sh};
+
+fn rw(ws: &Workspace, args: &[&str]) -> Output {
+    let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), ws.path().into()];
+    all.extend(args.iter().map(std::ffi::OsString::from));
+    ws.rewind(&all)
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Exit 2 with a message containing `want` on stderr.
+fn refused(out: Output, want: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "expected exit 2\nstdout:\n{}\nstderr:\n{err}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(err.contains(want), "expected {want:?} in:\n{err}");
+    err
+}
+
+/// The numbers after "remove"/"removed" on gc's first line.
+fn gc_counts(out: &str) -> (u64, u64) {
+    let line = out.lines().next().unwrap();
+    let rest = line.split("remove").nth(1).unwrap();
+    let n: Vec<u64> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().unwrap())
+        .collect();
+    (n[0], n[1])
+}
+
+/// The id printed after "oldest point still kept: ".
+fn oldest_kept(out: &str) -> u64 {
+    let rest = out.split("oldest point still kept: ").nth(1).expect(out);
+    rest.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// Write `content` to `path` in the workspace and wait until it is recorded.
+fn write(ws: &Workspace, path: &str, content: &[u8]) {
+    std::fs::write(ws.path().join(path), content).unwrap();
+    ok(rw(ws, &["sync"]));
+}
+
+#[test]
+fn gc_never_lets_a_point_answer_from_incomplete_history() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    write(&ws, "f", b"v1\n");
+    ok(rw(&ws, &["checkpoint", "cp"]));
+    for v in 2..=5 {
+        write(&ws, "f", format!("v{v}\n").as_bytes());
+    }
+    // 300 KB that does not compress: more than --max-size on its own.
+    let big: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    write(&ws, "big", &big);
+
+    let dry = ok(rw(&ws, &["gc", "--max-size", "1000", "--dry-run"]));
+    assert!(dry.starts_with("dry run: would remove "), "{dry}");
+    let would = gc_counts(&dry);
+    // Nothing was removed by the dry run.
+    assert_eq!(ok(rw(&ws, &["cat", "f", "--at", "cp"])), "v1\n");
+    let run = ok(rw(&ws, &["gc", "--max-size", "1000"]));
+    assert!(run.starts_with("removed "), "{run}");
+    assert_eq!(gc_counts(&run), would, "dry run:\n{dry}\nrun:\n{run}");
+    // f's first four versions go; the newest change of each path stays.
+    assert_eq!(would.0, 4, "{run}");
+    assert!(run.contains("cannot reach --max-size 1000"), "{run}");
+    assert!(run.contains("store on disk "), "{run}");
+    let oldest = oldest_kept(&run);
+
+    // The checkpoint is older than what is kept: refused everywhere, never answered with v4.
+    let err = refused(
+        rw(&ws, &["cat", "f", "--at", "cp"]),
+        "oldest point still kept",
+    );
+    assert!(err.contains(&format!("kept is {oldest} ")), "{err}");
+    refused(
+        rw(&ws, &["rollback", "--to", "cp", "--dry-run"]),
+        "oldest point still kept",
+    );
+    refused(
+        rw(&ws, &["diff", "--from", "cp", "--stat"]),
+        "oldest point still kept",
+    );
+    refused(rw(&ws, &["log", "--since", "0"]), "oldest point still kept");
+    assert!(std::fs::symlink_metadata(ws.path().join(".rewind/at/cp")).is_err());
+    assert!(std::fs::symlink_metadata(ws.path().join(".rewind/at/1")).is_err());
+    // The oldest point kept answers exactly: right after the last removed change, f was v4.
+    assert_eq!(
+        ok(rw(&ws, &["cat", "f", "--at", &oldest.to_string()])),
+        "v4\n"
+    );
+    assert_eq!(
+        std::fs::read(ws.path().join(format!(".rewind/at/{oldest}/f"))).unwrap(),
+        b"v4\n"
+    );
+    let status = ok(rw(&ws, &["status"]));
+    assert!(
+        status.contains(&format!("oldest point still kept: {oldest} ")),
+        "{status}"
+    );
+    // A removed change says so.
+    refused(rw(&ws, &["show", "1"]), "removed by retention");
+
+    // The horizon survives a remount and applies unmounted too.
+    ws.unmount();
+    refused(
+        rw(&ws, &["cat", "f", "--at", "cp"]),
+        "oldest point still kept",
+    );
+    ws.mount();
+    refused(
+        rw(&ws, &["cat", "f", "--at", "cp"]),
+        "oldest point still kept",
+    );
+    assert_eq!(ok(rw(&ws, &["cat", "f"])), "v5\n");
+}
+
+#[test]
+fn a_session_gc_cut_is_never_shown_or_undone_as_a_whole() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    let as_session = |session: &str, script: &str| {
+        let out = Command::new("bash")
+            .arg("-ec")
+            .arg(script)
+            .current_dir(&root)
+            .env("REWIND_SESSION", session)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        ok(rw(&ws, &["sync"]));
+    };
+    as_session("s1", "echo one > a");
+    as_session("s1", "echo two > a; echo b > b");
+    as_session("s2", "echo three > c");
+    // s1's create of a is the only change that is not the newest of its path.
+    let dry = ok(rw(&ws, &["gc", "--max-size", "0", "--dry-run"]));
+    assert!(dry.contains("session s1: 1 change would go"), "{dry}");
+    let run = ok(rw(&ws, &["gc", "--max-size", "0"]));
+    assert_eq!(gc_counts(&run), gc_counts(&dry));
+    assert!(run.contains("session s1: 1 change removed"), "{run}");
+
+    let log = ok(rw(&ws, &["log", "--session", "s1"]));
+    assert!(log.contains("note: session s1 is incomplete"), "{log}");
+    let diff = ok(rw(&ws, &["diff", "--session", "s1"]));
+    assert!(diff.starts_with("note: session s1 is incomplete"), "{diff}");
+    let before = std::fs::read(root.join("a")).unwrap();
+    refused(rw(&ws, &["rollback", "--session", "s1"]), "is incomplete");
+    refused(
+        rw(&ws, &["rollback", "--session", "s1", "--dry-run"]),
+        "is incomplete",
+    );
+    assert_eq!(std::fs::read(root.join("a")).unwrap(), before);
+    sh(
+        &root,
+        "git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init",
+    );
+    refused(
+        rw(&ws, &["export", "--session", "s1", "--branch", "review"]),
+        "is incomplete",
+    );
+    // s2 lost nothing: it is whole.
+    let log = ok(rw(&ws, &["log", "--session", "s2"]));
+    assert!(!log.contains("note:"), "{log}");
+    ok(rw(&ws, &["rollback", "--session", "s2", "--dry-run"]));
+}
+
+/// `(id, kind, path)` of every change, oldest first.
+fn changes(ws: &Workspace) -> Vec<(u64, String, String)> {
+    ok(rw(ws, &["log", "--json"]))
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["id"].as_u64().unwrap(),
+                v["kind"].as_str().unwrap().to_string(),
+                v["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_file_created_before_another_is_edited_has_the_smaller_id() {
+    let mut ws = Workspace::new();
+    std::fs::write(ws.path().join("lib.rs"), "pub fn a() {}\n").unwrap();
+    ws.mount();
+    // The new file's create is held back (is it a temporary file?) while sed edits lib.rs.
+    sh(
+        &ws.path(),
+        "printf 'pub fn b() {}\\n' > mod2.rs; sed -i 's/a()/a2()/' lib.rs",
+    );
+    ok(rw(&ws, &["sync"]));
+    let all = changes(&ws);
+    let kinds: Vec<(&str, &str)> = all
+        .iter()
+        .map(|(_, k, p)| (k.as_str(), p.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("create", "mod2.rs"), ("modify", "lib.rs")],
+        "{all:?}"
+    );
+    // sed's temporary file recorded nothing and left no gap.
+    assert_eq!(all[1].0, all[0].0 + 1, "{all:?}");
+}
+
+fn cargo_build(dir: &Path) -> Output {
+    Command::new("cargo")
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_exported_session_builds_at_every_commit() {
+    let mut ws = Workspace::new();
+    let root = ws.path();
+    sh(
+        &root,
+        "mkdir src
+         printf '[package]\\nname = \"tiny\"\\nversion = \"0.1.0\"\\nedition = \"2021\"\\n' > Cargo.toml
+         printf 'pub fn a() -> u32 { 1 }\\n' > src/lib.rs
+         printf 'target/\\n' > .gitignore
+         git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init",
+    );
+    ws.mount();
+    // An agent's script: a new module, then `mod` lines added to lib.rs with sed, at once.
+    let out = Command::new("bash")
+        .arg("-ec")
+        .arg(
+            "printf 'pub fn b() -> u32 { 2 }\\n' > src/extra.rs
+             sed -i '1i mod extra;' src/lib.rs
+             printf 'pub fn c() -> u32 { crate::extra::b() }\\n' > src/more.rs
+             sed -i '1i mod more;' src/lib.rs",
+        )
+        .current_dir(&root)
+        .env("REWIND_SESSION", "agent1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ok(rw(&ws, &["sync"]));
+    let out = ok(rw(
+        &ws,
+        &["export", "--session", "agent1", "--branch", "review"],
+    ));
+    assert!(out.contains("4 changes"), "{out}");
+    let commits = sh(&root, "git rev-list --reverse review");
+    let commits: Vec<&str> = commits.lines().collect();
+    assert!(commits.len() >= 4, "{out}\n{commits:?}");
+    let scratch = tempfile::tempdir().unwrap();
+    for (n, commit) in commits.iter().enumerate() {
+        let dir = scratch.path().join(n.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        sh(
+            &root,
+            &format!(
+                "git archive {commit} | tar -x -C '{}'",
+                String::from_utf8_lossy(dir.as_os_str().as_bytes())
+            ),
+        );
+        let build = cargo_build(&dir);
+        assert!(
+            build.status.success(),
+            "commit {n} ({commit}) does not build:\n{}\nlib.rs:\n{}",
+            String::from_utf8_lossy(&build.stderr),
+            std::fs::read_to_string(dir.join("src/lib.rs")).unwrap()
+        );
+    }
+}
