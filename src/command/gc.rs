@@ -72,7 +72,7 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     }
     if r.over_target {
         out.push(format!(
-            "cannot reach --max-size {}: the newest change of every path is always kept, and              they hold {} bytes",
+            "cannot reach --max-size {}: the newest change of every path is always kept, and they hold {} bytes",
             max_size.unwrap_or("?"),
             r.bytes_after
         ));
