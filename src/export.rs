@@ -122,6 +122,18 @@ fn set_path(
     Ok(())
 }
 
+/// The branch `--branch` names: `NAME` or `refs/heads/NAME`. Any other ref (`refs/tags/v1`, or
+/// `refs/heads/refs/...`) is refused rather than nested under `refs/heads/`.
+fn branch_name(given: &str) -> Result<&str> {
+    let name = given.strip_prefix("refs/heads/").unwrap_or(given);
+    if name.starts_with("refs/") {
+        return Err(Error::Usage(format!(
+            "{given:?} is not a branch: --branch takes NAME or refs/heads/NAME"
+        )));
+    }
+    Ok(name)
+}
+
 /// Export `selected` (oldest first) to a new branch `branch` of the repository at `repo`.
 pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -> Result<Exported> {
     if git_out(repo, &["rev-parse", "--git-dir"])?.is_none() {
@@ -130,6 +142,7 @@ pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -
             repo.display()
         )));
     }
+    let branch = branch_name(branch)?;
     if git_out(repo, &["check-ref-format", "--branch", branch])?.is_none() {
         return Err(Error::Usage(format!(
             "{branch:?} is not a valid branch name"

@@ -8,7 +8,7 @@ use serde_json::json;
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, Value as TomlValue, value};
 
 use super::command::is_rewind_command;
-use super::fsutil::{read_opt, remove_empty_dirs, remove_file, write_atomic};
+use super::fsutil::{exists, read_opt, remove_empty_dirs, remove_file, write_atomic};
 use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
 use super::payload::Payload;
 use super::{Agent, Error, HookEvent, hook_command};
@@ -61,8 +61,8 @@ fn specs(rewind: &str) -> Vec<Spec> {
 pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     let jp = json_path(ws);
     let tp = toml_path(ws);
-    let toml = TomlFile::load(&tp)?;
-    let json_exists = std::fs::symlink_metadata(&jp).is_ok();
+    let toml = TomlFile::load(ws, &tp)?;
+    let json_exists = exists(ws, &jp)?;
     let mut written = Vec::new();
     match toml {
         Some(mut t) if !json_exists && t.has_user_aot_hooks() => {
@@ -73,6 +73,7 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
         }
         toml => {
             written.extend(install_file(
+                ws,
                 &jp,
                 Agent::Codex,
                 Layout::Nested,
@@ -94,17 +95,18 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
 pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     let tp = toml_path(ws);
     // Load (and fail on) config.toml before touching hooks.json.
-    let toml = TomlFile::load(&tp)?;
-    let mut out: Vec<PathBuf> = uninstall_file(&json_path(ws), Agent::Codex, Layout::Nested, &[])?
-        .into_iter()
-        .collect();
+    let toml = TomlFile::load(ws, &tp)?;
+    let mut out: Vec<PathBuf> =
+        uninstall_file(ws, &json_path(ws), Agent::Codex, Layout::Nested, &[])?
+            .into_iter()
+            .collect();
     if let Some(mut t) = toml
         && t.remove_all()
     {
         if t.doc.to_string().trim().is_empty() {
-            remove_file(&tp)?;
+            remove_file(ws, &tp)?;
             if let Some(dir) = tp.parent() {
-                remove_empty_dirs(&[dir.to_path_buf()]);
+                remove_empty_dirs(ws, &[dir.to_path_buf()]);
             }
         } else {
             t.save_if_changed()?;
@@ -152,6 +154,7 @@ pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
 const NON_EVENT_KEYS: &[&str] = &["state"];
 
 struct TomlFile {
+    ws: PathBuf,
     path: PathBuf,
     original: String,
     doc: DocumentMut,
@@ -235,8 +238,8 @@ fn new_group(cmd: &str, secs: u64) -> Table {
 }
 
 impl TomlFile {
-    fn load(path: &Path) -> Result<Option<Self>, Error> {
-        let Some(text) = read_opt(path)? else {
+    fn load(ws: &Path, path: &Path) -> Result<Option<Self>, Error> {
+        let Some(text) = read_opt(ws, path)? else {
             return Ok(None);
         };
         let doc: DocumentMut = text
@@ -246,6 +249,7 @@ impl TomlFile {
                 reason: e.to_string(),
             })?;
         Ok(Some(TomlFile {
+            ws: ws.to_path_buf(),
             path: path.to_path_buf(),
             original: text,
             doc,
@@ -393,7 +397,7 @@ impl TomlFile {
         if text == self.original {
             return Ok(false);
         }
-        write_atomic(&self.path, text.as_bytes())?;
+        write_atomic(&self.ws, &self.path, text.as_bytes())?;
         Ok(true)
     }
 }

@@ -48,6 +48,7 @@ fn specs(rewind: &str) -> Vec<Spec> {
 pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     let init = [("version", json!(1))];
     Ok(install_file(
+        ws,
         &path(ws),
         Agent::Cursor,
         Layout::Flat,
@@ -60,7 +61,7 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
 
 pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(
-        uninstall_file(&path(ws), Agent::Cursor, Layout::Flat, &["version"])?
+        uninstall_file(ws, &path(ws), Agent::Cursor, Layout::Flat, &["version"])?
             .into_iter()
             .collect(),
     )

@@ -44,6 +44,7 @@ fn specs(rewind: &str) -> Vec<Spec> {
 
 pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     Ok(install_file(
+        ws,
         &path(ws),
         Agent::Gemini,
         Layout::Nested,
@@ -56,7 +57,7 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
 
 pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(
-        uninstall_file(&path(ws), Agent::Gemini, Layout::Nested, &[])?
+        uninstall_file(ws, &path(ws), Agent::Gemini, Layout::Nested, &[])?
             .into_iter()
             .collect(),
     )

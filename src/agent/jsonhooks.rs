@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::command::is_rewind_command;
-use super::fsutil::{JsonDoc, hooks_mut, remove_empty_dirs, remove_file};
+use super::fsutil::{JsonDoc, exists, hooks_mut, remove_empty_dirs, remove_file};
 use super::{Agent, Error};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -158,16 +158,17 @@ pub fn ensure_all(
     Ok(())
 }
 
-/// Install into a JSON file. `init` is inserted at the top of a new file.
+/// Install into a JSON file below workspace `ws`. `init` is inserted at the top of a new file.
 /// Returns the path if the file was written.
 pub fn install_file(
+    ws: &Path,
     path: &Path,
     agent: Agent,
     layout: Layout,
     specs: &[Spec],
     init: &[(&str, Value)],
 ) -> Result<Option<PathBuf>, Error> {
-    let mut doc = JsonDoc::load(path)?;
+    let mut doc = JsonDoc::load(ws, path)?;
     if !doc.existed() {
         for (k, v) in init {
             doc.root.insert((*k).to_string(), v.clone());
@@ -187,15 +188,16 @@ pub fn install_file(
 /// do not count as content (Cursor's `version`): a file left with nothing else
 /// is deleted, and its directory too if that ends up empty.
 pub fn uninstall_file(
+    ws: &Path,
     path: &Path,
     agent: Agent,
     layout: Layout,
     residual_keys: &[&str],
 ) -> Result<Option<PathBuf>, Error> {
-    if std::fs::symlink_metadata(path).is_err() {
+    if !exists(ws, path)? {
         return Ok(None);
     }
-    let mut doc = JsonDoc::load(path)?;
+    let mut doc = JsonDoc::load(ws, path)?;
     let Some(Value::Object(hooks)) = doc.root.get_mut("hooks") else {
         return Ok(None);
     };
@@ -206,9 +208,9 @@ pub fn uninstall_file(
         doc.root.shift_remove("hooks");
     }
     if doc.root.keys().all(|k| residual_keys.contains(&k.as_str())) {
-        remove_file(path)?;
+        remove_file(ws, path)?;
         if let Some(dir) = path.parent() {
-            remove_empty_dirs(&[dir.to_path_buf()]);
+            remove_empty_dirs(ws, &[dir.to_path_buf()]);
         }
     } else {
         doc.save()?;

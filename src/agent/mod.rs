@@ -3,7 +3,8 @@
 //!
 //! Each installed hook runs `<rewind> hook <agent> <EVENT>` with the agent's
 //! JSON payload on stdin. The hook process must print exactly [`reply`] (or
-//! nothing when it is `None`) on stdout, nothing on stderr, and exit 0.
+//! nothing when it is `None`) on stdout, nothing on stderr but a line when no
+//! daemon took the event, and exit 0.
 //! See `NOTES.md` beside this file for the per-agent protocol details and sources.
 
 use std::fmt;
@@ -114,6 +115,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{}: refused: a symlink on the way leads outside the workspace (nothing written or removed there)",
+        path.display()
+    )]
+    Outside { path: PathBuf },
     #[error("{}: cannot parse: {reason} (file left unchanged)", path.display())]
     Parse { path: PathBuf, reason: String },
     #[error("{}: unexpected content: {reason} (file left unchanged)", path.display())]
@@ -129,7 +135,8 @@ pub enum Error {
 /// Write/merge this agent's hook config under `workspace` so each hook runs
 /// `<rewind> hook <agent> <EVENT>`. The user's own hooks and settings are kept
 /// (positions included); installing twice leaves one entry per event; a file
-/// that does not parse is an error and is not overwritten.
+/// that does not parse is an error and is not overwritten. Every file is opened beneath
+/// `workspace`: a symlink that leads out of it is refused ([`Error::Outside`]).
 /// Returns the files created or modified (empty when already up to date).
 pub fn install(agent: Agent, workspace: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     match agent {
@@ -158,8 +165,17 @@ pub fn uninstall(agent: Agent, workspace: &Path) -> Result<Vec<PathBuf>, Error> 
 /// Unknown events give `Ok(HookEvent::Ignored)`; payloads that are not a JSON
 /// object, or lack a required field, give `Err`. Never panics.
 pub fn parse(agent: Agent, event: &str, payload: &[u8]) -> Result<HookEvent, Error> {
-    let p = payload::Payload::parse(agent, event, payload)?;
-    match agent {
+    event_of(payload::Payload::parse(agent, event, payload)?)
+}
+
+/// Like [`parse`], reading the payload from `input`: one JSON value, and not a byte after it
+/// (the agent may keep the pipe open), so this returns as soon as the value is complete.
+pub fn read(agent: Agent, event: &str, input: impl std::io::Read) -> Result<HookEvent, Error> {
+    event_of(payload::Payload::read(agent, event, input)?)
+}
+
+fn event_of(p: payload::Payload<'_>) -> Result<HookEvent, Error> {
+    match p.agent {
         Agent::Claude => claude::parse(&p),
         Agent::Codex => codex::parse(&p),
         Agent::Gemini => gemini::parse(&p),
@@ -169,7 +185,7 @@ pub fn parse(agent: Agent, event: &str, payload: &[u8]) -> Result<HookEvent, Err
 }
 
 /// What the hook must print on stdout for the agent to proceed normally
-/// (`None`: print nothing). Always exit 0 and keep stderr empty.
+/// (`None`: print nothing). Always exit 0.
 pub fn reply(agent: Agent, event: &str) -> Option<String> {
     match agent {
         Agent::Claude | Agent::Codex | Agent::Opencode => None,

@@ -59,7 +59,7 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     let p = path(ws);
     let want = plugin_source(rewind);
     let mut written = Vec::new();
-    match read_opt(&p)? {
+    match read_opt(ws, &p)? {
         Some(existing) if existing == want => {}
         Some(existing) if !is_ours(&existing) => {
             return Err(Error::Shape {
@@ -68,15 +68,15 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
             });
         }
         _ => {
-            write_atomic(&p, want.as_bytes())?;
+            write_atomic(ws, &p, want.as_bytes())?;
             written.push(p);
         }
     }
     // An older copy in the singular directory would load a second time.
     let lp = legacy_path(ws);
-    if read_opt(&lp)?.is_some_and(|t| is_ours(&t)) {
-        remove_file(&lp)?;
-        remove_empty_dirs(&[dir(ws).join("plugin")]);
+    if read_opt(ws, &lp)?.is_some_and(|t| is_ours(&t)) {
+        remove_file(ws, &lp)?;
+        remove_empty_dirs(ws, &[dir(ws).join("plugin")]);
         written.push(lp);
     }
     Ok(written)
@@ -85,13 +85,16 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
 pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     let mut removed = Vec::new();
     for p in [path(ws), legacy_path(ws)] {
-        if read_opt(&p)?.is_some_and(|t| is_ours(&t)) {
-            remove_file(&p)?;
+        if read_opt(ws, &p)?.is_some_and(|t| is_ours(&t)) {
+            remove_file(ws, &p)?;
             removed.push(p);
         }
     }
     if !removed.is_empty() {
-        remove_empty_dirs(&[dir(ws).join("plugins"), dir(ws).join("plugin"), dir(ws)]);
+        remove_empty_dirs(
+            ws,
+            &[dir(ws).join("plugins"), dir(ws).join("plugin"), dir(ws)],
+        );
     }
     Ok(removed)
 }

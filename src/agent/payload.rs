@@ -1,4 +1,4 @@
-//! Small helpers for reading hook payloads (a JSON object on stdin).
+//! Small helpers for reading hook payloads (one JSON object on stdin).
 
 use serde_json::{Map, Value};
 
@@ -12,18 +12,33 @@ pub struct Payload<'a> {
 
 impl<'a> Payload<'a> {
     pub fn parse(agent: Agent, event: &'a str, bytes: &[u8]) -> Result<Self, Error> {
-        let err = |reason: String| Error::Payload {
-            agent: agent.as_str(),
-            event: event.to_string(),
-            reason,
-        };
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(err("empty payload".into()));
+            return Err(payload_err(agent, event, "empty payload".into()));
         }
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| err(format!("not JSON: {e}")))?;
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| payload_err(agent, event, format!("not JSON: {e}")))?;
+        Self::from_value(agent, event, v)
+    }
+
+    /// Read one JSON value from `input` and stop at its end: an agent may keep its end of the
+    /// pipe open after the payload, and waiting for the end of input would wait for good.
+    pub fn read(agent: Agent, event: &'a str, input: impl std::io::Read) -> Result<Self, Error> {
+        let mut values = serde_json::Deserializer::from_reader(input).into_iter::<Value>();
+        match values.next() {
+            None => Err(payload_err(agent, event, "empty payload".into())),
+            Some(Err(e)) => Err(payload_err(agent, event, format!("not JSON: {e}"))),
+            Some(Ok(v)) => Self::from_value(agent, event, v),
+        }
+    }
+
+    fn from_value(agent: Agent, event: &'a str, v: Value) -> Result<Self, Error> {
         match v {
             Value::Object(map) => Ok(Payload { agent, event, map }),
-            other => Err(err(format!("expected a JSON object, got {}", kind(&other)))),
+            other => Err(payload_err(
+                agent,
+                event,
+                format!("expected a JSON object, got {}", kind(&other)),
+            )),
         }
     }
 
@@ -67,6 +82,14 @@ impl<'a> Payload<'a> {
 
     pub fn has(&self, key: &str) -> bool {
         self.map.contains_key(key)
+    }
+}
+
+fn payload_err(agent: Agent, event: &str, reason: String) -> Error {
+    Error::Payload {
+        agent: agent.as_str(),
+        event: event.to_string(),
+        reason,
     }
 }
 

@@ -2,12 +2,16 @@
 //! It tells the daemon (through `.rewind/ctl`) that a session started, a prompt began a turn,
 //! a tool call began or ended, or the agent stopped. The agent waits on it, so it does little
 //! and never fails the agent's action: it prints exactly what the agent expects, logs any
-//! problem to `hook.log` beside the stores, and exits 0.
+//! problem to `hook.log` beside the stores, and exits 0 — within [`DEADLINE`] whatever happens:
+//! it reads one JSON value and not up to the end of input (an agent may keep the pipe open), and
+//! a daemon that does not answer (stopped, wedged) is given up on. When no daemon took the event
+//! it also says so in one line on stderr (which the agents show at most to the user).
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use super::context::Ctx;
 use super::{CliResult, Failure};
@@ -22,21 +26,58 @@ const SHELLS: [&str; 9] = [
 /// The most of a payload read (a prompt may be long; nothing needs more).
 const PAYLOAD_MAX: u64 = 4 << 20;
 
+/// How long reading the payload and telling the daemon may take together; the hook then
+/// answers the agent and exits, whatever is still waiting (SPEC: within 1 s).
+const DEADLINE: Duration = Duration::from_millis(800);
+
+/// Why a hook recorded nothing.
+enum Missed {
+    /// The payload was not what the agent should send: logged.
+    Payload(String),
+    /// No daemon took the event (no workspace, not mounted, gone, or no answer in time):
+    /// logged, and said on stderr.
+    Daemon(String),
+}
+
 pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
     let agent = super::agent::agent_of(args.agent);
     let started = Instant::now();
-    let result = handle(cwd, agent, &args.event);
+    // The work runs beside, so that a read or a daemon that never ends cannot hold the agent:
+    // at the deadline this thread answers and the process exits, the worker with it.
+    let (tx, rx) = mpsc::channel();
+    let (dir, event) = (cwd.to_path_buf(), args.event.clone());
+    let worker = std::thread::Builder::new()
+        .name("hook".into())
+        .spawn(move || {
+            let _ = tx.send(handle(&dir, agent, &event));
+        });
+    let result = match worker {
+        Ok(_) => rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
+            Err(Missed::Daemon(format!(
+                "no payload and answer within {} ms; gave up",
+                DEADLINE.as_millis()
+            )))
+        }),
+        Err(e) => Err(Missed::Daemon(format!("cannot start: {e}"))),
+    };
     // The agent's answer first, whatever happened.
     if let Some(reply) = agent::reply(agent, &args.event) {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{reply}");
         let _ = out.flush();
     }
-    if let Err(e) = &result {
+    let message = match &result {
+        Ok(()) => None,
+        Err(Missed::Payload(m)) => Some(m),
+        Err(Missed::Daemon(m)) => {
+            let _ = writeln!(std::io::stderr(), "rewind hook: {m}; nothing recorded");
+            Some(m)
+        }
+    };
+    if let Some(m) = message {
         log(&format!(
-            "{agent} {}: {} ({} ms)",
+            "{agent} {}: {m} ({} ms)",
             args.event,
-            e.message,
             started.elapsed().as_millis()
         ));
     }
@@ -115,17 +156,14 @@ fn quote(s: &str) -> String {
         .unwrap_or_else(|_| "''".into())
 }
 
-fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Failure> {
-    let mut payload = Vec::new();
-    std::io::stdin()
-        .take(PAYLOAD_MAX)
-        .read_to_end(&mut payload)
-        .map_err(|e| Failure::failed(format!("reading the payload: {e}")))?;
-    let parsed = agent::parse(agent, event, &payload).map_err(|e| Failure::usage(e.to_string()))?;
-    let ctx = Ctx::locate(cwd)?;
+fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
+    let stdin = std::io::stdin().lock().take(PAYLOAD_MAX);
+    let parsed = agent::read(agent, event, stdin).map_err(|e| Missed::Payload(e.to_string()))?;
+    let daemon = |f: Failure| Missed::Daemon(f.message);
+    let ctx = Ctx::locate(cwd).map_err(daemon)?;
     if !ctx.mounted {
-        return Err(Failure::usage(format!(
-            "{} is not mounted; nothing recorded",
+        return Err(Missed::Daemon(format!(
+            "{} is not mounted",
             ctx.workspace.display()
         )));
     }
@@ -191,7 +229,7 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Failure> {
         HookEvent::Ignored => Vec::new(),
     };
     for line in lines {
-        ctx.ctl(&line)?;
+        ctx.ctl(&line).map_err(daemon)?;
     }
     Ok(())
 }

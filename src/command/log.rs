@@ -39,6 +39,9 @@ pub struct LogArgs {
 }
 
 pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    if args.limit == Some(0) {
+        return Ok(Outcome::Done);
+    }
     let history = env.history;
     let mut q = Query {
         session: args.session.clone(),

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::env::{Env, Outcome};
 use crate::history::format::escape_text;
-use crate::history::{Result, time};
+use crate::history::{Name, Result, time};
 
 /// List the sessions with how many changes each made, when, and by which agents.
 #[derive(Debug, Args)]
@@ -19,13 +19,18 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
     let mut sessions = env.history.sessions()?;
     sessions.sort_by_key(|s| s.first_id);
     for s in sessions {
+        // A session id that was not a name is recorded mapped; the id as given is shown beside.
+        let given = Name::stored(s.name.clone()).given();
         let line = if args.json {
-            json!({
+            let mut v = json!({
                 "name": s.name, "changes": s.count, "first_id": s.first_id, "last_id": s.last_id,
                 "first_time": time::rfc3339(s.first_time_ns), "last_time": time::rfc3339(s.last_time_ns),
                 "agents": s.agents,
-            })
-            .to_string()
+            });
+            if let Some(g) = &given {
+                v["given"] = json!(g);
+            }
+            v.to_string()
         } else {
             format!(
                 "{:<32} {:>6} changes  {} .. {}  {}",
@@ -39,6 +44,10 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
                     .collect::<Vec<_>>()
                     .join(",")
             )
+        };
+        let line = match &given {
+            Some(g) if !args.json => format!("{line}  (given as {g:?})"),
+            _ => line,
         };
         env.println(&line)?;
     }

@@ -1,7 +1,8 @@
 //! Attribution: which session and agent made a change.
 //!
 //! In order: `REWIND_SESSION` / `REWIND_AGENT` in the environment of the process that made the
-//! change (read from `/proc`, so a bash tool started by an agent inherits them); a registration
+//! change (read from `/proc`, so a bash tool started by an agent inherits them; a value that is
+//! not a valid name is recorded under its one-to-one mapping, [`Name::from_id`]); a registration
 //! of the process or one of its ancestors (`session start` written to `.rewind/ctl`, or a
 //! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
 //! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
@@ -98,28 +99,26 @@ fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
     let mut agent = None;
     for var in env.split(|&b| b == 0) {
         if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
-            session = valid("session", pid, v);
+            session = Some(named("session", pid, v));
         } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
-            agent = valid("agent", pid, v);
+            agent = Some(named("agent", pid, v));
         }
     }
     (session, agent)
 }
 
-/// A name from the environment, if it is a valid one; a bad one is logged and ignored (the
-/// change falls back to the next source of attribution).
-fn valid(what: &'static str, pid: u32, bytes: &[u8]) -> Option<String> {
-    let s = String::from_utf8_lossy(bytes);
-    match Name::parse(what, &s) {
-        Ok(n) => Some(n.into_string()),
-        Err(e) => {
-            tracing::warn!(
-                "process {pid}: ignoring REWIND_{}: {e}",
-                what.to_uppercase()
-            );
-            None
-        }
+/// The name a value from the environment is recorded under: the value itself when it is a valid
+/// name, otherwise its one-to-one mapping ([`Name::from_id`], which keeps the value as given), so
+/// the process's changes still land in a session of its own.
+fn named(what: &'static str, pid: u32, bytes: &[u8]) -> String {
+    let name = Name::from_id(what, bytes);
+    if let Some(given) = name.given() {
+        tracing::info!(
+            "process {pid}: REWIND_{} {given:?} is not a name; recorded as {name}",
+            what.to_uppercase()
+        );
     }
+    name.into_string()
 }
 
 impl Attributor {
