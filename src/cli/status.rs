@@ -39,7 +39,7 @@ pub fn run(cwd: &Path) -> CliResult {
     // The daemon's own view: its pid, whether it records, how data moves, retention.
     if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
         for line in text.lines().filter(|l| {
-            ["state:", "daemon:", "data path:", "retention:", "last gc:"]
+            ["state:", "daemon:", "data path:", "retention:", "last gc:", "unrecorded:"]
                 .iter()
                 .any(|k| l.starts_with(k))
         }) {

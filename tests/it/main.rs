@@ -8,6 +8,7 @@ mod model;
 mod mount;
 mod posix;
 mod programs;
+mod quiet;
 mod record;
 mod service;
 mod store;
