@@ -17,7 +17,7 @@ use crate::history::Result;
 use crate::history::change::ChangeKind;
 use crate::history::ignore::{RULE_FILES, at_or_under};
 use crate::history::time::now_ns;
-use crate::store::Query;
+use crate::store::{Order, Query};
 
 /// How recent a folder's creation must be for what was recorded of it to be taken back when
 /// it turns out to be a regenerable tree.
@@ -88,7 +88,10 @@ impl Recorder {
         let src_recorded = self.records(src, true);
         let dst_recorded = self.records(dst, true) && (marker.is_none() || !self.ignores_as(dst));
         if marker.is_some() && !src_recorded {
-            self.quiet_burst(src)?;
+            // A folder the history has, tagged too late to be taken back: its move is real.
+            if !self.quiet_burst(src)? && self.present_in_history(src)? {
+                return Ok((true, dst_recorded));
+            }
         } else if src_recorded && !dst_recorded && self.quiet_burst(src)? {
             return Ok((false, false));
         }
@@ -101,6 +104,14 @@ impl Recorder {
         !rules.whitelisted(dst, true)
     }
 
+    /// Whether the history has `path` as present now (its last change left something there).
+    fn present_in_history(&self, path: &[u8]) -> Result<bool> {
+        Ok(self
+            .history
+            .last_change_until(path, u64::MAX)?
+            .is_some_and(|c| c.path == path && c.after.is_some()))
+    }
+
     /// Folder `dir` became ignored: drop its held-back creates, and if it was made moments
     /// ago, retract what was recorded of it since. Whether anything was retracted.
     pub(super) fn quiet_burst(&self, dir: &[u8]) -> Result<bool> {
@@ -108,7 +119,19 @@ impl Recorder {
         let under = |p: &[u8]| at_or_under(p, dir);
         lock(&self.pending).retain(|p, _| !under(p.as_slice()));
         self.drain()?;
-        let Some(made) = self.history.last_change_until(dir, u64::MAX)? else {
+        // The folder's making: its last change other than a chmod (pytest makes its cache
+        // folder with `mkdtemp`, then chmods it).
+        let made = self
+            .history
+            .query(&Query {
+                path: Some(dir.to_vec()),
+                order: Order::NewestFirst,
+                limit: Some(16),
+                ..Query::default()
+            })?
+            .into_iter()
+            .find(|c| !(c.kind == ChangeKind::Chmod && c.path == dir));
+        let Some(made) = made else {
             return Ok(false);
         };
         let age = now_ns().saturating_sub(made.time_ns);
