@@ -103,8 +103,7 @@ fn os(path: &[u8]) -> &Path {
 
 /// `path` is `dir` or below it.
 pub fn at_or_under(path: &[u8], dir: &[u8]) -> bool {
-    dir.is_empty()
-        || path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
+    dir.is_empty() || path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
 }
 
 fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
@@ -231,14 +230,20 @@ fn has_signature(source: &dyn Source, dir: &[u8]) -> bool {
     let mut head = Vec::new();
     source
         .open_read(&join(dir, b"CACHEDIR.TAG"))
-        .and_then(|f| f.take(CACHEDIR_SIGNATURE.len() as u64).read_to_end(&mut head))
+        .and_then(|f| {
+            f.take(CACHEDIR_SIGNATURE.len() as u64)
+                .read_to_end(&mut head)
+        })
         .is_ok()
         && head == CACHEDIR_SIGNATURE
 }
 
 fn read_folder(source: &dyn Source, dir: &[u8]) -> Folder {
-    let is_file =
-        |p: &[u8]| source.lstat(p).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+    let is_file = |p: &[u8]| {
+        source
+            .lstat(p)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+    };
     // The workspace itself is never ignored as a whole.
     let marker = if dir.is_empty() {
         None
@@ -340,10 +345,7 @@ mod tests {
         // .rewindignore has the last word.
         let r = IgnoreRules::new("!build/\n.env\n");
         assert_eq!(r.ignored(&src, b"build/x.o", false), None);
-        assert_eq!(
-            r.ignored(&src, b".env", false),
-            Some(Reason::RewindIgnore)
-        );
+        assert_eq!(r.ignored(&src, b".env", false), Some(Reason::RewindIgnore));
     }
 
     #[test]

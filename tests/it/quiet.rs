@@ -49,7 +49,10 @@ const TAG: &str = "Signature: 8a477f597d28d172789f06886806bc55\\n# a cache\\n";
 fn a_save_that_changes_nothing_records_nothing() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(&ws.path(), "printf 'keep\\n' > f && chmod 640 f && sleep 0.8");
+    sh(
+        &ws.path(),
+        "printf 'keep\\n' > f && chmod 640 f && sleep 0.8",
+    );
     // `sed -i` writes a temporary copy and renames it over the file even when nothing matched.
     sh(
         &ws.path(),
@@ -93,10 +96,16 @@ fn rewindignore_has_the_last_word_both_ways() {
         "python3 -m venv --without-pip .venv && echo x > debug.log && echo y > notes.txt",
     );
     let changes = history(&ws);
-    assert!(changes.contains(&"create .venv/pyvenv.cfg".into()), "{changes:?}");
+    assert!(
+        changes.contains(&"create .venv/pyvenv.cfg".into()),
+        "{changes:?}"
+    );
     assert!(changes.contains(&"mkdir .venv/bin".into()), "{changes:?}");
     assert!(changes.contains(&"create notes.txt".into()), "{changes:?}");
-    assert!(!changes.iter().any(|c| c.contains("debug.log")), "{changes:?}");
+    assert!(
+        !changes.iter().any(|c| c.contains("debug.log")),
+        "{changes:?}"
+    );
 }
 
 #[test]
@@ -138,12 +147,17 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
         "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js && sleep 0.8 && mv tmp.1 dist",
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
-    assert_eq!(fs::read_to_string(ws.path().join("dist/sub/b.js")).unwrap(), "b\n");
+    assert_eq!(
+        fs::read_to_string(ws.path().join("dist/sub/b.js")).unwrap(),
+        "b\n"
+    );
 
     // Cargo's way: make `targetXXXX`, tag it as a cache, rename it to `target`.
     sh(
         &ws.path(),
-        &format!("mkdir target7Qz && printf '{TAG}' > target7Qz/CACHEDIR.TAG && mv target7Qz target && mkdir -p target/debug && echo x > target/debug/app"),
+        &format!(
+            "mkdir target7Qz && printf '{TAG}' > target7Qz/CACHEDIR.TAG && mv target7Qz target && mkdir -p target/debug && echo x > target/debug/app"
+        ),
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
 
@@ -212,7 +226,10 @@ fn a_rename_made_while_unmounted_is_a_rename() {
     let changes = history(&ws);
     assert_eq!(
         changes[made..],
-        ["rename lib <- dir (external)", "rename b.txt <- a.txt (external)"]
+        [
+            "rename lib <- dir (external)",
+            "rename b.txt <- a.txt (external)"
+        ]
     );
     // The past under the old names is still there, the present under the new ones.
     let at = ws.path().join(".rewind/at").join(last_id.to_string());

@@ -479,7 +479,10 @@ impl Control {
             stats.blob_bytes,
             self.recorder.attributor().default_session(),
         );
-        out += &format!("{}\nsessions:\n", unrecorded_line(&self.recorder.unrecorded()));
+        out += &format!(
+            "{}\nsessions:\n",
+            unrecorded_line(&self.recorder.unrecorded())
+        );
         for s in history.sessions()? {
             out += &format!(
                 "  {} ({} changes, last {})\n",

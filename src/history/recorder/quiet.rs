@@ -168,7 +168,11 @@ impl Recorder {
         let mut manifest = Vec::new();
         for c in burst.iter().rev() {
             self.history.retract(c)?;
-            manifest.extend(std::iter::once(&c.path).chain(&c.from).map(|p| (p.clone(), None)));
+            manifest.extend(
+                std::iter::once(&c.path)
+                    .chain(&c.from)
+                    .map(|p| (p.clone(), None)),
+            );
         }
         self.history.put_manifest(&manifest)?;
         tracing::debug!(

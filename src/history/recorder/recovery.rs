@@ -8,8 +8,8 @@ use super::Recorder;
 use super::capture::{kind_of, seen_of};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileKind, FileState, Hash, Seen};
-use crate::history::ignore::at_or_under;
 use crate::history::db::Extra;
+use crate::history::ignore::at_or_under;
 use crate::history::who::Who;
 
 /// What the scan at mount found.
@@ -168,8 +168,7 @@ impl Recorder {
             })
             .map(|(p, _)| p)
             .collect();
-        let mut new: HashSet<&Vec<u8>> =
-            current.keys().filter(|p| !old.contains_key(*p)).collect();
+        let mut new: HashSet<&Vec<u8>> = current.keys().filter(|p| !old.contains_key(*p)).collect();
         // Renames made while unmounted: a folder gone whose whole content (names, kinds,
         // sizes, modes, mtimes: a rename keeps them) is now under one new folder, then a file
         // gone whose content (by hash) is now at one new path.
@@ -198,7 +197,10 @@ impl Recorder {
             let mut change = self.change(ChangeKind::Rename, &to, &who);
             change.from = Some(from.clone());
             change.after = Some(self.capture(&to, &current[&to].0)?);
-            let manifest = [(from.clone(), None), (to.clone(), Some(current[&to].1.clone()))];
+            let manifest = [
+                (from.clone(), None),
+                (to.clone(), Some(current[&to].1.clone())),
+            ];
             self.record(
                 change,
                 &Extra {
