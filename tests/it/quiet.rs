@@ -160,6 +160,12 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
         ),
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
+    // pytest's way: `mkdtemp`, chmod, files and a tag, rename to `.pytest_cache`.
+    sh(
+        &ws.path(),
+        &format!("mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"),
+    );
+    assert_eq!(history(&ws), ["create .gitignore"]);
 
     // A folder that was there before, moved into an ignored name, is a real change.
     sh(&ws.path(), "mv docs dist/docs");
