@@ -14,7 +14,7 @@
 //! What each folder holds (its markers, its `.gitignore`) is read once and cached; the
 //! recorder forgets a folder's entry when one of those files, or the folder, changes.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -80,7 +80,8 @@ struct Folder {
 pub struct IgnoreRules {
     rewind: Gitignore,
     defaults: Gitignore,
-    folders: Mutex<HashMap<Vec<u8>, Arc<Folder>>>,
+    /// By path, so that what is below a folder is one range.
+    folders: Mutex<BTreeMap<Vec<u8>, Arc<Folder>>>,
 }
 
 fn matcher(lines: &[&str], what: &str) -> Gitignore {
@@ -121,7 +122,7 @@ impl IgnoreRules {
         IgnoreRules {
             rewind: matcher(&rewindignore.lines().collect::<Vec<_>>(), ".rewindignore"),
             defaults: matcher(&DEFAULTS, "defaults"),
-            folders: Mutex::new(HashMap::new()),
+            folders: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -201,10 +202,19 @@ impl IgnoreRules {
 
     /// `dir` was removed or renamed, or something was renamed to it: forget it and all below.
     pub fn forget_under(&self, dir: &[u8]) {
-        self.folders
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p, _| !at_or_under(p, dir));
+        let mut folders = self.folders.lock().unwrap_or_else(|e| e.into_inner());
+        if dir.is_empty() {
+            folders.clear();
+            return;
+        }
+        folders.remove(dir);
+        // Below `dir`: from `dir/` up to `dir0` ('0' follows '/').
+        let below = [dir, b"/"].concat();
+        let past = [dir, b"0"].concat();
+        let gone: Vec<Vec<u8>> = folders.range(below..past).map(|(k, _)| k.clone()).collect();
+        for k in gone {
+            folders.remove(&k);
+        }
     }
 
     fn folder(&self, source: &dyn Source, dir: &[u8]) -> Arc<Folder> {
@@ -266,6 +276,7 @@ fn read_folder(source: &dyn Source, dir: &[u8]) -> Folder {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
     use std::fs::File;
     use std::io;
 

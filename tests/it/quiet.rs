@@ -163,7 +163,9 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     // pytest's way: `mkdtemp`, chmod, files and a tag, rename to `.pytest_cache`.
     sh(
         &ws.path(),
-        &format!("mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"),
+        &format!(
+            "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"
+        ),
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
 
