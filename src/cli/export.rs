@@ -15,7 +15,7 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let history = ctx.read_history()?;
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
-    let ignored = |path: &[u8], dir: bool| rules.ignored(path, dir);
+    let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
     let view = View {
         history: &history,
         source: &source,

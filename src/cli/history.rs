@@ -78,7 +78,7 @@ pub fn run(cwd: &Path, command: &Command) -> CliResult {
 fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Actor>) -> CliResult {
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
-    let ignored = |path: &[u8], dir: bool| rules.ignored(path, dir);
+    let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
     let stdout = std::io::stdout();
     // As git decides: a terminal that is not "dumb" (an unset TERM counts as dumb), unless
     // NO_COLOR is set.

@@ -39,9 +39,16 @@ pub fn run(cwd: &Path) -> CliResult {
     // The daemon's own view: its pid, whether it records, how data moves, retention.
     if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
         for line in text.lines().filter(|l| {
-            ["state:", "daemon:", "data path:", "retention:", "last gc:"]
-                .iter()
-                .any(|k| l.starts_with(k))
+            [
+                "state:",
+                "daemon:",
+                "data path:",
+                "retention:",
+                "last gc:",
+                "unrecorded:",
+            ]
+            .iter()
+            .any(|k| l.starts_with(k))
         }) {
             if let Some(rest) = line.strip_prefix("state: mounted, ") {
                 println!("recording: {rest}");

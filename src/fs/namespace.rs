@@ -179,6 +179,9 @@ impl Core {
                 rec.defer(delete);
             }
         }
+        if let Some(rec) = &self.recorder {
+            rec.names_changed(&path, dir);
+        }
         Ok(st)
     }
 
@@ -243,6 +246,11 @@ impl Core {
             Some(d) => self.freeing(key(d), true, rename),
             None => rename(),
         };
+        if let Some(rec) = &self.recorder {
+            // What decides whether a folder is recorded moved with it.
+            rec.names_changed(&src_path, folder);
+            rec.names_changed(&dst_path, folder);
+        }
         if let Err(e) = renamed {
             if let Some(rec) = &self.recorder {
                 rec.retract(&recorded);

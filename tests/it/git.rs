@@ -1695,7 +1695,7 @@ fn mtime_secs(p: &Path) -> i64 {
         .mtime()
 }
 
-/// Ignored paths (a repository's `.git`, `node_modules`, `target`) are absent from the past;
+/// Ignored paths (a repository's `.git`, `node_modules`, a tagged `target`) are absent from the past;
 /// a past symlink's size is its target's length; a past file's mtime is the time of the change
 /// that gave it its content (a file unchanged since: its own); `versions/PATH/ID` carries
 /// change ID's time; past modes are the recorded ones without write bits.
@@ -1711,7 +1711,7 @@ fn past_views_show_what_was_recorded_with_honest_attributes() {
     sh_env(
         &root,
         &[],
-        "git init -q . && mkdir -p node_modules/pkg target/debug vendor && echo x > node_modules/x.js && echo y > node_modules/pkg/index.js && echo bin > target/debug/app && (cd vendor && git init -q lib) && printf 'hello\\n' > f.txt && printf '#!/bin/sh\\n' > run.sh && chmod 755 run.sh && printf 's\\n' > secret && chmod 600 secret && printf 'g\\n' > group.txt && chmod 640 group.txt && mkdir private && chmod 750 private && ln -s some/long/target/path lnk",
+        "git init -q . && mkdir -p node_modules/pkg target/debug vendor && printf 'Signature: 8a477f597d28d172789f06886806bc55\\n' > target/CACHEDIR.TAG && echo x > node_modules/x.js && echo y > node_modules/pkg/index.js && echo bin > target/debug/app && (cd vendor && git init -q lib) && printf 'hello\\n' > f.txt && printf '#!/bin/sh\\n' > run.sh && chmod 755 run.sh && printf 's\\n' > secret && chmod 600 secret && printf 'g\\n' > group.txt && chmod 640 group.txt && mkdir private && chmod 750 private && ln -s some/long/target/path lnk",
     );
     ok(&rw(&ws, &["checkpoint", "P1"]));
     // A second later, so that a wrong time shows.

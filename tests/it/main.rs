@@ -9,6 +9,7 @@ mod mount;
 mod names;
 mod posix;
 mod programs;
+mod quiet;
 mod record;
 mod retention;
 mod service;

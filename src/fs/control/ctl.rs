@@ -109,7 +109,7 @@ impl Job {
             None => self.workspace.clone(),
         };
         let actor = DaemonActor { job: self };
-        let ignored = |path: &[u8], dir: bool| !self.recorder.records(path, dir);
+        let ignored = |path: &[u8], dir: bool| self.recorder.ignores(path, dir);
         let mut out = Vec::new();
         let result = {
             let mut env = Env {

@@ -118,7 +118,7 @@ impl Control {
     ) -> Control {
         let rules = recorder.clone();
         Control {
-            ignored: Box::new(move |path, dir| !rules.records(path, dir)),
+            ignored: Box::new(move |path, dir| rules.ignores(path, dir)),
             recorded: AsRecorded {
                 recorder: recorder.clone(),
                 source: source.clone(),

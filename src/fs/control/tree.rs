@@ -469,7 +469,7 @@ impl Control {
             Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
         };
         let mut out = format!(
-            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\nsessions:\n",
+            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\n",
             self.workspace.display(),
             store.dir().display(),
             self.state.describe(),
@@ -478,6 +478,10 @@ impl Control {
             stats.blobs,
             stats.blob_bytes,
             self.recorder.attributor().default_session(),
+        );
+        out += &format!(
+            "{}\nsessions:\n",
+            unrecorded_line(&self.recorder.unrecorded())
         );
         for s in history.sessions()? {
             out += &format!(
@@ -497,4 +501,20 @@ impl Control {
             _ => None,
         }
     }
+}
+
+/// `unrecorded: N paths passed through (venv 1890, cache tag 8)`, or `unrecorded: none`.
+fn unrecorded_line(counts: &[(crate::history::ignore::Reason, usize)]) -> String {
+    let total: usize = counts.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return "unrecorded: none".into();
+    }
+    let each: Vec<String> = counts
+        .iter()
+        .map(|(r, n)| format!("{} {n}", r.describe()))
+        .collect();
+    format!(
+        "unrecorded: {total} paths passed through ({})",
+        each.join(", ")
+    )
 }

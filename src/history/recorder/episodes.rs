@@ -157,7 +157,12 @@ impl Recorder {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         };
-        self.reload_ignore_if(path);
+        self.note_rules(path)?;
+        if !self.records(path, false) {
+            // Its folder became ignored meanwhile (this file may be the marker).
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        }
         if created {
             return Ok(Some(Pending {
                 replaces: None,

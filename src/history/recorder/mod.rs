@@ -26,10 +26,11 @@ mod journal;
 mod links;
 mod ops;
 mod pending;
+mod quiet;
 mod recovery;
 mod saves;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -41,7 +42,7 @@ pub use pending::{AsRecorded, PENDING_FOR};
 pub use recovery::Recovery;
 
 use super::change::{Change, ChangeKind};
-use super::ignore::IgnoreRules;
+use super::ignore::{IgnoreRules, Reason};
 use super::turns::Turns;
 use super::who::{Attributor, Who};
 use super::{History, Result, time};
@@ -61,6 +62,14 @@ pub struct Recorder {
     who: Attributor,
     turns: Turns,
     ignore: RwLock<IgnoreRules>,
+    /// The paths passed through unrecorded since the mount, by reason (hashes of their names;
+    /// a leaf lock).
+    unrecorded: Mutex<HashMap<Reason, HashSet<u64>>>,
+    /// Held shared by an operation recorded after it happened (a new object, a held-back
+    /// create) from its check of the ignore rules to its record, and exclusively while a
+    /// folder that became ignored has its burst taken back (`quiet`): nothing made in the
+    /// folder in between slips through.
+    quieting: RwLock<()>,
     pending: Mutex<HashMap<Vec<u8>, pending::Pending>>,
     episodes: Mutex<HashMap<Key, episodes::Episode>>,
     /// Per-file locks (striped by backing key): the end of an episode, and a rename or unlink
@@ -93,6 +102,8 @@ impl Recorder {
             source,
             who: Attributor::new(default_session),
             ignore: RwLock::new(IgnoreRules::new(&rules)),
+            unrecorded: Mutex::new(HashMap::new()),
+            quieting: RwLock::new(()),
             pending: Mutex::new(HashMap::new()),
             episodes: Mutex::new(HashMap::new()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -140,24 +151,42 @@ impl Recorder {
         Ok(self.history.store().check_room()?)
     }
 
-    /// Whether changes to `path` are recorded at all.
+    /// Whether changes to `path` are recorded at all. One that is not is counted for
+    /// `rewind status`.
     pub fn records(&self, path: &[u8], is_dir: bool) -> bool {
-        !self
-            .ignore
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .ignored(path, is_dir)
+        let Some(reason) = self.why_ignored(path, is_dir) else {
+            return true;
+        };
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(path, &mut h);
+        let mut all = lock(&self.unrecorded);
+        let seen = all.entry(reason).or_default();
+        if seen.len() < 10_000_000 {
+            seen.insert(std::hash::Hasher::finish(&h));
+        }
+        false
     }
 
-    /// Re-read `.rewindignore` after it changed.
-    fn reload_ignore_if(&self, path: &[u8]) {
-        if path == b".rewindignore" {
-            let rules = match self.source.open_read(b".rewindignore") {
-                Ok(f) => io::read_to_string(f).unwrap_or_default(),
-                Err(_) => String::new(),
-            };
-            *self.ignore.write().unwrap_or_else(|e| e.into_inner()) = IgnoreRules::new(&rules);
-        }
+    /// Whether `path` is left unrecorded (for views of the past: not counted).
+    pub fn ignores(&self, path: &[u8], is_dir: bool) -> bool {
+        self.why_ignored(path, is_dir).is_some()
+    }
+
+    fn why_ignored(&self, path: &[u8], is_dir: bool) -> Option<Reason> {
+        self.ignore
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .ignored(&*self.source, path, is_dir)
+    }
+
+    /// How many paths were passed through unrecorded since the mount, by reason.
+    pub fn unrecorded(&self) -> Vec<(Reason, usize)> {
+        let all = lock(&self.unrecorded);
+        Reason::ALL
+            .into_iter()
+            .filter_map(|r| all.get(&r).map(|s| (r, s.len())))
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// A change of `kind` to `path` by `who`, to be filled in and recorded.

@@ -124,6 +124,7 @@ impl Recorder {
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
     pub fn after_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+        let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
         };
@@ -226,6 +227,13 @@ impl Recorder {
         let src_dir = kind_of(src_st) == FileKind::Dir;
         // A folder exchanged for the source moves too.
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
+        // Decided first: a new folder that turns out to be a regenerable tree has its held-back
+        // creates dropped, not recorded.
+        let (src_recorded, dst_recorded) = if src_dir && !exchange {
+            self.quiet_moved_dir(src, dst)?
+        } else {
+            (self.records(src, src_dir), self.records(dst, src_dir))
+        };
         if src_dir {
             self.flush_pending_under(src)?;
         }
@@ -250,8 +258,6 @@ impl Recorder {
         if !src_dir && (exchange || !src_created) && self.records(src, false) {
             self.cut_episode(key_of(src_st), src)?;
         }
-        let src_recorded = self.records(src, src_dir);
-        let dst_recorded = self.records(dst, src_dir);
         let who = self.who(pid);
         let dst_before = match dst_st {
             Some(st) if dst_recorded => Some(self.capture(dst, st)?),
@@ -291,6 +297,11 @@ impl Recorder {
             let Some((after, seen)) = self.pending_content(src, &p)? else {
                 return Ok(out);
             };
+            if dst_before.as_ref() == Some(&after) {
+                // Saved as it was (`sed -i` that matched nothing): nothing happened.
+                self.history.put_manifest(&[(dst.to_vec(), Some(seen))])?;
+                return Ok(out);
+            }
             let mut change = self.change(kind, dst, &p.who);
             change.before = dst_before;
             change.after = Some(after);

@@ -71,6 +71,11 @@ impl Recorder {
     }
 
     fn record_create(&self, path: &[u8], mut p: Pending) -> Result<()> {
+        let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
+        if !self.records(path, false) {
+            // Its folder became ignored while it was held back.
+            return Ok(());
+        }
         if p.replaces.is_none()
             && let Some(original) = self.saved_keeping_backup(path, &p)?
         {

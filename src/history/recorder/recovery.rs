@@ -2,13 +2,14 @@
 //! the workspace while nothing was mounted, by comparing it with the manifest (what the mount
 //! last saw at every path).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::Recorder;
 use super::capture::{kind_of, seen_of};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileKind, FileState, Seen};
+use crate::history::change::{ChangeKind, FileKind, FileState, Hash, Seen};
 use crate::history::db::Extra;
+use crate::history::ignore::at_or_under;
 use crate::history::who::Who;
 
 /// What the scan at mount found.
@@ -39,6 +40,10 @@ impl Recorder {
                 turn: ep.turn,
                 tool: ep.tool,
             };
+            if !self.records(&path, false) {
+                self.history.drop_open_episode(&path)?;
+                continue;
+            }
             let now = self
                 .source
                 .lstat(&path)
@@ -151,8 +156,101 @@ impl Recorder {
             })
         };
         let mut count = 0;
+        // Gone: in the manifest, not in the tree now. Never a path that exists (an ignored one
+        // is not in `current`), nor one that is ignored now: what passes through unrecorded
+        // leaves no history.
+        let mut gone: Vec<&Vec<u8>> = old
+            .iter()
+            .filter(|(p, seen)| {
+                !current.contains_key(*p)
+                    && self.source.lstat(p).is_err()
+                    && !self.ignores(p, seen.kind == FileKind::Dir)
+            })
+            .map(|(p, _)| p)
+            .collect();
+        let mut new: HashSet<&Vec<u8>> = current.keys().filter(|p| !old.contains_key(*p)).collect();
+        // Renames made while unmounted: a folder gone whose whole content (names, kinds,
+        // sizes, modes, mtimes: a rename keeps them) is now under one new folder, then a file
+        // gone whose content (by hash) is now at one new path.
+        for (from, to) in self.renamed_dirs(old, current, &gone, &new) {
+            // Every file below holds what was recorded under the old name, or it is not a
+            // rename (a folder deleted and another made with the same shape).
+            let mut same = true;
+            for (path, seen) in old.iter().filter(|(p, _)| at_or_under(p, &from)) {
+                if seen.kind != FileKind::File {
+                    continue;
+                }
+                let to_path = [&to[..], &path[from.len()..]].concat();
+                let was = known_before(path, seen)?.hash;
+                let now = match current.get(&to_path) {
+                    Some((st, _)) => self.capture(&to_path, st)?.hash,
+                    None => None,
+                };
+                if was.is_none() || was != now {
+                    same = false;
+                    break;
+                }
+            }
+            if !same {
+                continue;
+            }
+            let mut change = self.change(ChangeKind::Rename, &to, &who);
+            change.from = Some(from.clone());
+            change.after = Some(self.capture(&to, &current[&to].0)?);
+            let manifest = [
+                (from.clone(), None),
+                (to.clone(), Some(current[&to].1.clone())),
+            ];
+            self.record(
+                change,
+                &Extra {
+                    finish_episode: None,
+                    manifest: &manifest,
+                    move_under: Some((&from, &to)),
+                },
+            )?;
+            gone.retain(|p| !at_or_under(p, &from));
+            new.retain(|p| !at_or_under(p, &to));
+            count += 1;
+        }
+        let mut by_hash: HashMap<Hash, Vec<&Vec<u8>>> = HashMap::new();
+        for path in &gone {
+            let seen = &old[*path];
+            if seen.kind == FileKind::File
+                && let Some(h) = known_before(path, seen)?.hash
+            {
+                by_hash.entry(h).or_default().push(path);
+            }
+        }
+        let mut renamed_from = HashSet::new();
+        let mut new_sorted: Vec<&Vec<u8>> = new.iter().copied().collect();
+        new_sorted.sort();
+        for to in new_sorted {
+            let (st, seen) = &current[to];
+            if seen.kind != FileKind::File {
+                continue;
+            }
+            let after = self.capture(to, st)?;
+            let Some(from) = after
+                .hash
+                .and_then(|h| by_hash.get(&h))
+                .filter(|f| f.len() == 1)
+                .map(|f| f[0].clone())
+            else {
+                continue;
+            };
+            if !renamed_from.insert(from.clone()) {
+                continue;
+            }
+            let mut change = self.change(ChangeKind::Rename, to, &who);
+            change.from = Some(from.clone());
+            change.after = Some(after);
+            self.record_one(change, &[(from, None), (to.clone(), Some(seen.clone()))])?;
+            new.remove(to);
+            count += 1;
+        }
+        gone.retain(|p| !renamed_from.contains(*p));
         // Deletions, deepest first, so a folder's contents go before the folder.
-        let mut gone: Vec<&Vec<u8>> = old.keys().filter(|p| !current.contains_key(*p)).collect();
         gone.sort_by(|a, b| b.cmp(a));
         for path in gone {
             let seen = &old[path];
@@ -168,6 +266,9 @@ impl Recorder {
         }
         // New and changed paths, parents first (BTreeMap order).
         for (path, (st, seen)) in current {
+            if !new.contains(path) && !old.contains_key(path) {
+                continue;
+            }
             let kind = match old.get(path) {
                 None => match seen.kind {
                     FileKind::Dir => ChangeKind::Mkdir,
@@ -204,4 +305,70 @@ impl Recorder {
         }
         Ok(count)
     }
+}
+
+impl Recorder {
+    /// Folders renamed while unmounted: (old name, new name) of each folder gone (whose parent
+    /// is not gone too) whose content is now, entry for entry, under exactly one new folder.
+    fn renamed_dirs(
+        &self,
+        old: &HashMap<Vec<u8>, Seen>,
+        current: &Tree,
+        gone: &[&Vec<u8>],
+        new: &HashSet<&Vec<u8>>,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let parent = |p: &[u8]| p.iter().rposition(|b| *b == b'/').map(|i| p[..i].to_vec());
+        let gone_set: HashSet<&Vec<u8>> = gone.iter().copied().collect();
+        let tops = |set: &HashSet<&Vec<u8>>, seen: &dyn Fn(&Vec<u8>) -> Option<Seen>| {
+            set.iter()
+                .filter(|p| seen(p).is_some_and(|s| s.kind == FileKind::Dir))
+                .filter(|p| parent(p.as_slice()).is_none_or(|q| !set.contains(&q)))
+                .map(|p| (*p).clone())
+                .collect::<Vec<_>>()
+        };
+        let from_dirs = tops(&gone_set, &|p: &Vec<u8>| old.get(p).cloned());
+        let to_dirs = tops(new, &|p: &Vec<u8>| current.get(p).map(|(_, s)| s.clone()));
+        if from_dirs.is_empty() || to_dirs.is_empty() {
+            return Vec::new();
+        }
+        let to_content: Vec<(Vec<u8>, u32, Content)> = to_dirs
+            .into_iter()
+            .map(|d| {
+                let c = content(&d, current.iter().map(|(p, (_, s))| (p, s)));
+                let mode = current[&d].1.mode;
+                (d, mode, c)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for from in from_dirs {
+            let c = content(&from, old.iter());
+            let mode = old[&from].mode;
+            let mut matches = to_content
+                .iter()
+                .filter(|(_, m, tc)| *m == mode && *tc == c && !c.is_empty());
+            if let (Some((to, ..)), None) = (matches.next(), matches.next())
+                && !out.iter().any(|(_, t)| t == to)
+            {
+                out.push((from, to.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// A folder's content: each entry below it, by its name relative to the folder.
+type Content = Vec<(Vec<u8>, FileKind, u64, u32)>;
+
+fn content<'a>(dir: &[u8], entries: impl Iterator<Item = (&'a Vec<u8>, &'a Seen)>) -> Content {
+    let mut c: Content = entries
+        .filter(|(p, _)| p.len() > dir.len() && at_or_under(p, dir))
+        // A folder's size and mtime change with what it holds; the manifest does not follow
+        // them.
+        .map(|(p, s)| {
+            let size = if s.kind == FileKind::Dir { 0 } else { s.size };
+            (p[dir.len() + 1..].to_vec(), s.kind, size, s.mode)
+        })
+        .collect();
+    c.sort_by(|a, b| a.0.cmp(&b.0));
+    c
 }

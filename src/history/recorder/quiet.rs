@@ -1,0 +1,185 @@
+//! Keeping regenerable trees out of the history when they become ignored after they were made.
+//!
+//! A cache tag or a `pyvenv.cfg` is written into a folder after the folder was made (`python3
+//! -m venv` makes `.venv/`, `bin/`, `lib/`, then writes `pyvenv.cfg`), and cargo makes
+//! `targetXXXX/`, tags it, then renames it to `target`. The folder's creation was recorded,
+//! and what was written below it before the marker. When the folder becomes ignored, and the
+//! recorded folder is new (its `mkdir` is the last change to its name, within [`BURST`]),
+//! everything recorded at or below it since that `mkdir` is retracted: the burst that made the
+//! folder leaves no history. The same happens when a new folder is renamed to a name that is
+//! ignored (a temporary build folder moved into place). A folder that existed before keeps its
+//! history; from then on it is ignored.
+
+use std::time::Duration;
+
+use super::{Recorder, lock};
+use crate::history::Result;
+use crate::history::change::ChangeKind;
+use crate::history::ignore::{RULE_FILES, at_or_under};
+use crate::history::time::now_ns;
+use crate::store::{Order, Query};
+
+/// How recent a folder's creation must be for what was recorded of it to be taken back when
+/// it turns out to be a regenerable tree.
+pub const BURST: Duration = Duration::from_secs(300);
+
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
+    }
+}
+
+impl Recorder {
+    /// `path` was written: if it decides what is recorded (`.rewindignore`, or a marker or
+    /// `.gitignore` in its folder), read the rules again, and quiet a new folder it marks.
+    pub(super) fn note_rules(&self, path: &[u8]) -> Result<()> {
+        if path == b".rewindignore" {
+            let rules = match self.source.open_read(b".rewindignore") {
+                Ok(f) => std::io::read_to_string(f).unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            self.ignore
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_rewindignore(&rules);
+        }
+        let (dir, name) = split(path);
+        if !RULE_FILES.contains(&name) {
+            return Ok(());
+        }
+        let marked = {
+            let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
+            rules.forget(dir);
+            !dir.is_empty() && rules.marker_now(&*self.source, dir).is_some()
+        };
+        if marked && !self.ignores(dir, true) {
+            // `.rewindignore` records it anyway.
+            return Ok(());
+        }
+        if marked {
+            self.quiet_burst(dir)?;
+        }
+        Ok(())
+    }
+
+    /// A name changed (unlink, rmdir, rename, to or from `path`): forget what was read of it.
+    pub fn names_changed(&self, path: &[u8], is_dir: bool) {
+        let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
+        if is_dir {
+            rules.forget_under(path);
+        }
+        let (dir, name) = split(path);
+        if RULE_FILES.contains(&name) {
+            rules.forget(dir);
+        }
+    }
+
+    /// Folder `src` is about to be renamed to `dst`. Returns whether the folder is recorded
+    /// under each name: a folder that holds a marker is ignored under both (the marker moves
+    /// with it). A new folder that is ignored now (its marker written moments ago) or is moving
+    /// to an ignored name has its burst retracted.
+    pub(super) fn quiet_moved_dir(&self, src: &[u8], dst: &[u8]) -> Result<(bool, bool)> {
+        let marker = self
+            .ignore
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .marker_now(&*self.source, src);
+        let src_recorded = self.records(src, true);
+        let dst_recorded = self.records(dst, true) && (marker.is_none() || !self.ignores_as(dst));
+        if marker.is_some() && !src_recorded {
+            // A folder the history has, tagged too late to be taken back: its move is real.
+            if !self.quiet_burst(src)? && self.present_in_history(src)? {
+                return Ok((true, dst_recorded));
+            }
+        } else if src_recorded && !dst_recorded && self.quiet_burst(src)? {
+            return Ok((false, false));
+        }
+        Ok((src_recorded, dst_recorded))
+    }
+
+    /// Whether a folder with a marker would be ignored at `dst` (`.rewindignore` may say no).
+    fn ignores_as(&self, dst: &[u8]) -> bool {
+        let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
+        !rules.whitelisted(dst, true)
+    }
+
+    /// Whether the history has `path` as present now (its last change left something there).
+    fn present_in_history(&self, path: &[u8]) -> Result<bool> {
+        Ok(self
+            .history
+            .last_change_until(path, u64::MAX)?
+            .is_some_and(|c| c.path == path && c.after.is_some()))
+    }
+
+    /// Folder `dir` became ignored: drop its held-back creates, and if it was made moments
+    /// ago, retract what was recorded of it since. Whether anything was retracted.
+    pub(super) fn quiet_burst(&self, dir: &[u8]) -> Result<bool> {
+        let _quieting = self.quieting.write().unwrap_or_else(|e| e.into_inner());
+        let under = |p: &[u8]| at_or_under(p, dir);
+        lock(&self.pending).retain(|p, _| !under(p.as_slice()));
+        self.drain()?;
+        // The folder's making: its last change other than a chmod (pytest makes its cache
+        // folder with `mkdtemp`, then chmods it).
+        let made = self
+            .history
+            .query(&Query {
+                path: Some(dir.to_vec()),
+                order: Order::NewestFirst,
+                limit: Some(16),
+                ..Query::default()
+            })?
+            .into_iter()
+            .find(|c| !(c.kind == ChangeKind::Chmod && c.path == dir));
+        let Some(made) = made else {
+            return Ok(false);
+        };
+        let age = now_ns().saturating_sub(made.time_ns);
+        if made.path != dir
+            || made.kind != ChangeKind::Mkdir
+            || age > BURST.as_nanos() as u64
+            || made.id == 0
+        {
+            return Ok(false);
+        }
+        let mut burst = Vec::new();
+        let mut crossing = false;
+        self.history.for_each(
+            &Query {
+                after_id: Some(made.id - 1),
+                ..Query::default()
+            },
+            |c| {
+                let names = std::iter::once(&c.path).chain(&c.from).chain(&c.links);
+                let inside = names.clone().filter(|n| under(n.as_slice())).count();
+                if inside == names.count() {
+                    burst.push(c);
+                } else if inside > 0 {
+                    // Something moved in from outside, or out, or a file with names on both
+                    // sides: that is not only the folder's own making.
+                    crossing = true;
+                }
+                !crossing
+            },
+        )?;
+        if crossing {
+            return Ok(false);
+        }
+        let mut manifest = Vec::new();
+        for c in burst.iter().rev() {
+            self.history.retract(c)?;
+            manifest.extend(
+                std::iter::once(&c.path)
+                    .chain(&c.from)
+                    .map(|p| (p.clone(), None)),
+            );
+        }
+        self.history.put_manifest(&manifest)?;
+        tracing::debug!(
+            "{} became ignored: {} changes taken back",
+            String::from_utf8_lossy(dir),
+            burst.len()
+        );
+        Ok(true)
+    }
+}

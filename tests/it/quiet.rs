@@ -1,0 +1,246 @@
+//! History that never lies (issue 21, items 4 and 5): nothing is recorded that did not
+//! happen, and regenerable trees (venvs, caches, build folders, what `.gitignore` names) pass
+//! through unrecorded, at the moment they are made, when they are renamed into place, and in
+//! the scan at the next mount.
+
+use std::fs;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{Workspace, sh};
+use crate::record::log;
+
+/// `kind path` (or `kind path <- from`) of each change, with its agent when it is `external`.
+fn summary(changes: &[Value]) -> Vec<String> {
+    changes
+        .iter()
+        .map(|c| {
+            let mut s = format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            );
+            if let Some(from) = c["from"].as_str() {
+                s += &format!(" <- {from}");
+            }
+            if c["agent"] == "external" {
+                s += " (external)";
+            }
+            s
+        })
+        .collect()
+}
+
+fn history(ws: &Workspace) -> Vec<String> {
+    summary(&log(ws))
+}
+
+fn status(ws: &Workspace) -> String {
+    let out = ws.rewind(&["-C".as_ref(), ws.path().as_os_str(), "status".as_ref()]);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The standard cache directory tag (https://bford.info/cachedir/).
+const TAG: &str = "Signature: 8a477f597d28d172789f06886806bc55\\n# a cache\\n";
+
+#[test]
+fn a_save_that_changes_nothing_records_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "printf 'keep\\n' > f && chmod 640 f && sleep 0.8",
+    );
+    // `sed -i` writes a temporary copy and renames it over the file even when nothing matched.
+    sh(
+        &ws.path(),
+        "sed -i s/zzz/yyy/ f && sleep 0.8 && sed -i s/zzz/yyy/ f && sed -i s/keep/kept/ f",
+    );
+    assert_eq!(history(&ws), ["create f", "modify f"]);
+    assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "kept\n");
+}
+
+#[test]
+fn a_venv_passes_through_unrecorded_and_status_says_so() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "python3 -m venv --without-pip .venv && printf 'print(1)\\n' > main.py \
+         && .venv/bin/python -c 'import sys; print(sys.prefix)' >/dev/null",
+    );
+    assert_eq!(history(&ws), ["create main.py"]);
+    assert!(ws.path().join(".venv/pyvenv.cfg").exists());
+    let status = status(&ws);
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("unrecorded:"))
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(line.contains("venv "), "{line}");
+
+    // Nothing changed while unmounted: the scan at the next mount records nothing.
+    ws.unmount();
+    ws.mount();
+    assert_eq!(history(&ws), ["create main.py"]);
+}
+
+#[test]
+fn rewindignore_has_the_last_word_both_ways() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join(".rewindignore"), "!.venv/\n*.log\n").unwrap();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "python3 -m venv --without-pip .venv && echo x > debug.log && echo y > notes.txt",
+    );
+    let changes = history(&ws);
+    assert!(
+        changes.contains(&"create .venv/pyvenv.cfg".into()),
+        "{changes:?}"
+    );
+    assert!(changes.contains(&"mkdir .venv/bin".into()), "{changes:?}");
+    assert!(changes.contains(&"create notes.txt".into()), "{changes:?}");
+    assert!(
+        !changes.iter().any(|c| c.contains("debug.log")),
+        "{changes:?}"
+    );
+}
+
+#[test]
+fn a_gitignored_folder_passes_through_but_a_gitignored_file_is_recorded() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "printf 'build/\\n*.log\\n.env\\n' > .gitignore && mkdir -p web && printf 'out\\n' > web/.gitignore && sleep 0.8 \
+         && mkdir -p build/obj web/out && echo o > build/obj/a.o && echo j > web/out/app.js \
+         && echo l > debug.log && echo s > .env && mkdir __pycache__ && echo c > __pycache__/m.pyc",
+    );
+    let mut changes = history(&ws);
+    changes.sort();
+    assert_eq!(
+        changes,
+        [
+            "create .env",
+            "create .gitignore",
+            "create debug.log",
+            "create web/.gitignore",
+            "mkdir web",
+        ]
+    );
+    let status = status(&ws);
+    assert!(status.contains(".gitignore folder"), "{status}");
+}
+
+/// A folder made, filled, then renamed to a name that is ignored (as build tools move a
+/// finished output into place) leaves no history: not its mkdir, not its files, not the rename.
+#[test]
+fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
+    let mut ws = Workspace::new();
+    sh(&ws.path(), "mkdir docs && echo d > docs/d.md");
+    ws.mount();
+    sh(&ws.path(), "printf 'dist/\\n' > .gitignore && sleep 0.8");
+    sh(
+        &ws.path(),
+        "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js && sleep 0.8 && mv tmp.1 dist",
+    );
+    assert_eq!(history(&ws), ["create .gitignore"]);
+    assert_eq!(
+        fs::read_to_string(ws.path().join("dist/sub/b.js")).unwrap(),
+        "b\n"
+    );
+
+    // Cargo's way: make `targetXXXX`, tag it as a cache, rename it to `target`.
+    sh(
+        &ws.path(),
+        &format!(
+            "mkdir target7Qz && printf '{TAG}' > target7Qz/CACHEDIR.TAG && mv target7Qz target && mkdir -p target/debug && echo x > target/debug/app"
+        ),
+    );
+    assert_eq!(history(&ws), ["create .gitignore"]);
+    // pytest's way: `mkdtemp`, chmod, files and a tag, rename to `.pytest_cache`.
+    sh(
+        &ws.path(),
+        &format!(
+            "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"
+        ),
+    );
+    assert_eq!(history(&ws), ["create .gitignore"]);
+
+    // A folder that was there before, moved into an ignored name, is a real change.
+    sh(&ws.path(), "mv docs dist/docs");
+    let want = ["create .gitignore", "rename dist/docs <- docs"];
+    assert_eq!(history(&ws), want);
+
+    // Nothing changed while unmounted: the scan records nothing (not the ignored folders, not
+    // a delete of the tag that cargo's dance once left in the manifest).
+    ws.unmount();
+    ws.mount();
+    assert_eq!(history(&ws), want);
+}
+
+#[test]
+fn cargo_build_of_a_tiny_crate_records_only_what_was_written_by_hand() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "mkdir src && printf '[package]\\nname = \"tiny\"\\nversion = \"0.1.0\"\\nedition = \"2021\"\\n' > Cargo.toml \
+         && printf 'fn main() {}\\n' > src/main.rs",
+    );
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let out = Command::new(cargo)
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(ws.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("CARGO_BUILD_RUSTC_WRAPPER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(ws.path().join("target/debug/tiny").exists());
+    let want = [
+        "mkdir src",
+        "create Cargo.toml",
+        "create src/main.rs",
+        "create Cargo.lock",
+    ];
+    assert_eq!(history(&ws), want);
+    let status = status(&ws);
+    assert!(status.contains("cache tag"), "{status}");
+
+    ws.unmount();
+    ws.mount();
+    assert_eq!(history(&ws), want);
+}
+
+#[test]
+fn a_rename_made_while_unmounted_is_a_rename() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "echo a > a.txt && mkdir -p dir/sub && echo x > dir/sub/x.txt && echo y > dir/y.txt",
+    );
+    let before = log(&ws);
+    let made = before.len();
+    let last_id = before.last().unwrap()["id"].as_u64().unwrap();
+    ws.unmount();
+    sh(&ws.path(), "mv a.txt b.txt && mv dir lib");
+    ws.mount();
+    let changes = history(&ws);
+    assert_eq!(
+        changes[made..],
+        [
+            "rename lib <- dir (external)",
+            "rename b.txt <- a.txt (external)"
+        ]
+    );
+    // The past under the old names is still there, the present under the new ones.
+    let at = ws.path().join(".rewind/at").join(last_id.to_string());
+    assert_eq!(fs::read_to_string(at.join("dir/sub/x.txt")).unwrap(), "x\n");
+    assert_eq!(fs::read_to_string(at.join("a.txt")).unwrap(), "a\n");
+}
