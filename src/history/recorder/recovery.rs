@@ -38,6 +38,7 @@ impl Recorder {
                 restore,
                 turn: ep.turn,
                 tool: ep.tool,
+                uid: ep.uid,
             };
             let now = self
                 .source
@@ -45,7 +46,17 @@ impl Recorder {
                 .ok()
                 .filter(|st| kind_of(st) == FileKind::File);
             let after = now.as_ref().map(|st| self.capture(&path, st)).transpose()?;
-            if after != ep.before {
+            // A marker left by an earlier version has no owner: the owner alone is no change.
+            let unchanged = match (&after, &ep.before) {
+                (Some(a), Some(b)) if b.owner.is_none() => {
+                    FileState {
+                        owner: None,
+                        ..a.clone()
+                    } == *b
+                }
+                _ => after == ep.before,
+            };
+            if !unchanged {
                 let kind = match (&ep.before, &after) {
                     (None, _) => ChangeKind::Create,
                     (_, None) => ChangeKind::Delete,
@@ -129,6 +140,7 @@ impl Recorder {
             restore: false,
             turn: None,
             tool: None,
+            uid: None,
         };
         // What we knew of a path: its last recorded state if that matches the manifest.
         let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
@@ -147,6 +159,7 @@ impl Recorder {
                     size: seen.size,
                     mode: seen.mode,
                     hash: None,
+                    owner: None,
                 },
             })
         };
