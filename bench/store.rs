@@ -8,7 +8,7 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use rewind::history::History;
-use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
+use rewind::history::change::{Change, ChangeKind, FileKind, FileState, Owner};
 use rewind::history::db::{Extra, GcPolicy};
 use rewind::store::{Order, Query, Store};
 
@@ -41,6 +41,10 @@ fn main() {
             size: content.len() as u64,
             mode: 0o644,
             hash: Some(hash),
+            owner: Some(Owner {
+                uid: 1000,
+                gid: 1000,
+            }),
         };
         store
             .record(
@@ -59,6 +63,7 @@ fn main() {
                     links: Vec::new(),
                     turn: None,
                     tool: None,
+                    uid: Some(1000),
                 },
                 &Extra::default(),
             )

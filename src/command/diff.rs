@@ -66,8 +66,8 @@ struct Version {
 /// What the output is made of, in order.
 enum Piece {
     Section {
-        old: Option<Version>,
-        new: Option<Version>,
+        old: Option<Box<Version>>,
+        new: Option<Box<Version>>,
         /// A rename found by comparing content, with git's score.
         score: Option<u32>,
     },
@@ -372,8 +372,8 @@ fn tree_diff(olds: Vec<Version>, news: Vec<Version>) -> Vec<Piece> {
     diff::plan_tree_diff(&old_sides, &new_sides, &opts)
         .into_iter()
         .map(|p| Piece::Section {
-            old: p.old.map(|i| olds[i].clone()),
-            new: p.new.map(|i| news[i].clone()),
+            old: p.old.map(|i| Box::new(olds[i].clone())),
+            new: p.new.map(|i| Box::new(news[i].clone())),
             score: p.rename_score,
         })
         .collect()
@@ -494,8 +494,8 @@ fn as_side(v: &Version) -> Side<'_> {
     }
 }
 
-fn side(v: &Option<Version>) -> Option<Side<'_>> {
-    v.as_ref().map(as_side)
+fn side(v: &Option<Box<Version>>) -> Option<Side<'_>> {
+    v.as_deref().map(as_side)
 }
 
 fn emit(env: &mut Env<'_>, pieces: &[Piece], stat: bool) -> Result<()> {

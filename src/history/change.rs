@@ -135,6 +135,25 @@ pub struct FileState {
     /// Content hash: a regular file's bytes or a symlink's target. `None` for directories and
     /// special files, and for content that was never recorded.
     pub hash: Option<Hash>,
+    /// Owner and group: with `mode`, who could read this version. `None` where a store of an
+    /// earlier version did not record them.
+    pub owner: Option<Owner>,
+}
+
+/// A file's owner and group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Owner {
+    pub fn of(st: &libc::stat) -> Owner {
+        Owner {
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
 }
 
 /// The tool call of an agent that made a change.
@@ -165,6 +184,8 @@ pub struct Change {
     /// The session's turn (agent prompt) that was open.
     pub turn: Option<u32>,
     pub tool: Option<Tool>,
+    /// The (filesystem) uid of the process that made it; `None` in stores of earlier versions.
+    pub uid: Option<u32>,
 }
 
 impl Change {
@@ -222,6 +243,7 @@ pub struct OpenEpisode {
     pub process: String,
     pub turn: Option<u32>,
     pub tool: Option<Tool>,
+    pub uid: Option<u32>,
 }
 
 /// What the mount last saw at a path: enough to tell, at the next mount, whether the path was
@@ -266,6 +288,7 @@ impl From<&FileState> for StateRecord {
             size: s.size,
             mode: s.mode,
             hash: s.hash.map(|h| h.0),
+            owner: s.owner.map(|o| (o.uid, o.gid)),
         }
     }
 }
@@ -277,6 +300,7 @@ impl From<StateRecord> for FileState {
             size: s.size,
             mode: s.mode,
             hash: s.hash.map(Hash),
+            owner: s.owner.map(|(uid, gid)| Owner { uid, gid }),
         }
     }
 }
@@ -316,6 +340,7 @@ impl From<&Change> for ChangeRecord {
             links: c.links.clone(),
             turn: c.turn,
             tool: c.tool.as_ref().map(ToolRecord::from),
+            uid: c.uid,
         }
     }
 }
@@ -344,6 +369,7 @@ impl TryFrom<ChangeRecord> for Change {
             links: c.links,
             turn: c.turn,
             tool: c.tool.map(Tool::from),
+            uid: c.uid,
         })
     }
 }
@@ -383,6 +409,7 @@ impl From<&OpenEpisode> for EpisodeRecord {
             process: e.process.clone(),
             turn: e.turn,
             tool: e.tool.as_ref().map(ToolRecord::from),
+            uid: e.uid,
         }
     }
 }
@@ -398,6 +425,7 @@ impl From<EpisodeRecord> for OpenEpisode {
             process: e.process,
             turn: e.turn,
             tool: e.tool.map(Tool::from),
+            uid: e.uid,
         }
     }
 }

@@ -88,6 +88,7 @@ pub fn change_json(c: &Change) -> Value {
             None => Value::Null,
         },
     );
+    obj.insert("uid".into(), json!(c.uid));
     Value::Object(obj)
 }
 
@@ -116,6 +117,7 @@ pub fn change_from_json(v: &Value) -> Option<Change> {
                 .get("hash")
                 .and_then(Value::as_str)
                 .and_then(Hash::from_hex),
+            owner: None,
         })
     };
     let links_bytes = v.get("links_bytes").and_then(Value::as_array);
@@ -158,13 +160,19 @@ pub fn change_from_json(v: &Value) -> Option<Change> {
                 id: t.get("id").and_then(Value::as_str).map(str::to_string),
             })
         }),
+        uid: v.get("uid").and_then(Value::as_u64).map(|n| n as u32),
     })
 }
 
 /// A line for people:
 /// `    12  2026-11-22 03:04:05  modify   src/main.rs  claude@fix-42:3  sed[4242]`
-/// (`:3` is the agent turn, when there was one).
+/// (`:3` is the agent turn, when there was one), ending in `  uid 1001` when a user other than
+/// the mounting one (the one reading the store) made it.
 pub fn change_line(c: &Change) -> String {
+    change_line_for(c, rustix::process::geteuid().as_raw())
+}
+
+fn change_line_for(c: &Change, mounting: u32) -> String {
     let mut path = escape_path(&c.path);
     if let Some(from) = &c.from {
         path = format!("{path} <- {}", escape_path(from));
@@ -173,8 +181,12 @@ pub fn change_line(c: &Change) -> String {
         path = format!("{path} (= {})", escape_path(l));
     }
     let turn = c.turn.map(|n| format!(":{n}")).unwrap_or_default();
+    let uid = match c.uid {
+        Some(uid) if uid != mounting => format!("  uid {uid}"),
+        _ => String::new(),
+    };
     format!(
-        "{:>6}  {}  {:<7}  {}  {}@{}{turn}  {}[{}]",
+        "{:>6}  {}  {:<7}  {}  {}@{}{turn}  {}[{}]{uid}",
         c.id,
         time::short(c.time_ns),
         c.kind.as_str(),
@@ -270,6 +282,7 @@ mod tests {
                 size: 3,
                 mode: 0o644,
                 hash: Some(Hash::of(b"abc")),
+                owner: None,
             }),
             session: "s1".into(),
             agent: "claude".into(),
@@ -281,10 +294,14 @@ mod tests {
                 name: "Bash".into(),
                 id: Some("toolu_1".into()),
             }),
+            uid: Some(65534),
         };
         let back = change_from_json(&change_json(&c)).unwrap();
         assert_eq!(back, c);
         assert_eq!(change_line(&back), change_line(&c));
+        assert_eq!(change_json(&c)["uid"], 65534);
+        assert!(change_line_for(&c, 0).ends_with("mv[7]  uid 65534"));
+        assert!(change_line_for(&c, 65534).ends_with("mv[7]"));
     }
 
     #[test]

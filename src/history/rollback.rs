@@ -478,6 +478,7 @@ mod tests {
                 size: 0,
                 mode,
                 hash: None,
+                owner: None,
             })
         };
         assert!(same(&dir(0o755), &dir(0o755)));

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::io::Read;
 
-use super::change::{Change, ChangeKind, FileKind, FileState, Hash};
+use super::change::{Change, ChangeKind, FileKind, FileState, Hash, Owner};
 use super::recorder::{Source, kind_of};
 use super::{Error, History, IoResultExt, Result, show_path};
 
@@ -99,7 +99,17 @@ impl View<'_> {
 
     /// [`state_at`](Self::state_at), and where a state still current is now.
     pub fn located(&self, path: &[u8], at: u64) -> Result<(Then, Vec<u8>)> {
-        let (then, now) = self.locate(path, at)?;
+        self.located_with(path, at, true)
+    }
+
+    /// What decides who could read `path` right after change `at`: its state's kind, mode and
+    /// owner. A state still current is not read for its hash (which is `None` here).
+    pub fn access_at(&self, path: &[u8], at: u64) -> Result<Option<FileState>> {
+        Ok(self.located_with(path, at, false)?.0.state().cloned())
+    }
+
+    fn located_with(&self, path: &[u8], at: u64, hash: bool) -> Result<(Then, Vec<u8>)> {
+        let (then, now) = self.locate(path, at, hash)?;
         Ok(match then.state() {
             Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => (Then::Absent, now),
             _ => (then, now),
@@ -157,13 +167,13 @@ impl View<'_> {
 
     /// What `path` held right after change `at`, and, for a state that is still current, the
     /// path it is at now (a folder renamed since moved it).
-    fn locate(&self, path: &[u8], at: u64) -> Result<(Then, Vec<u8>)> {
+    fn locate(&self, path: &[u8], at: u64, hash: bool) -> Result<(Then, Vec<u8>)> {
         let mut path = path.to_vec();
         let mut at = at;
         // Each step follows a folder rename forward; a path can only be renamed so many times.
         for _ in 0..10_000 {
             let Some(c) = self.deciding_change(&path, at)? else {
-                return Ok((self.current(&path)?, path));
+                return Ok((self.current(&path, hash)?, path));
             };
             if c.touches(&path) {
                 let then = c
@@ -191,7 +201,7 @@ impl View<'_> {
         self.history.last_change_until(path, at)
     }
 
-    fn current(&self, path: &[u8]) -> Result<Then> {
+    fn current(&self, path: &[u8], hash: bool) -> Result<Then> {
         let st = match self.source.lstat(path) {
             Ok(st) => st,
             Err(e) if is_absent(&e) => return Ok(Then::Absent),
@@ -199,6 +209,7 @@ impl View<'_> {
         };
         let kind = kind_of(&st);
         let hash = match kind {
+            _ if !hash => None,
             FileKind::File => {
                 let mut f = match self.source.open_read(path) {
                     Ok(f) => f,
@@ -235,6 +246,7 @@ impl View<'_> {
                 st.st_mode & 0o7777
             },
             hash,
+            owner: Some(Owner::of(&st)),
         }))
     }
 

@@ -6,7 +6,7 @@
 //! of the process or one of its ancestors (`session start` written to `.rewind/ctl`, or a
 //! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
 //! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
-//! another process's attribution.
+//! another process's attribution. The uid is read afresh at each lookup.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,6 +26,8 @@ pub struct Who {
     /// The session's agent turn open when the operation happened, and the tool call.
     pub turn: Option<u32>,
     pub tool: Option<super::change::Tool>,
+    /// The filesystem uid the process had (the one the kernel checks its file access by).
+    pub uid: Option<u32>,
 }
 
 /// A process identity that survives pid reuse: pid and start time (clock ticks since boot).
@@ -84,6 +86,20 @@ pub fn process_of(tid: u32) -> u32 {
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(tid)
+}
+
+/// The filesystem uid of a process or thread (the last of the four on the `Uid:` line of
+/// `/proc/PID/status`). Read at each lookup, never cached with the attribution: a setuid
+/// program keeps its pid and start time.
+fn fs_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
 }
 
 fn proc_key(pid: u32) -> Option<ProcKey> {
@@ -202,6 +218,7 @@ impl Attributor {
                 restore: true,
                 turn: None,
                 tool: None,
+                uid: Some(rustix::process::geteuid().as_raw()),
             };
         }
         if let Some((at, who)) = self.lock_recent().get(&pid)
@@ -225,6 +242,7 @@ impl Attributor {
             Some((_, start, name)) => (name, Some((pid, start))),
             None => ("?".to_string(), None),
         };
+        let uid = fs_uid(pid);
         if let Some(key) = key
             && let Some((session, agent)) = self.lock_cache().get(&key).cloned()
         {
@@ -236,6 +254,7 @@ impl Attributor {
                 restore: false,
                 turn: None,
                 tool: None,
+                uid,
             };
         }
         let (session, agent) = self.resolve(pid);
@@ -254,6 +273,7 @@ impl Attributor {
             restore: false,
             turn: None,
             tool: None,
+            uid,
         }
     }
 
@@ -320,6 +340,7 @@ mod tests {
         let me = std::process::id();
         let who = a.who(me);
         assert_eq!(who.pid, me);
+        assert_eq!(who.uid, Some(rustix::process::geteuid().as_raw()));
         if std::env::var_os("REWIND_SESSION").is_none() {
             assert_eq!(who.session, "default");
             assert!(a.register(me, "s1".into(), Some("bot".into())));

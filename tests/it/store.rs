@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 
 use std::sync::Arc;
 
-use rewind::history::change::{Change, ChangeKind, FileKind, FileState, OpenEpisode};
+use rewind::history::change::{Change, ChangeKind, FileKind, FileState, OpenEpisode, Owner};
 use rewind::history::db::{Extra, GcPolicy};
 use rewind::history::{Error, History, Name};
 use rewind::store::{self, ALL_CFS, CHUNK, Hash, Order, Query, Store, keys};
@@ -25,6 +25,10 @@ fn file(content: &[u8], hash: Hash) -> FileState {
         size: content.len() as u64,
         mode: 0o644,
         hash: Some(hash),
+        owner: Some(Owner {
+            uid: 1000,
+            gid: 100,
+        }),
     }
 }
 
@@ -44,6 +48,7 @@ fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
         links: Vec::new(),
         turn: None,
         tool: None,
+        uid: Some(1000),
     }
 }
 
@@ -578,6 +583,7 @@ fn gc_keeps_content_in_flight() {
                 process: "test".into(),
                 turn: None,
                 tool: None,
+                uid: Some(1000),
             },
         )
         .unwrap();

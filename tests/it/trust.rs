@@ -1395,6 +1395,193 @@ fn with_allow_other_history_is_only_for_those_who_could_read_it() {
     assert_eq!(fs::read_to_string(root.join(&public)).unwrap(), "open2\n");
 }
 
+/// Run `script` in the workspace as root, record it, and give the id of the last change.
+fn step(ws: &Workspace, script: &str, path: &str) -> u64 {
+    sh(&ws.path(), script);
+    ok(&rw(ws, &["sync"]));
+    let all = changes(ws);
+    let last = all.last().unwrap();
+    assert_eq!(last["path"], path, "{last}");
+    last["id"].as_u64().unwrap()
+}
+
+/// Check what `nobody` gets from each try against what is wanted.
+#[track_caller]
+fn expect_as_nobody(root: &Path, denied: &[(&str, &str)], allowed: &[(&str, &str)]) {
+    let got = tries_as_nobody(root, &[denied, allowed].concat());
+    let mut wrong = Vec::new();
+    for (want, tries) in [("EACCES", denied), ("ok", allowed)] {
+        for (how, path) in tries {
+            let g = &got[&format!("{how}:{path}")];
+            if g != want {
+                wrong.push(format!("{how}:{path} -> {g} (want {want})"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "as nobody:\n{}", wrong.join("\n"));
+}
+
+/// A file written 0600 and later made 0644: its private versions stay private, though the
+/// path is readable now; the versions written after it was opened up are readable.
+#[test]
+fn a_version_written_private_stays_private_after_the_file_is_opened_up() {
+    let mut ws = Workspace::new();
+    open_to_others(&ws);
+    ws.mount_with(&["--allow-other"]);
+    let root = ws.path();
+    let created = step(&ws, "(umask 077 && echo secret > notes.txt)", "notes.txt");
+    let rewritten = step(&ws, "echo secret2 > notes.txt", "notes.txt");
+    ok(&rw(&ws, &["checkpoint", "private"]));
+    let opened = step(&ws, "chmod 0644 notes.txt", "notes.txt");
+    let public = step(&ws, "echo public > notes.txt", "notes.txt");
+    ok(&rw(&ws, &["checkpoint", "public"]));
+    let version = |id: u64| format!(".rewind/versions/notes.txt/{id}");
+    let (created, rewritten, opened, public) = (
+        version(created),
+        version(rewritten),
+        version(opened),
+        version(public),
+    );
+    expect_as_nobody(
+        &root,
+        &[
+            ("r", created.as_str()),
+            ("r", rewritten.as_str()),
+            ("r", ".rewind/at/private/notes.txt"),
+        ],
+        &[
+            // Made 0644 by the chmod: from then on anyone could read it.
+            ("r", opened.as_str()),
+            ("r", public.as_str()),
+            ("r", ".rewind/at/public/notes.txt"),
+            ("r", "notes.txt"),
+            ("l", ".rewind/versions/notes.txt"),
+        ],
+    );
+    // The owner still reads every version.
+    assert_eq!(fs::read_to_string(root.join(&created)).unwrap(), "secret\n");
+    assert_eq!(
+        fs::read_to_string(root.join(".rewind/at/private/notes.txt")).unwrap(),
+        "secret2\n"
+    );
+}
+
+/// A file written in a 0700 folder that is later opened up: what it held while the folder was
+/// closed stays private; what it holds since is readable.
+#[test]
+fn a_version_written_in_a_closed_folder_stays_private_after_the_folder_is_opened() {
+    let mut ws = Workspace::new();
+    open_to_others(&ws);
+    ws.mount_with(&["--allow-other"]);
+    let root = ws.path();
+    step(&ws, "mkdir -m 0700 vault", "vault");
+    let created = step(
+        &ws,
+        "echo key > vault/key.txt && chmod 0644 vault/key.txt",
+        "vault/key.txt",
+    );
+    let rewritten = step(&ws, "echo key2 > vault/key.txt", "vault/key.txt");
+    ok(&rw(&ws, &["checkpoint", "closed"]));
+    step(&ws, "chmod 0755 vault", "vault");
+    let open = step(&ws, "echo open > vault/key.txt", "vault/key.txt");
+    ok(&rw(&ws, &["checkpoint", "opened"]));
+    let version = |id: u64| format!(".rewind/versions/vault/key.txt/{id}");
+    let (created, rewritten, open) = (version(created), version(rewritten), version(open));
+    expect_as_nobody(
+        &root,
+        &[
+            ("r", created.as_str()),
+            ("r", rewritten.as_str()),
+            ("r", ".rewind/at/closed/vault/key.txt"),
+            ("l", ".rewind/at/closed/vault"),
+        ],
+        &[
+            ("r", open.as_str()),
+            ("r", ".rewind/at/opened/vault/key.txt"),
+            ("l", ".rewind/at/opened/vault"),
+            ("r", "vault/key.txt"),
+        ],
+    );
+    assert_eq!(fs::read_to_string(root.join(&rewritten)).unwrap(), "key2\n");
+}
+
+/// Each change names the uid that made it; a session belongs to the uid that opened it, and
+/// another user who names it is recorded in a session of their own, which a rollback of the
+/// first session leaves alone.
+#[test]
+fn another_user_naming_a_session_gets_a_session_of_their_own() {
+    let mut ws = Workspace::new();
+    open_to_others(&ws);
+    ws.mount_with(&["--allow-other"]);
+    let root = ws.path();
+    sh(&root, "mkdir -m 0777 shared");
+    let out = Command::new("sh")
+        .args(["-c", "echo mine > shared/a.txt"])
+        .current_dir(&root)
+        .env("REWIND_SESSION", "mine")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    ok(&rw(&ws, &["sync"]));
+    let mut theirs = nobody(&root, &["sh", "-c", "echo theirs > shared/b.txt"]);
+    theirs.env("REWIND_SESSION", "mine");
+    let out = run_within(theirs, 60, "nobody's write");
+    assert!(out.status.success(), "{}", stderr(&out));
+    ok(&rw(&ws, &["sync"]));
+
+    let all = changes(&ws);
+    let of = |path: &str| all.iter().rfind(|c| c["path"] == path).unwrap().clone();
+    let (a, b) = (of("shared/a.txt"), of("shared/b.txt"));
+    assert!(a["session"] == "mine" && a["uid"] == 0, "{a}");
+    assert!(
+        b["session"] == format!("mine~uid{NOBODY}").as_str() && b["uid"] == NOBODY,
+        "{b}"
+    );
+    // The same shape everywhere a change is shown as JSON.
+    let log_json = fs::read_to_string(root.join(".rewind/log.json")).unwrap();
+    assert!(
+        log_json.contains(&format!("\"uid\":{NOBODY}")),
+        "{log_json}"
+    );
+    // `log` names the uid of changes the mounting user did not make.
+    let log = ok(&rw(&ws, &["log"]));
+    let line = |path: &str| log.lines().find(|l| l.contains(path)).unwrap().to_string();
+    assert!(
+        line("shared/b.txt").ends_with(&format!("  uid {NOBODY}")),
+        "{log}"
+    );
+    assert!(!line("shared/a.txt").contains("uid"), "{log}");
+    let sessions = ok(&rw(&ws, &["sessions"]));
+    assert!(
+        sessions.contains(&format!("mine~uid{NOBODY}")),
+        "{sessions}"
+    );
+
+    // Rolling back `mine` undoes the owner's work only.
+    ok(&rw(&ws, &["rollback", "--session", "mine"]));
+    assert!(!root.join("shared/a.txt").exists());
+    assert_eq!(
+        fs::read_to_string(root.join("shared/b.txt")).unwrap(),
+        "theirs\n"
+    );
+    // Named again by either user, each goes on in their own session.
+    let mut again = nobody(&root, &["sh", "-c", "echo more >> shared/b.txt"]);
+    again.env("REWIND_SESSION", "mine");
+    assert!(run_within(again, 60, "nobody again").status.success());
+    ok(&rw(&ws, &["sync"]));
+    assert_eq!(
+        of_last(&ws, "shared/b.txt")["session"],
+        format!("mine~uid{NOBODY}")
+    );
+}
+
+fn of_last(ws: &Workspace, path: &str) -> serde_json::Value {
+    changes(ws)
+        .into_iter()
+        .rfind(|c| c["path"] == path)
+        .unwrap()
+}
+
 // 6. A checkpoint includes every change whose syscall returned before it.
 
 #[test]

@@ -1,16 +1,19 @@
 //! Who may see what in `.rewind/` when other users can reach the mount (`--allow-other`).
 //!
 //! The mounting user and root see everything. Anyone else sees the README and the folders, a
-//! file of the past (`at/`, `versions/`) only if they could read the original at that path in
-//! the workspace now (every folder on the way searchable, the file readable, by mode; a path
-//! that no longer exists counts as unreadable), and never the files that name every path or
-//! act on the workspace (`log`, `status`, `sessions`, `turns`, `events`, `ctl`). Entries here
-//! are never cached by the kernel, so every lookup is checked.
+//! file of the past (`at/`, `versions/`) only if they could read it both then and now: the
+//! original at that path in the workspace now (every folder on the way searchable, the file
+//! readable, by mode; a path that no longer exists counts as unreadable), and the version when
+//! it was recorded (its recorded mode and owner, and every folder on the way as the history has
+//! it at that point); and never the files that name every path or act on the workspace (`log`,
+//! `status`, `sessions`, `turns`, `events`, `ctl`). Entries here are never cached by the
+//! kernel, so every lookup is checked.
 
 use super::Control;
 use super::tree::Node;
 use crate::fs::Caller;
 use crate::history::Source;
+use crate::history::change::{FileKind, FileState, Owner};
 
 /// Read, write, execute (search) bits as `access(2)` takes them.
 const READ: u32 = 4;
@@ -31,14 +34,27 @@ fn groups_of(caller: &Caller) -> Vec<u32> {
 }
 
 fn permits(st: &libc::stat, uid: u32, groups: &[u32], want: u32) -> bool {
-    let bits = if st.st_uid == uid {
-        st.st_mode >> 6
-    } else if groups.contains(&st.st_gid) {
-        st.st_mode >> 3
+    permits_mode(st.st_mode, Owner::of(st), uid, groups, want)
+}
+
+/// Whether permission bits `mode` of a file that `owner` owns give `uid` (in `groups`) `want`.
+fn permits_mode(mode: u32, owner: Owner, uid: u32, groups: &[u32], want: u32) -> bool {
+    let bits = if owner.uid == uid {
+        mode >> 6
+    } else if groups.contains(&owner.gid) {
+        mode >> 3
     } else {
-        st.st_mode
+        mode
     } & 7;
     bits & want == want
+}
+
+/// The folders above `path`, the root left out (it is the workspace itself).
+fn folders_above(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.iter()
+        .enumerate()
+        .filter(|(i, b)| **b == b'/' && *i > 0)
+        .map(|(i, _)| &path[..i])
 }
 
 impl Control {
@@ -50,15 +66,19 @@ impl Control {
         if node.is_private() {
             return false;
         }
-        match node.workspace_path() {
-            Some(path) => self.could_read(caller, path),
-            None => true,
-        }
+        let Some(path) = node.workspace_path() else {
+            return true;
+        };
+        let groups = groups_of(caller);
+        // A store error while looking at the past denies.
+        self.could_read(caller, &groups, path)
+            && self
+                .could_read_then(caller.uid, &groups, node)
+                .unwrap_or(false)
     }
 
-    /// Whether `caller` could read `path` in the workspace now.
-    fn could_read(&self, caller: &Caller, path: &[u8]) -> bool {
-        let groups = groups_of(caller);
+    /// Whether `uid` could read `path` in the workspace now.
+    fn could_read(&self, caller: &Caller, groups: &[u32], path: &[u8]) -> bool {
         let stat = |p: &[u8]| self.source.lstat(p).ok();
         // Every folder on the way, the root included, must be searchable.
         let folders = std::iter::once(0).chain(
@@ -69,7 +89,7 @@ impl Control {
         );
         for end in folders {
             match stat(&path[..end]) {
-                Some(st) if permits(&st, caller.uid, &groups, SEARCH) => {}
+                Some(st) if permits(&st, caller.uid, groups, SEARCH) => {}
                 _ => return false,
             }
         }
@@ -78,9 +98,58 @@ impl Control {
         }
         match stat(path) {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => true,
-            Some(st) => permits(&st, caller.uid, &groups, READ),
+            Some(st) => permits(&st, caller.uid, groups, READ),
             None => false,
         }
+    }
+
+    /// Whether `uid` could read the version `node` shows when it was recorded: the version's
+    /// own mode and owner then, and every folder above it searchable as the history has it
+    /// right after that change (`versions/PATH/ID`) or at that point (`at/POINT/PATH`). The
+    /// folders of names (`versions/PATH/`) are checked as they are now only.
+    fn could_read_then(
+        &self,
+        uid: u32,
+        groups: &[u32],
+        node: &Node,
+    ) -> crate::history::Result<bool> {
+        let view = self.view();
+        let (path, at, state) = match node {
+            Node::Version(path, id) => {
+                let Some(c) = self.recorder.history().change(*id)? else {
+                    return Ok(false);
+                };
+                (path, *id, c.states_of(path).1.cloned())
+            }
+            Node::AtPath { at, path } => (path, *at, view.access_at(path, *at)?),
+            _ => return Ok(true),
+        };
+        for folder in folders_above(path) {
+            match view.access_at(folder, at)? {
+                Some(s)
+                    if s.kind == FileKind::Dir && self.allowed(&s, folder, uid, groups, SEARCH) => {
+                }
+                _ => return Ok(false),
+            }
+        }
+        Ok(match state {
+            None => false,
+            Some(s) if s.kind == FileKind::Symlink => true,
+            Some(s) => self.allowed(&s, path, uid, groups, READ),
+        })
+    }
+
+    /// Whether a recorded state of `path` gave `uid` `want`. A state recorded before owners
+    /// were is taken as owned by whoever owns the path now (none: nobody may).
+    fn allowed(&self, s: &FileState, path: &[u8], uid: u32, groups: &[u32], want: u32) -> bool {
+        let owner = match s.owner {
+            Some(o) => o,
+            None => match self.source.lstat(path) {
+                Ok(st) => Owner::of(&st),
+                Err(_) => return false,
+            },
+        };
+        permits_mode(s.mode, owner, uid, groups, want)
     }
 }
 

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 
 use super::{Key, Recorder, lock};
-use crate::history::change::{FileKind, FileState, Seen};
+use crate::history::change::{FileKind, FileState, Owner, Seen};
 use crate::history::{Error, Result, show_path};
 
 /// Read access to the workspace underneath the mount.
@@ -87,6 +87,7 @@ impl Recorder {
     fn capture_with(&self, path: &[u8], st: &libc::stat, use_cache: bool) -> Result<FileState> {
         let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
+        let owner = Some(Owner::of(st));
         let io_err = |source| Error::Io {
             path: show_path(path).into(),
             source,
@@ -107,7 +108,11 @@ impl Recorder {
                         .hash
                         .is_none_or(|h| store.keep_blob_since(&h, sweeps).unwrap_or(false))
                 {
-                    return Ok(FileState { mode, ..state });
+                    return Ok(FileState {
+                        mode,
+                        owner,
+                        ..state
+                    });
                 }
                 let sweeps = store.sweeps();
                 let file = self.source.open_read(path).map_err(io_err)?;
@@ -117,6 +122,7 @@ impl Recorder {
                     size,
                     mode,
                     hash: Some(hash),
+                    owner,
                 };
                 let mut known = lock(&self.known);
                 if known.len() > 100_000 {
@@ -133,6 +139,7 @@ impl Recorder {
                     size: target.len() as u64,
                     mode: 0o777,
                     hash: Some(hash),
+                    owner,
                 })
             }
             kind => Ok(FileState {
@@ -140,6 +147,7 @@ impl Recorder {
                 size: 0,
                 mode,
                 hash: None,
+                owner,
             }),
         }
     }

@@ -111,6 +111,7 @@ impl Recorder {
             process: who.process.clone(),
             turn: who.turn,
             tool: who.tool.clone(),
+            uid: who.uid,
         };
         self.history.put_open_episode(path, &marker)
     }

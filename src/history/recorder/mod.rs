@@ -11,20 +11,22 @@
 //!   temporary renamed over its target or deleted ([`saves`] has the save heuristics).
 //! - [`ops`]: unlink, rename and chmod are recorded *before* they happen (their before content
 //!   already stored) and retracted if they then fail; mkdir, rmdir, symlink and link after.
+//! - [`owners`]: a session belongs to the uid that opened it.
 //! - [`capture`] stores content; [`journal`] writes changes in id order and tells watchers;
 //!   [`links`] keeps the names of hard-linked files; [`recovery`] runs at mount.
 //!
 //! Lock order: docs/design.md, "Lock order". In short: `ending` (shared), then the file
 //! stripes ([`Recorder::hold`]), then `pending`, `episodes`, `known`; `links`,
-//! `renamed_away` and the journal's subscriber lists are leaves; the journal's `deferred` is
-//! taken after the stripes and held across the store write that records a change (that is
-//! what keeps ids in order).
+//! `renamed_away`, `session_owners` and the journal's subscriber lists are leaves; the
+//! journal's `deferred` is taken after the stripes and held across the store write that
+//! records a change (that is what keeps ids in order).
 
 mod capture;
 mod episodes;
 mod journal;
 mod links;
 mod ops;
+mod owners;
 mod pending;
 mod quiet;
 mod recovery;
@@ -84,6 +86,8 @@ pub struct Recorder {
     ending: RwLock<()>,
     /// Wakes the writer thread: a token is sent when `deferred` gets something.
     wake: (Sender<()>, Receiver<()>),
+    /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
+    session_owners: Mutex<HashMap<String, u32>>,
 }
 
 impl Recorder {
@@ -113,6 +117,7 @@ impl Recorder {
             links: Mutex::new(links::Links::default()),
             ending: RwLock::new(()),
             wake: crossbeam_channel::bounded(1),
+            session_owners: Mutex::new(HashMap::new()),
         })
     }
 
@@ -128,10 +133,12 @@ impl Recorder {
         &self.turns
     }
 
-    /// Who process (or thread) `pid` is, with its session's open turn and tool call.
+    /// Who process (or thread) `pid` is, in a session of its own user's, with that session's
+    /// open turn and tool call.
     pub fn who(&self, pid: u32) -> Who {
         let mut who = self.who.who(pid);
         if !who.restore {
+            self.own_session(&mut who);
             (who.turn, who.tool) = self.turns.current(&who.session);
         }
         who
@@ -210,6 +217,7 @@ impl Recorder {
             links: Vec::new(),
             turn: who.turn,
             tool: who.tool.clone(),
+            uid: who.uid,
         }
     }
 

@@ -39,6 +39,7 @@ impl Recorder {
                 restore,
                 turn: ep.turn,
                 tool: ep.tool,
+                uid: ep.uid,
             };
             if !self.records(&path, false) {
                 self.history.drop_open_episode(&path)?;
@@ -50,7 +51,17 @@ impl Recorder {
                 .ok()
                 .filter(|st| kind_of(st) == FileKind::File);
             let after = now.as_ref().map(|st| self.capture(&path, st)).transpose()?;
-            if after != ep.before {
+            // A marker left by an earlier version has no owner: the owner alone is no change.
+            let unchanged = match (&after, &ep.before) {
+                (Some(a), Some(b)) if b.owner.is_none() => {
+                    FileState {
+                        owner: None,
+                        ..a.clone()
+                    } == *b
+                }
+                _ => after == ep.before,
+            };
+            if !unchanged {
                 let kind = match (&ep.before, &after) {
                     (None, _) => ChangeKind::Create,
                     (_, None) => ChangeKind::Delete,
@@ -134,6 +145,7 @@ impl Recorder {
             restore: false,
             turn: None,
             tool: None,
+            uid: None,
         };
         // What we knew of a path: its last recorded state if that matches the manifest.
         let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
@@ -152,6 +164,7 @@ impl Recorder {
                     size: seen.size,
                     mode: seen.mode,
                     hash: None,
+                    owner: None,
                 },
             })
         };

@@ -4,12 +4,14 @@
 //! plain numbers for kinds (never a Rust enum's position), so the domain types in `history` can
 //! change shape without changing what an old store means. [`v1`] is the layout written by the
 //! first releases; [`v2`] adds to a change the other names of a hard-linked file, the agent's
-//! turn and its tool call, and the same to an open-episode marker. Values are written in the
-//! newest version and read in any. The golden-bytes tests below pin every record kind, so the
+//! turn and its tool call, and the same to an open-episode marker; [`v3`] adds the owner and
+//! group of each state and the uid that made a change or began an episode. Values are written
+//! in the newest version and read in any. The golden-bytes tests below pin every record kind, so the
 //! format can only change on purpose.
 
 pub mod v1;
 pub mod v2;
+pub mod v3;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,12 +19,13 @@ use serde::de::DeserializeOwned;
 use super::Error;
 use super::keys;
 
-pub use v1::{CheckpointRecord, ManifestRecord, SeenRecord, SessionRecord, StateRecord};
-pub use v2::{ChangeRecord, EpisodeRecord, ToolRecord, TurnRecord};
+pub use v1::{CheckpointRecord, ManifestRecord, SeenRecord, SessionRecord};
+pub use v2::{ToolRecord, TurnRecord};
+pub use v3::{ChangeRecord, EpisodeRecord, StateRecord};
 
 /// The version byte of values written now, per record family.
-pub const CHANGE_VERSION: u8 = 2;
-pub const EPISODE_VERSION: u8 = 2;
+pub const CHANGE_VERSION: u8 = 3;
+pub const EPISODE_VERSION: u8 = 3;
 
 /// File kinds as stored.
 pub mod kind {
@@ -95,8 +98,12 @@ impl ChangeRecord {
     /// A change as stored in any version.
     pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<ChangeRecord, Error> {
         match split(cf, key, value)? {
-            (1, rest) => Ok(body::<v1::ChangeRecord>(cf, key, rest)?.into()),
-            (2, rest) => body(cf, key, rest),
+            (1, rest) => {
+                let v2: v2::ChangeRecord = body::<v1::ChangeRecord>(cf, key, rest)?.into();
+                Ok(v2.into())
+            }
+            (2, rest) => Ok(body::<v2::ChangeRecord>(cf, key, rest)?.into()),
+            (3, rest) => body(cf, key, rest),
             (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
         }
     }
@@ -109,8 +116,12 @@ impl EpisodeRecord {
 
     pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<EpisodeRecord, Error> {
         match split(cf, key, value)? {
-            (1, rest) => Ok(body::<v1::EpisodeRecord>(cf, key, rest)?.into()),
-            (2, rest) => body(cf, key, rest),
+            (1, rest) => {
+                let v2: v2::EpisodeRecord = body::<v1::EpisodeRecord>(cf, key, rest)?.into();
+                Ok(v2.into())
+            }
+            (2, rest) => Ok(body::<v2::EpisodeRecord>(cf, key, rest)?.into()),
+            (3, rest) => body(cf, key, rest),
             (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
         }
     }

@@ -17,12 +17,20 @@ fn hash() -> [u8; 32] {
     std::array::from_fn(|i| i as u8)
 }
 
-fn state() -> StateRecord {
-    StateRecord {
+fn state() -> v1::StateRecord {
+    v1::StateRecord {
         kind: kind::FILE,
         size: 12,
         mode: 0o644,
         hash: Some(hash()),
+    }
+}
+
+/// The same state as version 3 keeps it: owned by uid 1000, gid 100.
+fn owned_state() -> StateRecord {
+    StateRecord {
+        owner: Some((1000, 100)),
+        ..StateRecord::from(state())
     }
 }
 
@@ -45,22 +53,44 @@ fn v1_change() -> v1::ChangeRecord {
 const V1_CHANGE: &str = "01078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d20903736564";
 const V2_CHANGE: &str = "02078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d2090373656401056f7468657201030104426173680107746f6f6c755f31";
 
-#[test]
-fn changes_version_1_read_and_version_2_written() {
-    assert_eq!(encode(1, &v1_change()), hex(V1_CHANGE));
-    let read = ChangeRecord::decode("changes", b"k", &hex(V1_CHANGE)).unwrap();
-    assert_eq!(read, ChangeRecord::from(v1_change()));
-    let mut v2 = ChangeRecord::from(v1_change());
+// Version 3: the after state ends with its owner (`01`, uid 1000 = `e807`, gid 100 = `64`), the
+// change with the uid that made it (`01 e807`).
+const V3_CHANGE: &str = "03078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f01e8076402733106636c61756465d2090373656401056f7468657201030104426173680107746f6f6c755f3101e807";
+
+fn v2_change() -> v2::ChangeRecord {
+    let mut v2 = v2::ChangeRecord::from(v1_change());
     v2.links = vec![b"other".to_vec()];
     v2.turn = Some(3);
     v2.tool = Some(ToolRecord {
         name: "Bash".into(),
         id: Some("toolu_1".into()),
     });
-    assert_eq!(v2.encode(), hex(V2_CHANGE));
+    v2
+}
+
+#[test]
+fn changes_of_versions_1_and_2_read_and_version_3_written() {
+    assert_eq!(encode(1, &v1_change()), hex(V1_CHANGE));
+    let read = ChangeRecord::decode("changes", b"k", &hex(V1_CHANGE)).unwrap();
     assert_eq!(
-        ChangeRecord::decode("changes", b"k", &hex(V2_CHANGE)).unwrap(),
-        v2
+        read,
+        ChangeRecord::from(v2::ChangeRecord::from(v1_change()))
+    );
+    assert_eq!(read.uid, None);
+    assert_eq!(read.after.as_ref().unwrap().owner, None);
+
+    assert_eq!(encode(2, &v2_change()), hex(V2_CHANGE));
+    let read = ChangeRecord::decode("changes", b"k", &hex(V2_CHANGE)).unwrap();
+    assert_eq!(read, ChangeRecord::from(v2_change()));
+    assert_eq!((read.uid, read.turn), (None, Some(3)));
+
+    let mut v3 = ChangeRecord::from(v2_change());
+    v3.after = Some(owned_state());
+    v3.uid = Some(1000);
+    assert_eq!(v3.encode(), hex(V3_CHANGE));
+    assert_eq!(
+        ChangeRecord::decode("changes", b"k", &hex(V3_CHANGE)).unwrap(),
+        v3
     );
 }
 
@@ -136,19 +166,29 @@ fn open_episode_markers_of_both_versions() {
         "0101000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f4d02733106636c6175646592210376696d",
     );
     assert_eq!(encode(1, &v1), pinned_v1);
-    let mut v2 = EpisodeRecord::from(v1);
+    let mut v2 = v2::EpisodeRecord::from(v1);
     assert_eq!(
         EpisodeRecord::decode("open_episodes", b"p", &pinned_v1).unwrap(),
-        v2
+        EpisodeRecord::from(v2.clone())
     );
     v2.turn = Some(2);
     let pinned_v2 = hex(
         "0201000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f4d02733106636c6175646592210376696d010200",
     );
-    assert_eq!(v2.encode(), pinned_v2);
+    assert_eq!(encode(2, &v2), pinned_v2);
+    let mut v3 = EpisodeRecord::decode("open_episodes", b"p", &pinned_v2).unwrap();
+    assert_eq!(v3, EpisodeRecord::from(v2));
+    assert_eq!(v3.uid, None);
+    v3.before = Some(owned_state());
+    v3.uid = Some(65534);
+    // The state's owner after its hash; the uid (65534 = `feff03`) last.
+    let pinned_v3 = hex(
+        "0301000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f01e807644d02733106636c6175646592210376696d01020001feff03",
+    );
+    assert_eq!(v3.encode(), pinned_v3);
     assert_eq!(
-        EpisodeRecord::decode("open_episodes", b"p", &pinned_v2).unwrap(),
-        v2
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_v3).unwrap(),
+        v3
     );
 }
 
@@ -164,7 +204,7 @@ fn chunk_manifests() {
 
 #[test]
 fn bad_values_are_errors_that_name_the_key() {
-    let mut bytes = hex(V2_CHANGE);
+    let mut bytes = hex(V3_CHANGE);
     bytes.truncate(bytes.len() / 2);
     let err = ChangeRecord::decode("changes", &[0, 1], &bytes).unwrap_err();
     assert!(err.to_string().contains("changes"), "{err}");
