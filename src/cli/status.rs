@@ -55,14 +55,18 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("changes: {} (last id {})", stats.changes, stats.last_id);
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
     println!("sessions: {}", history.sessions()?.len());
-    println!(
-        "checkpoints: {}",
-        history
-            .checkpoints()?
-            .iter()
-            .map(|c| format!("{}@{}", c.name, c.id))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let checkpoints = history.checkpoints()?;
+    if checkpoints.is_empty() {
+        println!("checkpoints: none (make one with `rewind checkpoint NAME`)");
+    } else {
+        println!(
+            "checkpoints: {}",
+            checkpoints
+                .iter()
+                .map(|c| format!("{}@{}", c.name, c.id))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 use clap::Args;
 
 use super::env::{Env, Outcome};
+use crate::history::format::count;
 use crate::history::retention::Retention;
 use crate::history::{Error, Result};
 
@@ -36,8 +37,11 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
     }
     let r = env.actor("gc")?.gc(&policy)?;
     env.println(&format!(
-        "removed {} changes and {} blobs; stored content {} -> {} bytes",
-        r.changes_removed, r.blobs_removed, r.bytes_before, r.bytes_after
+        "removed {} and {}; stored content {} -> {} bytes",
+        count(r.changes_removed as usize, "change"),
+        count(r.blobs_removed as usize, "blob"),
+        r.bytes_before,
+        r.bytes_after
     ))?;
     Ok(Outcome::Done)
 }
