@@ -380,8 +380,44 @@ fn a_long_ctl_line_is_one_command() {
         out.contains(" f ") && out.contains("1 file changed"),
         "{out}"
     );
+    // A line of exactly two pages with no newline, written at once: it waits for more, and
+    // runs when its answer is read.
+    let mut exact = b"log -n 1 f".to_vec();
+    exact.resize(8192, b' ');
+    let (w, out) = ctl(&root, &exact);
+    assert!(w.is_ok() && out.contains("  f  "), "{out}");
     // Past the limit: said as it is.
     let (w, out) = ctl(&root, &[b'x'; 70_000]);
     assert!(w.is_err());
     assert!(out.contains("at most 64 KiB"), "{out}");
+}
+
+#[test]
+fn a_rollback_that_skipped_everything_did_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    change_in(&ws, "agent-1", "echo mine > f");
+    change_in(&ws, "someone", "echo theirs > f");
+    let out = rw(&ws, &["rollback", "--session", "agent-1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("skip     f") && text.contains("nothing to roll back"),
+        "{text}"
+    );
+    assert!(!text.contains("exit status"), "{text}");
+    let (w, answer) = ctl(&root, b"rollback --session agent-1\n");
+    assert!(w.is_ok(), "{answer}");
+    assert!(
+        answer.ends_with("exit status 1 (nothing done)\n"),
+        "{answer}"
+    );
+    assert_eq!(fs::read_to_string(root.join("f")).unwrap(), "theirs\n");
 }
