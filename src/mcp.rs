@@ -488,7 +488,10 @@ impl Backend for ProcessBackend {
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.code() {
             Some(0) => Ok(stdout),
-            // Done in part: the output says what was skipped.
+            // Done in part, or nothing done as every path was skipped: the output says which.
+            Some(1) if stdout.starts_with("skip") && stdout.contains("\nnothing to roll back") => {
+                Ok(format!("{stdout}(nothing done: exit status 1)\n"))
+            }
             Some(1) if !stdout.is_empty() => Ok(format!("{stdout}(done in part: exit status 1)\n")),
             _ => Err(format!(
                 "{}{}",

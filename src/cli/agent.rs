@@ -44,10 +44,21 @@ pub fn run(cwd: &Path, args: &AgentArgs) -> CliResult {
             for f in &files {
                 println!("{agent}: wrote {}", f.display());
             }
-            println!(
-                "{agent}: each prompt now opens a turn; see `rewind turns`, and undo one with \
-                 `rewind rollback --turn SESSION:N`"
-            );
+            if crate::fs::is_rewind_mount(&workspace) {
+                println!(
+                    "{agent}: each prompt now opens a turn; see `rewind turns`, and undo one with \
+                     `rewind rollback --turn SESSION:N`"
+                );
+            } else {
+                // The hooks talk to the daemon: until the workspace is mounted they record
+                // nothing.
+                eprintln!(
+                    "warning: {} is not mounted, so nothing is recorded yet; once it is (`rewind \
+                     mount {}`), each prompt opens a turn",
+                    workspace.display(),
+                    workspace.display()
+                );
+            }
             if agent == Agent::Codex {
                 println!(
                     "codex: project hooks run once you trust them: open Codex here and approve \
@@ -62,7 +73,9 @@ pub fn run(cwd: &Path, args: &AgentArgs) -> CliResult {
                 println!("{agent}: no rewind hooks in {}", workspace.display());
             }
             for f in &files {
-                println!("{agent}: updated {}", f.display());
+                // A configuration that held only rewind's hooks is deleted, not emptied.
+                let done = if f.exists() { "updated" } else { "removed" };
+                println!("{agent}: {done} {}", f.display());
             }
         }
     }

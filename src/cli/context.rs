@@ -88,7 +88,8 @@ impl Ctx {
             .write(true)
             .open(&path)
             .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
-        let written = f.write_all(line.as_bytes());
+        // Ended, so the daemon never waits for more of it (see `control::held_back`).
+        let written = f.write_all(format!("{line}\n").as_bytes());
         let mut output = Vec::new();
         let _ = f.read_to_end(&mut output);
         let text = || {
@@ -107,10 +108,17 @@ impl Ctx {
             }
             Err(e) => return Err(Failure::failed(format!("{}: {e}", path.display()))),
         }
-        let trailer = format!("{}\n", crate::fs::control::PARTIAL);
-        let partial = output.ends_with(trailer.as_bytes());
-        if partial {
-            output.truncate(output.len() - trailer.len());
+        let mut partial = false;
+        for trailer in [
+            crate::fs::control::PARTIAL,
+            crate::fs::control::NOTHING_DONE,
+        ] {
+            let trailer = format!("{trailer}\n");
+            if output.ends_with(trailer.as_bytes()) {
+                output.truncate(output.len() - trailer.len());
+                partial = true;
+                break;
+            }
         }
         Ok(Answer { output, partial })
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::ExportArgs;
+use crate::history::format::count;
 use crate::history::point;
 use crate::history::view::View;
 use crate::store::{Order, Query};
@@ -29,7 +30,7 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
         history.check_whole(true, a)?;
     }
     let q = Query {
-        session: args.session.clone(),
+        session: crate::command::log::session_arg(&history, args.session.as_deref())?,
         agent: args.agent.clone(),
         after_id: args
             .since
@@ -45,11 +46,11 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     }
     let done = crate::export::export(&view, &ctx.workspace, &selected, &args.branch)?;
     println!(
-        "branch {}: {} commits from {} changes{} (working tree, index and HEAD untouched; push it \
+        "branch {}: {} from {}{} (working tree, index and HEAD untouched; push it \
          with `git push -u origin {}`)",
         done.branch,
-        done.commits,
-        selected.len(),
+        count(done.commits, "commit"),
+        count(selected.len(), "change"),
         if done.skipped > 0 {
             format!(", {} left out (folders, ignored paths)", done.skipped)
         } else {

@@ -21,7 +21,7 @@ use crate::store::GcReport;
 fn exit(outcome: Outcome) -> ExitCode {
     match outcome {
         Outcome::Done => ExitCode::SUCCESS,
-        Outcome::Partial => ExitCode::from(1),
+        Outcome::Partial | Outcome::Skipped => ExitCode::from(1),
     }
 }
 
@@ -135,7 +135,10 @@ fn forward(ctx: &Ctx, command: &Command) -> CliResult {
 /// Run a long command showing on stderr that it is working, and for a rollback how many
 /// paths it has restored so far.
 fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::Answer, Failure> {
-    let start = ctx.read_history().ok().and_then(|h| h.last_id().ok());
+    // Only a rollback restores paths; gc's progress is its time alone.
+    let start = (what != "gc")
+        .then(|| ctx.read_history().ok().and_then(|h| h.last_id().ok()))
+        .flatten();
     std::thread::scope(|s| {
         let run = s.spawn(|| ctx.ctl(line));
         let started = std::time::Instant::now();
@@ -151,7 +154,7 @@ fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::An
                 store.query(&q).ok().map(|c| c.len())
             });
             let count = done
-                .map(|n| format!(", {n} paths restored"))
+                .map(|n| format!(", {} restored", crate::history::format::count(n, "path")))
                 .unwrap_or_default();
             eprint!(
                 "\r{what}: working ({}s{count})",

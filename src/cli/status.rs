@@ -69,14 +69,18 @@ pub fn run(cwd: &Path) -> CliResult {
     }
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
     println!("sessions: {}", history.sessions()?.len());
-    println!(
-        "checkpoints: {}",
-        history
-            .checkpoints()?
-            .iter()
-            .map(|c| format!("{}@{}", c.name, c.id))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let checkpoints = history.checkpoints()?;
+    if checkpoints.is_empty() {
+        println!("checkpoints: none (make one with `rewind checkpoint NAME`)");
+    } else {
+        println!(
+            "checkpoints: {}",
+            checkpoints
+                .iter()
+                .map(|c| format!("{}@{}", c.name, c.id))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -124,14 +124,14 @@ pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
 fn select(env: &mut Env<'_>, args: &DiffArgs) -> Result<Vec<Change>> {
     let history = env.history;
     let mut q = Query {
-        session: args.session.clone(),
+        session: super::log::session_arg(history, args.session.as_deref())?,
         agent: args.agent.clone(),
         order: Order::OldestFirst,
         ..Query::default()
     };
     let mut turn = None;
     if let Some(t) = &args.turn {
-        let found = TurnRef::parse(t).resolve(history, args.session.as_deref())?;
+        let found = TurnRef::parse(t).resolve(history, q.session.as_deref())?;
         q.session = Some(found.session.clone());
         q.after_id = Some(found.start_id);
         turn = Some(found.number);

@@ -17,6 +17,9 @@ pub enum Outcome {
     Done,
     /// Done in part: a rollback that skipped or failed some paths (exit status 1).
     Partial,
+    /// Nothing done: a rollback that skipped every path it would have changed (exit status 1,
+    /// as it skipped paths, but not "done in part").
+    Skipped,
 }
 
 /// What a rollback did.

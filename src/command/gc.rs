@@ -3,6 +3,7 @@
 use clap::Args;
 
 use super::env::{Env, Outcome};
+use crate::history::format::count;
 use crate::history::retention::Retention;
 use crate::history::time;
 use crate::history::{Error, Result};
@@ -41,17 +42,13 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-fn count(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 /// What a gc did (or, dry, would do), as `rewind gc` prints it.
 pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     let what = format!(
         "{} and {}; stored content {} -> {} bytes",
-        count(r.changes_removed, "change", "changes"),
-        count(r.blobs_removed, "blob", "blobs"),
+        count(r.changes_removed as usize, "change"),
+        count(r.blobs_removed as usize, "blob"),
         r.bytes_before,
         r.bytes_after
     );
@@ -66,7 +63,7 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     for (session, n) in &r.sessions_cut {
         out.push(format!(
             "  session {session}: {} {}",
-            count(*n, "change", "changes"),
+            count(*n as usize, "change"),
             if r.dry_run { "would go" } else { "removed" }
         ));
     }

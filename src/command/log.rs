@@ -5,15 +5,30 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::env::{Env, Outcome};
+use crate::history::change::Change;
 use crate::history::format::{change_json, change_line};
 use crate::history::turns::TurnRef;
-use crate::history::{Result, point};
+use crate::history::{History, Result, point};
 use crate::store::{Order, Query};
+
+/// A session as the user wrote it (a unique beginning of its name will do).
+pub fn session_arg(history: &History, given: Option<&str>) -> Result<Option<String>> {
+    given.map(|s| history.session_named(s)).transpose()
+}
+
+/// Whether change `c` touches folder `dir` or anything below it, under any of its names.
+fn touches(c: &Change, dir: &[u8]) -> bool {
+    std::iter::once(&c.path)
+        .chain(&c.from)
+        .chain(&c.links)
+        .any(|n| n.starts_with(dir) && matches!(n.get(dir.len()), None | Some(b'/')))
+}
 
 /// Show the history, newest last: one change a line, or one JSON object a line with --json.
 #[derive(Debug, Args)]
 pub struct LogArgs {
-    /// Only changes to this path (or, for renames, from it; or to another name of its file).
+    /// Only changes to this path (or, for renames, from it; or to another name of its file); for
+    /// a folder, also to everything below it.
     pub path: Option<PathBuf>,
     /// Only changes of this session.
     #[arg(long)]
@@ -44,20 +59,29 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
     }
     let history = env.history;
     let mut q = Query {
-        session: args.session.clone(),
+        session: session_arg(history, args.session.as_deref())?,
         agent: args.agent.clone(),
         order: Order::NewestFirst,
         ..Query::default()
     };
     let mut turn = None;
     if let Some(t) = &args.turn {
-        let found = TurnRef::parse(t).resolve(history, args.session.as_deref())?;
+        let found = TurnRef::parse(t).resolve(history, q.session.as_deref())?;
         q.session = Some(found.session.clone());
         q.after_id = Some(found.start_id);
         turn = Some(found.number);
     }
+    // A folder's log is everything below it too (and the whole workspace's, everything).
+    let mut below: Option<Vec<u8>> = None;
     if let Some(p) = &args.path {
-        q.path = Some(env.rel_path(p)?);
+        let rel = env.rel_path(p)?;
+        let mut prefix = rel.clone();
+        prefix.push(b'/');
+        if !rel.is_empty() && history.paths_with_prefix(&prefix)?.is_empty() {
+            q.path = Some(rel);
+        } else if !rel.is_empty() {
+            below = Some(rel);
+        }
     }
     if let Some(p) = &args.since {
         let id = point::resolve(p, history)?;
@@ -69,7 +93,7 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
     let limit = args.limit.unwrap_or(usize::MAX);
     let mut changes = Vec::new();
     history.for_each(&q, |c| {
-        if turn.is_none_or(|n| c.turn == Some(n)) {
+        if turn.is_none_or(|n| c.turn == Some(n)) && below.as_ref().is_none_or(|d| touches(&c, d)) {
             changes.push(c);
         }
         changes.len() < limit

@@ -159,8 +159,13 @@ pub fn parse_line(line: &str) -> Result<Cli, String> {
     if words.is_empty() {
         return Err("an empty command; see .rewind/README".into());
     }
-    let parsed = Cli::try_parse_from(std::iter::once("rewind".to_string()).chain(words))
-        .map_err(|e| e.render().to_string().trim_end().to_string())?;
+    let parsed =
+        Cli::try_parse_from(std::iter::once("rewind".to_string()).chain(words)).map_err(|e| {
+            // clap begins its message with `error: `; whoever shows it adds its own.
+            let text = e.render().to_string();
+            let text = text.trim_end();
+            text.strip_prefix("error: ").unwrap_or(text).to_string()
+        })?;
     // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn
     // and tool lines (written by `rewind hook`) have no dry-run mode and carry an agent's free
     // text: a prompt that mentions --dry-run is a value there, and must still begin its turn.

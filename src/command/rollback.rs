@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use crate::history::format::escape_path;
+use crate::history::format::{count, escape_path};
 use crate::history::rollback::{self, Selector};
 use crate::history::turns::TurnRef;
 use crate::history::{Error, Result, point};
@@ -78,7 +78,7 @@ impl RollbackArgs {
             ));
         }
         Ok(if let Some(s) = &self.session {
-            Selector::Session(s.clone())
+            Selector::Session(history.session_named(s)?)
         } else if let Some(a) = &self.agent {
             Selector::Agent(a.clone())
         } else if let Some(t) = &self.turn {
@@ -129,8 +129,8 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
             "nothing to roll back: no change matches\n".to_string()
         } else {
             format!(
-                "nothing to roll back: the {} selected changes are undone already{}\n",
-                selected.len(),
+                "nothing to roll back: {} selected, undone already{}\n",
+                count(selected.len(), "change"),
                 if plan.skipped.is_empty() {
                     ""
                 } else {
@@ -142,7 +142,7 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
         return Ok(if plan.skipped.is_empty() {
             Outcome::Done
         } else {
-            Outcome::Partial
+            Outcome::Skipped
         });
     }
     if dry {
@@ -150,8 +150,8 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
             out += &format!("{}\n", rollback::describe(s));
         }
         out += &format!(
-            "dry run: {} paths would be restored, {} skipped\n",
-            plan.steps.len(),
+            "dry run: {} would be restored, {} skipped\n",
+            count(plan.steps.len(), "path"),
             plan.skipped.len()
         );
         env.print(&out)?;
@@ -173,8 +173,11 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
     }
     let session = &applied.session;
     out += &format!(
-        "{session}: restored {} paths, skipped {}, failed {} (undo it with `rewind rollback --session {session}`)\n",
-        plan.steps.len() - applied.failed.len().min(plan.steps.len()),
+        "{session}: restored {}, skipped {}, failed {} (undo it with `rewind rollback --session {session}`)\n",
+        count(
+            plan.steps.len() - applied.failed.len().min(plan.steps.len()),
+            "path"
+        ),
         plan.skipped.len(),
         applied.failed.len()
     );

@@ -33,9 +33,10 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
             v.to_string()
         } else {
             format!(
-                "{:<32} {:>6} changes  {} .. {}  {}",
+                "{:<32} {:>6} {:<8} {} .. {}  {}",
                 escape_text(&s.name),
                 s.count,
+                if s.count == 1 { "change" } else { "changes" },
                 time::short(s.first_time_ns),
                 time::short(s.last_time_ns),
                 s.agents

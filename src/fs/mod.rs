@@ -623,7 +623,7 @@ impl Filesystem for RewindFs {
     ) {
         if let Some(c) = self.control_for(ino) {
             // A command runs on a thread of its own and replies when done.
-            return c.write(req, fh, data, reply);
+            return c.write(req, fh, offset, data, reply);
         }
         let kill_suid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.core.write(fh, offset, data, kill_suid) {
@@ -638,7 +638,7 @@ impl Filesystem for RewindFs {
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -647,7 +647,7 @@ impl Filesystem for RewindFs {
         reply: ReplyEmpty,
     ) {
         if let Some(c) = self.control_for(ino) {
-            c.release(fh);
+            c.release(req, fh);
         } else {
             self.core.release(fh);
         }

@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::history::format::count;
 use crate::history::retention::Retention;
 use crate::history::time;
 use crate::store::GcReport;
@@ -36,8 +37,11 @@ impl MountState {
         let when = time::short(time::now_ns());
         let line = match result {
             Ok(r) => format!(
-                "{when}: removed {} changes and {} blobs ({} -> {} bytes)",
-                r.changes_removed, r.blobs_removed, r.bytes_before, r.bytes_after
+                "{when}: removed {} and {} ({} -> {} bytes)",
+                count(r.changes_removed as usize, "change"),
+                count(r.blobs_removed as usize, "blob"),
+                r.bytes_before,
+                r.bytes_after
             ),
             Err(e) => format!("{when}: failed: {e}"),
         };

@@ -194,6 +194,17 @@ impl History {
             .collect())
     }
 
+    /// The session a user means by `given`: its exact name, or the one session (with changes
+    /// or turns) whose name begins with it, as `claude-7f3a` for a session named after a whole
+    /// UUID. A prefix of several is an error that lists them; a name that matches nothing is
+    /// returned as given (it selects nothing).
+    pub fn session_named(&self, given: &str) -> Result<String> {
+        let mut names: std::collections::BTreeSet<String> =
+            self.store.sessions()?.into_iter().map(|s| s.name).collect();
+        names.extend(self.store.turns(None)?.into_iter().map(|t| t.session));
+        unique_prefix(given, names.iter().map(String::as_str))
+    }
+
     pub fn session(&self, name: &str) -> Result<Option<SessionInfo>> {
         Ok(self.store.session(name)?.map(SessionInfo::from))
     }
@@ -365,5 +376,59 @@ impl History {
             }),
             _ => Ok(()),
         }
+    }
+}
+
+/// The one name of `names` that is `given` or begins with it (`given` itself if none does);
+/// an error listing them if several do.
+pub fn unique_prefix<'a>(given: &str, names: impl Iterator<Item = &'a str>) -> Result<String> {
+    let mut matching: Vec<&str> = Vec::new();
+    for name in names {
+        if name == given {
+            return Ok(given.to_string());
+        }
+        if name.starts_with(given) {
+            matching.push(name);
+        }
+    }
+    match matching.as_slice() {
+        [] => Ok(given.to_string()),
+        [one] => Ok((*one).to_string()),
+        many => {
+            const SHOWN: usize = 10;
+            let mut list = many[..many.len().min(SHOWN)]
+                .iter()
+                .map(|n| super::format::escape_text(n))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if many.len() > SHOWN {
+                list += &format!(" and {} more", many.len() - SHOWN);
+            }
+            Err(Error::Usage(format!(
+                "session {} is ambiguous: {} sessions begin with it ({list}); write more of the \
+                 name",
+                super::format::escape_text(given),
+                many.len()
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unique_prefix;
+
+    #[test]
+    fn a_unique_beginning_names_one_session() {
+        let names = ["claude-7f3a01", "claude-7f3b02", "fix-1", "fix-12"];
+        let pick = |given: &str| unique_prefix(given, names.into_iter());
+        assert_eq!(pick("claude-7f3a").unwrap(), "claude-7f3a01");
+        assert_eq!(pick("fix-1").unwrap(), "fix-1", "an exact name wins");
+        assert_eq!(pick("nothing").unwrap(), "nothing");
+        let e = pick("claude-7f").unwrap_err().to_string();
+        assert!(
+            e.contains("claude-7f3a01") && e.contains("claude-7f3b02"),
+            "{e}"
+        );
     }
 }

@@ -215,6 +215,15 @@ pub fn escape_path(path: &[u8]) -> String {
     }
 }
 
+/// A count and its noun, in the singular for one: `1 path`, `3 paths`, `0 changes`.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Text (a session or process name) for people, escaped the same way.
 pub fn escape_text(s: &str) -> String {
     if s.chars().any(needs_escape) {

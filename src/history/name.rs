@@ -71,7 +71,7 @@ impl Name {
         if time::parse_duration(s).is_some() {
             return bad("it reads as a duration (a time ago)");
         }
-        if time::parse_rfc3339(s).is_some() {
+        if time::parse_point_time(s).is_some() {
             return bad("it reads as a time");
         }
         if s == "now" {
@@ -222,6 +222,8 @@ mod tests {
             "90s",
             "3d",
             "2026-11-22T03:04:05Z",
+            "2026-11-22 03:04:05",
+            "now",
             " padded",
             "padded ",
             "--force",

@@ -1,5 +1,5 @@
-//! Points in history: a change id, a checkpoint name, an RFC 3339 time or a relative time
-//! (`15m` ago). A point resolves to the id of the last change at or before it, so "the state at
+//! Points in history: a change id, a checkpoint name, `now`, a time (RFC 3339 or as `rewind
+//! log` prints it; see [`time::parse_point_time`]) or a relative time (`15m` ago). A point resolves to the id of the last change at or before it, so "the state at
 //! a point" is the state right after that change (0: before any recorded change). Checkpoint
 //! names never read as ids or times ([`super::Name`]), so the order of the tests below cannot
 //! hide a checkpoint.
@@ -8,6 +8,8 @@ use super::{Error, History, Result, time};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Point {
+    /// The newest change.
+    Now,
     Id(u64),
     Checkpoint(String),
     Time(u64),
@@ -20,10 +22,13 @@ impl Point {
         if s.is_empty() {
             return Err(Error::BadPoint(s.to_string()));
         }
+        if s == "now" {
+            return Ok(Point::Now);
+        }
         if let Ok(id) = s.parse::<u64>() {
             return Ok(Point::Id(id));
         }
-        if let Some(ns) = time::parse_rfc3339(s) {
+        if let Some(ns) = time::parse_point_time(s) {
             return Ok(Point::Time(ns));
         }
         if let Some(ago) = time::parse_duration(s) {
@@ -41,6 +46,7 @@ impl Point {
 
     fn resolve_id(&self, history: &History) -> Result<u64> {
         match self {
+            Point::Now => history.last_id(),
             Point::Id(id) => {
                 let newest = history.last_id()?;
                 if *id > newest {
@@ -84,9 +90,14 @@ mod tests {
         assert_eq!(Point::parse("12").unwrap(), Point::Id(12));
         assert!(matches!(Point::parse("15m").unwrap(), Point::Time(_)));
         assert_eq!(
-            Point::parse("2000-02-29T00:00:00Z").unwrap(),
-            Point::Time(951_782_400_000_000_000)
+            Point::parse("2000-02-29T00:00:00.5Z").unwrap(),
+            Point::Time(951_782_400_500_000_000)
         );
+        assert_eq!(
+            Point::parse("2000-02-29 00:00:00").unwrap(),
+            Point::Time(951_782_400_999_999_999)
+        );
+        assert_eq!(Point::parse("now").unwrap(), Point::Now);
         assert_eq!(
             Point::parse("before-refactor").unwrap(),
             Point::Checkpoint("before-refactor".into())

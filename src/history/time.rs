@@ -92,6 +92,25 @@ pub fn parse_rfc3339(s: &str) -> Option<u64> {
         .map(|s| s * 1_000_000_000 + frac_ns as u64)
 }
 
+/// Parse a time as a user may write it: RFC 3339, or the time `rewind log` prints
+/// (`2026-11-22 03:04:05`, UTC). The answer is the last instant the written time names: a time
+/// written to the second names that whole second, as `log` shows a change made at
+/// `03:04:05.6` at `03:04:05`, so copying a time from `log` names the state after that change.
+pub fn parse_point_time(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let ns = if b.len() == 19 && b[10] == b' ' {
+        parse_rfc3339(&format!("{s}Z"))?
+    } else {
+        parse_rfc3339(s)?
+    };
+    let whole_seconds = b.get(19) != Some(&b'.');
+    Some(if whole_seconds {
+        ns.saturating_add(999_999_999)
+    } else {
+        ns
+    })
+}
+
 /// Parse a duration such as `90s`, `15m`, `2h`, `3d`, `1w` into nanoseconds.
 pub fn parse_duration(s: &str) -> Option<u64> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;
@@ -142,6 +161,27 @@ mod tests {
             Some(951_782_400_000_000_000)
         );
         assert_eq!(short(951_782_400_000_000_000), "2000-02-29 00:00:00");
+    }
+
+    #[test]
+    fn a_time_as_log_prints_it_names_its_whole_second() {
+        let ns = 1_700_000_000_123_456_789;
+        let end = 1_700_000_000_999_999_999;
+        assert_eq!(parse_point_time(&short(ns)), Some(end));
+        assert_eq!(parse_point_time("2023-11-14T22:13:20Z"), Some(end));
+        assert_eq!(parse_point_time(&rfc3339(ns)), Some(ns));
+        assert_eq!(
+            parse_point_time("2023-11-14 23:13:20+01:00"),
+            Some(end),
+            "an offset after the printed form"
+        );
+        for bad in [
+            "2023-11-14 22:13",
+            "2023-11-14  22:13:20",
+            "2023-11-14 22:13:20x",
+        ] {
+            assert_eq!(parse_point_time(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! Turns are told by the agent's hooks (`rewind hook`, through `.rewind/ctl`), kept in the store
 //! like checkpoints, and survive remounts: a turn still open when the daemon stopped stays open.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use super::change::{Tool, Turn};
+use super::db::unique_prefix;
 use super::{Error, History, Result, time};
 
 /// The longest prompt line kept with a turn, in bytes.
@@ -25,8 +26,8 @@ pub struct Turns {
     open: Mutex<HashMap<String, Open>>,
 }
 
-/// A turn as users name it: `SESSION:N`, `N` (in the only session with turns, or the given
-/// one), or the agent's own prompt id.
+/// A turn as users name it: `SESSION:N` (SESSION may be a unique beginning of the name), `N`
+/// (in the only session with turns, or the given one), or the agent's own prompt id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TurnRef {
     Number {
@@ -76,6 +77,9 @@ impl TurnRef {
                     }
                 },
                 |s| {
+                    // The session as written, or the one with turns whose name begins with it.
+                    let sessions: BTreeSet<&str> = all.iter().map(|t| t.session.as_str()).collect();
+                    let s = unique_prefix(s, sessions.into_iter())?;
                     Ok(all
                         .iter()
                         .find(|t| t.session == s && t.number == *number)

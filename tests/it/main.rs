@@ -7,6 +7,7 @@ mod history;
 mod model;
 mod mount;
 mod names;
+mod points;
 mod posix;
 mod programs;
 mod quiet;

@@ -3,7 +3,7 @@
 //! worker waits on it), against the history it records and the workspace underneath the mount.
 //! Its output is read back from the same open file. A bad command fails the write with
 //! `EINVAL`, a failure with `EIO`; a command done in part ends its output with the line
-//! `exit status 1`.
+//! `exit status 1`, a rollback that skipped everything with `exit status 1 (nothing done)`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +23,13 @@ use crate::store::GcReport;
 
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
 pub const PARTIAL: &str = "exit status 1";
+
+/// The line that ends the output of a rollback that skipped every path it would have changed
+/// (exit status 1 in the CLI, as it skipped paths; but it did nothing, not part of its work).
+pub const NOTHING_DONE: &str = "exit status 1 (nothing done)";
+
+/// The longest command, in bytes.
+pub const LINE_MAX: usize = 64 * 1024;
 
 /// How many commands may run at once; more wait for one to finish.
 const AT_ONCE: usize = 4;
@@ -49,10 +56,9 @@ impl Commands {
     pub(super) fn run(
         &self,
         job: Job,
-        done: impl FnOnce(Vec<u8>, std::result::Result<u32, Errno>) + Send + 'static,
+        done: impl FnOnce(Vec<u8>, std::result::Result<(), Errno>) + Send + 'static,
     ) {
         let running = self.running.clone();
-        let len = job.line.len() as u32;
         let spawned = std::thread::Builder::new()
             .name("ctl".into())
             .spawn(move || {
@@ -67,7 +73,7 @@ impl Commands {
                 let (output, result) = job.execute();
                 count.fetch_sub(1, Ordering::SeqCst);
                 freed.notify_one();
-                done(output, result.map(|()| len));
+                done(output, result);
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start a command thread: {e}");
@@ -88,8 +94,15 @@ impl Job {
     /// Run the command now. Returns the output to read back and the write's answer.
     pub(super) fn execute(&self) -> (Vec<u8>, std::result::Result<(), Errno>) {
         let fail = |msg: String, errno: Errno| (format!("error: {msg}\n").into_bytes(), Err(errno));
-        if self.line.len() > 64 * 1024 {
-            return fail("a command is one line".into(), Errno::EINVAL);
+        if self.line.len() > LINE_MAX {
+            return fail(
+                format!(
+                    "a command is at most {} KiB; this one is {} bytes",
+                    LINE_MAX / 1024,
+                    self.line.len()
+                ),
+                Errno::EINVAL,
+            );
         }
         let Ok(line) = std::str::from_utf8(&self.line) else {
             return fail("a command is text (UTF-8)".into(), Errno::EINVAL);
@@ -137,6 +150,10 @@ impl Job {
             Some(Ok(Outcome::Done)) => (out, Ok(())),
             Some(Ok(Outcome::Partial)) => {
                 out.extend_from_slice(format!("{PARTIAL}\n").as_bytes());
+                (out, Ok(()))
+            }
+            Some(Ok(Outcome::Skipped)) => {
+                out.extend_from_slice(format!("{NOTHING_DONE}\n").as_bytes());
                 (out, Ok(()))
             }
             Some(Err(e)) => {

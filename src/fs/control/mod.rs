@@ -11,7 +11,7 @@
 
 mod access;
 mod ctl;
-pub use ctl::PARTIAL;
+pub use ctl::{NOTHING_DONE, PARTIAL};
 mod events;
 mod tree;
 
@@ -80,6 +80,17 @@ type Ignored = dyn Fn(&[u8], bool) -> bool + Send + Sync;
 struct Handle {
     node: Node,
     buf: Mutex<(Vec<u8>, usize)>,
+    /// `ctl`: the beginning of a command line written in pieces, and the offset it was
+    /// written at ([`held_back`]).
+    line: Mutex<(Vec<u8>, u64)>,
+}
+
+/// Whether a write to `ctl` is only the beginning of a line: stdio (a shell's `echo`, a
+/// `printf`) writes a long line in pieces of whole pages, so a write that is a whole number of
+/// pages and does not end the line waits for the rest (or for a read, or the close).
+fn held_back(data: &[u8]) -> bool {
+    const PAGE: usize = 4096;
+    !data.is_empty() && data.len().is_multiple_of(PAGE) && !data.ends_with(b"\n")
 }
 
 /// An open folder of the control directory.
@@ -315,6 +326,7 @@ impl Control {
         let fh = self.handles.insert(Handle {
             node,
             buf: Mutex::new((content, 0)),
+            line: Mutex::new((Vec::new(), 0)),
         });
         if is_events {
             self.events.open(fh, self.recorder.subscribe());
@@ -336,6 +348,19 @@ impl Control {
         if h.node == Node::Events {
             return self.events.read(fh.0, size, req.pid(), reply);
         }
+        // A line still waiting for its end is all there is: run it, and answer from its output.
+        let held = std::mem::take(&mut h.line.lock().unwrap_or_else(|e| e.into_inner()).0);
+        if h.node == Node::Ctl && !held.is_empty() {
+            let Some(job) = self.job(req, held) else {
+                return reply.error(Errno::EIO);
+            };
+            return self.commands.run(job, move |output, _| {
+                let mut buf = h.buf.lock().unwrap_or_else(|e| e.into_inner());
+                let end = (size as usize).min(output.len());
+                reply.data(&output[..end]);
+                *buf = (output, end);
+            });
+        }
         let mut buf = h.buf.lock().unwrap_or_else(|e| e.into_inner());
         // ctl is read after a write on the same file: its output starts at 0 whatever offset
         // the write left; everything else is read by offset.
@@ -354,38 +379,71 @@ impl Control {
         reply.data(&chunk);
     }
 
-    pub(super) fn write(&self, req: &Request, fh: FileHandle, data: &[u8], reply: ReplyWrite) {
+    pub(super) fn write(
+        &self,
+        req: &Request,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        reply: ReplyWrite,
+    ) {
         let Some(h) = self.handles.get(fh.0) else {
             return reply.error(Errno::EBADF);
         };
         if h.node != Node::Ctl {
             return reply.error(Errno::EROFS);
         }
-        let Some(core) = self.core.get().cloned() else {
-            return reply.error(Errno::EIO);
+        let written = data.len() as u32;
+        let line = {
+            let mut held = h.line.lock().unwrap_or_else(|e| e.into_inner());
+            // The rest of a line held back goes on where it ended; any other write begins anew.
+            if held.0.is_empty() || held.1 + held.0.len() as u64 != offset {
+                *held = (Vec::new(), offset);
+            }
+            held.0.extend_from_slice(data);
+            if held_back(data) && held.0.len() <= ctl::LINE_MAX {
+                return reply.written(written);
+            }
+            std::mem::take(&mut held.0)
         };
-        let job = ctl::Job {
-            recorder: self.recorder.clone(),
-            source: self.source.clone(),
-            workspace: self.workspace.clone(),
-            core,
-            caller: req.pid(),
-            line: data.to_vec(),
+        let Some(job) = self.job(req, line) else {
+            return reply.error(Errno::EIO);
         };
         self.commands.run(job, move |output, result| {
             *h.buf.lock().unwrap_or_else(|e| e.into_inner()) = (output, 0);
             match result {
-                Ok(n) => reply.written(n),
+                Ok(()) => reply.written(written),
                 Err(e) => reply.error(e),
             }
         });
     }
 
-    pub(super) fn release(&self, fh: FileHandle) {
-        if let Some(h) = self.handles.remove(fh.0)
-            && h.node == Node::Events
-        {
+    /// A command line written to `ctl`, to run.
+    fn job(&self, req: &Request, line: Vec<u8>) -> Option<ctl::Job> {
+        Some(ctl::Job {
+            recorder: self.recorder.clone(),
+            source: self.source.clone(),
+            workspace: self.workspace.clone(),
+            core: self.core.get().cloned()?,
+            caller: req.pid(),
+            line,
+        })
+    }
+
+    pub(super) fn release(&self, req: &Request, fh: FileHandle) {
+        let Some(h) = self.handles.remove(fh.0) else {
+            return;
+        };
+        if h.node == Node::Events {
             self.events.release(fh.0);
+        }
+        // A line held back for its end that nobody read: it was the whole line.
+        let held = std::mem::take(&mut h.line.lock().unwrap_or_else(|e| e.into_inner()).0);
+        if h.node == Node::Ctl
+            && !held.is_empty()
+            && let Some(job) = self.job(req, held)
+        {
+            self.commands.run(job, |_, _| {});
         }
     }
 

@@ -485,9 +485,9 @@ impl Control {
         );
         for s in history.sessions()? {
             out += &format!(
-                "  {} ({} changes, last {})\n",
+                "  {} ({}, last {})\n",
                 crate::history::format::escape_text(&s.name),
-                s.count,
+                crate::history::format::count(s.count as usize, "change"),
                 time::short(s.last_time_ns)
             );
         }

@@ -207,7 +207,10 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // rewind: POLLERR is how the device says its connection is gone (the filesystem
+            // was unmounted); upstream read it the other way round and unmounted again, which
+            // fails with EINVAL (or hits whatever is mounted there now).
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
