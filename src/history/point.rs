@@ -70,6 +70,7 @@ impl std::fmt::Display for Point {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Point::Id(id) => write!(f, "{id}"),
+            Point::Now => write!(f, "now"),
             Point::Checkpoint(name) => write!(f, "{name}"),
             Point::Time(ns) => write!(f, "{}", time::rfc3339(*ns)),
         }
