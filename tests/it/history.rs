@@ -129,7 +129,7 @@ fn log_show_diff_and_sessions_read_as_people_expect() {
     assert_eq!(lines.len(), 2);
     for key in [
         "id", "time", "kind", "path", "from", "session", "agent", "pid", "process", "before",
-        "after",
+        "after", "uid",
     ] {
         assert!(
             lines[1].get(key).is_some(),
@@ -137,6 +137,7 @@ fn log_show_diff_and_sessions_read_as_people_expect() {
             lines[1]
         );
     }
+    assert_eq!(lines[1]["uid"], rustix::process::geteuid().as_raw());
     assert_eq!(lines[1]["before"]["type"], "file");
     assert_eq!(lines[1]["after"]["size"], 25);
     // cat at a point, and now.
