@@ -37,7 +37,8 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
     // The daemon's own view: its pid, whether it records, how data moves, retention.
-    if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
+    let daemon = std::fs::read_to_string(ctx.workspace.join(".rewind/status")).ok();
+    if let Some(text) = &daemon {
         for line in text.lines().filter(|l| {
             ["state:", "daemon:", "data path:", "retention:", "last gc:"]
                 .iter()
@@ -49,6 +50,18 @@ pub fn run(cwd: &Path) -> CliResult {
                 println!("{line}");
             }
         }
+    }
+    // The counts from the daemon, which has the store open: opening it here would replay
+    // everything RocksDB has not flushed from its log yet, slower the more there is.
+    if let Some(counts) = daemon.as_deref().and_then(Counts::parse) {
+        println!("changes: {} (last id {})", counts.changes, counts.last_id);
+        println!(
+            "stored: {} blobs, {} bytes",
+            counts.blobs, counts.blob_bytes
+        );
+        println!("sessions: {}", counts.sessions);
+        println!("checkpoints: {}", counts.checkpoints);
+        return Ok(ExitCode::SUCCESS);
     }
     let history = ctx.read_history()?;
     let stats = history.store().stats()?;
@@ -65,4 +78,38 @@ pub fn run(cwd: &Path) -> CliResult {
             .join(" ")
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The counts in the daemon's `.rewind/status`.
+struct Counts {
+    changes: u64,
+    last_id: u64,
+    blobs: u64,
+    blob_bytes: u64,
+    sessions: usize,
+    checkpoints: String,
+}
+
+impl Counts {
+    fn parse(text: &str) -> Option<Counts> {
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(": "))
+        };
+        let (blobs, bytes) = field("blobs")?.split_once(" (")?;
+        let sessions = text
+            .lines()
+            .skip_while(|l| *l != "sessions:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .count();
+        Some(Counts {
+            changes: field("changes")?.parse().ok()?,
+            last_id: field("last change")?.parse().ok()?,
+            blobs: blobs.parse().ok()?,
+            blob_bytes: bytes.strip_suffix(" bytes stored)")?.parse().ok()?,
+            sessions,
+            checkpoints: field("checkpoints")?.to_string(),
+        })
+    }
 }

@@ -11,4 +11,5 @@ mod programs;
 mod record;
 mod service;
 mod store;
+mod store_place;
 mod trust;

@@ -108,6 +108,14 @@ impl Job {
             },
             None => self.workspace.clone(),
         };
+        // A reading command sees everything done before it was asked, and changes nothing:
+        // held-back new files are waited for, not recorded early.
+        if !cli.command.changes_something()
+            && !matches!(cli.command, Command::Sync { .. })
+            && let Err(e) = self.recorder.settle_for_reading()
+        {
+            return fail(e.to_string(), error_errno(&e));
+        }
         let actor = DaemonActor { job: self };
         let ignored = |path: &[u8], dir: bool| !self.recorder.records(path, dir);
         let mut out = Vec::new();
@@ -120,8 +128,8 @@ impl Job {
                 base,
                 actor: Some(&actor),
                 caller: self.caller,
-                color: false,
-                width: 80,
+                color: cli.color_output,
+                width: cli.output_width.unwrap_or(80),
                 out: &mut out,
             };
             command::run(&cli.command, &mut env)
@@ -212,8 +220,12 @@ impl Actor for DaemonActor<'_> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();
         match command {
-            Command::Sync => {
-                rec.settle()?;
+            Command::Sync { for_reading } => {
+                if *for_reading {
+                    rec.settle_for_reading()?;
+                } else {
+                    rec.settle()?;
+                }
                 Ok("ok\n".into())
             }
             Command::Session(SessionCommand::Start { name, agent, pid }) => {
