@@ -110,11 +110,8 @@ impl Job {
         };
         // A reading command sees everything done before it was asked, and changes nothing:
         // held-back new files are waited for, not recorded early.
-        if !cli.command.changes_something()
-            && !matches!(cli.command, Command::Sync { .. })
-            && let Err(e) = self.recorder.settle_for_reading()
-        {
-            return fail(e.to_string(), error_errno(&e));
+        if !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. }) {
+            self.recorder.settle_for_reading();
         }
         let actor = DaemonActor { job: self };
         let ignored = |path: &[u8], dir: bool| !self.recorder.records(path, dir);
@@ -222,7 +219,7 @@ impl Actor for DaemonActor<'_> {
         match command {
             Command::Sync { for_reading } => {
                 if *for_reading {
-                    rec.settle_for_reading()?;
+                    rec.settle_for_reading();
                 } else {
                     rec.settle()?;
                 }

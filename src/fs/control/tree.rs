@@ -406,7 +406,7 @@ impl Control {
             Node::AtPath { .. } => self.recorder.settle_for_views()?,
             // What was done before the file was opened is in it (held-back new files waited
             // for, not recorded early: reading never changes the history).
-            _ => self.recorder.settle_for_reading()?,
+            _ => self.recorder.settle_for_reading(),
         }
         let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
             let mut out = String::new();

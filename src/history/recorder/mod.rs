@@ -233,15 +233,18 @@ impl Recorder {
     /// folded into a save-by-rename, or dropped with its file). Looking at the history never
     /// changes it: a `sed -i` beside a `rewind log` loop is still one `modify`. Costs at most
     /// [`PENDING_FOR`] and a tick of the pending thread, only when something is held back.
-    pub fn settle_for_reading(&self) -> Result<()> {
+    /// Never fails: reading goes on when the store takes no writes (the history as recorded).
+    pub fn settle_for_reading(&self) {
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
-        self.drain()?;
+        if let Err(e) = self.drain() {
+            tracing::warn!("reading without the queued deletes: {e}");
+        }
         let held: Vec<(Vec<u8>, std::time::Instant)> = lock(&self.pending)
             .iter()
             .map(|(path, p)| (path.clone(), p.since))
             .collect();
         if held.is_empty() {
-            return Ok(());
+            return;
         }
         // The pending thread records each one at most half a `PENDING_FOR` after it is due;
         // past this something is wrong with it (its store write failing), and reading goes on
@@ -254,11 +257,11 @@ impl Recorder {
                     .any(|(path, since)| pending.get(path).is_some_and(|p| p.since == *since))
             };
             if !waiting {
-                return Ok(());
+                return;
             }
             if std::time::Instant::now() >= give_up {
                 tracing::warn!("held-back new files are not being recorded; reading without them");
-                return Ok(());
+                return;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
