@@ -42,11 +42,12 @@ impl Ctx {
     }
 
     /// The history for reading: beside the daemon while mounted (after it has recorded what
-    /// it holds back, so what was just done shows), directly otherwise.
+    /// has happened, so what was just done shows, without cutting held-back new files short),
+    /// directly otherwise.
     pub fn read_history(&self) -> Result<History, Failure> {
         if self.mounted {
             // Best effort: a daemon that died leaves its store readable as it is.
-            let _ = self.ctl("sync");
+            let _ = self.ctl("sync --for-reading");
         }
         let store = Store::open_read_only(&self.store_dir).map_err(|e| match e {
             crate::store::Error::Missing(_) => Failure::usage(format!(
@@ -61,6 +62,8 @@ impl Ctx {
 
     /// The history for writing, on an unmounted workspace (the daemon is the writer otherwise).
     pub fn write_history(&self) -> Result<History, Failure> {
+        // The database may create files until the command ends: private, as the store is.
+        crate::store::private_files();
         Ok(History::new(Arc::new(Store::open(&self.store_dir)?)))
     }
 

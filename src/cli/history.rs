@@ -1,8 +1,9 @@
-//! Where history commands run. Reading commands read the store themselves (beside the daemon
-//! while mounted). Commands that change something go to the daemon through `.rewind/ctl`,
-//! with the same words, when the workspace is mounted: it is the store's one writer, and a
-//! rollback must be recorded. Unmounted, checkpoint and gc open the store themselves, and a
-//! rollback mounts the workspace for the occasion.
+//! Where history commands run. While the workspace is mounted every command goes to the
+//! daemon through `.rewind/ctl`, with the same words: it is the store's one writer (a rollback
+//! must be recorded), and it has the store open, so a reading command costs the same however
+//! much history is not yet flushed from RocksDB's log (opening the store beside it replays all
+//! of that log). Unmounted, commands open the store themselves, and a rollback mounts the
+//! workspace for the occasion.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -27,7 +28,7 @@ fn exit(outcome: Outcome) -> ExitCode {
 
 /// Where a command must run.
 enum Place {
-    /// Reading: here, on the store.
+    /// Reading: in the daemon when mounted; here, on the store, otherwise.
     Read,
     /// Changing: in the daemon when mounted; here, on the store, otherwise.
     Write,
@@ -43,7 +44,7 @@ fn place(command: &Command) -> Place {
         Command::Undo(a) if a.dry_run => Place::Read,
         Command::Rollback(_) | Command::Undo(_) => Place::Daemon,
         Command::Checkpoint(_) | Command::Gc(_) => Place::Write,
-        Command::Session(_) | Command::Sync | Command::Turn(_) | Command::Tool(_) => {
+        Command::Session(_) | Command::Sync { .. } | Command::Turn(_) | Command::Tool(_) => {
             Place::Plumbing
         }
         _ => Place::Read,
@@ -53,6 +54,7 @@ fn place(command: &Command) -> Place {
 pub fn run(cwd: &Path, command: &Command) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
     match place(command) {
+        Place::Read if ctx.mounted => read_in_daemon(&ctx, command),
         Place::Read => local(&ctx, command, &ctx.read_history()?, None),
         Place::Write if !ctx.mounted => {
             let history = ctx.write_history()?;
@@ -79,13 +81,8 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
-    let stdout = std::io::stdout();
-    // As git decides: a terminal that is not "dumb" (an unset TERM counts as dumb), unless
-    // NO_COLOR is set.
-    let color = stdout.is_terminal()
-        && std::env::var_os("NO_COLOR").is_none()
-        && std::env::var_os("TERM").is_some_and(|t| t != "dumb");
-    let mut out = stdout.lock();
+    let color = color();
+    let mut out = std::io::stdout().lock();
     let mut env = Env {
         history,
         source: &source,
@@ -101,6 +98,30 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
     let outcome = command::run(command, &mut env).expect("history commands run here")?;
     let _ = out.flush();
     Ok(exit(outcome))
+}
+
+/// Run a reading command in the daemon, its output shaped for this terminal. Read beside it
+/// instead when its words cannot go through `.rewind/ctl` (a name that is not UTF-8), or when
+/// the daemon does not answer at all (it died: the store is readable as it was left).
+fn read_in_daemon(ctx: &Ctx, command: &Command) -> CliResult {
+    let Ok(line) = ctx.forwarded_line() else {
+        return local(ctx, command, &ctx.read_history()?, None);
+    };
+    if std::fs::metadata(ctx.workspace.join(".rewind/ctl")).is_err() {
+        return local(ctx, command, &ctx.read_history()?, None);
+    }
+    let color = if color() { "--color-output " } else { "" };
+    let line = format!("--output-width {} {color}{line}", terminal_width());
+    let answer = ctx.ctl(&line)?;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&answer.output);
+    let _ = out.flush();
+    // A dry run of a rollback that would skip paths.
+    Ok(if answer.partial {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Run the command in the daemon, with the words it was given.
@@ -165,6 +186,14 @@ fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::An
         run.join()
             .unwrap_or_else(|_| Err(Failure::failed("the command thread failed")))
     })
+}
+
+/// Whether to colour the output, as git decides: a terminal that is not "dumb" (an unset TERM
+/// counts as dumb), unless NO_COLOR is set.
+fn color() -> bool {
+    std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none()
+        && std::env::var_os("TERM").is_some_and(|t| t != "dumb")
 }
 
 fn terminal_width() -> usize {

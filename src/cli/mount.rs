@@ -3,6 +3,7 @@
 
 use std::io::BufRead;
 use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -23,18 +24,16 @@ pub fn run(cwd: &Path, args: &MountArgs) -> CliResult {
     let mut config = MountConfig::new(&dir)?;
     config.allow_other = args.allow_other;
     config.passthrough &= !args.no_passthrough;
-    let store = args
+    let given = args
         .store
         .clone()
         .map(|s| cwd.join(s))
         .unwrap_or_else(|| super::default_store(&config.workspace));
-    if store.starts_with(&config.workspace) {
-        return Err(Failure::usage(format!(
-            "the store {} must not be inside the workspace {}",
-            store.display(),
-            config.workspace.display()
-        )));
-    }
+    crate::store::check_outside(&given, &config.workspace)?;
+    // The daemon opens the store by its resolved path, so a symlink on the way that changes
+    // later cannot lead it into the workspace.
+    let store = crate::store::resolve(&given)
+        .map_err(|e| Failure::failed(format!("{}: {e}", given.display())))?;
     // A bad setting fails the mount here, before anything is started.
     let retention = retention(&store, args)?;
     if !args.foreground {
@@ -72,12 +71,13 @@ pub fn run(cwd: &Path, args: &MountArgs) -> CliResult {
 fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult {
     let (read_end, write_end) =
         std::io::pipe().map_err(|e| Failure::failed(format!("pipe: {e}")))?;
-    std::fs::create_dir_all(store)
-        .map_err(|e| Failure::failed(format!("{}: {e}", store.display())))?;
+    // Private before the daemon's log is put in it.
+    crate::store::Store::prepare(store, &config.workspace)?;
     let log_path = store.join("daemon.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| Failure::failed(format!("{}: {e}", log_path.display())))?;
     let exe = std::env::current_exe()

@@ -37,7 +37,8 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
     // The daemon's own view: its pid, whether it records, how data moves, retention.
-    if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
+    let daemon = std::fs::read_to_string(ctx.workspace.join(".rewind/status")).ok();
+    if let Some(text) = &daemon {
         for line in text.lines().filter(|l| {
             [
                 "state:",
@@ -46,6 +47,7 @@ pub fn run(cwd: &Path) -> CliResult {
                 "retention:",
                 "last gc:",
                 "unrecorded:",
+                "oldest point still kept:",
             ]
             .iter()
             .any(|k| l.starts_with(k))
@@ -57,30 +59,63 @@ pub fn run(cwd: &Path) -> CliResult {
             }
         }
     }
+    // The counts from the daemon, which has the store open: opening it here would replay
+    // everything RocksDB has not flushed from its log yet, slower the more there is.
+    if let Some(counts) = daemon.as_deref().and_then(Counts::parse) {
+        println!("changes: {} (last id {})", counts.changes, counts.last_id);
+        println!(
+            "stored: {} blobs, {} bytes",
+            counts.blobs, counts.blob_bytes
+        );
+        println!("sessions: {}", counts.sessions);
+        println!("checkpoints: {}", counts.checkpoints);
+        return Ok(ExitCode::SUCCESS);
+    }
     let history = ctx.read_history()?;
     let stats = history.store().stats()?;
     println!("changes: {} (last id {})", stats.changes, stats.last_id);
     if let Some(h) = history.horizon()? {
-        println!(
-            "oldest point still kept: {} ({}); gc removed what came before",
-            h.id,
-            crate::history::time::rfc3339(h.time_ns)
-        );
+        println!("{}", crate::history::format::horizon_line(&h));
     }
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
     println!("sessions: {}", history.sessions()?.len());
-    let checkpoints = history.checkpoints()?;
-    if checkpoints.is_empty() {
-        println!("checkpoints: none (make one with `rewind checkpoint NAME`)");
-    } else {
-        println!(
-            "checkpoints: {}",
-            checkpoints
-                .iter()
-                .map(|c| format!("{}@{}", c.name, c.id))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-    }
+    println!(
+        "checkpoints: {}",
+        crate::history::format::checkpoint_list(&history.checkpoints()?)
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The counts in the daemon's `.rewind/status`.
+struct Counts {
+    changes: u64,
+    last_id: u64,
+    blobs: u64,
+    blob_bytes: u64,
+    sessions: usize,
+    checkpoints: String,
+}
+
+impl Counts {
+    fn parse(text: &str) -> Option<Counts> {
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(": "))
+        };
+        let (blobs, bytes) = field("blobs")?.split_once(" (")?;
+        let sessions = text
+            .lines()
+            .skip_while(|l| *l != "sessions:")
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .count();
+        Some(Counts {
+            changes: field("changes")?.parse().ok()?,
+            last_id: field("last change")?.parse().ok()?,
+            blobs: blobs.parse().ok()?,
+            blob_bytes: bytes.strip_suffix(" bytes stored)")?.parse().ok()?,
+            sessions,
+            checkpoints: field("checkpoints")?.to_string(),
+        })
+    }
 }

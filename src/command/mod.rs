@@ -36,6 +36,12 @@ pub struct Cli {
     // of the same id would take its value.
     #[arg(short = 'C', global = true, value_name = "DIR", id = "chdir")]
     pub dir: Option<PathBuf>,
+    /// Colour the output, and the width to fit it to: passed on by the CLI when a reading
+    /// command runs in the daemon (its output goes to the CLI's terminal).
+    #[arg(long, global = true, hide = true)]
+    pub color_output: bool,
+    #[arg(long, global = true, hide = true, value_name = "COLUMNS")]
+    pub output_width: Option<usize>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -69,7 +75,12 @@ pub enum Command {
     Session(plumbing::SessionCommand),
     /// Record now what is held back (new files wait half a second to see whether they are
     /// temporaries; deletes are written in batches).
-    Sync,
+    Sync {
+        /// Only wait until what has happened is recorded, as a reading command does first:
+        /// held-back new files are recorded when their time is up, not now.
+        #[arg(long, hide = true)]
+        for_reading: bool,
+    },
     /// Agent turns, as an agent's hooks report them (`rewind hook` writes these).
     #[command(subcommand, hide = true)]
     Turn(plumbing::TurnCommand),
@@ -121,7 +132,7 @@ impl Command {
             Command::Gc(_) => "gc",
             Command::Watch(_) => "watch",
             Command::Session(_) => "session",
-            Command::Sync => "sync",
+            Command::Sync { .. } => "sync",
             Command::Turn(_) => "turn",
             Command::Tool(_) => "tool",
         }
@@ -142,7 +153,7 @@ pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Resul
         Command::Gc(a) => gc::run(a, env),
         Command::Rollback(a) => rollback::run(a, env),
         Command::Undo(a) => rollback::undo(a, env),
-        Command::Session(_) | Command::Turn(_) | Command::Tool(_) | Command::Sync => {
+        Command::Session(_) | Command::Turn(_) | Command::Tool(_) | Command::Sync { .. } => {
             let caller = env.caller;
             env.actor(command.name())
                 .and_then(|actor| actor.plumbing(command, caller))

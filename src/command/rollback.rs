@@ -112,11 +112,10 @@ pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
 }
 
 fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> Result<Outcome> {
-    // Everything done so far belongs in the rollback's view.
-    if let Some(actor) = env.actor {
-        actor.settle()?;
-    } else if !dry {
-        env.actor("rollback")?;
+    // Everything done so far belongs in the rollback's view. A dry run is a reading command:
+    // where it runs in the daemon, what has happened was waited for (not recorded early).
+    if !dry {
+        env.actor("rollback")?.settle()?;
     }
     let selected = rollback::select(env.history, selector)?;
     let plan = rollback::plan(&env.view(), &selected, force)?;

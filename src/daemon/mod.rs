@@ -50,8 +50,11 @@ impl Daemon {
         // Before any thread exists (RocksDB starts its own), so every thread inherits the mask
         // and only the signal thread ever takes these signals.
         let signals = signals::block();
+        // The store's database creates files as long as it runs: all of them private. (The
+        // FUSE threads create the workspace's files under a umask of their own.)
+        crate::store::private_files();
         let state = Arc::new(MountState::new(self.retention.clone()));
-        let store = Arc::new(Store::open(&self.store_dir)?);
+        let store = Arc::new(Store::open_outside(&self.store_dir, &self.mount.workspace)?);
         crate::config::write_template(&self.store_dir);
         store.put_meta(
             b"workspace",

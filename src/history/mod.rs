@@ -95,7 +95,7 @@ impl Error {
     /// Whether this error is the user's input (exit status 2), rather than a failure.
     pub fn is_usage(&self) -> bool {
         match self {
-            Error::Store(e) => e.is_damaged(),
+            Error::Store(e) => e.is_usage(),
             Error::Io { .. } => false,
             _ => true,
         }

@@ -23,6 +23,10 @@ pub enum Error {
     /// The store's files are damaged or incomplete (a missing or truncated table file).
     #[error("store {}: {reason}", dir.display())]
     Damaged { dir: PathBuf, reason: String },
+    /// The store may not be used where it is: inside the workspace it records (the daemon
+    /// would write to its own mount), or readable by other users.
+    #[error("store {}: {reason}", dir.display())]
+    Refused { dir: PathBuf, reason: String },
     /// There is no store in this directory.
     #[error("no store at {}", .0.display())]
     Missing(PathBuf),
@@ -57,6 +61,12 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
             _ => false,
         }
+    }
+
+    /// Whether this is the user's to fix (a damaged store, or one that may not be used where it
+    /// is), as opposed to a failure.
+    pub fn is_usage(&self) -> bool {
+        self.is_damaged() || matches!(self, Error::Refused { .. })
     }
 
     /// Whether the store itself is unreadable or inconsistent (as opposed to a failed write).

@@ -52,6 +52,7 @@ pub use format::{
     ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
+pub use open::{check_outside, private_files, resolve};
 pub use query::{Order, Query};
 pub use write::Extra;
 
@@ -107,6 +108,8 @@ pub struct Store {
     writer: Mutex<u64>,
     /// A reader's own scratch directory, removed on drop.
     secondary: Option<PathBuf>,
+    /// The workspace the store records, which it must stay outside of (the daemon's store).
+    workspace: Option<PathBuf>,
     /// Session summaries as last written, so recording a change does not read them back.
     sessions_cache: Mutex<HashMap<String, SessionRecord>>,
     /// Blobs stored or reused lately (see [`Store::keep_blob`]).

@@ -1,8 +1,10 @@
 //! Opening a store: for writing (the daemon, or a command on an unmounted workspace) or for
-//! reading beside a running writer; checking that its files are all there; and reopening it
-//! after a failed write.
+//! reading beside a running writer; checking that its files are all there, that it lies
+//! outside its workspace and that only its owner can read it; and reopening it after a failed
+//! write.
 
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -27,22 +29,198 @@ fn descriptors() -> impl Iterator<Item = ColumnFamilyDescriptor> {
         .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()))
 }
 
-fn open_db(dir: &Path) -> Result<DB> {
+/// Open the database for writing, its files created private (see [`private_files`]), after
+/// checking again that it lies outside `workspace` (a symlink on the way may have changed).
+fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
+    if let Some(ws) = workspace {
+        check_outside(dir, ws)?;
+    }
+    let _private = PrivateUmask::set();
     let db = DB::open_cf_descriptors(&options(), dir, descriptors())
         .map_err(|source| classify_open_error(dir, source))?;
     check_files(&db, dir)?;
     Ok(db)
 }
 
+/// The umask every file of a store is created under: only its owner may read it.
+const PRIVATE_UMASK: libc::mode_t = 0o077;
+
+/// Make every file this process creates from now on private to its owner (umask 077): for a
+/// process that keeps a store open for writing, whose database creates files (logs, tables,
+/// manifests) as long as it runs. The daemon's FUSE threads create the workspace's files with
+/// a umask of their own (`fs::backing`), so this does not change them.
+pub fn private_files() {
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(PRIVATE_UMASK) };
+}
+
+/// The umask set to 077 while a store is opened, and the caller's put back after.
+struct PrivateUmask(libc::mode_t);
+
+impl PrivateUmask {
+    fn set() -> PrivateUmask {
+        // SAFETY: umask cannot fail.
+        PrivateUmask(unsafe { libc::umask(PRIVATE_UMASK) })
+    }
+}
+
+impl Drop for PrivateUmask {
+    fn drop(&mut self) {
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(self.0) };
+    }
+}
+
+/// `path` made absolute with every symlink resolved, whether or not it exists yet: its
+/// nearest existing ancestor is resolved and the missing rest appended (a dangling symlink is
+/// followed to where it points).
+pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let absolute = std::path::absolute(path)?;
+    resolve_at(&absolute, 0)
+}
+
+fn resolve_at(path: &Path, depth: u32) -> std::io::Result<PathBuf> {
+    use std::io::{Error as IoError, ErrorKind};
+    if depth > 40 {
+        return Err(IoError::from_raw_os_error(libc::ELOOP));
+    }
+    match path.canonicalize() {
+        Ok(p) => return Ok(p),
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(IoError::new(
+            ErrorKind::InvalidInput,
+            format!("{} cannot be resolved", path.display()),
+        ));
+    };
+    let parent = resolve_at(parent, depth + 1)?;
+    match std::fs::symlink_metadata(parent.join(name)) {
+        // A dangling symlink: where it points.
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = std::fs::read_link(parent.join(name))?;
+            resolve_at(&parent.join(target), depth + 1)
+        }
+        _ => Ok(parent.join(name)),
+    }
+}
+
+/// A store inside its workspace would be written through the mount by the daemon that serves
+/// it, which would wait on itself for good: refused, also when a symlink leads there.
+pub fn check_outside(store: &Path, workspace: &Path) -> Result<()> {
+    let refuse = |reason: String| Error::Refused {
+        dir: store.to_owned(),
+        reason,
+    };
+    let ws = resolve(workspace).map_err(|e| {
+        refuse(format!(
+            "cannot resolve the workspace {}: {e}",
+            workspace.display()
+        ))
+    })?;
+    let resolved = resolve(store).map_err(|e| refuse(format!("cannot resolve it: {e}")))?;
+    if resolved.starts_with(&ws) {
+        let via = if resolved == store {
+            String::new()
+        } else {
+            format!(" (it resolves to {})", resolved.display())
+        };
+        return Err(refuse(format!(
+            "must not be inside the workspace {}{via}; choose a store outside it",
+            ws.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Make the store's folder (private to its owner from the start) or check an existing one: a
+/// folder others can enter is closed to them, unless they could already read a file in it
+/// besides `rewind.toml` (the settings): then its history may have been read, which is for
+/// the user to judge, so it is refused with how to fix it.
+fn prepare_dir(dir: &Path) -> Result<()> {
+    let io = |source| Error::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io)?;
+    let mode = std::fs::metadata(dir).map_err(io)?.permissions().mode() & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    let mut readable = Vec::new();
+    let mut settings = None;
+    if mode & 0o011 != 0 {
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let m = entry.metadata().map_err(io)?.permissions().mode();
+            if m & 0o044 == 0 {
+                continue;
+            }
+            if entry.file_name() == crate::config::FILE {
+                settings = Some((entry.path(), m));
+            } else {
+                readable.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    if !readable.is_empty() {
+        readable.sort();
+        return Err(Error::Refused {
+            dir: dir.to_owned(),
+            reason: format!(
+                "other users can read it (folder mode {mode:04o}; readable: {}); a store must be \
+                 private to its owner. If that is acceptable, run `chmod -R go= {}` and try again",
+                readable.join(", "),
+                dir.display()
+            ),
+        });
+    }
+    if let Some((path, m)) = settings {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m & 0o7700))
+            .map_err(|source| Error::Io { path, source })?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o7700)).map_err(io)
+}
+
 impl Store {
-    /// Open (creating if needed) the store in `dir` for reading and writing.
+    /// Open (creating if needed) the store in `dir` for reading and writing. Its folder and
+    /// files are private to their owner whatever the umask; a folder others could read from is
+    /// refused.
     pub fn open(dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
-        let db = open_db(dir)?;
-        Self::finish_open(db, dir, false, None)
+        Self::open_writer(dir, None)
+    }
+
+    /// [`Store::open`] for the daemon of `workspace`: the store must lie outside it, which is
+    /// checked again whenever the database is reopened.
+    pub fn open_outside(dir: &Path, workspace: &Path) -> Result<Store> {
+        Self::open_writer(dir, Some(workspace))
+    }
+
+    fn open_writer(dir: &Path, workspace: Option<&Path>) -> Result<Store> {
+        if let Some(ws) = workspace {
+            check_outside(dir, ws)?;
+        }
+        {
+            let _private = PrivateUmask::set();
+            prepare_dir(dir)?;
+        }
+        let db = open_db(dir, workspace)?;
+        let mut store = Self::finish_open(db, dir, false, None)?;
+        store.workspace = workspace.map(Path::to_owned);
+        Ok(store)
+    }
+
+    /// Make (or check) a store's folder before anything is written in it, as
+    /// [`Store::open`] does: for `rewind mount`, which puts the daemon's log there first.
+    pub fn prepare(dir: &Path, workspace: &Path) -> Result<()> {
+        check_outside(dir, workspace)?;
+        let _private = PrivateUmask::set();
+        prepare_dir(dir)
     }
 
     /// Open an existing store for reading only, alongside a running writer if there is one: a
@@ -72,8 +250,12 @@ impl Store {
                 std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
-            let db = DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
-                .map_err(|source| classify_open_error(dir, source))?;
+            let db = {
+                // The scratch directory's files too are the owner's alone.
+                let _private = PrivateUmask::set();
+                DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
+                    .map_err(|source| classify_open_error(dir, source))?
+            };
             match check_files(&db, dir) {
                 Err(Error::Damaged { .. }) if attempt < 5 && writer_running(dir) => {
                     drop(db);
@@ -95,7 +277,7 @@ impl Store {
         db: DB,
         dir: &Path,
         read_only: bool,
-        secondary: Option<std::path::PathBuf>,
+        secondary: Option<PathBuf>,
     ) -> Result<Store> {
         let store = Store {
             db: RwLock::new(Some(db)),
@@ -104,6 +286,7 @@ impl Store {
             unwritable: Mutex::new(None),
             writer: Mutex::new(0),
             secondary,
+            workspace: None,
             sessions_cache: Mutex::new(Default::default()),
             sweeps: AtomicU64::new(0),
             recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
@@ -188,12 +371,16 @@ impl Store {
         let mut slot = self.db.write().unwrap_or_else(|e| e.into_inner());
         // Closing flushes nothing that matters: every acknowledged write is in the WAL.
         drop(slot.take());
-        let reopened = open_db(&self.dir);
+        let reopened = open_db(&self.dir, self.workspace.as_deref());
         let db = match reopened {
             Ok(db) => db,
             Err(e) => {
-                // Reads must go on: take what can be opened.
-                *slot = DB::open_cf_descriptors(&options(), &self.dir, descriptors()).ok();
+                // Reads must go on: take what can be opened (not a store that now leads into
+                // the workspace, which would be written through the mount).
+                if !matches!(e, Error::Refused { .. }) {
+                    let _private = PrivateUmask::set();
+                    *slot = DB::open_cf_descriptors(&options(), &self.dir, descriptors()).ok();
+                }
                 return Err(e);
             }
         };

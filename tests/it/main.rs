@@ -15,4 +15,5 @@ mod record;
 mod retention;
 mod service;
 mod store;
+mod store_place;
 mod trust;

@@ -121,6 +121,11 @@ impl Job {
             },
             None => self.workspace.clone(),
         };
+        // A reading command sees everything done before it was asked, and changes nothing:
+        // held-back new files are waited for, not recorded early.
+        if !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. }) {
+            self.recorder.settle_for_reading();
+        }
         let actor = DaemonActor { job: self };
         let ignored = |path: &[u8], dir: bool| self.recorder.ignores(path, dir);
         let mut out = Vec::new();
@@ -133,8 +138,8 @@ impl Job {
                 base,
                 actor: Some(&actor),
                 caller: self.caller,
-                color: false,
-                width: 80,
+                color: cli.color_output,
+                width: cli.output_width.unwrap_or(80),
                 out: &mut out,
             };
             command::run(&cli.command, &mut env)
@@ -229,8 +234,12 @@ impl Actor for DaemonActor<'_> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();
         match command {
-            Command::Sync => {
-                rec.settle()?;
+            Command::Sync { for_reading } => {
+                if *for_reading {
+                    rec.settle_for_reading();
+                } else {
+                    rec.settle()?;
+                }
                 Ok("ok\n".into())
             }
             Command::Session(SessionCommand::Start { name, agent, pid }) => {

@@ -404,8 +404,9 @@ impl Control {
             Node::Readme | Node::Version(..) => {}
             // The past: new files not yet recorded are left out rather than recorded now.
             Node::AtPath { .. } => self.recorder.settle_for_views()?,
-            // What was done before the file was opened is in it.
-            _ => self.recorder.settle()?,
+            // What was done before the file was opened is in it (held-back new files waited
+            // for, not recorded early: reading never changes the history).
+            _ => self.recorder.settle_for_reading(),
         }
         let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
             let mut out = String::new();
@@ -469,7 +470,7 @@ impl Control {
             Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
         };
         let mut out = format!(
-            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ndefault session: {}\n",
+            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ncheckpoints: {}\ndefault session: {}\n",
             self.workspace.display(),
             store.dir().display(),
             self.state.describe(),
@@ -477,8 +478,13 @@ impl Control {
             stats.last_id,
             stats.blobs,
             stats.blob_bytes,
+            crate::history::format::checkpoint_list(&history.checkpoints()?),
             self.recorder.attributor().default_session(),
         );
+        if let Some(h) = history.horizon()? {
+            out += &crate::history::format::horizon_line(&h);
+            out.push('\n');
+        }
         out += &format!(
             "{}\nsessions:\n",
             unrecorded_line(&self.recorder.unrecorded())

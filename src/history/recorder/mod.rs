@@ -263,6 +263,47 @@ impl Recorder {
         self.drain()
     }
 
+    /// [`settle`](Recorder::settle) for reading the history (`log`, `cat`, `status`, `diff`,
+    /// the control directory's files): episode ends in progress are recorded and queued deletes
+    /// written, and the held-back creates there are now are waited for, never cut short: each
+    /// is decided as it would have been with nobody looking (recorded when its time is up,
+    /// folded into a save-by-rename, or dropped with its file). Looking at the history never
+    /// changes it: a `sed -i` beside a `rewind log` loop is still one `modify`. Costs at most
+    /// [`PENDING_FOR`] and a tick of the pending thread, only when something is held back.
+    /// Never fails: reading goes on when the store takes no writes (the history as recorded).
+    pub fn settle_for_reading(&self) {
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        if let Err(e) = self.drain() {
+            tracing::warn!("reading without the queued deletes: {e}");
+        }
+        let held: Vec<(Vec<u8>, std::time::Instant)> = lock(&self.pending)
+            .iter()
+            .map(|(path, p)| (path.clone(), p.since))
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        // The pending thread records each one at most half a `PENDING_FOR` after it is due;
+        // past this something is wrong with it (its store write failing), and reading goes on
+        // without it.
+        let give_up = std::time::Instant::now() + PENDING_FOR * 4;
+        loop {
+            let waiting = {
+                let pending = lock(&self.pending);
+                held.iter()
+                    .any(|(path, since)| pending.get(path).is_some_and(|p| p.since == *since))
+            };
+            if !waiting {
+                return;
+            }
+            if std::time::Instant::now() >= give_up {
+                tracing::warn!("held-back new files are not being recorded; reading without them");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// [`settle`](Recorder::settle) for an agent's hook: everything `session` did is recorded
     /// (its turn or tool call ends with it), but other sessions' new files stay held back, so
     /// that another agent's save in progress (a temporary file written, not yet renamed over
