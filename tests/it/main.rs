@@ -6,6 +6,7 @@ mod git;
 mod history;
 mod model;
 mod mount;
+mod plan;
 mod posix;
 mod programs;
 mod record;
