@@ -144,12 +144,7 @@ pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
 /// way (someone else's change, an open writer, content that cannot be read, a folder that
 /// still holds entries the rollback leaves, a kind of file that is not restored) is a skip
 /// here, not a failure later. `writers` are the files open for writing now.
-pub fn plan(
-    view: &View<'_>,
-    selected: &[Change],
-    force: bool,
-    writers: &[Writer],
-) -> Result<Plan> {
+pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer]) -> Result<Plan> {
     let history = view.history;
     let ids: HashSet<u64> = selected.iter().map(|c| c.id).collect();
     // Every path touched, with the earliest and latest selected change to it. A folder renamed
@@ -187,7 +182,11 @@ pub fn plan(
         let target = then.state().cloned();
         let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
         let now = view.state_at(path, u64::MAX)?.state().cloned();
-        let open_by: Vec<Writer> = writers.iter().filter(|w| w.path == *path).cloned().collect();
+        let open_by: Vec<Writer> = writers
+            .iter()
+            .filter(|w| w.path == *path)
+            .cloned()
+            .collect();
         // A file open for writing is someone else's work in progress (what it wrote so far is
         // not recorded yet): the writer is who to name.
         if !force
@@ -292,8 +291,7 @@ fn keep_tree_whole(view: &View<'_>, plan: &mut Plan) {
                 .is_none_or(|t| Some(t.kind) != s.now.as_ref().map(|n| n.kind))
     };
     loop {
-        let by_path: HashMap<&[u8], &Step> =
-            plan.steps.iter().map(|s| (&s.path[..], s)).collect();
+        let by_path: HashMap<&[u8], &Step> = plan.steps.iter().map(|s| (&s.path[..], s)).collect();
         let mut skip: Vec<(usize, String)> = Vec::new();
         for (i, s) in plan.steps.iter().enumerate() {
             if s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir) && removes(s) {
@@ -451,9 +449,13 @@ pub fn describe(step: &Step) -> String {
             t.kind != FileKind::File || step.now.as_ref().is_none_or(|n| n.kind != t.kind)
         });
         line += &if replaced {
-            format!(" [{w} holds it open for writing: what it writes from now on goes to the removed file]")
+            format!(
+                " [{w} holds it open for writing: what it writes from now on goes to the removed file]"
+            )
         } else {
-            format!(" [{w} holds it open for writing: what it wrote so far is recorded first, and it goes on writing to the restored file]")
+            format!(
+                " [{w} holds it open for writing: what it wrote so far is recorded first, and it goes on writing to the restored file]"
+            )
         };
     }
     line

@@ -1087,12 +1087,8 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
         let (before, _) = walk(&root)?;
         let dry = rewind(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
         let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
-        same_plan(&dry, &out).map_err(|e| {
-            format!(
-                "{done}rollback --to {name}: {e}history:\n{}",
-                history(&ws)
-            )
-        })?;
+        same_plan(&dry, &out)
+            .map_err(|e| format!("{done}rollback --to {name}: {e}history:\n{}", history(&ws)))?;
         if !out.status.success() {
             return Err(format!(
                 "{done}rollback --to {name} failed: {}history:\n{}",

@@ -72,7 +72,10 @@ fn a_folder_that_still_holds_others_entries_is_skipped_in_the_dry_run_and_the_ru
         ),
         "{text}"
     );
-    assert!(text.contains("skip     src: still holds src/extra"), "{text}");
+    assert!(
+        text.contains("skip     src: still holds src/extra"),
+        "{text}"
+    );
     assert!(text.contains("remove   top.txt"), "{text}");
     assert!(!text.contains("remove   src"), "{text}");
 
@@ -94,7 +97,10 @@ fn a_folder_that_still_holds_others_entries_is_skipped_in_the_dry_run_and_the_ru
 
     // Once the others' files are gone, the folders go too.
     as_session(&ws, "s2", "rm src/extra/mod.rs src/extra/other.rs");
-    let dry = rw(&ws, &["rollback", "--session", "s1", "--dry-run", "--force"]);
+    let dry = rw(
+        &ws,
+        &["rollback", "--session", "s1", "--dry-run", "--force"],
+    );
     let text = stdout(&dry);
     assert!(text.contains("remove   src/extra\n"), "{text}");
     assert!(text.contains("remove   src\n"), "{text}");
@@ -188,7 +194,10 @@ fn a_forced_rollback_of_an_open_file_records_the_writer_first_and_keeps_its_late
     let writer = open_writer(&ws);
     let pid = writer.id();
     // Back to before first's edit (v1), in place: the writer goes on writing to the file.
-    let last = stdout(&rw(&ws, &["log", "w.txt", "--session", "first", "-n", "1", "--json"]));
+    let last = stdout(&rw(
+        &ws,
+        &["log", "w.txt", "--session", "first", "-n", "1", "--json"],
+    ));
     let id: String = last
         .split("\"id\":")
         .nth(1)
@@ -248,7 +257,10 @@ fn a_forced_removal_of_an_open_file_says_where_its_writer_writes() {
     ok_sync(&ws);
     let writer = open_writer(&ws);
     let pid = writer.id();
-    let dry = rw(&ws, &["rollback", "--session", "first", "--dry-run", "--force"]);
+    let dry = rw(
+        &ws,
+        &["rollback", "--session", "first", "--dry-run", "--force"],
+    );
     let run = rw(&ws, &["rollback", "--session", "first", "--force"]);
     for out in [&dry, &run] {
         let text = stdout(out);
@@ -279,7 +291,11 @@ fn a_special_file_that_cannot_be_restored_is_a_skip_in_the_dry_run_already() {
     let mut ws = Workspace::new();
     ws.mount();
     let root = ws.path();
-    as_session(&ws, "first", "mkdir d && mkfifo d/pipe && printf 'x\\n' > d/file");
+    as_session(
+        &ws,
+        "first",
+        "mkdir d && mkfifo d/pipe && printf 'x\\n' > d/file",
+    );
     ok_sync(&ws);
     let out = rw(&ws, &["checkpoint", "before"]);
     assert!(out.status.success(), "{out:?}");

@@ -902,8 +902,9 @@ fn a_restore_that_cannot_read_its_content_leaves_the_file_as_it_was() {
     for p in ["b.txt", "c.txt", "gone.txt", "big.bin"] {
         for text in [&stdout(&dry), &text] {
             assert!(
-                text.lines().any(|l| l.starts_with(&format!("skip     {p}: "))
-                    && l.contains("cannot read its earlier content")),
+                text.lines()
+                    .any(|l| l.starts_with(&format!("skip     {p}: "))
+                        && l.contains("cannot read its earlier content")),
                 "{p} not reported as skipped:\n{text}"
             );
         }

@@ -13,8 +13,8 @@ use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileKind, FileState, OpenEpisode};
-use crate::history::rollback::Writer;
 use crate::history::db::Extra;
+use crate::history::rollback::Writer;
 use crate::history::time::now_ns;
 use crate::history::who::Who;
 
