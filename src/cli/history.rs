@@ -15,7 +15,7 @@ use crate::command::env::Applied;
 use crate::command::{self, Actor, Command, Env, Outcome};
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
-use crate::history::rollback::Plan;
+use crate::history::rollback::{Plan, Writer};
 use crate::history::{Error, History, Name, Result, time};
 use crate::store::GcReport;
 
@@ -36,12 +36,15 @@ enum Place {
     Daemon,
     /// Talking to the daemon about processes: only while mounted.
     Plumbing,
+    /// A rollback's dry run: in the daemon when mounted, where the run would plan it (it knows
+    /// which files are open for writing), so the preview is that plan; here otherwise.
+    Preview,
 }
 
 fn place(command: &Command) -> Place {
     match command {
-        Command::Rollback(a) if a.dry_run => Place::Read,
-        Command::Undo(a) if a.dry_run => Place::Read,
+        Command::Rollback(a) if a.dry_run => Place::Preview,
+        Command::Undo(a) if a.dry_run => Place::Preview,
         Command::Rollback(_) | Command::Undo(_) => Place::Daemon,
         Command::Checkpoint(_) | Command::Gc(_) => Place::Write,
         Command::Session(_) | Command::Sync { .. } | Command::Turn(_) | Command::Tool(_) => {
@@ -67,7 +70,8 @@ pub fn run(cwd: &Path, command: &Command) -> CliResult {
         }
         Place::Write => forward(&ctx, command),
         Place::Daemon => ctx.with_mount(|ctx| forward(ctx, command)),
-        Place::Plumbing if ctx.mounted => forward(&ctx, command),
+        Place::Plumbing | Place::Preview if ctx.mounted => forward(&ctx, command),
+        Place::Preview => local(&ctx, command, &ctx.read_history()?, None),
         Place::Plumbing => Err(Failure::usage(format!(
             "`rewind {}` talks to the daemon: mount {} first",
             command.name(),
@@ -223,6 +227,11 @@ impl Actor for LocalActor<'_> {
 
     fn rollback(&self, _plan: &Plan) -> Result<Applied> {
         Err(Error::Usage("a rollback runs in the daemon".into()))
+    }
+
+    fn open_writers(&self) -> Vec<Writer> {
+        // Unmounted: nothing is open through the mount.
+        Vec::new()
     }
 
     fn plumbing(&self, command: &Command, _caller: u32) -> Result<String> {

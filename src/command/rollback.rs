@@ -118,7 +118,8 @@ fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> 
         env.actor("rollback")?.settle()?;
     }
     let selected = rollback::select(env.history, selector)?;
-    let plan = rollback::plan(&env.view(), &selected, force)?;
+    let writers = env.actor.map(|a| a.open_writers()).unwrap_or_default();
+    let plan = rollback::plan(&env.view(), &selected, force, &writers)?;
     let mut out = String::new();
     for (p, why) in &plan.skipped {
         out += &format!("skip     {}: {why}\n", escape_path(p));

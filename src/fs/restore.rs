@@ -211,11 +211,23 @@ impl Apply for Restorer {
             existing = false;
         }
         if existing {
-            // In place, so every name of a hard-linked file gets it.
+            // In place, so every name of a hard-linked file gets it. A process that holds it
+            // open for writing (a forced rollback) keeps writing to it: what it wrote so far
+            // is its own change, the rewrite the rollback's.
+            let writer = match (&self.core.recorder, self.core.backing.stat(path)) {
+                (Some(rec), Ok(st)) if rec.is_open(&st) => Some((rec, st)),
+                _ => None,
+            };
             let episode = self
                 .core
                 .begin_write(path, self.tid)
                 .map_err(|e| failed(path, e))?;
+            if let Some((rec, st)) = &writer
+                && let Err(e) = rec.cut_for_restore(path, st)
+            {
+                self.core.end_write(episode);
+                return Err(e);
+            }
             let written = self
                 .core
                 .backing
@@ -225,8 +237,13 @@ impl Apply for Restorer {
                     content(&mut f)?;
                     f.flush().map_err(io)
                 });
+            let recorded = match &writer {
+                Some((rec, st)) => rec.restored_in_place(path, st, self.tid),
+                None => Ok(()),
+            };
             self.core.end_write(episode);
             written?;
+            recorded?;
             self.content_changed(path);
         } else {
             let caller = self.caller_in(parent);

@@ -8,7 +8,10 @@
 //! symlink out of the workspace.
 //!
 //! A path is skipped (unless forced) when someone outside the selection changed it between the
-//! selection's first and last change to it, or when it is no longer as the selection left it.
+//! selection's first and last change to it, when it is no longer as the selection left it, or
+//! when a process holds it open for writing. What the tree would make fail (a folder that still
+//! holds entries the rollback leaves, content that cannot be read, special files) is a skip in
+//! the plan too, so the dry run is exactly what the run does.
 //! So a rollback that was itself undone does not stand in the way of rolling back the same
 //! selection again: the path is back to what the selection left.
 
@@ -49,6 +52,28 @@ pub struct Step {
     /// first mount) and a folder rename has moved it: its content is kept from there before
     /// anything is touched ([`keep_moved_content`]).
     pub moved_to: Option<Vec<u8>>,
+    /// Processes that hold the file open for writing (a forced rollback only: otherwise the
+    /// path is skipped).
+    pub open_by: Vec<Writer>,
+}
+
+/// A process that holds a file open for writing through the mount (an open write episode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    pub path: Vec<u8>,
+    pub pid: u32,
+    pub process: String,
+    pub session: String,
+}
+
+impl std::fmt::Display for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "process {} ({}) of session {}",
+            self.pid, self.process, self.session
+        )
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -125,8 +150,12 @@ pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
     })
 }
 
-/// Work out what a rollback of `selected` would do.
-pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
+/// Work out what a rollback of `selected` would do. The plan is the whole of it: the dry run
+/// prints it and the run carries out exactly its steps, so everything known to stand in the
+/// way (someone else's change, an open writer, content that cannot be read, a folder that
+/// still holds entries the rollback leaves, a kind of file that is not restored) is a skip
+/// here, not a failure later. `writers` are the files open for writing now.
+pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer]) -> Result<Plan> {
     let history = view.history;
     let ids: HashSet<u64> = selected.iter().map(|c| c.id).collect();
     // Every path touched, with the earliest and latest selected change to it. A folder renamed
@@ -164,6 +193,23 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
         let target = then.state().cloned();
         let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
         let now = view.state_at(path, u64::MAX)?.state().cloned();
+        let open_by: Vec<Writer> = writers
+            .iter()
+            .filter(|w| w.path == *path)
+            .cloned()
+            .collect();
+        // A file open for writing is someone else's work in progress (what it wrote so far is
+        // not recorded yet): the writer is who to name.
+        if !force
+            && let Some(w) = open_by.first()
+            && !same(&target, &now)
+        {
+            plan.skipped.push((
+                path.clone(),
+                format!("held open for writing by {w}; use --force"),
+            ));
+            continue;
+        }
         if !force && let Some(why) = conflict(view, &ids, path, *first, *last, &now)? {
             plan.skipped.push((path.clone(), why));
             continue;
@@ -181,14 +227,159 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool) -> Result<Plan> {
         if same(&target, &now) {
             continue;
         }
+        if let Some(why) = cannot_restore(view, target.as_ref(), moved_to.as_deref()) {
+            plan.skipped.push((path.clone(), why));
+            continue;
+        }
         plan.steps.push(Step {
             path: path.clone(),
             target,
             now,
             moved_to,
+            open_by,
         });
     }
+    keep_tree_whole(view, &mut plan);
+    plan.skipped.sort();
     Ok(plan)
+}
+
+/// Why a target state cannot be put back, if it cannot: special files are not restored, and
+/// content must be readable whole (from the store, or from the later name of a folder that
+/// moved, for content never recorded).
+fn cannot_restore(
+    view: &View<'_>,
+    target: Option<&FileState>,
+    moved_to: Option<&[u8]>,
+) -> Option<String> {
+    let t = target?;
+    if t.kind == FileKind::Special {
+        return Some("special files (fifos, sockets, devices) are not restored".into());
+    }
+    if !matches!(t.kind, FileKind::File | FileKind::Symlink) {
+        return None;
+    }
+    let Some(hash) = t.hash else {
+        return Some("its earlier content was never recorded".into());
+    };
+    let store = view.history.store();
+    if let Some(at) = moved_to
+        && !store.has_blob(&hash).unwrap_or(false)
+    {
+        // Kept from there just before the run (`keep_moved_content`).
+        return (hash_now(view, t.kind, at).as_ref() != Some(&hash))
+            .then(|| "its earlier content, under the folder's new name, has changed".into());
+    }
+    store
+        .verify_blob(&hash)
+        .err()
+        .map(|e| format!("cannot read its earlier content: {e}"))
+}
+
+/// The content hash of a file or symlink in the workspace now, as the store would hash it.
+fn hash_now(view: &View<'_>, kind: FileKind, path: &[u8]) -> Option<crate::store::Hash> {
+    match kind {
+        FileKind::File => {
+            let mut f = view.source.open_read(path).ok()?;
+            let mut hasher = blake3::Hasher::new();
+            std::io::copy(&mut f, &mut hasher).ok()?;
+            Some(crate::store::Hash(*hasher.finalize().as_bytes()))
+        }
+        FileKind::Symlink => Some(crate::store::Hash::of(&view.source.readlink(path).ok()?)),
+        _ => None,
+    }
+}
+
+/// Turn into skips the steps the tree around them would make fail: the removal (or
+/// replacement) of a folder that still holds entries the plan leaves there, and anything to
+/// put in a folder that will not be there. Repeated until nothing changes, since one skip can
+/// leave a folder above it full, or a path below it without its folder.
+fn keep_tree_whole(view: &View<'_>, plan: &mut Plan) {
+    let removes = |s: &Step| {
+        s.now.is_some()
+            && s.target
+                .as_ref()
+                .is_none_or(|t| Some(t.kind) != s.now.as_ref().map(|n| n.kind))
+    };
+    loop {
+        let by_path: HashMap<&[u8], &Step> = plan.steps.iter().map(|s| (&s.path[..], s)).collect();
+        let mut skip: Vec<(usize, String)> = Vec::new();
+        for (i, s) in plan.steps.iter().enumerate() {
+            if s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir) && removes(s) {
+                let names = match view.source.read_dir(&s.path) {
+                    Ok(names) => names,
+                    Err(e) => {
+                        skip.push((i, format!("cannot list what it holds: {e}")));
+                        continue;
+                    }
+                };
+                let mut left: Vec<Vec<u8>> = Vec::new();
+                for name in names {
+                    let child = join(&s.path, &name);
+                    if !by_path.get(&child[..]).is_some_and(|c| removes(c)) {
+                        left.push(child);
+                    }
+                }
+                if !left.is_empty() {
+                    left.sort();
+                    skip.push((i, holds(&left)));
+                    continue;
+                }
+            }
+            if s.target.is_some()
+                && let Some(slash) = s.path.iter().rposition(|b| *b == b'/')
+            {
+                let parent = &s.path[..slash];
+                let dir_then = match by_path.get(parent) {
+                    Some(p) => p.target.as_ref().is_some_and(|t| t.kind == FileKind::Dir),
+                    None => view
+                        .source
+                        .lstat(parent)
+                        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                };
+                if !dir_then {
+                    skip.push((
+                        i,
+                        format!(
+                            "its folder {} is not restored",
+                            super::format::escape_path(parent)
+                        ),
+                    ));
+                }
+            }
+        }
+        if skip.is_empty() {
+            return;
+        }
+        for (i, why) in skip.into_iter().rev() {
+            let s = plan.steps.remove(i);
+            plan.skipped.push((s.path, why));
+        }
+    }
+}
+
+/// "still holds a, b and 3 more, which the rollback leaves": the entries that keep a folder.
+fn holds(left: &[Vec<u8>]) -> String {
+    const SHOWN: usize = 5;
+    let mut names: Vec<String> = left
+        .iter()
+        .take(SHOWN)
+        .map(|p| super::format::escape_path(p))
+        .collect();
+    if left.len() > SHOWN {
+        names.push(format!("{} more", left.len() - SHOWN));
+    }
+    format!(
+        "still holds {}, which the rollback leaves; it is kept",
+        names.join(", ")
+    )
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = dir.to_vec();
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
 }
 
 /// Why rolling back `path` would undo someone else's work, if it would: a change outside the
@@ -261,8 +452,27 @@ fn same(a: &Option<FileState>, b: &Option<FileState>) -> bool {
     }
 }
 
-/// What a step does, for `--dry-run` and reports.
+/// What a step does, for `--dry-run` and reports (the same line in both).
 pub fn describe(step: &Step) -> String {
+    let mut line = what(step);
+    for w in &step.open_by {
+        let replaced = step.target.as_ref().is_none_or(|t| {
+            t.kind != FileKind::File || step.now.as_ref().is_none_or(|n| n.kind != t.kind)
+        });
+        line += &if replaced {
+            format!(
+                " [{w} holds it open for writing: what it writes from now on goes to the removed file]"
+            )
+        } else {
+            format!(
+                " [{w} holds it open for writing: what it wrote so far is recorded first, and it goes on writing to the restored file]"
+            )
+        };
+    }
+    line
+}
+
+fn what(step: &Step) -> String {
     let path = super::format::escape_path(&step.path);
     match (&step.now, &step.target) {
         (_, None) => format!("remove   {path}"),

@@ -26,7 +26,9 @@
 //!   names are one file is not compared: a rollback restores content, type and mode per path,
 //!   and does not promise to bring back hard-link identity;
 //! - `rewind rollback --session rollback-N` (the session the rollback printed; no `--force`, as
-//!   nothing else happened in between) gives back exactly the tree the rollback started from.
+//!   nothing else happened in between) gives back exactly the tree the rollback started from;
+//! - before each of these rollbacks, its `--dry-run` prints the same plan, path for path, as
+//!   the run then reports, with the same exit status, and nothing in the run fails.
 //!
 //! A checkpoint that gc left without the whole history after it must be refused (exit 2, naming
 //! the oldest point kept) by `rollback --to`, `diff --from` and `.rewind/at/`, never answered
@@ -1172,7 +1174,10 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     }
     for (name, tree) in &checkpoints {
         let (before, _) = walk(&root)?;
+        let dry = rewind(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
         let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        same_plan(&dry, &out)
+            .map_err(|e| format!("{done}rollback --to {name}: {e}history:\n{}", history(&ws)))?;
         if !out.status.success() {
             return Err(format!(
                 "{done}rollback --to {name} failed: {}history:\n{}",
@@ -1205,7 +1210,14 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             continue;
         };
         stats.restored += restored(&stdout);
+        let dry = rewind(&ws, &["rollback", "--session", session, "--dry-run"]);
         let undo = rewind(&ws, &["rollback", "--session", session]);
+        same_plan(&dry, &undo).map_err(|e| {
+            format!(
+                "{done}undoing {session} (the rollback to {name}): {e}history:\n{}",
+                history(&ws)
+            )
+        })?;
         if !undo.status.success() {
             return Err(format!(
                 "{done}undoing {session} (the rollback to {name}) failed: {}history:\n{}",
@@ -1242,6 +1254,33 @@ fn removed(out: &[u8]) -> Option<(u64, u64)> {
         .filter(|w| !w.is_empty())
         .map(|w| w.parse::<u64>().ok());
     Some((numbers.next()??, numbers.next()??))
+}
+
+/// The dry run's plan is what the run did: the same lines, path for path (skips included),
+/// and nothing failed.
+fn same_plan(dry: &Output, run: &Output) -> Result<(), String> {
+    let lines = |out: &Output| -> Vec<String> {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.last().is_some_and(|l| {
+            l.starts_with("dry run: ") || l.contains(": restored ") || l.starts_with("nothing to")
+        }) {
+            lines.pop();
+        }
+        lines
+    };
+    if dry.status.code() != run.status.code()
+        || lines(dry) != lines(run)
+        || String::from_utf8_lossy(&run.stdout).contains("\nfailed ")
+        || String::from_utf8_lossy(&run.stdout).starts_with("failed ")
+    {
+        return Err(format!(
+            "the dry run's plan is not what the run did:\ndry run: {}run: {}",
+            text(dry),
+            text(run)
+        ));
+    }
+    Ok(())
 }
 
 /// N in a rollback's "rollback-M: restored N paths".

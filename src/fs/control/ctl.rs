@@ -17,7 +17,7 @@ use crate::fs::backing::Backing;
 use crate::fs::restore::Restorer;
 use crate::history::change::{Checkpoint, Tool};
 use crate::history::db::GcPolicy;
-use crate::history::rollback::{self, Plan};
+use crate::history::rollback::{self, Plan, Writer};
 use crate::history::{Error, Name, Recorder, Result, time};
 use crate::store::GcReport;
 
@@ -228,6 +228,10 @@ impl Actor for DaemonActor<'_> {
         // New files it made are held back like any others: record them now.
         self.recorder().settle()?;
         Ok(Applied { session, failed })
+    }
+
+    fn open_writers(&self) -> Vec<Writer> {
+        self.recorder().open_writers()
     }
 
     fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {

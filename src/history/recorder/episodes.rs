@@ -14,6 +14,7 @@ use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileKind, FileState, OpenEpisode};
 use crate::history::db::Extra;
+use crate::history::rollback::Writer;
 use crate::history::time::now_ns;
 use crate::history::who::Who;
 
@@ -195,6 +196,47 @@ impl Recorder {
         Ok(None)
     }
 
+    /// The files open for writing now, under every name they have, and who writes them.
+    pub fn open_writers(&self) -> Vec<Writer> {
+        let episodes = lock(&self.episodes);
+        let mut out = Vec::new();
+        for (key, ep) in episodes.iter().filter(|(_, ep)| !ep.orphaned) {
+            for path in std::iter::once(ep.path.clone()).chain(self.other_names(*key, &ep.path)) {
+                out.push(Writer {
+                    path,
+                    pid: ep.who.pid,
+                    process: ep.who.process.clone(),
+                    session: ep.who.session.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether a write episode is open on the file `st`.
+    pub fn is_open(&self, st: &libc::stat) -> bool {
+        lock(&self.episodes).contains_key(&key_of(st))
+    }
+
+    /// A rollback is about to rewrite `path` in place while another process holds it open for
+    /// writing: what that process wrote so far is recorded first, as its own change.
+    pub fn cut_for_restore(&self, path: &[u8], st: &libc::stat) -> Result<()> {
+        let key = key_of(st);
+        let _held = self.hold(&[key]);
+        self.cut_episode_by(key, path, None)
+    }
+
+    /// A rollback (as thread `pid`) has rewritten `path` in place, inside another process's
+    /// open episode: the rewrite is recorded as the rollback's own change, never folded into
+    /// the writer's, and the episode goes on from the restored content, so what the writer
+    /// writes next is its own change again.
+    pub fn restored_in_place(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<()> {
+        let key = key_of(st);
+        let _held = self.hold(&[key]);
+        let by = self.who(pid);
+        self.cut_episode_by(key, path, Some(by))
+    }
+
     /// `path`'s stat, if it is still the file `key` (not gone, not replaced).
     pub(super) fn stat_if_same(&self, path: &[u8], key: Key) -> Option<libc::stat> {
         self.source.lstat(path).ok().filter(|st| key_of(st) == key)
@@ -205,6 +247,12 @@ impl Recorder {
     /// unlink or rename can come while the episode that just wrote the file is still open; it
     /// must be recorded first, or history would not be a chain.
     pub(super) fn cut_episode(&self, key: Key, path: &[u8]) -> Result<()> {
+        self.cut_episode_by(key, path, None)
+    }
+
+    /// [`cut_episode`](Recorder::cut_episode), recording what changed so far as `by`'s change
+    /// (`None`: the episode's own writer's).
+    fn cut_episode_by(&self, key: Key, path: &[u8], by: Option<Who>) -> Result<()> {
         let (ep_path, before, who, created) = match lock(&self.episodes).get(&key) {
             Some(ep)
                 if !ep.orphaned && (ep.path == path || self.same_file(key, &ep.path, path)) =>
@@ -228,7 +276,7 @@ impl Recorder {
             } else {
                 ChangeKind::Modify
             };
-            let mut change = self.change(kind, &ep_path, &who);
+            let mut change = self.change(kind, &ep_path, by.as_ref().unwrap_or(&who));
             change.before = before;
             change.after = Some(now.clone());
             change.links = self.other_names(key, &ep_path);

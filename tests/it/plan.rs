@@ -1,0 +1,321 @@
+//! One rollback plan: what the dry run prints is what the run does, path for path, and what
+//! would stand in the way (a folder that still holds others' entries, a file another process
+//! holds open for writing) is a skip in both, saying why and by whom.
+
+use std::fs;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use crate::common::Workspace;
+
+/// Run `rewind ARGS` from inside the workspace.
+fn rw(ws: &Workspace, args: &[&str]) -> Output {
+    let mut cmd = ws.command(args);
+    cmd.current_dir(ws.path());
+    cmd.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run a shell script in the workspace as a process of `session`.
+fn as_session(ws: &Workspace, session: &str, script: &str) {
+    let out = Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(ws.path())
+        .env("REWIND_SESSION", session)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+}
+
+/// The per-path lines of a rollback's output (its last line is the summary).
+pub fn plan_lines(out: &Output) -> Vec<String> {
+    let text = stdout(out);
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    if lines.last().is_some_and(|l| {
+        l.starts_with("dry run: ") || l.contains(": restored ") || l.starts_with("nothing to")
+    }) {
+        lines.pop();
+    }
+    lines
+}
+
+#[test]
+fn a_folder_that_still_holds_others_entries_is_skipped_in_the_dry_run_and_the_run() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    as_session(
+        &ws,
+        "s1",
+        "mkdir -p src/extra && printf 'mod a;\\n' > src/extra/mod.rs && printf 'x\\n' > top.txt",
+    );
+    as_session(&ws, "s2", "printf 'mod b;\\n' >> src/extra/mod.rs");
+    as_session(&ws, "s3", "printf 'theirs\\n' > src/extra/other.rs");
+
+    let dry = rw(&ws, &["rollback", "--session", "s1", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(1), "{dry:?}");
+    let text = stdout(&dry);
+    // The file s2 changed later, and the folders that still hold it and s3's file, are skips;
+    // only top.txt goes. Nothing plans to remove src/extra.
+    assert!(
+        text.contains("skip     src/extra/mod.rs: changed later by change"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "skip     src/extra: still holds src/extra/mod.rs, src/extra/other.rs, which the \
+             rollback leaves"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("skip     src: still holds src/extra"),
+        "{text}"
+    );
+    assert!(text.contains("remove   top.txt"), "{text}");
+    assert!(!text.contains("remove   src"), "{text}");
+
+    let run = rw(&ws, &["rollback", "--session", "s1"]);
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    let report = stdout(&run);
+    assert!(!report.contains("\nfailed "), "{report}");
+    assert!(report.contains(", failed 0 "), "{report}");
+    assert_eq!(plan_lines(&run), plan_lines(&dry), "{report}");
+    assert!(!root.join("top.txt").exists());
+    assert_eq!(
+        fs::read_to_string(root.join("src/extra/mod.rs")).unwrap(),
+        "mod a;\nmod b;\n"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("src/extra/other.rs")).unwrap(),
+        "theirs\n"
+    );
+
+    // Once the others' files are gone, the folders go too.
+    as_session(&ws, "s2", "rm src/extra/mod.rs src/extra/other.rs");
+    let dry = rw(
+        &ws,
+        &["rollback", "--session", "s1", "--dry-run", "--force"],
+    );
+    let text = stdout(&dry);
+    assert!(text.contains("remove   src/extra\n"), "{text}");
+    assert!(text.contains("remove   src\n"), "{text}");
+    let run = rw(&ws, &["rollback", "--session", "s1", "--force"]);
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    assert!(!root.join("src").exists());
+}
+
+/// A writer of session `second` that appends `v2` to w.txt and then waits for a line on its
+/// stdin before appending `v3` and closing.
+fn open_writer(ws: &Workspace) -> std::process::Child {
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys\n\
+             f = os.open('w.txt', os.O_WRONLY | os.O_APPEND)\n\
+             os.write(f, b'v2\\n')\n\
+             print('open', flush=True)\n\
+             sys.stdin.readline()\n\
+             os.write(f, b'v3\\n')\n\
+             os.close(f)\n",
+        )
+        .current_dir(ws.path())
+        .env("REWIND_SESSION", "second")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "open\n");
+    child
+}
+
+fn finish(mut child: std::process::Child) {
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn a_file_open_for_writing_is_skipped_with_its_writer_unless_forced() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    as_session(&ws, "first", "printf 'v1\\n' > w.txt");
+    ok_sync(&ws);
+    let writer = open_writer(&ws);
+    let pid = writer.id();
+
+    // Not forced: skipped, with who holds it, in the dry run and the run alike.
+    let dry = rw(&ws, &["rollback", "--session", "first", "--dry-run"]);
+    let run = rw(&ws, &["rollback", "--session", "first"]);
+    for out in [&dry, &run] {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let text = stdout(out);
+        assert!(
+            text.contains(&format!(
+                "skip     w.txt: held open for writing by process {pid} (python3) of session \
+                 second; use --force"
+            )),
+            "{text}"
+        );
+    }
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    assert!(stdout(&run).contains("or skipped"), "{}", stdout(&run));
+    // The writer's later write is not lost.
+    finish(writer);
+    assert_eq!(
+        fs::read_to_string(root.join("w.txt")).unwrap(),
+        "v1\nv2\nv3\n"
+    );
+    ok_sync(&ws);
+    let log = stdout(&rw(&ws, &["log", "w.txt", "--session", "second"]));
+    assert_eq!(log.lines().count(), 1, "{log}");
+}
+
+#[test]
+fn a_forced_rollback_of_an_open_file_records_the_writer_first_and_keeps_its_later_writes() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    as_session(&ws, "first", "printf 'v1\\n' > w.txt");
+    ok_sync(&ws);
+    as_session(&ws, "first", "printf 'v1 first edit\\n' > w.txt");
+    ok_sync(&ws);
+    let writer = open_writer(&ws);
+    let pid = writer.id();
+    // Back to before first's edit (v1), in place: the writer goes on writing to the file.
+    let last = stdout(&rw(
+        &ws,
+        &["log", "w.txt", "--session", "first", "-n", "1", "--json"],
+    ));
+    let id: String = last
+        .split("\"id\":")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let dry = rw(&ws, &["undo", &id, "--dry-run", "--force"]);
+    let run = rw(&ws, &["undo", &id, "--force"]);
+    let note = format!("process {pid} (python3) of session second holds it open for writing");
+    for out in [&dry, &run] {
+        assert!(stdout(out).contains(&note), "{out:?}");
+    }
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    let session = stdout(&run)
+        .lines()
+        .last()
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v1\n");
+    finish(writer);
+    assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v1\nv3\n");
+    ok_sync(&ws);
+    // Three changes, each its own: the writer's v2, the rollback's restore, the writer's v3.
+    let log = stdout(&rw(&ws, &["log", "w.txt", "--json"]));
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 5, "{log}");
+    let tail = &lines[2..];
+    assert!(
+        tail[0].contains("\"session\":\"second\"") && tail[0].contains("\"kind\":\"modify\""),
+        "{log}"
+    );
+    assert!(
+        tail[1].contains(&format!("\"session\":\"{session}\""))
+            && tail[1].contains("\"kind\":\"restore\""),
+        "{log}"
+    );
+    assert!(
+        tail[2].contains("\"session\":\"second\"") && tail[2].contains("\"kind\":\"modify\""),
+        "{log}"
+    );
+    assert_eq!(
+        stdout(&rw(&ws, &["cat", "w.txt", "--at", &id])),
+        "v1 first edit\n"
+    );
+}
+
+#[test]
+fn a_forced_removal_of_an_open_file_says_where_its_writer_writes() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    as_session(&ws, "first", "printf 'v1\\n' > w.txt");
+    ok_sync(&ws);
+    let writer = open_writer(&ws);
+    let pid = writer.id();
+    let dry = rw(
+        &ws,
+        &["rollback", "--session", "first", "--dry-run", "--force"],
+    );
+    let run = rw(&ws, &["rollback", "--session", "first", "--force"]);
+    for out in [&dry, &run] {
+        let text = stdout(out);
+        assert!(
+            text.contains(&format!(
+                "remove   w.txt [process {pid} (python3) of session second holds it open for \
+                 writing: what it writes from now on goes to the removed file]"
+            )),
+            "{text}"
+        );
+    }
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    finish(writer);
+    assert!(!root.join("w.txt").exists());
+    // What it wrote before the rollback is its own change, and can be had back.
+    ok_sync(&ws);
+    let log = stdout(&rw(&ws, &["log", "w.txt", "--session", "second", "--json"]));
+    assert!(log.contains("\"kind\":\"modify\""), "{log}");
+}
+
+fn ok_sync(ws: &Workspace) {
+    let out = rw(ws, &["sync"]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_special_file_that_cannot_be_restored_is_a_skip_in_the_dry_run_already() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    as_session(
+        &ws,
+        "first",
+        "mkdir d && mkfifo d/pipe && printf 'x\\n' > d/file",
+    );
+    ok_sync(&ws);
+    let out = rw(&ws, &["checkpoint", "before"]);
+    assert!(out.status.success(), "{out:?}");
+    as_session(&ws, "second", "rm -r d");
+    ok_sync(&ws);
+    let dry = rw(&ws, &["rollback", "--to", "before", "--dry-run"]);
+    let run = rw(&ws, &["rollback", "--to", "before"]);
+    for out in [&dry, &run] {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let text = stdout(out);
+        assert!(
+            text.contains(
+                "skip     d/pipe: special files (fifos, sockets, devices) are not restored"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("restore  d/file (file)"), "{text}");
+        assert!(!text.contains("\nfailed "), "{text}");
+    }
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    assert_eq!(fs::read_to_string(root.join("d/file")).unwrap(), "x\n");
+    assert!(!root.join("d/pipe").exists());
+}
