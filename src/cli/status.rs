@@ -37,7 +37,12 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
     // The daemon's own view: its pid, whether it records, how data moves, retention.
-    if let Ok(text) = std::fs::read_to_string(ctx.workspace.join(".rewind/status")) {
+    let daemon_status = std::fs::read_to_string(ctx.workspace.join(".rewind/status"));
+    if let (Err(e), true) = (&daemon_status, ctx.mounted) {
+        // The line is always there: a daemon that cannot answer says so.
+        println!("recording: unknown (the daemon's .rewind/status: {e})");
+    }
+    if let Ok(text) = daemon_status {
         for line in text.lines().filter(|l| {
             ["state:", "daemon:", "data path:", "retention:", "last gc:"]
                 .iter()
