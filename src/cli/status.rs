@@ -37,8 +37,12 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("state: {}", health(&ctx.workspace));
     println!("store: {}", ctx.store_dir.display());
     // The daemon's own view: its pid, whether it records, how data moves, retention.
-    let daemon = std::fs::read_to_string(ctx.workspace.join(".rewind/status")).ok();
-    if let Some(text) = &daemon {
+    let daemon_status = std::fs::read_to_string(ctx.workspace.join(".rewind/status"));
+    if let (Err(e), true) = (&daemon_status, ctx.mounted) {
+        // The line is always there: a daemon that cannot answer says so.
+        println!("recording: unknown (the daemon's .rewind/status: {e})");
+    }
+    if let Ok(text) = &daemon_status {
         for line in text.lines().filter(|l| {
             [
                 "state:",
@@ -61,7 +65,7 @@ pub fn run(cwd: &Path) -> CliResult {
     }
     // The counts from the daemon, which has the store open: opening it here would replay
     // everything RocksDB has not flushed from its log yet, slower the more there is.
-    if let Some(counts) = daemon.as_deref().and_then(Counts::parse) {
+    if let Some(counts) = daemon_status.as_deref().ok().and_then(Counts::parse) {
         println!("changes: {} (last id {})", counts.changes, counts.last_id);
         println!(
             "stored: {} blobs, {} bytes",

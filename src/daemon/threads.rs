@@ -27,11 +27,17 @@ pub fn writer(recorder: Arc<Recorder>) {
     });
 }
 
-/// Record held-back creates once they are old enough (see `Recorder::flush_pending_older`).
+/// Record held-back creates once they are old enough, and what the store could not take
+/// before (see `Recorder::flush_pending_older`).
 pub fn pending(recorder: Arc<Recorder>) {
     spawn("pending", move || {
         loop {
             std::thread::sleep(PENDING_FOR / 2);
+            // While the store cannot take writes (a full disk), what is held back waits for
+            // the store-recovery thread.
+            if !recorder.history().store().writable() {
+                continue;
+            }
             if let Err(e) = recorder.flush_pending_older(false) {
                 tracing::error!("cannot record new files: {e}");
                 std::thread::sleep(Duration::from_secs(1));

@@ -54,7 +54,7 @@ pub use format::{
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
 pub use query::{Order, Query};
-pub use write::Extra;
+pub use write::{Extra, Room};
 
 /// The store format this build writes; a store with a newer one is refused.
 pub const FORMAT_VERSION: u8 = 1;

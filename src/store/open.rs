@@ -12,21 +12,43 @@ use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options};
 
 use super::{ALL_CFS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys};
 
-fn options() -> Options {
+fn options(dir: &Path) -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
     // Blobs are compressed by us; records and index keys are tiny.
     opts.set_compression_type(rocksdb::DBCompressionType::None);
     opts.set_keep_log_file_num(3);
-    opts.set_max_total_wal_size(64 << 20);
-    opts
+    let buffers = write_buffers(dir);
+    opts.set_max_total_wal_size(buffers as u64);
+    opts.set_db_write_buffer_size(buffers);
+    opts.set_write_buffer_size(buffers);
+    // Preallocated log and table files would take the reserve's room before anything is
+    // written to them (ext4 keeps what a failed `fallocate` got). The crate has no setter.
+    match opts.get_options_from_string("allow_fallocate=false") {
+        Ok(without) => without,
+        Err(e) => {
+            tracing::warn!("cannot turn off fallocate in the store: {e}");
+            opts
+        }
+    }
 }
 
-fn descriptors() -> impl Iterator<Item = ColumnFamilyDescriptor> {
-    ALL_CFS
-        .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()))
+/// What RocksDB may hold unflushed (its write buffers, and so its log): half the reserve kept
+/// on the store's disk (see `write::reserve_for`), so that flushing them always fits; 64 MiB,
+/// RocksDB's default, on any disk over 1.25 GiB.
+fn write_buffers(dir: &Path) -> usize {
+    let size = super::write::disk_space(dir).map_or(u64::MAX, |(size, _)| size);
+    (super::write::reserve_for(size) / 2) as usize
+}
+
+fn descriptors(dir: &Path) -> impl Iterator<Item = ColumnFamilyDescriptor> {
+    let buffers = write_buffers(dir);
+    ALL_CFS.iter().map(move |name| {
+        let mut opts = Options::default();
+        opts.set_write_buffer_size(buffers);
+        ColumnFamilyDescriptor::new(*name, opts)
+    })
 }
 
 /// Open the database for writing, its files created private (see [`private_files`]), after
@@ -36,7 +58,7 @@ fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
         check_outside(dir, ws)?;
     }
     let _private = PrivateUmask::set();
-    let db = DB::open_cf_descriptors(&options(), dir, descriptors())
+    let db = DB::open_cf_descriptors(&options(dir), dir, descriptors(dir))
         .map_err(|source| classify_open_error(dir, source))?;
     check_files(&db, dir)?;
     Ok(db)
@@ -235,7 +257,7 @@ impl Store {
         if !writer_running(dir) {
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
-            let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(), false)
+            let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(dir), false)
                 .map_err(|source| classify_open_error(dir, source))?;
             check_files(&db, dir)?;
             return Self::finish_open(db, dir, true, None);
@@ -253,7 +275,7 @@ impl Store {
             let db = {
                 // The scratch directory's files too are the owner's alone.
                 let _private = PrivateUmask::set();
-                DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors())
+                DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors(dir))
                     .map_err(|source| classify_open_error(dir, source))?
             };
             match check_files(&db, dir) {
@@ -362,11 +384,29 @@ impl Store {
     }
 
     /// After a failed write: close the database and open it again, which replays what its log
-    /// holds and clears RocksDB's own error state. Writes are accepted again only if that
-    /// works and a test write succeeds; otherwise the store stays unwritable (reads go on).
+    /// holds and clears RocksDB's own error state. Tried only when the disk has room for what
+    /// the replay writes (about the size of the log) and the reserve: RocksDB's own recovery
+    /// waits for a whole write buffer (64 MiB) more than that, too much for a small disk.
+    /// Writes are accepted again only if the reopen works and a test write succeeds; otherwise
+    /// the store stays unwritable, and reads go on (from a read-only instance if the reopen
+    /// failed).
     pub fn recover(&self) -> Result<()> {
         if self.read_only || self.writable() {
             return Ok(());
+        }
+        if let Some(room) = self.room() {
+            let need = room.reserve + log_bytes(&self.dir);
+            if room.free < need {
+                return Err(Error::Unwritable {
+                    reason: format!(
+                        "the disk of {} is full ({} free, {} needed to take writes again)",
+                        self.dir.display(),
+                        super::write::mib(room.free),
+                        super::write::mib(need)
+                    ),
+                    no_space: true,
+                });
+            }
         }
         let mut slot = self.db.write().unwrap_or_else(|e| e.into_inner());
         // Closing flushes nothing that matters: every acknowledged write is in the WAL.
@@ -375,21 +415,31 @@ impl Store {
         let db = match reopened {
             Ok(db) => db,
             Err(e) => {
-                // Reads must go on: take what can be opened (not a store that now leads into
-                // the workspace, which would be written through the mount).
+                // Reads must go on: a read-only instance replays the log without writing (not
+                // a store that now leads into the workspace, which would be read through the
+                // mount).
                 if !matches!(e, Error::Refused { .. }) {
                     let _private = PrivateUmask::set();
-                    *slot = DB::open_cf_descriptors(&options(), &self.dir, descriptors()).ok();
+                    let dir = &self.dir;
+                    *slot = DB::open_cf_descriptors_read_only(
+                        &options(dir),
+                        dir,
+                        descriptors(dir),
+                        false,
+                    )
+                    .ok();
                 }
                 return Err(e);
             }
         };
-        let probe = db.put_cf(
+        let mut probe = rocksdb::WriteBatch::default();
+        probe.put_cf(
             db.cf_handle(CF_META)
                 .expect("column family created at open"),
             b"probe",
             b"",
         );
+        let probe = db.write_opt(probe, &super::write::write_options());
         *slot = Some(db);
         drop(slot);
         probe.map_err(Store::db_error("test write"))?;
@@ -397,6 +447,19 @@ impl Store {
         tracing::info!("the store accepts writes again");
         Ok(())
     }
+}
+
+/// The size of the store's write-ahead logs: what reopening it replays into new table files.
+fn log_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().as_encoded_bytes().ends_with(b".log"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
 }
 
 /// Whether another process has the store open for writing (holds RocksDB's record lock on

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
 
@@ -11,6 +13,56 @@ use super::{
     CF_MANIFEST, CF_META, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, Db, EpisodeRecord,
     Error, Result, SeenRecord, SessionRecord, Store, TurnRecord, check_key_name, keys,
 };
+
+/// The reserve rewind keeps on the store's disk: a tenth of its size, at least 2 MiB and at
+/// most 128 MiB. New recorded operations are refused below it, so that what has started can
+/// still be written: the end of a write, a queued delete, and RocksDB's flush of what its
+/// write buffers hold, which are kept to half the reserve (see `open::options`).
+pub(super) fn reserve_for(disk_size: u64) -> u64 {
+    (disk_size / 10).clamp(2 << 20, 128 << 20)
+}
+
+/// The size of the file system holding `dir`, and what an unprivileged writer may still use
+/// of it (root may dip into ext4's reserved blocks, but counting on them would hide a full
+/// disk); `None` if it cannot be asked.
+pub(super) fn disk_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs of a NUL-terminated path into memory we own; read only on success.
+    if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Some((
+        st.f_blocks.saturating_mul(st.f_frsize),
+        st.f_bavail.saturating_mul(st.f_frsize),
+    ))
+}
+
+/// Free space on the store's disk, and the reserve kept there.
+#[derive(Clone, Copy, Debug)]
+pub struct Room {
+    pub free: u64,
+    pub reserve: u64,
+}
+
+/// How long a write waits out a write stall (see [`Store::write`]).
+const STALL_LIMIT: Duration = Duration::from_secs(5);
+
+/// How every write is made: to the WAL without fsync, and never waiting in a write stall.
+pub(super) fn write_options() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.set_sync(false);
+    opts.set_no_slowdown(true);
+    opts
+}
+
+/// Bytes as MiB, for messages.
+pub(super) fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
 
 /// Bookkeeping written in the same batch as a change.
 #[derive(Default)]
@@ -45,19 +97,37 @@ impl Store {
         }
     }
 
-    /// [`check_writable`](Store::check_writable), and the store's disk has room. For
-    /// operations recorded a moment after they happen (a new file): they must not happen when
-    /// the record could not be written, and a full disk does not fail a write until one is
-    /// tried. Recording resumes by itself once there is room again.
+    /// [`check_writable`](Store::check_writable), and the store's disk has more room than the
+    /// reserve ([`Store::room`]). For starting something that will have to be recorded (a new
+    /// file, an open for writing): it must not happen when the record could not be written,
+    /// and a full disk does not fail a write until one is tried. What has started is finished
+    /// from the reserve. Recording resumes by itself once there is room again.
     pub fn check_room(&self) -> Result<()> {
         self.check_writable()?;
-        if self.disk_full() {
+        if let Some(room) = self.room()
+            && room.free < room.reserve
+        {
             return Err(Error::Unwritable {
-                reason: format!("the disk of {} is full", self.dir.display()),
+                reason: format!(
+                    "the disk of {} is full ({} free, rewind keeps {} in reserve)",
+                    self.dir.display(),
+                    mib(room.free),
+                    mib(room.reserve)
+                ),
                 no_space: true,
             });
         }
         Ok(())
+    }
+
+    /// Free space on the store's disk and the reserve rewind keeps there; `None` if the disk
+    /// cannot be asked.
+    pub fn room(&self) -> Option<Room> {
+        let (size, free) = disk_space(&self.dir)?;
+        Some(Room {
+            free,
+            reserve: reserve_for(size),
+        })
     }
 
     /// Why writes are refused, if they are: for `status`.
@@ -72,39 +142,47 @@ impl Store {
     /// Note a failed write: nothing more is written until [`recover`](Store::recover) works.
     pub(super) fn fail(&self, context: &'static str, source: &rocksdb::Error) {
         let why = source.to_string();
-        let no_space = super::error::is_no_space(source) || self.disk_full();
+        let no_space = super::error::is_no_space(source) || self.below_reserve();
         tracing::error!("store write failed ({context}): {why}; refusing writes until one works");
         *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = Some((why, no_space));
     }
 
-    /// Whether the store's file system has no room left (a write error on a full disk does
-    /// not always say so).
-    fn disk_full(&self) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let Ok(path) = std::ffi::CString::new(self.dir.as_os_str().as_bytes()) else {
-            return false;
-        };
-        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-        // SAFETY: statvfs of a NUL-terminated path into memory we own; read only on success.
-        if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
-            return false;
-        }
-        // SAFETY: statvfs returned 0, so it filled `st`.
-        let st = unsafe { st.assume_init() };
-        st.f_bavail.saturating_mul(st.f_frsize) < 1 << 20
+    /// Whether the store's disk has less room than the reserve (a write error on a full disk
+    /// does not always say so: RocksDB may fail it as a write stall).
+    pub(super) fn below_reserve(&self) -> bool {
+        self.room().is_some_and(|r| r.free < r.reserve)
     }
 
     /// Run a write; on failure refuse further writes, so nothing is written on top of an
-    /// unknown state.
+    /// unknown state. Never waits in RocksDB's write stall (`no_slowdown`): on a full disk a
+    /// failed flush stops writes until RocksDB's own recovery sees a whole write buffer free,
+    /// which may be never. A stall is waited out here, for at most [`STALL_LIMIT`] and only
+    /// while the disk has room (a busy compaction slows writes for moments); then the write
+    /// fails, and the caller's operation with it.
     pub(super) fn write(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
         self.check_writable()?;
         let db = self.db()?;
-        let mut opts = WriteOptions::default();
-        opts.set_sync(false);
-        db.write_opt(batch, &opts).map_err(|source| {
-            self.fail(context, &source);
-            Error::Db { context, source }
-        })
+        let started = Instant::now();
+        let mut batch = batch;
+        loop {
+            // `write_opt` consumes the batch: keep its bytes for another try.
+            let data = batch.data().to_vec();
+            match db.write_opt(batch, &write_options()) {
+                Ok(()) => return Ok(()),
+                Err(source)
+                    if source.kind() == rocksdb::ErrorKind::Incomplete
+                        && started.elapsed() < STALL_LIMIT
+                        && !self.below_reserve() =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                    batch = WriteBatch::from_data(&data);
+                }
+                Err(source) => {
+                    self.fail(context, &source);
+                    return Err(Error::Db { context, source });
+                }
+            }
+        }
     }
 
     pub fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<()> {

@@ -400,13 +400,22 @@ impl Control {
     /// The content of a file node, made now.
     pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
         let history = self.recorder.history();
-        match node {
-            Node::Readme | Node::Version(..) => {}
+        let settled = match node {
+            Node::Readme | Node::Version(..) => Ok(()),
             // The past: new files not yet recorded are left out rather than recorded now.
-            Node::AtPath { .. } => self.recorder.settle_for_views()?,
+            Node::AtPath { .. } => self.recorder.settle_for_views(),
             // What was done before the file was opened is in it (held-back new files waited
             // for, not recorded early: reading never changes the history).
-            _ => self.recorder.settle_for_reading(),
+            _ => {
+                self.recorder.settle_for_reading();
+                Ok(())
+            }
+        };
+        // A store that cannot take writes (a full disk) still serves what it has.
+        if let Err(e) = settled
+            && history.store().writable()
+        {
+            return Err(e);
         }
         let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
             let mut out = String::new();
@@ -461,41 +470,61 @@ impl Control {
         }
     }
 
+    /// The daemon's status. Its `state:` line (whether it records, and if not why and what to
+    /// do) is always there: counts the store cannot give now (while it is being reopened) are
+    /// left out, never the whole answer.
     fn status(&self) -> Result<Vec<u8>> {
         let history = self.recorder.history();
         let store = history.store();
-        let stats = store.stats()?;
         let recording = match store.check_room() {
             Ok(()) => "recording".to_string(),
+            Err(e) if e.is_no_space() => format!(
+                "NOT RECORDING: the store's disk is full ({e}). Free space on it: recording \
+                 resumes by itself within seconds, no remount needed (meanwhile operations \
+                 that would go unrecorded fail with ENOSPC; reads go on)"
+            ),
             Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
         };
         let mut out = format!(
-            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\ncheckpoints: {}\ndefault session: {}\n",
+            "workspace: {}\nstore: {}\nstate: mounted, {recording}\n{}",
             self.workspace.display(),
             store.dir().display(),
             self.state.describe(),
-            stats.changes,
-            stats.last_id,
-            stats.blobs,
-            stats.blob_bytes,
-            crate::history::format::checkpoint_list(&history.checkpoints()?),
-            self.recorder.attributor().default_session(),
         );
-        if let Some(h) = history.horizon()? {
+        match store.stats() {
+            Ok(stats) => {
+                out += &format!(
+                    "changes: {}\nlast change: {}\nblobs: {} ({} bytes stored)\n",
+                    stats.changes, stats.last_id, stats.blobs, stats.blob_bytes,
+                );
+            }
+            Err(e) => out += &format!("changes: unknown ({e})\n"),
+        }
+        if let Ok(checkpoints) = history.checkpoints() {
+            out += &format!(
+                "checkpoints: {}\n",
+                crate::history::format::checkpoint_list(&checkpoints)
+            );
+        }
+        out += &format!(
+            "default session: {}\n",
+            self.recorder.attributor().default_session()
+        );
+        if let Ok(Some(h)) = history.horizon() {
             out += &crate::history::format::horizon_line(&h);
             out.push('\n');
         }
-        out += &format!(
-            "{}\nsessions:\n",
-            unrecorded_line(&self.recorder.unrecorded())
-        );
-        for s in history.sessions()? {
-            out += &format!(
-                "  {} ({}, last {})\n",
-                crate::history::format::escape_text(&s.name),
-                crate::history::format::count(s.count as usize, "change"),
-                time::short(s.last_time_ns)
-            );
+        out += &format!("{}\n", unrecorded_line(&self.recorder.unrecorded()));
+        if let Ok(sessions) = history.sessions() {
+            out += "sessions:\n";
+            for s in sessions {
+                out += &format!(
+                    "  {} ({}, last {})\n",
+                    crate::history::format::escape_text(&s.name),
+                    crate::history::format::count(s.count as usize, "change"),
+                    time::short(s.last_time_ns)
+                );
+            }
         }
         Ok(out.into_bytes())
     }

@@ -121,7 +121,7 @@ impl Recorder {
     pub fn end_write(&self, key: Key) -> Result<()> {
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
-        let (path, before, who, created, orphaned) = {
+        let ep = {
             let mut episodes = lock(&self.episodes);
             let Some(ep) = episodes.get_mut(&key) else {
                 return Ok(());
@@ -130,11 +130,66 @@ impl Recorder {
             if ep.opens > 0 {
                 return Ok(());
             }
-            let ep = episodes.remove(&key).expect("present above");
-            (ep.path, ep.before, ep.who, ep.created, ep.orphaned)
+            episodes.remove(&key).expect("present above")
         };
-        if let Some(p) = self.finish_episode(key, &path, before, who, created, orphaned)? {
-            lock(&self.pending).insert(path, p);
+        self.end_or_keep(key, ep)
+    }
+
+    /// Record the end of an episode with no handle left. If the store cannot take it (a full
+    /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
+    /// records it once the store takes writes again; an open for writing meanwhile joins it.
+    /// Called with the file's stripe held.
+    fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
+        let Episode {
+            path,
+            before,
+            who,
+            created,
+            orphaned,
+            ..
+        } = ep;
+        match self.finish_episode(key, &path, before.clone(), who.clone(), created, orphaned) {
+            Ok(Some(p)) => {
+                lock(&self.pending).insert(path, p);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                if matches!(e, crate::history::Error::Store(_)) {
+                    lock(&self.episodes).entry(key).or_insert(Episode {
+                        path,
+                        before,
+                        opens: 0,
+                        who,
+                        created,
+                        orphaned,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Record the ends of episodes the store could not take when their last handle went (see
+    /// [`end_or_keep`](Self::end_or_keep)).
+    pub(super) fn retry_ends(&self) -> Result<()> {
+        let stalled: Vec<Key> = lock(&self.episodes)
+            .iter()
+            .filter(|(_, ep)| ep.opens == 0)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in stalled {
+            // As `end_write` holds them.
+            let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+            let _held = self.hold(&[key]);
+            let ep = {
+                let mut episodes = lock(&self.episodes);
+                match episodes.get(&key) {
+                    Some(ep) if ep.opens == 0 => episodes.remove(&key).expect("present above"),
+                    _ => continue,
+                }
+            };
+            self.end_or_keep(key, ep)?;
         }
         Ok(())
     }

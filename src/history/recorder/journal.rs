@@ -190,36 +190,41 @@ impl Recorder {
         self.write_deferred(&mut deferred)
     }
 
+    /// Write the queued changes in one batch. If the store cannot take them (a full disk),
+    /// they stay queued, first, to be written once it can.
     fn write_deferred(&self, queue: &mut Vec<Prepared>) -> Result<()> {
         if queue.is_empty() {
             return Ok(());
         }
-        let count = queue.len();
-        let (changes, manifests): (Vec<Change>, Vec<_>) = std::mem::take(queue)
-            .into_iter()
-            .map(|p| (p.change, p.manifest))
-            .unzip();
-        let extras: Vec<Extra<'_>> = manifests
+        let items = std::mem::take(queue);
+        let extras: Vec<Extra<'_>> = items
             .iter()
-            .map(|manifest| Extra {
+            .map(|p| Extra {
                 finish_episode: None,
-                manifest,
+                manifest: &p.manifest,
                 move_under: None,
             })
             .collect();
-        match self
-            .history
-            .record_many(changes.into_iter().zip(&extras).collect())
-        {
+        let result = self.history.record_many(
+            items
+                .iter()
+                .map(|p| p.change.clone())
+                .zip(&extras)
+                .collect(),
+        );
+        drop(extras);
+        match result {
             Ok(recorded) => {
                 self.publish(&recorded);
                 Ok(())
             }
             Err(e) => {
                 tracing::error!(
-                    "{count} deletes could not be recorded; the next mount records them as \
-                     external: {e}"
+                    "{} deletes could not be recorded yet (kept until the store takes writes; \
+                     if the daemon dies first, the next mount records them as external): {e}",
+                    items.len()
                 );
+                *queue = items;
                 Err(e)
             }
         }

@@ -54,7 +54,18 @@ impl Recorder {
         let Some(p) = lock(&self.pending).remove(path) else {
             return Ok(());
         };
-        self.record_create(path, p)
+        self.record_create_or_keep(path, p)
+    }
+
+    /// Record a held-back create; if the store cannot take it (a full disk), it stays held
+    /// back, to be recorded once the store takes writes again.
+    fn record_create_or_keep(&self, path: &[u8], p: Pending) -> Result<()> {
+        let kept = p.clone();
+        let result = self.record_create(path, p);
+        if let Err(crate::history::Error::Store(_)) = &result {
+            lock(&self.pending).entry(path.to_vec()).or_insert(kept);
+        }
+        result
     }
 
     /// The content of a held-back new file, captured now, and the stat it was captured under
@@ -113,12 +124,13 @@ impl Recorder {
         Ok(())
     }
 
-    /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`, and then
-    /// the queued deletes too).
+    /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`), after the
+    /// queued deletes and episode ends the store could not take before.
     pub fn flush_pending_older(&self, all: bool) -> Result<()> {
-        if all {
-            self.drain()?;
-        }
+        // What the store could not take before (a full disk) comes first: queued deletes and
+        // the ends of episodes.
+        self.drain()?;
+        self.retry_ends()?;
         self.flush_pending_where(|p| all || p.since.elapsed() >= PENDING_FOR)
     }
 
@@ -143,7 +155,7 @@ impl Recorder {
             let Some(p) = lock(&self.pending).remove(&path) else {
                 continue;
             };
-            self.record_create(&path, p)?;
+            self.record_create_or_keep(&path, p)?;
         }
         Ok(())
     }

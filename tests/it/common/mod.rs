@@ -156,33 +156,91 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// A tmpfs of a few MiB, unmounted (lazily if need be) on drop. `None` when we may not mount.
+/// The kinds of small filesystem a full-disk test puts a store on.
+#[derive(Clone, Copy, Debug)]
+pub enum Disk {
+    Tmpfs,
+    /// ext4 on a loop file: a real disk's file system (blocks reserved for root, delayed
+    /// allocation, a journal, `fallocate`).
+    Ext4,
+}
+
+/// A small filesystem (see [`Disk`]), unmounted (lazily if need be) on drop, its loop file
+/// with it. `None` when we may not mount.
 pub struct SmallFs {
-    dir: tempfile::TempDir,
+    /// Holds the mount point (and the loop file); removed after the unmount.
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
 }
 
 impl SmallFs {
+    /// A tmpfs of `mib` MiB.
     pub fn new(mib: u32) -> Option<SmallFs> {
-        let dir = tempfile::tempdir().ok()?;
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .ok()?
-            .success();
-        ok.then_some(SmallFs { dir })
+        SmallFs::of(Disk::Tmpfs, mib)
+    }
+
+    pub fn of(disk: Disk, mib: u32) -> Option<SmallFs> {
+        let dir = tempfile::Builder::new()
+            .prefix("rewind-smallfs-")
+            .tempdir()
+            .ok()?;
+        let mnt = match disk {
+            Disk::Tmpfs => dir.path().to_path_buf(),
+            Disk::Ext4 => dir.path().join("mnt"),
+        };
+        let mut mount = Command::new("mount");
+        match disk {
+            Disk::Tmpfs => {
+                mount.args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"]);
+            }
+            Disk::Ext4 => {
+                let image = dir.path().join("image");
+                std::fs::File::create(&image)
+                    .ok()?
+                    .set_len(u64::from(mib) << 20)
+                    .ok()?;
+                let made = Command::new("mkfs.ext4")
+                    .args(["-q", "-F"])
+                    .arg(&image)
+                    .status()
+                    .ok()?
+                    .success();
+                std::fs::create_dir(&mnt).ok()?;
+                if !made {
+                    return None;
+                }
+                mount.args(["-o", "loop"]).arg(&image);
+            }
+        }
+        let ok = mount.arg(&mnt).status().ok()?.success();
+        ok.then_some(SmallFs { _dir: dir, mnt })
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.mnt
     }
+
+    /// Bytes an unprivileged writer may still use.
+    pub fn available(&self) -> u64 {
+        let st = nix_statvfs(&self.mnt);
+        st.f_bavail * st.f_frsize
+    }
+}
+
+fn nix_statvfs(path: &Path) -> libc::statvfs {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs of a NUL-terminated path into memory we own; read only on success.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) }, 0);
+    // SAFETY: statvfs returned 0, so it filled `st`.
+    unsafe { st.assume_init() }
 }
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
+        // A loop mount's device is let go with its last unmount (`mount -o loop` sets
+        // autoclear); the loop file goes with the temp dir.
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
     }
 }
