@@ -2,8 +2,8 @@
 //! failed one, and a change with all its bookkeeping is one batch.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
