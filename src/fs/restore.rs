@@ -298,6 +298,13 @@ impl Apply for Restorer {
         self.chmod(path, mode)
     }
 
+    fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>> {
+        match (&self.core.recorder, self.core.backing.stat(path)) {
+            (Some(recorder), Ok(st)) => recorder.names_of(path, &st),
+            _ => Vec::new(),
+        }
+    }
+
     fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)> {
         let st = self.core.backing.stat(path).ok()?;
         (st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink > 1)

@@ -258,6 +258,27 @@ fn quote(bytes: &[u8]) -> String {
     out
 }
 
+/// The checkpoints as `status` lists them: `name@id ...`, or how to make one.
+pub fn checkpoint_list(checkpoints: &[super::change::Checkpoint]) -> String {
+    if checkpoints.is_empty() {
+        return "none (make one with `rewind checkpoint NAME`)".into();
+    }
+    checkpoints
+        .iter()
+        .map(|c| format!("{}@{}", c.name, c.id))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `status`'s line on what gc removed: the oldest point still answered.
+pub fn horizon_line(h: &crate::store::Horizon) -> String {
+    format!(
+        "oldest point still kept: {} ({}); gc removed what came before",
+        h.id,
+        time::rfc3339(h.time_ns)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,25 +344,4 @@ mod tests {
         put_path(&mut obj, "path", b"plain");
         assert!(!obj.contains_key("path_bytes"));
     }
-}
-
-/// The checkpoints as `status` lists them: `name@id ...`, or how to make one.
-pub fn checkpoint_list(checkpoints: &[super::change::Checkpoint]) -> String {
-    if checkpoints.is_empty() {
-        return "none (make one with `rewind checkpoint NAME`)".into();
-    }
-    checkpoints
-        .iter()
-        .map(|c| format!("{}@{}", c.name, c.id))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// `status`'s line on what gc removed: the oldest point still answered.
-pub fn horizon_line(h: &crate::store::Horizon) -> String {
-    format!(
-        "oldest point still kept: {} ({}); gc removed what came before",
-        h.id,
-        time::rfc3339(h.time_ns)
-    )
 }

@@ -502,6 +502,8 @@ pub trait Apply {
     ) -> Result<()>;
     /// Which file a path is now (device, inode), if it is a regular file with other names.
     fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)>;
+    /// The other names the file at a path has now.
+    fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>>;
     /// Make a symlink, replacing what is at the path.
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
     /// Change a file's or folder's mode.
@@ -603,7 +605,8 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         .filter(|s| s.target.is_some() && !unreadable.contains(&s.path))
         .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
-    let detach = must_detach(&puts, apply);
+    let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
+    let detach = must_detach(&puts, &in_plan, apply);
     for s in puts {
         if failed_under(&failed, &s.path) {
             // Its own removal failed, or its folder could not be made.
@@ -650,21 +653,34 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
 /// The files to restore as files of their own: those that are now hard links of another file
 /// the plan gives different content. Written in place, the last write would win for every
 /// name (`a` and `c` were two files, are now two names of one, and each goes back to its own
-/// content). Names that go back to the same content, or that the plan does not touch, stay
-/// linked: a rollback of one name of a linked file gives every name its earlier content.
-fn must_detach(puts: &[&Step], apply: &dyn Apply) -> HashSet<Vec<u8>> {
+/// content). So are files being rewritten that have a name the plan does not touch: that name
+/// keeps what it has (a selected change to a linked file lists every name it had, so each
+/// of those is in the plan). Names that go back to the same content stay linked: a rollback
+/// of one name of a linked file gives every name its earlier content.
+fn must_detach(puts: &[&Step], in_plan: &HashSet<&[u8]>, apply: &dyn Apply) -> HashSet<Vec<u8>> {
     let files = |st: &Option<FileState>| st.as_ref().is_some_and(|f| f.kind == FileKind::File);
+    let hash = |st: &Option<FileState>| st.as_ref().and_then(|f| f.hash);
     let mut by_file: HashMap<(u64, u64), Vec<&Step>> = HashMap::new();
+    let mut out = HashSet::new();
     for s in puts {
         if files(&s.target)
             && files(&s.now)
             && let Some(id) = apply.shared_file(&s.path)
         {
             by_file.entry(id).or_default().push(s);
+            // A name the plan leaves alone keeps what it has now; written in place, this
+            // path's earlier content would reach it too (`ln a d0/b; mv d0 d1`, then
+            // `d0/b` exchanged with `a`: `d1/b` is a's file, not the one `d0/b` goes back to).
+            if hash(&s.target) != hash(&s.now)
+                && apply
+                    .other_names(&s.path)
+                    .iter()
+                    .any(|n| !in_plan.contains(n.as_slice()))
+            {
+                out.insert(s.path.clone());
+            }
         }
     }
-    let hash = |st: &Option<FileState>| st.as_ref().and_then(|f| f.hash);
-    let mut out = HashSet::new();
     for names in by_file.values() {
         for s in names {
             let rewritten = hash(&s.target) != hash(&s.now);

@@ -1632,7 +1632,13 @@ fn a_retracted_id_and_an_empty_rollback_say_so() {
         "HOME=$PWD/.. vim -u NONE -i NONE -N -es -c 'set backupskip=' -c 'normal Ax' -c wq notes.txt",
     );
     assert_eq!(fs::read(root.join("notes.txt")).unwrap(), b"hellox\n");
-    let log = log_json(&ws, &[]);
+    // The kernel sends the new file's last RELEASE after vim has exited: under load the save
+    // may reach the daemon after this read. Wait (bounded) for it.
+    let mut log = Vec::new();
+    wait_for(10, || {
+        log = log_json(&ws, &[]);
+        log.len() >= 2
+    });
     let ids: BTreeSet<u64> = log.iter().map(|c| c["id"].as_u64().unwrap()).collect();
     let last = *ids.last().unwrap();
     let gaps: Vec<u64> = (1..last).filter(|i| !ids.contains(i)).collect();

@@ -1078,8 +1078,14 @@ print("left behind:", sorted(os.listdir(d)))
         mounted.contains("left behind: ['file', 'named']"),
         "{mounted}"
     );
-    // In the history: `file`, and `named` as one create with all its content.
-    let log = rewind_ok(&ws, &["log", "--json"]);
+    // In the history: `file`, and `named` as one create with all its content. The kernel
+    // sends the last RELEASE after close(2) has returned, so under load the end of `named`'s
+    // write may reach the daemon after this: wait (bounded) for two changes, then compare.
+    let mut log = String::new();
+    wait_for(10, || {
+        log = rewind_ok(&ws, &["log", "--json"]);
+        log.lines().count() >= 2
+    });
     let changes: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -470,7 +470,7 @@ impl Control {
         }
     }
 
-    /// The daemon's status. Its `state:` line (whether it records, and if not why and what to
+    /// The daemon's status (see [`tolerate`]). Its `state:` line (whether it records, and if not why and what to
     /// do) is always there: counts the store cannot give now (while it is being reopened) are
     /// left out, never the whole answer.
     fn status(&self) -> Result<Vec<u8>> {
@@ -498,9 +498,11 @@ impl Control {
                     stats.changes, stats.last_id, stats.blobs, stats.blob_bytes,
                 );
             }
+            // A damaged store is an error, as for every command; one being reopened is not.
+            Err(e) if e.is_damaged() => return Err(e.into()),
             Err(e) => out += &format!("changes: unknown ({e})\n"),
         }
-        if let Ok(checkpoints) = history.checkpoints() {
+        if let Some(checkpoints) = tolerate(history.checkpoints())? {
             out += &format!(
                 "checkpoints: {}\n",
                 crate::history::format::checkpoint_list(&checkpoints)
@@ -510,12 +512,12 @@ impl Control {
             "default session: {}\n",
             self.recorder.attributor().default_session()
         );
-        if let Ok(Some(h)) = history.horizon() {
+        if let Some(Some(h)) = tolerate(history.horizon())? {
             out += &crate::history::format::horizon_line(&h);
             out.push('\n');
         }
         out += &format!("{}\n", unrecorded_line(&self.recorder.unrecorded()));
-        if let Ok(sessions) = history.sessions() {
+        if let Some(sessions) = tolerate(history.sessions())? {
             out += "sessions:\n";
             for s in sessions {
                 out += &format!(
@@ -552,4 +554,14 @@ fn unrecorded_line(counts: &[(crate::history::ignore::Reason, usize)]) -> String
         "unrecorded: {total} paths passed through ({})",
         each.join(", ")
     )
+}
+
+/// For the daemon's status: a damaged store fails it (as every command fails on one); any
+/// other error (a store being reopened) leaves that part out.
+fn tolerate<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Store(e)) if e.is_damaged() => Err(Error::Store(e)),
+        Err(_) => Ok(None),
+    }
 }

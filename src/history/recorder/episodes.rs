@@ -150,7 +150,10 @@ impl Recorder {
         } = ep;
         match self.finish_episode(key, &path, before.clone(), who.clone(), created, orphaned) {
             Ok(Some(p)) => {
-                lock(&self.pending).insert(path, p);
+                let replaced = lock(&self.pending).insert(path, p);
+                if let Some(old) = replaced {
+                    self.release_id(old.id);
+                }
                 Ok(())
             }
             Ok(None) => Ok(()),

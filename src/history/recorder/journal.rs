@@ -81,6 +81,21 @@ pub(super) struct Journal {
     deferred: Mutex<Vec<Prepared>>,
     /// How many changes were published: lets a waiter see that something new came.
     published: AtomicU64,
+    /// Changes are published in id order: one recorded while a smaller id is set aside for a
+    /// held-back create waits here until that id is recorded or given back.
+    order: Mutex<Order>,
+}
+
+/// How long a change may wait for a smaller id set aside before it is published anyway (a
+/// held-back create is recorded or given up within a second).
+const RESERVED_FOR_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[derive(Default)]
+struct Order {
+    /// Ids set aside and not yet recorded or given back, and when.
+    reserved: std::collections::BTreeMap<u64, std::time::Instant>,
+    /// Recorded changes waiting for a smaller reserved id.
+    held: std::collections::BTreeMap<u64, Change>,
 }
 
 impl Recorder {
@@ -103,13 +118,49 @@ impl Recorder {
         self.journal.published.load(Ordering::SeqCst)
     }
 
+    /// Tell the watchers about recorded changes, in id order: a change waits while a smaller
+    /// id is set aside for a held-back create (at most until that create is recorded or given
+    /// up, half a second or so).
     fn publish(&self, changes: &[Change]) {
-        if changes.is_empty() {
+        let mut order = lock(&self.journal.order);
+        for c in changes {
+            order.reserved.remove(&c.id);
+            order.held.insert(c.id, c.clone());
+        }
+        self.publish_due(&mut order);
+    }
+
+    /// Publish the held changes no reserved id comes before.
+    fn publish_due(&self, order: &mut Order) {
+        // A reservation that neither came nor went for this long is a bug somewhere: say so,
+        // and never let it hold the watchers back for good.
+        let stuck: Vec<u64> = order
+            .reserved
+            .iter()
+            .filter(|(_, at)| at.elapsed() > RESERVED_FOR_AT_MOST)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stuck {
+            tracing::warn!("id {id} was set aside and never used; publishing past it");
+            order.reserved.remove(&id);
+        }
+        let mut due = Vec::new();
+        while let Some(entry) = order.held.first_entry() {
+            if order
+                .reserved
+                .first_key_value()
+                .is_some_and(|(r, _)| r < entry.key())
+            {
+                break;
+            }
+            due.push(entry.remove());
+        }
+        if due.is_empty() {
             return;
         }
         {
             let subs = lock(&self.journal.subscribers);
-            for c in changes {
+            for c in &due {
                 let shared = Arc::new(c.clone());
                 for sub in subs.iter().filter_map(Weak::upgrade) {
                     sub.push(&shared);
@@ -118,10 +169,18 @@ impl Recorder {
         }
         self.journal
             .published
-            .fetch_add(changes.len() as u64, Ordering::SeqCst);
+            .fetch_add(due.len() as u64, Ordering::SeqCst);
         for wake in lock(&self.journal.wakers).iter() {
             wake();
         }
+    }
+
+    /// An id set aside will not be used: give it back, and publish what waited for it.
+    pub(super) fn release_id(&self, id: u64) {
+        self.history.release_id(id);
+        let mut order = lock(&self.journal.order);
+        order.reserved.remove(&id);
+        self.publish_due(&mut order);
     }
 
     /// Record `change` with its manifest entries and nothing else in the batch.
@@ -167,7 +226,13 @@ impl Recorder {
     pub(super) fn reserve_id(&self) -> Result<u64> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
-        Ok(self.history.reserve_id())
+        let id = self.history.reserve_id();
+        // Before the deferred lock is let go: no larger id is handed out before this one is
+        // known to hold publication back.
+        lock(&self.journal.order)
+            .reserved
+            .insert(id, std::time::Instant::now());
+        Ok(id)
     }
 
     /// Record `prepared` soon, on the writer thread, batched with others. For changes whose

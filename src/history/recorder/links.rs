@@ -82,6 +82,11 @@ pub(super) fn moved_below(path: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>
 
 impl Recorder {
     /// The other names of the file `key`, which `path` names.
+    /// The other names the file at `path` (whose stat is `st`) has now, as recorded.
+    pub fn names_of(&self, path: &[u8], st: &libc::stat) -> Vec<Vec<u8>> {
+        self.other_names(super::capture::key_of(st), path)
+    }
+
     pub(super) fn other_names(&self, key: Key, path: &[u8]) -> Vec<Vec<u8>> {
         lock(&self.links).others(key, path)
     }

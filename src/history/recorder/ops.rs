@@ -63,7 +63,7 @@ impl Recorder {
         self.flush_saved(path)?;
         if let Some(p) = lock(&self.pending).remove(path) {
             // Created and deleted before anyone saw it: a temporary file. Nothing to record.
-            self.history.release_id(p.id);
+            self.release_id(p.id);
             self.history.drop_open_episode(path)?;
             return Ok(None);
         }
@@ -284,7 +284,7 @@ impl Recorder {
         if !exchange && let Some(p) = lock(&self.pending).remove(src) {
             // Save-by-rename: a new file renamed into place. One change of the target, which
             // happens now (the temporary file's id goes back unless something came since).
-            self.history.release_id(p.id);
+            self.release_id(p.id);
             self.history.drop_open_episode(src)?;
             if !dst_recorded {
                 return Ok(out);

@@ -62,8 +62,13 @@ impl Recorder {
     fn record_create_or_keep(&self, path: &[u8], p: Pending) -> Result<()> {
         let kept = p.clone();
         let result = self.record_create(path, p);
-        if let Err(crate::history::Error::Store(_)) = &result {
-            lock(&self.pending).entry(path.to_vec()).or_insert(kept);
+        match &result {
+            Err(crate::history::Error::Store(_)) => {
+                lock(&self.pending).entry(path.to_vec()).or_insert(kept);
+            }
+            // Not recorded, and not to be tried again: its id is given back.
+            Err(_) => self.release_id(kept.id),
+            Ok(()) => {}
         }
         result
     }
@@ -93,12 +98,12 @@ impl Recorder {
             p.replaces = Some(original);
         }
         let Some((after, seen)) = self.pending_content(path, &p)? else {
-            self.history.release_id(p.id);
+            self.release_id(p.id);
             return Ok(());
         };
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
-            self.history.release_id(p.id);
+            self.release_id(p.id);
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
             return Ok(());
         }

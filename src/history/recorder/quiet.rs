@@ -117,7 +117,17 @@ impl Recorder {
     pub(super) fn quiet_burst(&self, dir: &[u8]) -> Result<bool> {
         let _quieting = self.quieting.write().unwrap_or_else(|e| e.into_inner());
         let under = |p: &[u8]| at_or_under(p, dir);
-        lock(&self.pending).retain(|p, _| !under(p.as_slice()));
+        let mut dropped = Vec::new();
+        lock(&self.pending).retain(|path, p| {
+            let keep = !under(path.as_slice());
+            if !keep {
+                dropped.push(p.id);
+            }
+            keep
+        });
+        for id in dropped {
+            self.release_id(id);
+        }
         self.drain()?;
         // The folder's making: its last change other than a chmod (pytest makes its cache
         // folder with `mkdtemp`, then chmods it).
