@@ -45,19 +45,21 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
 /// What a gc did (or, dry, would do), as `rewind gc` prints it.
 pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    let what = format!(
-        "{} and {}; stored content {} -> {} bytes",
+    let removed = format!(
+        "{} and {}",
         count(r.changes_removed as usize, "change"),
         count(r.blobs_removed as usize, "blob"),
-        r.bytes_before,
-        r.bytes_after
     );
     if r.dry_run {
-        out.push(format!("dry run: would remove {what} (nothing removed)"));
+        out.push(format!(
+            "dry run: would remove {removed}; stored content would go from {} to {} bytes \
+             (nothing was removed)",
+            r.bytes_before, r.bytes_after
+        ));
     } else {
         out.push(format!(
-            "removed {what}; store on disk {} -> {} bytes",
-            r.disk_before, r.disk_after
+            "removed {removed}; stored content {} -> {} bytes; store on disk {} -> {} bytes",
+            r.bytes_before, r.bytes_after, r.disk_before, r.disk_after
         ));
     }
     for (session, n) in &r.sessions_cut {
@@ -69,7 +71,7 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     }
     if r.over_target {
         out.push(format!(
-            "cannot reach --max-size {}: the newest change of every path is always kept, and they hold {} bytes",
+            "cannot reach --max-size {}: {} bytes stay (the newest change of every path is always kept, and so is content stored within the last hour, which a change being recorded may use; a later gc removes what is then unused)",
             max_size.unwrap_or("?"),
             r.bytes_after
         ));

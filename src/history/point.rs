@@ -40,7 +40,15 @@ impl Point {
     /// The id of the last change at or before this point; an error if the history from there
     /// on is no longer whole (gc removed changes after it).
     pub fn resolve(&self, history: &History) -> Result<u64> {
-        let id = self.resolve_id(history)?;
+        let mut id = self.resolve_id(history)?;
+        // A time at or after the newest removed change is after the horizon, although the last
+        // change still stored at or before it may be an older one gc kept.
+        if let Point::Time(ns) = self
+            && let Some(h) = history.horizon()?
+            && *ns >= h.time_ns
+        {
+            id = id.max(h.id);
+        }
         history.check_kept(id, &self.to_string())
     }
 

@@ -242,7 +242,6 @@ impl Store {
             }
             doomed.push(c);
         }
-        let over_target = plan.max_bytes.is_some_and(|max| live > max);
 
         // Blobs stored or reused lately may belong to a change not recorded yet: keep them.
         // The lock is held until the batch is written, so `keep_blob` either noted its hash
@@ -257,6 +256,8 @@ impl Store {
                 .iter()
                 .filter_map(|h| sizes.get(h))
                 .sum::<u64>();
+        // What stays: the newest change of every path, and content stored within the hour.
+        let over_target = plan.max_bytes.is_some_and(|max| bytes_after > max);
 
         // What this gc takes from each session and agent, and the new horizon.
         let mut sessions_cut: BTreeMap<String, u64> = BTreeMap::new();

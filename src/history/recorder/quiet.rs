@@ -21,7 +21,7 @@ use crate::store::{Order, Query};
 
 /// How recent a folder's creation must be for what was recorded of it to be taken back when
 /// it turns out to be a regenerable tree.
-pub const BURST: Duration = Duration::from_secs(300);
+pub const BURST: Duration = Duration::from_secs(60);
 
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
@@ -150,6 +150,11 @@ impl Recorder {
             || age > BURST.as_nanos() as u64
             || made.id == 0
         {
+            return Ok(false);
+        }
+        // A checkpoint taken since the folder was made shows it: taking its making back would
+        // change what that checkpoint answers. The history keeps it then.
+        if self.history.checkpoints()?.iter().any(|c| c.id >= made.id) {
             return Ok(false);
         }
         let mut burst = Vec::new();

@@ -69,6 +69,9 @@ impl Recorder {
         if last(path)? != Some(away.change.id) || last(&away.from)? != Some(away.change.id) {
             return Ok(false);
         }
+        if self.checkpointed_since(away.change.id)? {
+            return Ok(false);
+        }
         let original = away.change.after.clone();
         let converted = match lock(&self.pending).get_mut(&away.from) {
             Some(p) if p.who.pid == pid && p.replaces.is_none() => {
@@ -133,11 +136,20 @@ impl Recorder {
         let Some(st) = self.stat_if_same(&backup, away.key) else {
             return Ok(None);
         };
+        if self.checkpointed_since(away.change.id)? {
+            return Ok(None);
+        }
         self.history.retract(&away.change)?;
         let mut create = self.change(ChangeKind::Create, &backup, &p.who);
         create.time_ns = away.change.time_ns;
         create.after = away.change.after.clone();
         self.record_one(create, &[(backup, Some(seen_of(&st)))])?;
         Ok(away.change.after)
+    }
+
+    /// Whether a checkpoint was taken at or after change `id`: taking `id` back (folding a
+    /// rename into a save) would change what that checkpoint answers, so it stays.
+    fn checkpointed_since(&self, id: u64) -> Result<bool> {
+        Ok(self.history.checkpoints()?.iter().any(|c| c.id >= id))
     }
 }
