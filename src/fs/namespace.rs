@@ -212,6 +212,24 @@ impl Core {
         let mut files = vec![key(&src)];
         files.extend(dst.as_ref().map(key));
         let is_dir = |st: &libc::stat| st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        // A rename the disk would refuse is refused before any bookkeeping: taking back a
+        // recorded rename does not put back the names the recorder moved on.
+        if !exchange
+            && let Some(d) = &dst
+            && key(d) != key(&src)
+        {
+            match (is_dir(&src), is_dir(d)) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (false, true) => return Err(Errno::EISDIR),
+                (true, true) => {
+                    let target = self.backing.open_dir(&dst_path)?;
+                    if !backing::read_dir_entries(&target)?.is_empty() {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                }
+                (false, false) => {}
+            }
+        }
         let folder = is_dir(&src) || (exchange && dst.as_ref().is_some_and(is_dir));
         let _endings = match &self.recorder {
             Some(rec) if folder => Some(rec.pause_endings()),
