@@ -26,15 +26,7 @@ pub(super) fn reserve_for(disk_size: u64) -> u64 {
 /// of it (root may dip into ext4's reserved blocks, but counting on them would hide a full
 /// disk); `None` if it cannot be asked.
 pub(super) fn disk_space(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: statvfs of a NUL-terminated path into memory we own; read only on success.
-    if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
+    let st = rustix::fs::statvfs(dir).ok()?;
     Some((
         st.f_blocks.saturating_mul(st.f_frsize),
         st.f_bavail.saturating_mul(st.f_frsize),
