@@ -360,9 +360,14 @@ fn reading_the_history_never_splits_a_save() {
         .collect();
     assert!(names.is_empty(), "temporary names: {names:?}");
 
-    // What was just done shows at once, without an explicit sync.
+    // What was just done shows without an explicit sync (waiting, bounded, for the new file's
+    // last RELEASE, which the kernel sends after the shell's close has returned).
     sh(&ws.path(), "echo new > new.txt; rm f.txt");
-    let log = ok(&ws, &["log", "-n", "2"]);
+    let mut log = String::new();
+    wait_for(10, || {
+        log = ok(&ws, &["log", "-n", "2"]);
+        log.contains("new.txt") && log.contains("f.txt")
+    });
     assert!(log.contains("new.txt") && log.contains("f.txt"), "{log}");
     assert_eq!(ok(&ws, &["cat", "new.txt"]), "new\n");
 }
