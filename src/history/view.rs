@@ -3,8 +3,9 @@
 //! Nothing is snapshotted. The state of a path right after change `at` is told by the first
 //! later change that touched it — its *before* — or, if nothing touched it since, by the
 //! workspace as it is now. A folder renamed after `at` moves the question: what was at
-//! `old/x` is what was at `new/x` just after the rename. Paths that are not recorded (ignored)
-//! have no past, and a path under a folder that is now a symlink is not followed: it is read
+//! `old/x` is what was at `new/x` just after the rename. What was recorded is shown whatever
+//! the ignore rules say now; a path that is not recorded (ignored, and not in the history)
+//! has no past, and a path under a folder that is now a symlink is not followed: it is read
 //! as absent now.
 
 use std::collections::BTreeSet;
@@ -110,10 +111,18 @@ impl View<'_> {
 
     fn located_with(&self, path: &[u8], at: u64, hash: bool) -> Result<(Then, Vec<u8>)> {
         let (then, now) = self.locate(path, at, hash)?;
-        Ok(match then.state() {
-            Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => (Then::Absent, now),
-            _ => (then, now),
-        })
+        // What the history recorded is what was, whatever the rules say now. A state still
+        // current is shown if it is recorded: the rules record it, or the history has it (a
+        // path recorded before the rules came to ignore it stays recorded).
+        if let Then::Current(s) = &then
+            && (self.ignored)(&now, s.kind == FileKind::Dir)
+            && !self
+                .history
+                .in_manifest_at_or_under(&now, s.kind == FileKind::Dir)?
+        {
+            return Ok((Then::Absent, now));
+        }
+        Ok((then, now))
     }
 
     /// The second half of a `RENAME_EXCHANGE` whose first half is `c`. The recorder writes an
