@@ -421,3 +421,34 @@ fn a_rollback_that_skipped_everything_did_nothing() {
     );
     assert_eq!(fs::read_to_string(root.join("f")).unwrap(), "theirs\n");
 }
+
+/// A checkpoint taken while files are open for writing answers with them as they were at that
+/// moment: a new file still being written is there with what it held, and a file being
+/// rewritten holds what had been written so far (its episode is cut at the checkpoint).
+#[test]
+fn a_checkpoint_cuts_the_writes_in_progress() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "printf 'old\\n' > g");
+    let script = r#"
+import os, subprocess, sys
+f = open("f", "w"); g = open("g", "w")
+f.write("first\n"); f.flush(); g.write("mid\n"); g.flush()
+subprocess.run([os.environ["REWIND"], "checkpoint", "cp"], check=True)
+f.write("second\n"); g.write("last\n")
+f.close(); g.close()
+"#;
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", script])
+        .current_dir(ws.path())
+        .env("REWIND", crate::common::REWIND)
+        .env("XDG_DATA_HOME", ws.path().join("../data"));
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "first\n");
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "mid\n");
+    assert_eq!(ok(&ws, &["cat", "f"]), "first\nsecond\n");
+    let at = ws.path().join(".rewind/at/cp");
+    assert_eq!(fs::read_to_string(at.join("f")).unwrap(), "first\n");
+    assert_eq!(fs::read_to_string(at.join("g")).unwrap(), "mid\n");
+}
