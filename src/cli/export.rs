@@ -8,7 +8,8 @@ use super::{CliResult, Failure};
 use crate::command::ExportArgs;
 use crate::history::format::count;
 use crate::history::point;
-use crate::history::view::View;
+use crate::history::recorder::Source;
+use crate::history::view::{AsLastMounted, View};
 use crate::store::{Order, Query};
 
 pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
@@ -17,9 +18,15 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
+    // Unmounted, the workspace is read only as far as it is what the mount last saw.
+    let last_mounted = AsLastMounted {
+        source: &source,
+        history: &history,
+    };
+    let now: &dyn Source = if ctx.mounted { &source } else { &last_mounted };
     let view = View {
         history: &history,
-        source: &source,
+        source: now,
         ignored: &ignored,
     };
     // A session or agent gc cut would be exported as part of itself, passed off as the whole.

@@ -276,6 +276,11 @@ impl History {
         Ok(self.store.manifest_entry(path)?.is_some())
     }
 
+    /// What the mount last saw at `path`, if the manifest has it.
+    pub fn manifest_entry(&self, path: &[u8]) -> Result<Option<Seen>> {
+        Ok(self.store.manifest_entry(path)?.map(Seen::from))
+    }
+
     /// Whether `path`, or for a folder anything below it, is in the manifest: a folder that
     /// holds what the history has is kept with it.
     pub fn in_manifest_at_or_under(&self, path: &[u8], is_dir: bool) -> Result<bool> {

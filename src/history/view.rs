@@ -353,3 +353,104 @@ impl View<'_> {
         }
     }
 }
+
+/// The workspace read while it is not mounted, as far as it is still what the mount last
+/// saw: a path changed since (its content not the last recorded, or, where no content was
+/// recorded, its kind, size, mode or mtime not what the manifest says), or gone, is an error
+/// that says so, and a file the history does not have (made since) is absent. So a view of
+/// an unmounted workspace answers exactly or refuses; the next mount records what changed.
+pub struct AsLastMounted<'a> {
+    pub source: &'a dyn Source,
+    pub history: &'a History,
+}
+
+impl AsLastMounted<'_> {
+    fn changed(path: &[u8]) -> std::io::Error {
+        std::io::Error::other(format!(
+            "{} changed while the workspace was not mounted; mount it (`rewind mount`) to \
+             record the change, then ask again",
+            show_path(path)
+        ))
+    }
+
+    fn store_error(e: Error) -> std::io::Error {
+        std::io::Error::other(e.to_string())
+    }
+
+    /// The newest recorded state of `path`, if its newest change left it there.
+    fn last_recorded(&self, path: &[u8]) -> std::io::Result<Option<FileState>> {
+        let last = self
+            .history
+            .last_change_until(path, u64::MAX)
+            .map_err(Self::store_error)?;
+        Ok(last.and_then(|c| c.states_of(path).1.cloned()))
+    }
+
+    fn check_content(&self, path: &[u8], hash: Hash) -> std::io::Result<()> {
+        match self.last_recorded(path)?.and_then(|s| s.hash) {
+            Some(h) if h != hash => Err(Self::changed(path)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Source for AsLastMounted<'_> {
+    fn lstat(&self, path: &[u8]) -> std::io::Result<libc::stat> {
+        let seen = self
+            .history
+            .manifest_entry(path)
+            .map_err(Self::store_error)?;
+        let st = match (self.source.lstat(path), &seen) {
+            (Ok(st), _) => st,
+            (Err(e), Some(_)) if is_absent(&e) => return Err(Self::changed(path)),
+            (Err(e), _) => return Err(e),
+        };
+        let now = super::recorder::seen_of(&st);
+        let Some(seen) = seen else {
+            let kept_folder = now.kind == FileKind::Dir
+                && (path.is_empty()
+                    || self
+                        .history
+                        .in_manifest_at_or_under(path, true)
+                        .map_err(Self::store_error)?);
+            return if kept_folder {
+                Ok(st)
+            } else {
+                Err(std::io::Error::from_raw_os_error(libc::ENOENT))
+            };
+        };
+        let recorded = self.last_recorded(path)?;
+        let same = now.kind == seen.kind
+            && now.mode == seen.mode
+            && match recorded.filter(|s| s.hash.is_some() && s.kind == now.kind) {
+                // Content recorded: it decides (read when the content is).
+                Some(s) => s.size == now.size || now.kind != FileKind::File,
+                None => {
+                    now.kind == FileKind::Dir
+                        || (now.size == seen.size && now.mtime_ns == seen.mtime_ns)
+                }
+            };
+        if same { Ok(st) } else { Err(Self::changed(path)) }
+    }
+
+    fn open_read(&self, path: &[u8]) -> std::io::Result<std::fs::File> {
+        self.lstat(path)?;
+        let mut f = self.source.open_read(path)?;
+        let mut hasher = blake3::Hasher::new();
+        std::io::copy(&mut f, &mut hasher)?;
+        self.check_content(path, Hash(*hasher.finalize().as_bytes()))?;
+        self.source.open_read(path)
+    }
+
+    fn readlink(&self, path: &[u8]) -> std::io::Result<Vec<u8>> {
+        self.lstat(path)?;
+        let target = self.source.readlink(path)?;
+        self.check_content(path, Hash::of(&target))?;
+        Ok(target)
+    }
+
+    fn read_dir(&self, path: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
+        self.lstat(path)?;
+        self.source.read_dir(path)
+    }
+}

@@ -452,3 +452,40 @@ f.close(); g.close()
     assert_eq!(fs::read_to_string(at.join("f")).unwrap(), "first\n");
     assert_eq!(fs::read_to_string(at.join("g")).unwrap(), "mid\n");
 }
+
+/// Unmounted, a question about a file answers from what was recorded, or refuses clearly when
+/// the workspace no longer holds what the mount last saw there (changed or deleted while
+/// unmounted): never the changed content passed off as the recorded one.
+#[test]
+fn unmounted_answers_are_exact_or_refused() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "printf 'v1\\n' > f && printf 'g1\\n' > g && printf 'h1\\n' > h");
+    ok(&ws, &["checkpoint", "cp"]);
+    sh(&ws.path(), "printf 'v2\\n' > f");
+    ws.unmount();
+    assert_eq!(ok(&ws, &["cat", "f"]), "v2\n");
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    // Changed while unmounted: same size, so only the content tells.
+    sh(&ws.path(), "printf 'v3\\n' > f && printf 'g9\\n' > g && rm h && printf 'n\\n' > new");
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    for args in [
+        &["cat", "f"][..],
+        &["cat", "g", "--at", "cp"],
+        &["cat", "h", "--at", "cp"],
+    ] {
+        let out = rw(&ws, args);
+        assert!(!out.status.success(), "rewind {args:?}: {out:?}");
+        assert!(
+            stderr(&out).contains("changed while the workspace was not mounted"),
+            "rewind {args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // The next mount records what changed, and the answers are whole again.
+    ws.mount();
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    assert_eq!(ok(&ws, &["cat", "h", "--at", "cp"]), "h1\n");
+    assert_eq!(ok(&ws, &["cat", "f"]), "v3\n");
+}
