@@ -42,7 +42,7 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
         after_id: args
             .since
             .as_deref()
-            .map(|p| point::resolve(p, &history))
+            .map(|p| point::resolve_since(p, &history))
             .transpose()?,
         order: Order::OldestFirst,
         ..Query::default()

@@ -104,7 +104,7 @@ pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
         .collect::<Result<_>>()?;
     let pieces = if ranging {
         let (from, to) = match (&args.since, &args.from, &args.to) {
-            (Some(p), _, _) => (point::resolve(p, history)?, history.last_id()?),
+            (Some(p), _, _) => (point::resolve_since(p, history)?, history.last_id()?),
             (_, Some(p), None) => (point::resolve(p, history)?, history.last_id()?),
             (_, Some(p), Some(t)) => (point::resolve(p, history)?, point::resolve(t, history)?),
             _ => unreachable!("ranging"),

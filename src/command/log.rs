@@ -84,7 +84,7 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
         }
     }
     if let Some(p) = &args.since {
-        let id = point::resolve(p, history)?;
+        let id = point::resolve_since(p, history)?;
         q.after_id = Some(q.after_id.map_or(id, |a| a.max(id)));
     }
     if let Some(p) = &args.until {

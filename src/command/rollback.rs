@@ -86,7 +86,7 @@ impl RollbackArgs {
         } else if let Some(t) = &self.to_turn {
             Selector::ToTurn(TurnRef::parse(t))
         } else if let Some(p) = &self.since {
-            Selector::Since(point::resolve(p, history)?)
+            Selector::Since(point::resolve_since(p, history)?)
         } else if let Some(f) = &self.file {
             let to = self
                 .to

@@ -489,3 +489,33 @@ fn unmounted_answers_are_exact_or_refused() {
     assert_eq!(ok(&ws, &["cat", "h", "--at", "cp"]), "h1\n");
     assert_eq!(ok(&ws, &["cat", "f"]), "v3\n");
 }
+
+/// `--since` with the time `log` printed for a change takes that change (and what came after
+/// it in the same second), in `log`, `diff` and a rollback's plan.
+#[test]
+fn since_a_printed_time_includes_that_second() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    fs::write(root.join("f"), "v1\n").unwrap();
+    ok(&ws, &["sync"]);
+    next_second();
+    fs::write(root.join("g"), "g1\n").unwrap();
+    ok(&ws, &["sync"]);
+    let log = ok(&ws, &["log", "g"]);
+    let line = log.lines().next().expect("a change to g");
+    let printed: String = line
+        .split_whitespace()
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(printed.len(), 19, "{line}");
+    let since = ok(&ws, &["log", "--since", &printed]);
+    assert!(since.contains("  g  ") || since.contains(" g\n"), "{since}");
+    assert!(!since.lines().any(|l| l.ends_with(" f")), "{since}");
+    let diff = ok(&ws, &["diff", "--since", &printed, "--stat"]);
+    assert!(diff.contains('g'), "{diff}");
+    let plan = ok(&ws, &["rollback", "--since", &printed, "--dry-run"]);
+    assert!(plan.contains("remove") && plan.contains(" g\n"), "{plan}");
+}
