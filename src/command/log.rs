@@ -99,7 +99,19 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
         changes.len() < limit
     })?;
     changes.reverse();
-    let note = history.cut_note(q.session.as_deref(), q.agent.as_deref(), turn)?;
+    let mut note = history.cut_note(q.session.as_deref(), q.agent.as_deref(), turn)?;
+    // The whole history (or a path's): say where what gc removed ends, unless the log starts
+    // after it.
+    if q.session.is_none()
+        && q.agent.is_none()
+        && let Some(h) = history.horizon()?
+        && q.after_id.is_none_or(|a| a < h.id)
+    {
+        note = Some(format!(
+            "note: {}",
+            crate::history::format::horizon_line(&h)
+        ));
+    }
     if let Some(note) = note.filter(|_| !args.json) {
         env.println(&note)?;
     }
