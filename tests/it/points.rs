@@ -519,3 +519,16 @@ fn since_a_printed_time_includes_that_second() {
     let plan = ok(&ws, &["rollback", "--since", &printed, "--dry-run"]);
     assert!(plan.contains("remove") && plan.contains(" g\n"), "{plan}");
 }
+
+/// Unmounted, `status` says that nothing is being recorded.
+#[test]
+fn status_unmounted_says_it_is_not_recording() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "echo a > f");
+    let status = ok(&ws, &["status"]);
+    assert!(!status.contains("recording: no"), "{status}");
+    ws.unmount();
+    let status = ok(&ws, &["status"]);
+    assert!(status.contains("recording: no (not mounted"), "{status}");
+}

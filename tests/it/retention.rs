@@ -264,6 +264,8 @@ fn cargo_build(dir: &Path) -> Output {
         .args(["build", "--offline", "--quiet"])
         .current_dir(dir)
         .env("CARGO_TARGET_DIR", dir.join("target"))
+        // A shared build folder (dev.env's) would queue this build behind every other on its lock.
+        .env_remove("CARGO_BUILD_BUILD_DIR")
         .output()
         .unwrap()
 }
