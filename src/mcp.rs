@@ -117,7 +117,7 @@ pub struct CheckpointArgs {
 }
 
 /// Parameters of `rollback`. Give exactly one of session, agent, turn, to_turn, since, to,
-/// file; `to` may also go with `file`.
+/// file, change; `to` may also go with `file`, and `hunk` (with `path`) with `change` or `turn`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackArgs {
@@ -136,6 +136,14 @@ pub struct RollbackArgs {
     pub to: Option<String>,
     /// One file: undo its last change, or with `to` put it back to that point.
     pub file: Option<String>,
+    /// Put back what this change (by id) did.
+    pub change: Option<u64>,
+    /// With `change` or `turn`: put back only this hunk (1-based, as `diff` of the same id or
+    /// turn numbers the file's `@@` hunks) in the file as it is now. Done only where the
+    /// hunk's lines are still there unchanged.
+    pub hunk: Option<usize>,
+    /// With `hunk`: the file (may be left out when the diff shows one file).
+    pub path: Option<String>,
     /// Also put back paths that others changed later, overwriting their work.
     #[serde(default)]
     pub force: bool,
@@ -303,6 +311,7 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         ("to_turn", a.to_turn.is_some()),
         ("since", a.since.is_some()),
         ("file", a.file.is_some()),
+        ("change", a.change.is_some()),
         // `to` on its own is a selector; with `file` it qualifies it.
         ("to", a.to.is_some() && a.file.is_none()),
     ]);
@@ -310,15 +319,15 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         0 => {
             return Err(
                 "say what to roll back: one of session, agent, turn, to_turn, since, \
-                        to, file"
+                        to, file, change"
                     .into(),
             );
         }
         1 => {}
         _ => {
             return Err(format!(
-                "give exactly one of session, agent, turn, to_turn, since, to, file (`to` may \
-                 go with `file`); got {}",
+                "give exactly one of session, agent, turn, to_turn, since, to, file, change \
+                 (`to` may go with `file`); got {}",
                 chosen.join(", ")
             ));
         }
@@ -335,6 +344,21 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         w.push(format!("--file={f}"));
     }
     w.opt("--to", "to", &a.to)?;
+    if let Some(id) = a.change {
+        w.push("--change");
+        w.push(id.to_string());
+    }
+    if a.path.is_some() && a.hunk.is_none() {
+        return Err("`path` goes with `hunk`".into());
+    }
+    if let Some(k) = a.hunk {
+        w.push("--hunk");
+        w.push(k.to_string());
+    }
+    if let Some(p) = &a.path {
+        check_path("path", p)?;
+        w.push(format!("--path={p}"));
+    }
     w.flag("--force", a.force);
     w.flag("--dry-run", !a.apply);
     Ok(w.0)
@@ -432,7 +456,8 @@ impl RewindMcp {
     }
 
     /// Put files back as they were before a selection of changes. Select with exactly one of
-    /// session, agent, turn, to_turn, since, to, file (`to` may go with `file`).
+    /// session, agent, turn, to_turn, since, to, file, change (`to` may go with `file`); with
+    /// `hunk` (and `path`), only one hunk of a change's or turn's diff.
     /// PREVIEWS ONLY (a dry run that changes nothing) unless "apply": true.
     #[tool(annotations(
         title = "Roll back",

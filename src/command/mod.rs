@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod diff;
 pub mod env;
 pub mod gc;
+pub mod hunk;
 pub mod log;
 pub mod plumbing;
 pub mod rollback;

@@ -4062,7 +4062,8 @@ mod mcp {
         assert_eq!(
             props(r),
             set(&[
-                "session", "agent", "turn", "to_turn", "since", "to", "file", "force", "apply"
+                "session", "agent", "turn", "to_turn", "since", "to", "file", "change", "hunk",
+                "path", "force", "apply"
             ])
         );
         assert_eq!(r.input_schema["properties"]["apply"]["type"], "boolean");

@@ -4,6 +4,7 @@ mod agents;
 mod common;
 mod git;
 mod history;
+mod hunk;
 mod model;
 mod mount;
 mod names;
