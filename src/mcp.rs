@@ -35,7 +35,8 @@ pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub const INSTRUCTIONS: &str = "\
 rewind records every change made to this project's files, by which agent, session and turn, \
 before it lands. Use `history` to see what changed, `diff` to see how, `turns` to list the \
-turns of a session, and `checkpoint` to name the current state so you can come back to it.
+turns of a session, and `checkpoint` to name the current state so you can come back to it. \
+`comments` lists what a reviewer asked of your session's work: read it and act on it.
 
 `rollback` and `undo` put files back. They only PREVIEW unless you pass `apply: true`: without \
 it they run as a dry run, change nothing, and their result starts with `DRY RUN`. Look at the \
@@ -150,6 +151,15 @@ pub struct RollbackArgs {
     /// Really do it. Without it (the default) this is a dry run that changes nothing.
     #[serde(default)]
     pub apply: bool,
+}
+
+/// Parameters of `comments`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommentsArgs {
+    /// Every session's open comments, not only your session's.
+    #[serde(default)]
+    pub all_sessions: bool,
 }
 
 /// Parameters of `undo`.
@@ -364,6 +374,14 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
     Ok(w.0)
 }
 
+/// `comment list --mine`, or `comment list` for every session.
+pub fn comments_words(a: &CommentsArgs) -> Result<Vec<String>, String> {
+    let mut w = Words::new("comment");
+    w.push("list");
+    w.flag("--mine", !a.all_sessions);
+    Ok(w.0)
+}
+
 /// `undo ID [--force] [--dry-run]`; `--dry-run` unless `apply`.
 pub fn undo_words(a: &UndoArgs) -> Result<Vec<String>, String> {
     let mut w = Words::new("undo");
@@ -468,6 +486,21 @@ impl RewindMcp {
     ))]
     async fn rollback(&self, Parameters(a): Parameters<RollbackArgs>) -> CallToolResult {
         self.run(rollback_words(&a), !a.apply).await
+    }
+
+    /// The open review comments a person left on your session's work: on its changes, turns,
+    /// files, lines or hunks. Each comes as a block: its id, what it is on (change, turn or
+    /// session, file, line or hunk), who wrote it and when, the line of the diff it is about
+    /// (`> L: text`, or the hunk's `@@` header), then the comment itself. Your session is
+    /// found from this server's process tree, as rewind attributes your changes. Address
+    /// them in your work; the reviewer resolves them.
+    #[tool(annotations(
+        title = "Review comments",
+        read_only_hint = true,
+        open_world_hint = false
+    ))]
+    async fn comments(&self, Parameters(a): Parameters<CommentsArgs>) -> CallToolResult {
+        self.run(comments_words(&a), false).await
     }
 
     /// Undo one change, by id. PREVIEWS ONLY unless "apply": true.

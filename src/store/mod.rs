@@ -17,6 +17,7 @@
 //! | `meta`          | `format`, `workspace`, `manifest`, `rollbacks` | raw             |
 //! | `open_episodes` | path                  | [`EpisodeRecord`]: a write in progress   |
 //! | `manifest`      | path                  | [`SeenRecord`]: the tree as the mount last left it |
+//! | `comments`      | id (u64 BE)           | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //!
 //! Invariants: a change, its index entries and its session's summary are written in one
 //! `WriteBatch`; a blob a change refers to is written before (or with) the change. After a
@@ -29,6 +30,7 @@
 //! waiting for another lock.
 
 pub mod blobs;
+mod comments;
 mod error;
 pub mod format;
 mod gc;
@@ -48,7 +50,7 @@ use rocksdb::{ColumnFamily, DB};
 pub use blobs::{CHUNK, Hash};
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
     ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
@@ -71,8 +73,9 @@ const CF_TURNS: &str = "turns";
 const CF_META: &str = "meta";
 const CF_EPISODES: &str = "open_episodes";
 const CF_MANIFEST: &str = "manifest";
+const CF_COMMENTS: &str = "comments";
 /// Every column family, for tools (and tests) that open the database directly.
-pub const ALL_CFS: [&str; 12] = [
+pub const ALL_CFS: [&str; 13] = [
     CF_BLOBS,
     CF_CHANGES,
     CF_BY_PATH,
@@ -85,6 +88,7 @@ pub const ALL_CFS: [&str; 12] = [
     CF_META,
     CF_EPISODES,
     CF_MANIFEST,
+    CF_COMMENTS,
 ];
 
 /// Counts for `status`.

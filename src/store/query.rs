@@ -230,7 +230,7 @@ impl Store {
         })
     }
 
-    fn get<T>(
+    pub(super) fn get<T>(
         &self,
         cf: &'static str,
         key: &[u8],
@@ -244,7 +244,7 @@ impl Store {
     }
 
     /// Decode every value of `cf` whose key starts with `prefix`.
-    fn scan<T>(
+    pub(super) fn scan<T>(
         &self,
         cf: &'static str,
         prefix: &[u8],

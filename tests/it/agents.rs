@@ -3998,7 +3998,15 @@ mod mcp {
         let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,
-            set(&["checkpoint", "diff", "history", "rollback", "turns", "undo"])
+            set(&[
+                "checkpoint",
+                "comments",
+                "diff",
+                "history",
+                "rollback",
+                "turns",
+                "undo"
+            ])
         );
         let tool = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
         for t in &tools {

@@ -1,6 +1,7 @@
 //! The integration tests: one binary, so the build links once.
 
 mod agents;
+mod comments;
 mod common;
 mod git;
 mod history;
