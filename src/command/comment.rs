@@ -250,7 +250,10 @@ fn context(env: &Env<'_>, c: &Comment) -> Option<String> {
     let content = env.view().content_at(path, last.id).ok()??;
     let line = *hunk::lines(&content).get((l as usize).checked_sub(1)?)?;
     let line = line.strip_suffix(b"\n").unwrap_or(line);
-    Some(format!("{l}: {}", escape_text(&String::from_utf8_lossy(line))))
+    Some(format!(
+        "{l}: {}",
+        escape_text(&String::from_utf8_lossy(line))
+    ))
 }
 
 /// What the comment is on, with its file and line or hunk.

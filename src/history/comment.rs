@@ -112,7 +112,10 @@ pub fn check_text(text: &str) -> Result<()> {
             text.len()
         )));
     }
-    if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
         return Err(Error::Usage(
             "a comment is text: no control characters but newlines and tabs".into(),
         ));

@@ -50,8 +50,8 @@ use rocksdb::{ColumnFamily, DB};
 pub use blobs::{CHUNK, Hash};
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
-    ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord,
+    StateRecord, ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};

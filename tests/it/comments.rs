@@ -51,7 +51,15 @@ fn scene(ws: &mut Workspace) -> u64 {
         ok(rw(
             ws,
             &[
-                "run", "--session", s, "--agent", "claude", "--", "bash", "-c", &script,
+                "run",
+                "--session",
+                s,
+                "--agent",
+                "claude",
+                "--",
+                "bash",
+                "-c",
+                &script,
             ],
         ));
     }
@@ -74,11 +82,17 @@ fn comments_reach_the_control_directory_and_go_when_resolved() {
     ));
     assert_eq!(added, format!("comment 1 added on change {id}\n"));
     // Through ctl too, with text that mentions --dry-run (a comment has no dry run).
-    let out = ctl(&ws, "comment add --session s2 'try it with --dry-run first'");
+    let out = ctl(
+        &ws,
+        "comment add --session s2 'try it with --dry-run first'",
+    );
     assert_eq!(out, "comment 2 added on session s2\n");
 
     let all = control(&ws, "comments");
-    let user = ok(std::process::Command::new("id").arg("-un").output().unwrap());
+    let user = ok(std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap());
     let uid = rustix::process::geteuid().as_raw();
     assert!(
         all.starts_with(&format!(
@@ -88,7 +102,9 @@ fn comments_reach_the_control_directory_and_go_when_resolved() {
         "{all}"
     );
     assert!(
-        all.contains("\n  > 2: two\n    rename two\n\ncomment 2 (open) on session s2 (session s2)\n"),
+        all.contains(
+            "\n  > 2: two\n    rename two\n\ncomment 2 (open) on session s2 (session s2)\n"
+        ),
         "{all}"
     );
     assert!(all.contains("    try it with --dry-run first\n"), "{all}");
@@ -102,8 +118,20 @@ fn comments_reach_the_control_directory_and_go_when_resolved() {
     let json = ok(rw(&ws, &["comment", "list", "--json", "--session", "s1"]));
     let v: Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(
-        (&v["id"], &v["change"], &v["path"], &v["line"], &v["context"]),
-        (&json!(1), &json!(id), &json!("f.txt"), &json!(2), &json!("2: two"))
+        (
+            &v["id"],
+            &v["change"],
+            &v["path"],
+            &v["line"],
+            &v["context"]
+        ),
+        (
+            &json!(1),
+            &json!(id),
+            &json!("f.txt"),
+            &json!(2),
+            &json!("2: two")
+        )
     );
     assert_eq!((&v["state"], &v["session"]), (&json!("open"), &json!("s1")));
 
@@ -137,11 +165,16 @@ fn comments_reach_the_control_directory_and_go_when_resolved() {
     ws.unmount();
     let out = ok(rw(
         &ws,
-        &["comment", "add", "--change", &n, "--path", "f.txt", "--hunk", "1", "again"],
+        &[
+            "comment", "add", "--change", &n, "--path", "f.txt", "--hunk", "1", "again",
+        ],
     ));
     assert_eq!(out, format!("comment 3 added on change {id}\n"));
     let listed = ok(rw(&ws, &["comment", "list", "--session", "s1"]));
-    assert!(listed.contains("  > @@ -0,0 +1,3 @@\n    again\n"), "{listed}");
+    assert!(
+        listed.contains("  > @@ -0,0 +1,3 @@\n    again\n"),
+        "{listed}"
+    );
     ws.mount();
     assert_eq!(control(&ws, "sessions/s1/comments"), listed);
 }
@@ -189,7 +222,9 @@ async fn the_mcp_tool_lists_the_callers_open_comments() {
     let n = id.to_string();
     ok(rw(
         &ws,
-        &["comment", "add", "--change", &n, "--path", "f.txt", "--line", "3", "three?"],
+        &[
+            "comment", "add", "--change", &n, "--path", "f.txt", "--line", "3", "three?",
+        ],
     ));
     ok(rw(&ws, &["comment", "add", "--session", "s2", "for s2"]));
 
@@ -211,7 +246,10 @@ async fn the_mcp_tool_lists_the_callers_open_comments() {
 
     let s2 = connect(&ws, "s2").await;
     let text = call(&s2, json!({})).await;
-    assert!(text.contains("for s2") && !text.contains("three?"), "{text}");
+    assert!(
+        text.contains("for s2") && !text.contains("three?"),
+        "{text}"
+    );
     ok(rw(&ws, &["comment", "resolve", "2"]));
     assert_eq!(
         call(&s2, json!({})).await,

@@ -95,7 +95,10 @@ fn the_middle_hunk_of_three_goes_back_and_undo_brings_it_again() {
 
     let n = id.to_string();
     let dry = expect(
-        rw(&ws, &["rollback", "--change", &n, "--hunk", "2", "--dry-run"]),
+        rw(
+            &ws,
+            &["rollback", "--change", &n, "--hunk", "2", "--dry-run"],
+        ),
         0,
     );
     assert!(
@@ -105,7 +108,10 @@ fn the_middle_hunk_of_three_goes_back_and_undo_brings_it_again() {
         "{dry}"
     );
     assert!(dry.contains("\n-added 20b\n"), "{dry}");
-    assert!(dry.ends_with("dry run: 1 hunk would be reverted\n"), "{dry}");
+    assert!(
+        dry.ends_with("dry run: 1 hunk would be reverted\n"),
+        "{dry}"
+    );
     assert_eq!(read(&ws, "f.txt"), agents, "a dry run changed the file");
 
     // `--path` may be left out: the change has one file.
@@ -157,7 +163,10 @@ fn a_hunk_edited_since_is_a_skip_and_a_shifted_one_is_found() {
     let id = scene(&mut ws);
     let n = id.to_string();
     // The user edits the line the agent added.
-    sh(&ws.path(), "sed -i 's/^added 20b$/added 20b, edited/' f.txt");
+    sh(
+        &ws.path(),
+        "sed -i 's/^added 20b$/added 20b, edited/' f.txt",
+    );
     let edited = read(&ws, "f.txt");
     for dry in [true, false] {
         let mut args = vec!["rollback", "--change", &n, "--path", "f.txt", "--hunk", "2"];
@@ -167,9 +176,7 @@ fn a_hunk_edited_since_is_a_skip_and_a_shifted_one_is_found() {
         let text = expect(rw(&ws, &args), 1);
         assert_eq!(
             text,
-            format!(
-                "skip     f.txt: hunk 2 of 3 of change {id}: the hunk's lines changed since\n"
-            )
+            format!("skip     f.txt: hunk 2 of 3 of change {id}: the hunk's lines changed since\n")
         );
     }
     assert_eq!(read(&ws, "f.txt"), edited, "a skip touched the file");
@@ -188,7 +195,8 @@ fn a_hunk_edited_since_is_a_skip_and_a_shifted_one_is_found() {
     );
     assert_eq!(
         read(&ws, "f.txt"),
-        format!("top 1\ntop 2\n{edited}").replace("line 34\nline 36\n", "line 34\nline 35\nline 36\n")
+        format!("top 1\ntop 2\n{edited}")
+            .replace("line 34\nline 36\n", "line 34\nline 35\nline 36\n")
     );
 
     // A hunk that is not there, and a change with no such file: clear errors.
@@ -229,7 +237,17 @@ fn a_turns_hunk_goes_back_through_ctl_too_and_binary_files_are_refused() {
     expect(
         rw(
             &ws,
-            &["run", "--session", "s2", "--agent", "codex", "--", "bash", "-c", script],
+            &[
+                "run",
+                "--session",
+                "s2",
+                "--agent",
+                "codex",
+                "--",
+                "bash",
+                "-c",
+                script,
+            ],
         ),
         0,
     );
@@ -246,7 +264,9 @@ fn a_turns_hunk_goes_back_through_ctl_too_and_binary_files_are_refused() {
     );
     let e = rw(
         &ws,
-        &["rollback", "--turn", "s2:1", "--path", "b.bin", "--hunk", "1"],
+        &[
+            "rollback", "--turn", "s2:1", "--path", "b.bin", "--hunk", "1",
+        ],
     );
     assert_eq!(e.status.code(), Some(2));
     assert!(
@@ -264,5 +284,8 @@ fn a_turns_hunk_goes_back_through_ctl_too_and_binary_files_are_refused() {
     let run = ctl_line("rollback --turn s2:1 --path a.txt --hunk 1");
     assert_eq!(plan(&run), plan(&dry));
     assert_eq!(read(&ws, "a.txt"), numbered(12));
-    assert_eq!(std::fs::read(ws.path().join("b.bin")).unwrap(), b"\0bin\nmore\n");
+    assert_eq!(
+        std::fs::read(ws.path().join("b.bin")).unwrap(),
+        b"\0bin\nmore\n"
+    );
 }

@@ -278,7 +278,10 @@ mod tests {
         assert_eq!(r.offset, 0);
         assert_eq!(
             String::from_utf8(r.content).unwrap(),
-            format!("{}a\nb\nX\nc\nd\n{spacer}", format!("a\nb\nY\nc\nd\n{spacer}").repeat(2))
+            format!(
+                "{}a\nb\nX\nc\nd\n{spacer}",
+                format!("a\nb\nY\nc\nd\n{spacer}").repeat(2)
+            )
         );
     }
 }
