@@ -1,9 +1,13 @@
-//! Reviewer comments: one record per comment under its id, ids handed out by the `meta`
-//! counter `comments`. Resolving one rewrites its record. gc leaves them alone.
+//! Reviewer comments, in `meta` under `comment NUL id` (a prefix of their own, so a store
+//! written before them opens unchanged, and an older rewind still opens a store that has
+//! them); ids are handed out by the `meta` counter `comments`. Resolving a comment rewrites its
+//! record. gc leaves them alone.
 
 use rocksdb::WriteBatch;
 
-use super::{CF_COMMENTS, CommentRecord, Result, Store, keys};
+use super::{CF_META, CommentRecord, Result, Store, keys};
+
+const PREFIX: &[u8] = b"comment";
 
 impl Store {
     /// The next comment id (never the same twice).
@@ -16,8 +20,8 @@ impl Store {
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         batch.put_cf(
-            db.cf(CF_COMMENTS),
-            keys::change(comment.id),
+            db.cf(CF_META),
+            keys::named(PREFIX, comment.id),
             comment.encode(),
         );
         drop(db);
@@ -25,11 +29,11 @@ impl Store {
     }
 
     pub fn comment(&self, id: u64) -> Result<Option<CommentRecord>> {
-        self.get(CF_COMMENTS, &keys::change(id), CommentRecord::decode)
+        self.get(CF_META, &keys::named(PREFIX, id), CommentRecord::decode)
     }
 
     /// Every comment, oldest first.
     pub fn comments(&self) -> Result<Vec<CommentRecord>> {
-        self.scan(CF_COMMENTS, b"", CommentRecord::decode)
+        self.scan(CF_META, &keys::named_prefix(PREFIX), CommentRecord::decode)
     }
 }

@@ -15,9 +15,9 @@
 //! | `checkpoints`   | name                  | [`CheckpointRecord`]                     |
 //! | `turns`         | session NUL number    | [`TurnRecord`]                           |
 //! | `meta`          | `format`, `workspace`, `manifest`, `rollbacks` | raw             |
+//! | `meta`          | `comment` NUL id (u64 BE) | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //! | `open_episodes` | path                  | [`EpisodeRecord`]: a write in progress   |
 //! | `manifest`      | path                  | [`SeenRecord`]: the tree as the mount last left it |
-//! | `comments`      | id (u64 BE)           | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //!
 //! Invariants: a change, its index entries and its session's summary are written in one
 //! `WriteBatch`; a blob a change refers to is written before (or with) the change. After a
@@ -73,9 +73,8 @@ const CF_TURNS: &str = "turns";
 const CF_META: &str = "meta";
 const CF_EPISODES: &str = "open_episodes";
 const CF_MANIFEST: &str = "manifest";
-const CF_COMMENTS: &str = "comments";
 /// Every column family, for tools (and tests) that open the database directly.
-pub const ALL_CFS: [&str; 13] = [
+pub const ALL_CFS: [&str; 12] = [
     CF_BLOBS,
     CF_CHANGES,
     CF_BY_PATH,
@@ -88,7 +87,6 @@ pub const ALL_CFS: [&str; 13] = [
     CF_META,
     CF_EPISODES,
     CF_MANIFEST,
-    CF_COMMENTS,
 ];
 
 /// Counts for `status`.
