@@ -580,3 +580,56 @@ pub fn serve_stdio(backend: impl Backend) -> Result<(), Error> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn a_hunk_goes_with_its_change_or_turn_and_previews_unless_applied() {
+        let words = rollback_words(&RollbackArgs {
+            change: Some(7),
+            hunk: Some(2),
+            path: Some("-odd name".into()),
+            ..RollbackArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            words,
+            [
+                "rollback",
+                "--change",
+                "7",
+                "--hunk",
+                "2",
+                "--path=-odd name",
+                "--dry-run"
+            ]
+        );
+        let cli =
+            crate::command::Cli::try_parse_from(std::iter::once("rewind".into()).chain(words));
+        let Ok(crate::command::Cli {
+            command: crate::command::Command::Rollback(a),
+            ..
+        }) = cli
+        else {
+            panic!("the CLI takes the words")
+        };
+        assert_eq!((a.change, a.hunk, a.dry_run), (Some(7), Some(2), true));
+        assert!(
+            rollback_words(&RollbackArgs {
+                path: Some("a".into()),
+                turn: Some("s:1".into()),
+                ..RollbackArgs::default()
+            })
+            .is_err(),
+            "a path without a hunk"
+        );
+        assert_eq!(
+            comments_words(&CommentsArgs::default()).unwrap(),
+            ["comment", "list", "--mine"]
+        );
+    }
+}

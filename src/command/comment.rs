@@ -20,8 +20,9 @@ use crate::history::rollback::{self, Selector};
 use crate::history::turns::TurnRef;
 use crate::history::{Error, Result, time, who};
 
-/// Review comments on a change, an agent turn or a session, kept in the history. The open ones
-/// are in `.rewind/comments` (and `.rewind/sessions/NAME/comments`), and agents get theirs
+/// Review comments on a change, an agent turn or a session, kept in the history.
+///
+/// The open ones are in `.rewind/comments` (and `.rewind/sessions/NAME/comments`), and agents get theirs
 /// over MCP (`comments`), so a reviewer's notes reach the agent that made the change.
 #[derive(Debug, Args)]
 pub struct CommentArgs {
@@ -158,6 +159,18 @@ fn add(a: &CommentAddArgs, env: &mut Env<'_>) -> Result<Outcome> {
                 escape_path(p)
             )));
         }
+    }
+    if (comment.line.is_some() || comment.hunk.is_some()) && context(env, &comment).is_none() {
+        let what = match (comment.line, comment.hunk) {
+            (Some(l), _) => format!("line {l}"),
+            (_, Some(k)) => format!("hunk {k}"),
+            _ => unreachable!("checked"),
+        };
+        return Err(Error::Usage(format!(
+            "{} has no {what} in {} (see `rewind diff`)",
+            comment.path.as_deref().map(escape_path).unwrap_or_default(),
+            escape_text(&comment.target_name())
+        )));
     }
     let comment = history.add_comment(comment)?;
     env.println(&format!(

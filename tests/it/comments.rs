@@ -154,6 +154,12 @@ fn comments_reach_the_control_directory_and_go_when_resolved() {
         &["comment", "add", "--change", &n, "--path", "g.txt", "x"],
         &["comment", "add", "--change", &n, "--line", "2", "x"],
         &["comment", "add", "--change", &n, "   "],
+        &[
+            "comment", "add", "--change", &n, "--path", "f.txt", "--line", "4", "x",
+        ],
+        &[
+            "comment", "add", "--change", &n, "--path", "f.txt", "--hunk", "2", "x",
+        ],
     ] {
         let o = rw(&ws, bad);
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
