@@ -15,6 +15,7 @@
 //! | `checkpoints`   | name                  | [`CheckpointRecord`]                     |
 //! | `turns`         | session NUL number    | [`TurnRecord`]                           |
 //! | `meta`          | `format`, `workspace`, `manifest`, `rollbacks` | raw             |
+//! | `meta`          | `comment` NUL id (u64 BE) | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //! | `open_episodes` | path                  | [`EpisodeRecord`]: a write in progress   |
 //! | `manifest`      | path                  | [`SeenRecord`]: the tree as the mount last left it |
 //!
@@ -29,6 +30,7 @@
 //! waiting for another lock.
 
 pub mod blobs;
+mod comments;
 mod error;
 pub mod format;
 mod gc;
@@ -48,8 +50,8 @@ use rocksdb::{ColumnFamily, DB};
 pub use blobs::{CHUNK, Hash};
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
-    ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord,
+    StateRecord, ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
