@@ -16,6 +16,9 @@ use super::{
     ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys,
 };
 
+/// `meta` key of the store's format version (one byte).
+pub(super) const FORMAT_KEY: &[u8] = b"format";
+
 /// RocksDB's memory, sized on purpose rather than left to its per-family defaults (a 32 MiB
 /// block cache and 64 MiB of write buffers for each of the twelve families, plus every
 /// table's index and filter blocks outside any cache): one block cache shared by every family,
@@ -365,16 +368,19 @@ impl Store {
             recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
             pinned: AtomicU64::new(0),
         };
-        match store.meta(b"format")? {
-            Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
+        match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
+            Some(found) if found > FORMAT_VERSION => {
                 return Err(Error::Format {
-                    found: v[0],
+                    dir: dir.to_owned(),
+                    found,
                     supported: FORMAT_VERSION,
                 });
             }
-            Some(_) => {}
-            None if !read_only => store.put_meta(b"format", &[FORMAT_VERSION])?,
-            None => {}
+            Some(FORMAT_VERSION) => {}
+            // An older store is read as it is; opened for writing, it is marked as this
+            // format, since it may now hold records only this format describes.
+            _ if read_only => {}
+            _ => store.put_meta(FORMAT_KEY, &[FORMAT_VERSION])?,
         }
         // Ids are never handed out twice: not a retracted one (its tombstone explains it), nor
         // one a checkpoint or gc's horizon names.

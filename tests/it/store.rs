@@ -644,3 +644,115 @@ fn a_full_disk_refuses_writes_until_there_is_room_again() {
         b"tiny"
     );
 }
+
+/// A change record as the first releases wrote it (version 1): change 7, a rename of `old` to
+/// `new \xff name` by claude in session s1 (the golden bytes of `store/format/tests.rs`).
+const V1_CHANGE: &str = "01078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d20903736564";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Content of two different 1 MiB chunks, stored as the first releases stored large content.
+fn two_fixed_chunks() -> Vec<u8> {
+    let mut data = vec![b'a'; CHUNK];
+    data.extend((0..CHUNK).map(|i| (i % 251) as u8));
+    data
+}
+
+/// Build, byte by byte, a store of format 1: the version marker, a version 1 change, and a
+/// 2 MiB file in fixed 1 MiB chunks (`1, 0, zstd frame` per chunk; `1, 1, manifest` for the
+/// whole, the manifest in postcard: size, count, then each chunk's hash and length).
+fn build_format_1_store(dir: &std::path::Path) {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    let db = rocksdb::DB::open_cf(&opts, dir, ALL_CFS).unwrap();
+    let cf = |name| db.cf_handle(name).unwrap();
+    db.put_cf(cf("meta"), b"format", [1]).unwrap();
+    db.put_cf(cf("changes"), keys::change(7), unhex(V1_CHANGE))
+        .unwrap();
+    let data = two_fixed_chunks();
+    // size 2 MiB, 2 chunks.
+    let mut manifest = vec![1, 1, 0x80, 0x80, 0x80, 0x01, 0x02];
+    for chunk in data.chunks(CHUNK) {
+        let hash = Hash::of(chunk);
+        let mut value = vec![1, 0];
+        value.extend(zstd::bulk::compress(chunk, 3).unwrap());
+        db.put_cf(cf("blobs"), hash.0, value).unwrap();
+        manifest.extend_from_slice(&hash.0);
+        manifest.extend_from_slice(&[0x80, 0x80, 0x40]); // 1 MiB
+    }
+    db.put_cf(cf("blobs"), Hash::of(&data).0, manifest).unwrap();
+    drop(db);
+    // As private as rewind keeps a store.
+    let ok = Command::new("chmod").arg("-R").arg("go=").arg(dir).status();
+    assert!(ok.unwrap().success());
+}
+
+fn format_of(store: &Store) -> u8 {
+    store.meta(b"format").unwrap().unwrap()[0]
+}
+
+#[test]
+fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
+    let dir = tempfile::tempdir().unwrap();
+    build_format_1_store(dir.path());
+    let data = two_fixed_chunks();
+    {
+        let reader = Store::open_read_only(dir.path()).unwrap();
+        assert_eq!(format_of(&reader), 1, "reading does not change the format");
+        let history = History::new(Arc::new(reader));
+        let c = history.change(7).unwrap().unwrap();
+        assert_eq!(
+            (c.path.as_slice(), c.from.as_deref()),
+            (&b"new \xff name"[..], Some(&b"old"[..]))
+        );
+        assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
+    }
+    let history = open(dir.path());
+    assert_eq!(format_of(history.store()), store::FORMAT_VERSION);
+    assert!(store::FORMAT_VERSION > 1);
+    assert_eq!(history.change(7).unwrap().unwrap().agent, "claude");
+    assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
+    let id = modify(&history, "a", 2, b"old", b"new");
+    assert_eq!(id, 8);
+}
+
+#[test]
+fn a_store_of_a_newer_format_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(format_of(&store), store::FORMAT_VERSION);
+        store
+            .put_meta(b"format", &[store::FORMAT_VERSION + 1])
+            .unwrap();
+    }
+    let newer = store::FORMAT_VERSION + 1;
+    for err in [
+        Store::open(dir.path()).err().unwrap(),
+        Store::open_read_only(dir.path()).err().unwrap(),
+    ] {
+        let msg = err.to_string();
+        assert!(
+            matches!(err, store::Error::Format { found, .. } if found == newer),
+            "{msg}"
+        );
+        assert!(msg.contains("newer rewind"), "{msg}");
+        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        assert!(msg.contains(&format!("store format {newer}")), "{msg}");
+    }
+    // Nothing was changed: a newer rewind still finds its marker.
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(false);
+    let db = rocksdb::DB::open_cf_for_read_only(&opts, dir.path(), ALL_CFS, false).unwrap();
+    let marker = db
+        .get_cf(db.cf_handle("meta").unwrap(), b"format")
+        .unwrap()
+        .unwrap();
+    assert_eq!(marker, [newer]);
+}
