@@ -6,7 +6,11 @@
 //! - `cdc`: stored content growth when 10 bytes are inserted in the middle of a 256 MiB file,
 //!   and when 2 bytes are appended to it three times.
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc] [--files N] [--mib N]`. `mem` needs FUSE.
+//! - `gc`: what `rewind gc --max-size 1M` gives back on disk (`du` of the store) after a 256
+//!   MiB file written through a mount was overwritten twice (its 256 MiB now only history).
+//!
+//! `cargo bench --bench scale [-- --only mem,cdc,gc] [--files N] [--mib N]`. `mem` and `gc`
+//! need FUSE.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -64,6 +68,24 @@ fn main() {
             "≤ 100 MiB",
         ));
     }
+    if want("gc") {
+        let (before, after, history) = gc(&work.join("gc"), mib);
+        let freed = before as f64 - after as f64;
+        rows.push((
+            format!(
+                "delete {mib} MiB of history, then `gc --max-size 1M`: disk freed (`du` of the store)"
+            ),
+            format!(
+                "{:.1} MiB of {:.0} MiB ({:.0} %; {:.1} → {:.1} MiB)",
+                freed / MIB,
+                history as f64 / MIB,
+                100.0 * freed / history as f64,
+                before as f64 / MIB,
+                after as f64 / MIB
+            ),
+            "≥ 90 % of it",
+        ));
+    }
     println!("| measured | now | target |");
     println!("|---|---|---|");
     for (what, now, target) in rows {
@@ -110,6 +132,53 @@ fn cdc(dir: &Path, mib: usize) -> (u64, u64) {
     }
     let appends = stored(&store) - before;
     (insert, appends)
+}
+
+/// `du` of the store before and after gc, and the bytes of history gc may remove.
+fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
+    let ws = work.join("ws");
+    let store = work.join("store");
+    let data = work.join("data");
+    fs::create_dir_all(&ws).unwrap();
+    rewind(
+        work,
+        &data,
+        &[
+            "mount".as_ref(),
+            ws.as_os_str(),
+            "--store".as_ref(),
+            store.as_os_str(),
+        ],
+    );
+    let big = noise(mib << 20, 0x2545_f491_4f6c_dd1d);
+    fs::write(ws.join("big.bin"), &big).unwrap();
+    rewind(&ws, &data, &["sync".as_ref()]);
+    // Overwritten twice: the newest change (small to small) no longer needs the big content.
+    fs::write(ws.join("big.bin"), "small\n").unwrap();
+    rewind(&ws, &data, &["sync".as_ref()]);
+    fs::write(ws.join("big.bin"), "smaller\n").unwrap();
+    rewind(&ws, &data, &["sync".as_ref()]);
+    // Unmounted: a running daemon keeps content it stored within the hour from gc (a change
+    // may be about to use it), which would keep the big content here.
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    let before = du(&store);
+    rewind(
+        &ws,
+        &data,
+        &["gc".as_ref(), "--max-size".as_ref(), "1M".as_ref()],
+    );
+    let after = du(&store);
+    (before, after, big.len() as u64)
+}
+
+/// What `du` counts: allocated blocks of every file below `dir`.
+fn du(dir: &Path) -> u64 {
+    let out = Command::new("du").arg("-sB1").arg(dir).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap()
 }
 
 fn rewind(dir: &Path, data: &Path, args: &[&std::ffi::OsStr]) {
