@@ -58,8 +58,14 @@ pub use open::{check_outside, private_files, resolve};
 pub use query::{Order, Query};
 pub use write::{Extra, Room};
 
-/// The store format this build writes; a store with a newer one is refused.
-pub const FORMAT_VERSION: u8 = 1;
+/// The store format this build writes; a store with a newer one is refused, an older one is
+/// read and raised to this one when opened for writing (so an older rewind then refuses it
+/// instead of misreading records it does not know).
+///
+/// 1. The first releases: version 1 records, fixed 1 MiB chunks.
+/// 2. Version 2 and 3 change and open-episode records (hard links, turns and tool calls,
+///    owners), and the `turns` family.
+pub const FORMAT_VERSION: u8 = 2;
 
 const CF_BLOBS: &str = "blobs";
 const CF_CHANGES: &str = "changes";
