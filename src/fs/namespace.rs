@@ -116,18 +116,18 @@ impl Core {
         self.record_new(ChangeKind::Mkdir, &path, caller.by())
     }
 
-    fn mknod_at(
+    pub(crate) fn mknod_at(
         &self,
         caller: &Caller,
         parent: &[u8],
         name: &OsStr,
         mode: u32,
-        rdev: u32,
+        rdev: u64,
     ) -> Result<()> {
         check_name(name)?;
         let path = join(parent, name);
         self.ready_for(&path, false)?;
-        self.backing.mknod(parent, name, mode, rdev as u64)?;
+        self.backing.mknod(parent, name, mode, rdev)?;
         self.chown_new(caller, &path)?;
         self.record_new(ChangeKind::Create, &path, caller.by())
     }
@@ -290,7 +290,7 @@ impl Core {
         rdev: u32,
     ) -> Result<FileAttr> {
         let parent_path = self.path(parent)?;
-        self.mknod_at(caller, &parent_path, name, mode, rdev)?;
+        self.mknod_at(caller, &parent_path, name, mode, rdev.into())?;
         self.entry(parent, &parent_path, name)
     }
 

@@ -15,6 +15,7 @@ use fuser::{Errno, INodeNo};
 use super::attr::key;
 use super::backing::{self, join, split};
 use super::{Caller, Core};
+use crate::history::change::Node;
 use crate::history::rollback::Apply;
 use crate::history::who::By;
 use crate::history::{Error, Result, show_path};
@@ -298,6 +299,30 @@ impl Apply for Restorer {
         }
         self.core
             .symlink_at(&caller, parent, name, target)
+            .map_err(|e| failed(path, e))?;
+        self.entry_changed(parent, name, None);
+        Ok(())
+    }
+
+    fn make_node(&self, path: &[u8], node: Node, mode: u32) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let caller = self.caller_in(parent);
+        let Some(kind) = node.type_bits() else {
+            return Err(Error::Usage(format!(
+                "{}: the type of this special file was not recorded",
+                show_path(path)
+            )));
+        };
+        if let Ok(st) = self.core.backing.stat(path) {
+            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let st = self
+                .core
+                .unlink_at(&caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+        }
+        self.core
+            .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
             .map_err(|e| failed(path, e))?;
         self.entry_changed(parent, name, None);
         Ok(())

@@ -14,6 +14,7 @@ mod programs;
 mod quiet;
 mod record;
 mod retention;
+mod roundtrip;
 mod service;
 mod store;
 mod store_place;
