@@ -28,7 +28,7 @@ pub fn run(args: &CatArgs, env: &mut Env<'_>) -> Result<Outcome> {
     } else {
         env.view().state_at(&rel, at)?.state().map(|s| s.kind)
     };
-    if let Some(kind @ (FileKind::Dir | FileKind::Special)) = kind {
+    if let Some(kind @ (FileKind::Dir | FileKind::Special(_))) = kind {
         let shown = args.path.display();
         return Err(Error::Usage(if kind == FileKind::Dir {
             format!(

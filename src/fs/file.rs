@@ -15,6 +15,7 @@ use super::attr::{attr, key, killed_suid};
 use super::backing::{self, PASSED_OPEN_FLAGS, join};
 use super::{Caller, Core, Result, lock, record_errno};
 use crate::history::recorder::Key;
+use crate::history::who::By;
 
 /// An open regular file.
 pub(super) struct OpenFile {
@@ -59,12 +60,12 @@ fn writes(flags: i32) -> bool {
 
 impl Core {
     /// Store a file's content before it may change; returns the episode to end at release.
-    pub(super) fn begin_write(&self, path: &[u8], pid: u32) -> Result<Option<Key>> {
+    pub(super) fn begin_write(&self, path: &[u8], by: By) -> Result<Option<Key>> {
         let Some(rec) = &self.recorder else {
             return Ok(None);
         };
         let st = self.backing.stat(path)?;
-        rec.begin_write(path, &st, pid).map_err(record_errno)
+        rec.begin_write(path, &st, by).map_err(record_errno)
     }
 
     pub(super) fn end_write(&self, episode: Option<Key>) {
@@ -194,7 +195,7 @@ impl Core {
         let path = self.path(ino)?;
         // The content is stored before the open that could truncate or change it.
         let episode = if writes(flags) {
-            self.begin_write(&path, caller.pid)?
+            self.begin_write(&path, caller.by())?
         } else {
             None
         };
@@ -231,7 +232,7 @@ impl Core {
         let existing = self.backing.stat(&path).ok();
         let mut episode = None;
         if existing.is_some() && flags & libc::O_EXCL == 0 {
-            episode = self.begin_write(&path, caller.pid)?;
+            episode = self.begin_write(&path, caller.by())?;
         }
         if existing.is_none()
             && let Some(rec) = &self.recorder
@@ -260,7 +261,7 @@ impl Core {
             && let Some(rec) = &self.recorder
         {
             episode = rec
-                .begin_create(&path, &st, caller.pid)
+                .begin_create(&path, &st, caller.by())
                 .map_err(record_errno)?;
         }
         let ino = self.enter(parent, name.as_bytes(), key(&st));
@@ -312,12 +313,12 @@ impl Core {
 
     /// A file named for the first time while open (an `O_TMPFILE`) is a new file being
     /// written: its create is recorded at its last close, like any other.
-    pub(super) fn begin_named(&self, open: &OpenFile, path: &[u8], pid: u32) -> Result<()> {
+    pub(super) fn begin_named(&self, open: &OpenFile, path: &[u8], by: By) -> Result<()> {
         let Some(rec) = &self.recorder else {
             return Ok(());
         };
         let st = backing::stat_fd(open.file.as_fd())?;
-        let episode = rec.begin_create(path, &st, pid).map_err(record_errno)?;
+        let episode = rec.begin_create(path, &st, by).map_err(record_errno)?;
         *lock(&open.episode) = episode;
         Ok(())
     }

@@ -51,6 +51,7 @@ use fuser::{
 };
 
 use crate::history::Recorder;
+use crate::history::who::By;
 use backing::Backing;
 use handle::HandleTable;
 use inode::InodeTable;
@@ -78,6 +79,14 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Who asked, for attribution: the thread and the filesystem uid the kernel gave.
+    pub fn by(&self) -> By {
+        By {
+            pid: self.pid,
+            uid: self.uid,
+        }
+    }
+
     fn of(req: &Request) -> Caller {
         Caller {
             pid: req.pid(),

@@ -15,6 +15,7 @@ use super::attr::{attr, key};
 use super::backing::{self, join};
 use super::{Caller, Core, Result, record_errno};
 use crate::history::ChangeKind;
+use crate::history::who::By;
 
 fn check_name(name: &OsStr) -> Result<()> {
     if name.len() > 255 {
@@ -82,9 +83,9 @@ impl Core {
     }
 
     /// Record a new object at `path` after it was made.
-    fn record_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+    fn record_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
         match &self.recorder {
-            Some(rec) => rec.after_new(kind, path, pid).map_err(record_errno),
+            Some(rec) => rec.after_new(kind, path, by).map_err(record_errno),
             None => Ok(()),
         }
     }
@@ -112,23 +113,23 @@ impl Core {
         self.ready_for(&path, true)?;
         self.backing.mkdir(parent, name, mode)?;
         self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Mkdir, &path, caller.pid)
+        self.record_new(ChangeKind::Mkdir, &path, caller.by())
     }
 
-    fn mknod_at(
+    pub(crate) fn mknod_at(
         &self,
         caller: &Caller,
         parent: &[u8],
         name: &OsStr,
         mode: u32,
-        rdev: u32,
+        rdev: u64,
     ) -> Result<()> {
         check_name(name)?;
         let path = join(parent, name);
         self.ready_for(&path, false)?;
-        self.backing.mknod(parent, name, mode, rdev as u64)?;
+        self.backing.mknod(parent, name, mode, rdev)?;
         self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Create, &path, caller.pid)
+        self.record_new(ChangeKind::Create, &path, caller.by())
     }
 
     pub(crate) fn symlink_at(
@@ -143,7 +144,7 @@ impl Core {
         self.ready_for(&path, false)?;
         self.backing.symlink(parent, name, target)?;
         self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Symlink, &path, caller.pid)
+        self.record_new(ChangeKind::Symlink, &path, caller.by())
     }
 
     /// Remove `name` from `parent` (a folder with `dir`). Returns what it was.
@@ -161,7 +162,7 @@ impl Core {
             self.ready_for(&path, true)?;
             self.freeing(key(&st), true, unlink)?;
             if let Some(rec) = &self.recorder {
-                rec.after_rmdir(&path, &st, caller.pid)
+                rec.after_rmdir(&path, &st, caller.by())
                     .map_err(record_errno)?;
             }
         } else {
@@ -170,7 +171,7 @@ impl Core {
             // background (`rm -rf` does not wait on an index write per file).
             let delete = match &self.recorder {
                 Some(rec) => rec
-                    .before_unlink(&path, &st, caller.pid)
+                    .before_unlink(&path, &st, caller.by())
                     .map_err(record_errno)?,
                 None => None,
             };
@@ -244,7 +245,7 @@ impl Core {
                     &dst_path,
                     dst.as_ref(),
                     exchange,
-                    caller.pid,
+                    caller.by(),
                 )
                 .map_err(record_errno)?,
             None => Vec::new(),
@@ -289,7 +290,7 @@ impl Core {
         rdev: u32,
     ) -> Result<FileAttr> {
         let parent_path = self.path(parent)?;
-        self.mknod_at(caller, &parent_path, name, mode, rdev)?;
+        self.mknod_at(caller, &parent_path, name, mode, rdev.into())?;
         self.entry(parent, &parent_path, name)
     }
 
@@ -384,7 +385,7 @@ impl Core {
             // No name yet: an O_TMPFILE given its first one. A new file, written from now on.
             let open = self.link_unnamed(ino, &new_parent_path, new_name)?;
             let attr = self.entry(new_parent, &new_parent_path, new_name)?;
-            self.begin_named(&open, &new_path, caller.pid)?;
+            self.begin_named(&open, &new_path, caller.by())?;
             return Ok(attr);
         };
         // The file stays locked until its link is recorded, so an episode of it that ends
@@ -397,7 +398,7 @@ impl Core {
             .map(|(rec, k)| rec.hold(&[k]));
         self.backing.link(&path, &new_parent_path, new_name)?;
         if let Some(rec) = &self.recorder {
-            rec.after_link(&path, &new_path, caller.pid)
+            rec.after_link(&path, &new_path, caller.by())
                 .map_err(record_errno)?;
         }
         self.entry(new_parent, &new_parent_path, new_name)

@@ -15,7 +15,9 @@ use fuser::{Errno, INodeNo};
 use super::attr::key;
 use super::backing::{self, join, split};
 use super::{Caller, Core};
+use crate::history::change::Node;
 use crate::history::rollback::Apply;
+use crate::history::who::By;
 use crate::history::{Error, Result, show_path};
 
 /// Carries out one rollback, as thread `tid` (which the attributor knows as the rollback's).
@@ -39,6 +41,14 @@ impl Restorer {
 
     fn parts<'p>(&self, path: &'p [u8]) -> Result<(&'p [u8], &'p OsStr)> {
         split(path).ok_or_else(|| Error::Usage("the workspace root itself is not restored".into()))
+    }
+
+    /// The rollback's thread, for attribution (the attributor knows it as the rollback's).
+    fn by(&self) -> By {
+        By {
+            pid: self.tid,
+            uid: self.core.euid,
+        }
     }
 
     /// Act as the owner of the folder a new object goes in (a root daemon gives it to them).
@@ -150,7 +160,7 @@ impl Restorer {
         match &self.core.recorder {
             Some(rec) => {
                 let _held = rec.hold(&[key(&st)]);
-                let recorded = rec.before_chmod(path, &st, mode, self.tid)?;
+                let recorded = rec.before_chmod(path, &st, mode, self.by())?;
                 if let Err(e) = chmod() {
                     rec.retract(&recorded.into_iter().collect::<Vec<_>>());
                     return Err(e);
@@ -220,7 +230,7 @@ impl Apply for Restorer {
             };
             let episode = self
                 .core
-                .begin_write(path, self.tid)
+                .begin_write(path, self.by())
                 .map_err(|e| failed(path, e))?;
             if let Some((rec, st)) = &writer
                 && let Err(e) = rec.cut_for_restore(path, st)
@@ -238,7 +248,7 @@ impl Apply for Restorer {
                     f.flush().map_err(io)
                 });
             let recorded = match &writer {
-                Some((rec, st)) => rec.restored_in_place(path, st, self.tid),
+                Some((rec, st)) => rec.restored_in_place(path, st, self.by()),
                 None => Ok(()),
             };
             self.core.end_write(episode);
@@ -264,7 +274,7 @@ impl Apply for Restorer {
                 .map_err(|e| failed(path, e))?;
             let st = backing::stat_fd(std::os::fd::AsFd::as_fd(&f)).map_err(io)?;
             let episode = match &self.core.recorder {
-                Some(rec) => rec.begin_create(path, &st, self.tid)?,
+                Some(rec) => rec.begin_create(path, &st, self.by())?,
                 None => None,
             };
             let written = content(&mut f).and_then(|_| f.flush().map_err(io));
@@ -289,6 +299,30 @@ impl Apply for Restorer {
         }
         self.core
             .symlink_at(&caller, parent, name, target)
+            .map_err(|e| failed(path, e))?;
+        self.entry_changed(parent, name, None);
+        Ok(())
+    }
+
+    fn make_node(&self, path: &[u8], node: Node, mode: u32) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let caller = self.caller_in(parent);
+        let Some(kind) = node.type_bits() else {
+            return Err(Error::Usage(format!(
+                "{}: the type of this special file was not recorded",
+                show_path(path)
+            )));
+        };
+        if let Ok(st) = self.core.backing.stat(path) {
+            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let st = self
+                .core
+                .unlink_at(&caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+        }
+        self.core
+            .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
             .map_err(|e| failed(path, e))?;
         self.entry_changed(parent, name, None);
         Ok(())

@@ -51,7 +51,7 @@ impl Core {
                     // cannot be recorded in between.
                     let _held = rec.hold(&[key(&st)]);
                     let recorded = rec
-                        .before_chmod(p, &st, mode, caller.pid)
+                        .before_chmod(p, &st, mode, caller.by())
                         .map_err(record_errno)?;
                     if let Err(e) = chmod() {
                         rec.retract(&recorded.into_iter().collect::<Vec<_>>());
@@ -77,7 +77,7 @@ impl Core {
                 Some(o) => o.file.set_len(size)?,
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
-                    let episode = self.begin_write(path, caller.pid)?;
+                    let episode = self.begin_write(path, caller.by())?;
                     let result = self
                         .backing
                         .open_file(path, libc::O_WRONLY, 0)

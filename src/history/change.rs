@@ -90,8 +90,42 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
-    /// FIFOs, sockets and devices: recorded as existing, with no content.
-    Special,
+    /// FIFOs, sockets and devices: recorded with their type (and a device's number), with no
+    /// content.
+    Special(Node),
+}
+
+/// What kind of special file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Node {
+    Fifo,
+    Socket,
+    /// A character device and its number (`st_rdev`).
+    Char(u64),
+    Block(u64),
+    /// Recorded by an earlier version, which did not keep the type: never restored.
+    Unknown,
+}
+
+impl Node {
+    /// The `S_IF*` type bits, where known.
+    pub fn type_bits(self) -> Option<u32> {
+        match self {
+            Node::Fifo => Some(libc::S_IFIFO),
+            Node::Socket => Some(libc::S_IFSOCK),
+            Node::Char(_) => Some(libc::S_IFCHR),
+            Node::Block(_) => Some(libc::S_IFBLK),
+            Node::Unknown => None,
+        }
+    }
+
+    /// The device number (0 for what is not a device).
+    pub fn rdev(self) -> u64 {
+        match self {
+            Node::Char(d) | Node::Block(d) => d,
+            _ => 0,
+        }
+    }
 }
 
 impl FileKind {
@@ -100,27 +134,60 @@ impl FileKind {
             FileKind::File => "file",
             FileKind::Dir => "dir",
             FileKind::Symlink => "symlink",
-            FileKind::Special => "special",
+            FileKind::Special(Node::Fifo) => "fifo",
+            FileKind::Special(Node::Socket) => "socket",
+            FileKind::Special(Node::Char(_)) => "char",
+            FileKind::Special(Node::Block(_)) => "block",
+            FileKind::Special(Node::Unknown) => "special",
         }
     }
 
-    fn code(self) -> u8 {
+    /// The kind of what `st` describes.
+    pub fn of(st: &libc::stat) -> FileKind {
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Special(Node::Fifo),
+            libc::S_IFSOCK => FileKind::Special(Node::Socket),
+            libc::S_IFCHR => FileKind::Special(Node::Char(st.st_rdev)),
+            libc::S_IFBLK => FileKind::Special(Node::Block(st.st_rdev)),
+            _ => FileKind::Special(Node::Unknown),
+        }
+    }
+
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Special(_))
+    }
+
+    /// The stored code and size of a state of this kind with `size`: a device keeps its
+    /// number where its size would be (a device node's size is always 0), so the record
+    /// layout stays as it was.
+    fn record(self, size: u64) -> (u8, u64) {
         match self {
-            FileKind::File => fk::FILE,
-            FileKind::Dir => fk::DIR,
-            FileKind::Symlink => fk::SYMLINK,
-            FileKind::Special => fk::SPECIAL,
+            FileKind::File => (fk::FILE, size),
+            FileKind::Dir => (fk::DIR, size),
+            FileKind::Symlink => (fk::SYMLINK, size),
+            FileKind::Special(Node::Fifo) => (fk::FIFO, size),
+            FileKind::Special(Node::Socket) => (fk::SOCKET, size),
+            FileKind::Special(Node::Char(rdev)) => (fk::CHAR_DEVICE, rdev),
+            FileKind::Special(Node::Block(rdev)) => (fk::BLOCK_DEVICE, rdev),
+            FileKind::Special(Node::Unknown) => (fk::SPECIAL, size),
         }
     }
 
-    /// An unknown code (a store written by a newer rewind) reads as a special file: it is then
-    /// shown and never restored.
-    fn from_code(code: u8) -> FileKind {
+    /// Back from a stored code and size. An unknown code (a store written by a newer rewind)
+    /// reads as a special file of unknown type: it is then shown and never restored.
+    fn from_record(code: u8, size: u64) -> (FileKind, u64) {
         match code {
-            fk::FILE => FileKind::File,
-            fk::DIR => FileKind::Dir,
-            fk::SYMLINK => FileKind::Symlink,
-            _ => FileKind::Special,
+            fk::FILE => (FileKind::File, size),
+            fk::DIR => (FileKind::Dir, size),
+            fk::SYMLINK => (FileKind::Symlink, size),
+            fk::FIFO => (FileKind::Special(Node::Fifo), size),
+            fk::SOCKET => (FileKind::Special(Node::Socket), size),
+            fk::CHAR_DEVICE => (FileKind::Special(Node::Char(size)), 0),
+            fk::BLOCK_DEVICE => (FileKind::Special(Node::Block(size)), 0),
+            _ => (FileKind::Special(Node::Unknown), size),
         }
     }
 }
@@ -283,9 +350,10 @@ impl Turn {
 
 impl From<&FileState> for StateRecord {
     fn from(s: &FileState) -> StateRecord {
+        let (kind, size) = s.kind.record(s.size);
         StateRecord {
-            kind: s.kind.code(),
-            size: s.size,
+            kind,
+            size,
             mode: s.mode,
             hash: s.hash.map(|h| h.0),
             owner: s.owner.map(|o| (o.uid, o.gid)),
@@ -295,9 +363,10 @@ impl From<&FileState> for StateRecord {
 
 impl From<StateRecord> for FileState {
     fn from(s: StateRecord) -> FileState {
+        let (kind, size) = FileKind::from_record(s.kind, s.size);
         FileState {
-            kind: FileKind::from_code(s.kind),
-            size: s.size,
+            kind,
+            size,
             mode: s.mode,
             hash: s.hash.map(Hash),
             owner: s.owner.map(|(uid, gid)| Owner { uid, gid }),
@@ -432,9 +501,10 @@ impl From<EpisodeRecord> for OpenEpisode {
 
 impl From<&Seen> for SeenRecord {
     fn from(s: &Seen) -> SeenRecord {
+        let (kind, size) = s.kind.record(s.size);
         SeenRecord {
-            kind: s.kind.code(),
-            size: s.size,
+            kind,
+            size,
             mode: s.mode,
             mtime_ns: s.mtime_ns,
         }
@@ -443,9 +513,10 @@ impl From<&Seen> for SeenRecord {
 
 impl From<SeenRecord> for Seen {
     fn from(s: SeenRecord) -> Seen {
+        let (kind, size) = FileKind::from_record(s.kind, s.size);
         Seen {
-            kind: FileKind::from_code(s.kind),
-            size: s.size,
+            kind,
+            size,
             mode: s.mode,
             mtime_ns: s.mtime_ns,
         }
@@ -488,6 +559,39 @@ impl From<TurnRecord> for Turn {
 mod tests {
     use super::*;
 
+    /// A special file's type is a kind code of its own and a device keeps its number in
+    /// `size`, in the layout every version-3 record has (no new record version): kind `06`,
+    /// size 0x103 (`83 02`), mode 0o600 (`80 03`), no hash (`00`), owner 0:0 (`01 00 00`).
+    #[test]
+    fn a_device_node_is_stored_in_the_version_3_layout() {
+        let state = FileState {
+            kind: FileKind::Special(Node::Char(0x103)),
+            size: 0,
+            mode: 0o600,
+            hash: None,
+            owner: Some(Owner { uid: 0, gid: 0 }),
+        };
+        let record = StateRecord::from(&state);
+        let bytes = crate::store::format::encode(3, &record);
+        assert_eq!(
+            bytes,
+            [3, 0x06, 0x83, 0x02, 0x80, 0x03, 0x00, 0x01, 0x00, 0x00]
+        );
+        assert_eq!(FileState::from(record), state);
+        let fifo = StateRecord::from(&FileState {
+            kind: FileKind::Special(Node::Fifo),
+            ..state.clone()
+        });
+        assert_eq!((fifo.kind, fifo.size), (fk::FIFO, 0));
+        // What an earlier version stored (kind 3, type unknown) still reads, as a special file
+        // of unknown type.
+        let old = StateRecord {
+            kind: fk::SPECIAL,
+            ..fifo
+        };
+        assert_eq!(FileState::from(old).kind, FileKind::Special(Node::Unknown));
+    }
+
     #[test]
     fn kinds_round_trip_through_their_codes() {
         for k in ChangeKind::ALL {
@@ -498,9 +602,24 @@ mod tests {
             FileKind::File,
             FileKind::Dir,
             FileKind::Symlink,
-            FileKind::Special,
+            FileKind::Special(Node::Fifo),
+            FileKind::Special(Node::Socket),
+            FileKind::Special(Node::Char(0x0103)),
+            FileKind::Special(Node::Block(0x0801)),
+            FileKind::Special(Node::Unknown),
         ] {
-            assert_eq!(FileKind::from_code(k.code()), k);
+            let size = if matches!(k, FileKind::Special(Node::Char(_) | Node::Block(_))) {
+                0
+            } else {
+                12
+            };
+            let (code, stored) = k.record(size);
+            assert_eq!(FileKind::from_record(code, stored), (k, size));
         }
+        // A code this version does not know (a newer store's) is a special file never restored.
+        assert_eq!(
+            FileKind::from_record(200, 5),
+            (FileKind::Special(Node::Unknown), 5)
+        );
     }
 }

@@ -94,7 +94,7 @@ pub fn change_json(c: &Change) -> Value {
 
 /// A change back from its JSON shape (for `rewind watch`, which reads `.rewind/events`).
 pub fn change_from_json(v: &Value) -> Option<Change> {
-    use super::change::{ChangeKind, FileKind, Hash, Tool};
+    use super::change::{ChangeKind, FileKind, Hash, Node, Tool};
     let bytes = |key: &str| -> Option<Vec<u8>> {
         match v.get(format!("{key}_bytes")).and_then(Value::as_str) {
             Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
@@ -107,7 +107,10 @@ pub fn change_from_json(v: &Value) -> Option<Change> {
             "file" => FileKind::File,
             "dir" => FileKind::Dir,
             "symlink" => FileKind::Symlink,
-            _ => FileKind::Special,
+            "fifo" => FileKind::Special(Node::Fifo),
+            "socket" => FileKind::Special(Node::Socket),
+            // The device number is not in the JSON shape.
+            _ => FileKind::Special(Node::Unknown),
         };
         Some(FileState {
             kind,

@@ -10,7 +10,8 @@
 //! A path is skipped (unless forced) when someone outside the selection changed it between the
 //! selection's first and last change to it, when it is no longer as the selection left it, or
 //! when a process holds it open for writing. What the tree would make fail (a folder that still
-//! holds entries the rollback leaves, content that cannot be read, special files) is a skip in
+//! holds entries the rollback leaves, content that cannot be read, a device node a plain user
+//! cannot make) is a skip in
 //! the plan too, so the dry run is exactly what the run does.
 //! So a rollback that was itself undone does not stand in the way of rolling back the same
 //! selection again: the path is back to what the selection left.
@@ -18,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 
-use super::change::{Change, ChangeKind, FileKind, FileState};
+use super::change::{Change, ChangeKind, FileKind, FileState, Node};
 use super::selection::Selection;
 use super::view::{Then, View};
 use super::{Error, History, Result, show_path};
@@ -202,8 +203,9 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer
     Ok(plan)
 }
 
-/// Why a target state cannot be put back, if it cannot: special files are not restored, and
-/// content must be readable whole (from the store, or from the later name of a folder that
+/// Why a target state cannot be put back, if it cannot: a special file whose type was not
+/// recorded, a device node where the daemon may not make one (only root may), and content
+/// that is not readable whole (from the store, or from the later name of a folder that
 /// moved, for content never recorded).
 fn cannot_restore(
     view: &View<'_>,
@@ -211,8 +213,18 @@ fn cannot_restore(
     moved_to: Option<&[u8]>,
 ) -> Option<String> {
     let t = target?;
-    if t.kind == FileKind::Special {
-        return Some("special files (fifos, sockets, devices) are not restored".into());
+    match t.kind {
+        FileKind::Special(Node::Unknown) => {
+            return Some(
+                "its type was not recorded (an earlier rewind kept only \"special file\")".into(),
+            );
+        }
+        FileKind::Special(Node::Char(_) | Node::Block(_))
+            if !rustix::process::geteuid().is_root() =>
+        {
+            return Some("only root may make a device node".into());
+        }
+        _ => {}
     }
     if !matches!(t.kind, FileKind::File | FileKind::Symlink) {
         return None;
@@ -450,6 +462,8 @@ pub trait Apply {
     fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>>;
     /// Make a symlink, replacing what is at the path.
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
+    /// Make a FIFO, socket or device node with this mode, replacing what is at the path.
+    fn make_node(&self, path: &[u8], node: Node, mode: u32) -> Result<()>;
     /// Change a file's or folder's mode.
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()>;
 }
@@ -583,9 +597,10 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
                     why: "no target was stored",
                 }),
             },
-            FileKind::Special => Err(Error::Usage(
-                "special files (fifos, sockets, devices) are not restored".into(),
-            )),
+            FileKind::Special(_) if s.now.as_ref().is_some_and(|n| n.kind == t.kind) => {
+                apply.set_mode(&s.path, t.mode)
+            }
+            FileKind::Special(node) => apply.make_node(&s.path, node, t.mode),
         };
         if let Err(e) = result {
             failed.push((s.path.clone(), e.to_string()));

@@ -6,7 +6,7 @@
 //! of the process or one of its ancestors (`session start` written to `.rewind/ctl`, or a
 //! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
 //! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
-//! another process's attribution. The uid is read afresh at each lookup.
+//! another process's attribution. The uid is the one the kernel gave with the request.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,6 +28,14 @@ pub struct Who {
     pub tool: Option<super::change::Tool>,
     /// The filesystem uid the process had (the one the kernel checks its file access by).
     pub uid: Option<u32>,
+}
+
+/// Who asked for an operation, as the kernel says with the request: the thread, and the
+/// filesystem uid it checks the operation's access by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct By {
+    pub pid: u32,
+    pub uid: u32,
 }
 
 /// A process identity that survives pid reuse: pid and start time (clock ticks since boot).
@@ -88,9 +96,9 @@ pub fn process_of(tid: u32) -> u32 {
         .unwrap_or(tid)
 }
 
-/// The filesystem uid of a process or thread (the last of the four on the `Uid:` line of
-/// `/proc/PID/status`). Read at each lookup, never cached with the attribution: a setuid
-/// program keeps its pid and start time.
+/// The filesystem uid of a process (the last of the four on the `Uid:` line of
+/// `/proc/PID/status`), for a caller known only by pid (the writer of a `.rewind/ctl` line);
+/// recording takes the uid from the FUSE request instead.
 pub fn fs_uid(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -216,8 +224,10 @@ impl Attributor {
             .remove(&tid);
     }
 
-    /// Who `pid` is, for recording a change it makes.
-    pub fn who(&self, pid: u32) -> Who {
+    /// Who made a change: `by.pid`'s attribution, with the uid of the request (never cached
+    /// with the attribution: a setuid program keeps its pid and start time).
+    pub fn who(&self, by: By) -> Who {
+        let pid = by.pid;
         if let Some(session) = self
             .restorers
             .lock()
@@ -238,9 +248,12 @@ impl Attributor {
         if let Some((at, who)) = self.lock_recent().get(&pid)
             && at.elapsed() < RECENT
         {
-            return who.clone();
+            return Who {
+                uid: Some(by.uid),
+                ..who.clone()
+            };
         }
-        let who = self.look_up(pid);
+        let who = self.look_up(pid, by.uid);
         let mut recent = self.lock_recent();
         if recent.len() >= 1024 {
             recent.retain(|_, (at, _)| at.elapsed() < RECENT);
@@ -250,13 +263,12 @@ impl Attributor {
     }
 
     /// Who `pid` is, from /proc and the registrations.
-    fn look_up(&self, pid: u32) -> Who {
+    fn look_up(&self, pid: u32, uid: u32) -> Who {
         // One read of /proc/PID/stat gives the name and the start time that keys the cache.
         let (process, key) = match stat_full(pid) {
             Some((_, start, name)) => (name, Some((pid, start))),
             None => ("?".to_string(), None),
         };
-        let uid = fs_uid(pid);
         if let Some(key) = key
             && let Some((session, agent)) = self.lock_cache().get(&key).cloned()
         {
@@ -268,7 +280,7 @@ impl Attributor {
                 restore: false,
                 turn: None,
                 tool: None,
-                uid,
+                uid: Some(uid),
             };
         }
         let (session, agent) = self.resolve(pid);
@@ -287,7 +299,7 @@ impl Attributor {
             restore: false,
             turn: None,
             tool: None,
-            uid,
+            uid: Some(uid),
         }
     }
 
@@ -352,16 +364,18 @@ mod tests {
     fn registrations_cover_the_process_and_fall_back_to_the_default() {
         let a = Attributor::new("default".into());
         let me = std::process::id();
-        let who = a.who(me);
+        let by = |uid| By { pid: me, uid };
+        let who = a.who(by(4242));
         assert_eq!(who.pid, me);
-        assert_eq!(who.uid, Some(rustix::process::geteuid().as_raw()));
+        assert_eq!(who.uid, Some(4242), "the request's uid, not the process's");
         if std::env::var_os("REWIND_SESSION").is_none() {
             assert_eq!(who.session, "default");
             assert!(a.register(me, "s1".into(), Some("bot".into())));
-            let who = a.who(me);
+            let who = a.who(by(7));
+            assert_eq!(who.uid, Some(7));
             assert_eq!((who.session.as_str(), who.agent.as_str()), ("s1", "bot"));
             assert_eq!(a.unregister(me).as_deref(), Some("s1"));
-            assert_eq!(a.who(me).session, "default");
+            assert_eq!(a.who(by(0)).session, "default");
         }
     }
 }

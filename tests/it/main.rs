@@ -16,6 +16,7 @@ mod programs;
 mod quiet;
 mod record;
 mod retention;
+mod roundtrip;
 mod service;
 mod store;
 mod store_place;

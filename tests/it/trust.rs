@@ -1605,6 +1605,29 @@ fn another_user_naming_a_session_gets_a_session_of_their_own() {
     );
 }
 
+/// The uid of a change is the one the kernel gave with the request: a process that changes
+/// its uid between two operations (as `su`, `sudo` and setuid programs do) has each recorded
+/// under the uid it made it with, even the moment after (the daemon remembers who a pid is for
+/// a moment, so as not to read /proc for every change of a burst).
+#[test]
+fn a_process_that_changes_its_uid_is_recorded_under_each() {
+    let mut ws = Workspace::new();
+    open_to_others(&ws);
+    ws.mount_with(&["--allow-other"]);
+    let root = ws.path();
+    sh(&root, "mkdir -m 0777 shared");
+    let script = format!(
+        "import os\nos.mkdir('shared/as-root')\nos.setresuid({NOBODY}, {NOBODY}, 0)\n\
+         os.mkdir('shared/as-nobody')\nos.setresuid(0, 0, 0)\nos.mkdir('shared/as-root-again')\n"
+    );
+    python(&root, &script, None);
+    ok(&rw(&ws, &["sync"]));
+    let uid = |path: &str| of_last(&ws, path)["uid"].clone();
+    assert_eq!(uid("shared/as-root"), 0);
+    assert_eq!(uid("shared/as-nobody"), NOBODY);
+    assert_eq!(uid("shared/as-root-again"), 0);
+}
+
 fn of_last(ws: &Workspace, path: &str) -> serde_json::Value {
     changes(ws)
         .into_iter()

@@ -17,6 +17,7 @@ use crate::fs::backing::Backing;
 use crate::fs::restore::Restorer;
 use crate::history::GcReport;
 use crate::history::change::{Checkpoint, Tool};
+use crate::history::who::By;
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, Plan, Writer};
 use crate::history::{Error, Name, Recorder, Result, time};
@@ -237,7 +238,8 @@ impl Actor for DaemonActor<'_> {
 
     fn session_of(&self, pid: u32) -> Option<String> {
         let pid = crate::history::who::process_of(pid);
-        Some(self.recorder().attributor().who(pid).session)
+        let uid = crate::history::who::fs_uid(pid)?;
+        Some(self.recorder().attributor().who(By { pid, uid }).session)
     }
 
     fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {

@@ -22,18 +22,13 @@ pub fn key_of(st: &libc::stat) -> Key {
 }
 
 pub fn kind_of(st: &libc::stat) -> FileKind {
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => FileKind::File,
-        libc::S_IFDIR => FileKind::Dir,
-        libc::S_IFLNK => FileKind::Symlink,
-        _ => FileKind::Special,
-    }
+    FileKind::of(st)
 }
 
 pub fn seen_of(st: &libc::stat) -> Seen {
     Seen {
         kind: kind_of(st),
-        size: if kind_of(st) == FileKind::Dir {
+        size: if matches!(kind_of(st), FileKind::Dir | FileKind::Special(_)) {
             0
         } else {
             st.st_size as u64

@@ -16,7 +16,7 @@ use crate::history::change::{ChangeKind, FileKind, FileState, OpenEpisode};
 use crate::history::db::Extra;
 use crate::history::rollback::Writer;
 use crate::history::time::now_ns;
-use crate::history::who::Who;
+use crate::history::who::{By, Who};
 
 pub(super) struct Episode {
     pub(super) path: Vec<u8>,
@@ -32,7 +32,7 @@ pub(super) struct Episode {
 impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
-    pub fn begin_write(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+    pub fn begin_write(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
         if kind_of(st) != FileKind::File || !self.records(path, false) {
             return Ok(None);
         }
@@ -52,18 +52,18 @@ impl Recorder {
             return Ok(Some(key));
         }
         let before = self.capture(path, st)?;
-        let who = self.who(pid);
+        let who = self.who(by);
         self.open_episode(key, path, Some(before), who, false)?;
         Ok(Some(key))
     }
 
     /// A regular file was just created (and opened).
-    pub fn begin_create(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<Option<Key>> {
+    pub fn begin_create(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
         if !self.records(path, false) {
             return Ok(None);
         }
         self.check_writable()?;
-        let who = self.who(pid);
+        let who = self.who(by);
         self.open_episode(key_of(st), path, None, who, true)?;
         Ok(Some(key_of(st)))
     }
@@ -284,14 +284,14 @@ impl Recorder {
         self.cut_episode_by(key, path, None)
     }
 
-    /// A rollback (as thread `pid`) has rewritten `path` in place, inside another process's
+    /// A rollback (as thread `by.pid`) has rewritten `path` in place, inside another process's
     /// open episode: the rewrite is recorded as the rollback's own change, never folded into
     /// the writer's, and the episode goes on from the restored content, so what the writer
     /// writes next is its own change again.
-    pub fn restored_in_place(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<()> {
+    pub fn restored_in_place(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
         let key = key_of(st);
         let _held = self.hold(&[key]);
-        let by = self.who(pid);
+        let by = self.who(by);
         self.cut_episode_by(key, path, Some(by))
     }
 

@@ -46,7 +46,7 @@ pub use recovery::Recovery;
 use super::change::{Change, ChangeKind};
 use super::ignore::{IgnoreRules, Reason};
 use super::turns::Turns;
-use super::who::{Attributor, Who};
+use super::who::{Attributor, By, Who};
 use super::{History, Result, time};
 
 /// A backing file's identity: `(st_dev, st_ino)`.
@@ -135,8 +135,8 @@ impl Recorder {
 
     /// Who process (or thread) `pid` is, in a session of its own user's, with that session's
     /// open turn and tool call.
-    pub fn who(&self, pid: u32) -> Who {
-        let mut who = self.who.who(pid);
+    pub fn who(&self, by: By) -> Who {
+        let mut who = self.who.who(by);
         if !who.restore {
             self.own_session(&mut who);
             (who.turn, who.tool) = self.turns.current(&who.session);

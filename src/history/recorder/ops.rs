@@ -12,17 +12,13 @@ use super::{Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{Change, ChangeKind, FileKind, FileState};
 use crate::history::db::Extra;
+use crate::history::who::By;
 
 impl Recorder {
     /// `path` (described by `st`) is about to be unlinked: its content is stored now. Returns
     /// the delete to hand to [`defer`](Recorder::defer) once the unlink has succeeded. The
     /// caller holds the file until the unlink is done.
-    pub fn before_unlink(
-        &self,
-        path: &[u8],
-        st: &libc::stat,
-        pid: u32,
-    ) -> Result<Option<Prepared>> {
+    pub fn before_unlink(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Prepared>> {
         let key = key_of(st);
         {
             let mut episodes = lock(&self.episodes);
@@ -72,7 +68,7 @@ impl Recorder {
         }
         // The delete itself is written later (`defer`): it must be writable now.
         self.check_writable()?;
-        if self.saved_by_renaming_away(path, st, pid)? {
+        if self.saved_by_renaming_away(path, st, by.pid)? {
             return Ok(None);
         }
         let before = self.capture(path, st)?;
@@ -80,7 +76,7 @@ impl Recorder {
             // The inode number may be reused by the next file created.
             self.forget_known(key);
         }
-        let who = self.who(pid);
+        let who = self.who(by);
         let mut change = self.change(ChangeKind::Delete, path, &who);
         change.before = Some(before);
         Ok(Some(Prepared {
@@ -111,11 +107,11 @@ impl Recorder {
     }
 
     /// `path` was removed by `rmdir`; `st` is how it was.
-    pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, pid: u32) -> Result<()> {
+    pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
         if !self.records(path, true) {
             return Ok(());
         }
-        let who = self.who(pid);
+        let who = self.who(by);
         let mut change = self.change(ChangeKind::Rmdir, path, &who);
         change.before = Some(self.capture(path, st)?);
         self.record_one(change, &[(path.to_vec(), None)])?;
@@ -123,7 +119,7 @@ impl Recorder {
     }
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
-    pub fn after_new(&self, kind: ChangeKind, path: &[u8], pid: u32) -> Result<()> {
+    pub fn after_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
@@ -131,7 +127,7 @@ impl Recorder {
         if !self.records(path, kind_of(&st) == FileKind::Dir) {
             return Ok(());
         }
-        let who = self.who(pid);
+        let who = self.who(by);
         let mut change = self.change(kind, path, &who);
         change.after = Some(self.capture(path, &st)?);
         self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
@@ -140,7 +136,7 @@ impl Recorder {
 
     /// `path` is a new name of the file at `target` (a hard link): record it, and know the
     /// file by both names from now on. The caller holds the file ([`hold`](Recorder::hold)).
-    pub fn after_link(&self, target: &[u8], path: &[u8], pid: u32) -> Result<()> {
+    pub fn after_link(&self, target: &[u8], path: &[u8], by: By) -> Result<()> {
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
         };
@@ -158,7 +154,7 @@ impl Recorder {
         if !self.records(path, false) {
             return Ok(());
         }
-        let who = self.who(pid);
+        let who = self.who(by);
         let mut change = self.change(ChangeKind::Link, path, &who);
         change.after = Some(self.capture(path, &st)?);
         self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
@@ -172,7 +168,7 @@ impl Recorder {
         path: &[u8],
         st: &libc::stat,
         mode: u32,
-        pid: u32,
+        by: By,
     ) -> Result<Option<Change>> {
         let is_dir = kind_of(st) == FileKind::Dir;
         if st.st_mode & 0o7777 == mode & 0o7777 || !self.records(path, is_dir) {
@@ -189,7 +185,7 @@ impl Recorder {
         }
         self.flush_pending(path)?;
         self.cut_episode(key, path)?;
-        let who = self.who(pid);
+        let who = self.who(by);
         let before = self.capture(path, st)?;
         let after = FileState {
             mode: mode & 0o7777,
@@ -222,7 +218,7 @@ impl Recorder {
         dst: &[u8],
         dst_st: Option<&libc::stat>,
         exchange: bool,
-        pid: u32,
+        by: By,
     ) -> Result<Vec<Change>> {
         let src_dir = kind_of(src_st) == FileKind::Dir;
         // A folder exchanged for the source moves too.
@@ -262,7 +258,7 @@ impl Recorder {
         if !src_dir && (exchange || !src_created) && self.records(src, false) {
             self.cut_episode(key_of(src_st), src)?;
         }
-        let who = self.who(pid);
+        let who = self.who(by);
         let dst_before = match dst_st {
             Some(st) if dst_recorded => Some(self.capture(dst, st)?),
             _ => None,
@@ -349,7 +345,7 @@ impl Recorder {
                     from: src.to_vec(),
                     key: key_of(src_st),
                     change: recorded.clone(),
-                    pid,
+                    pid: by.pid,
                     at: Instant::now(),
                 },
             );

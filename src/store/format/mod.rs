@@ -34,7 +34,13 @@ pub mod kind {
     pub const FILE: u8 = 0;
     pub const DIR: u8 = 1;
     pub const SYMLINK: u8 = 2;
+    /// A special file of a type not recorded (stores of earlier versions): never restored.
     pub const SPECIAL: u8 = 3;
+    pub const FIFO: u8 = 4;
+    pub const SOCKET: u8 = 5;
+    /// A device's state keeps its number (`st_rdev`) in `size` (a device node's size is 0).
+    pub const CHAR_DEVICE: u8 = 6;
+    pub const BLOCK_DEVICE: u8 = 7;
 }
 
 /// Change kinds as stored.
