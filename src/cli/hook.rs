@@ -170,7 +170,7 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
     let a = agent.as_str();
     let start = |id: &str| {
         format!(
-            "session start {} --agent {a} --pid {}",
+            "session start {} --agent {a} --pid {} --exclusive",
             quote(&session_name(agent, id)),
             agent_pid()
         )
@@ -229,7 +229,13 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
         HookEvent::Ignored => Vec::new(),
     };
     for line in lines {
-        ctx.ctl(&line).map_err(daemon)?;
+        let answer = ctx.ctl(&line).map_err(daemon)?;
+        // Another agent process holds this session id: ours was recorded apart (the daemon
+        // said so); worth a line in the log, not a failure.
+        let said = String::from_utf8_lossy(&answer.output);
+        if said.contains(" belongs to process ") {
+            log(&format!("{agent} {event}: {}", said.trim()));
+        }
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ use crate::fs::restore::Restorer;
 use crate::history::change::{Checkpoint, Tool};
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, Plan, Writer};
+use crate::history::who::{Claim, Foreign};
 use crate::history::{Error, Name, Recorder, Result, time};
 use crate::store::GcReport;
 
@@ -237,6 +238,22 @@ impl Actor for DaemonActor<'_> {
     fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();
+        // A turn or tool command is about the session the caller's process tree holds under
+        // that name: another agent's hook naming it opens, ends and marks nothing of it.
+        let own = |asked: &str| {
+            rec.attributor()
+                .session_for(asked, caller)
+                .map_err(|Foreign { session, owner }| {
+                    tracing::warn!(
+                        "process {caller} named session {session}, which belongs to process \
+                         {owner} and its children; refused"
+                    );
+                    Error::Usage(format!(
+                        "session {session} belongs to process {owner} and its children, and \
+                         process {caller} is not one of them: nothing done"
+                    ))
+                })
+        };
         match command {
             Command::Sync { for_reading } => {
                 if *for_reading {
@@ -246,14 +263,30 @@ impl Actor for DaemonActor<'_> {
                 }
                 Ok("ok\n".into())
             }
-            Command::Session(SessionCommand::Start { name, agent, pid }) => {
+            Command::Session(SessionCommand::Start {
+                name,
+                agent,
+                pid,
+                exclusive,
+            }) => {
                 let pid = pid.unwrap_or(caller);
-                if !rec.attributor().register(
-                    pid,
-                    name.to_string(),
-                    agent.as_ref().map(Name::to_string),
-                ) {
-                    return Err(Error::Usage(format!("process {pid} is gone")));
+                let agent = agent.as_ref().map(Name::to_string);
+                let gone = || Error::Usage(format!("process {pid} is gone"));
+                if !*exclusive {
+                    if !rec.attributor().register(pid, name.to_string(), agent) {
+                        return Err(gone());
+                    }
+                } else if let Claim::Apart { session, owner } = rec
+                    .attributor()
+                    .claim(pid, name.to_string(), agent)
+                    .ok_or_else(gone)?
+                {
+                    tracing::warn!(
+                        "session {name} belongs to process {owner} and its children; process                          {pid}, which named it too, is recorded as session {session}"
+                    );
+                    return Ok(format!(
+                        "session {name} belongs to process {owner}: process {pid} and its                          children recorded as session {session}\n"
+                    ));
                 }
                 Ok(format!(
                     "session {name} started for process {pid} and its children\n"
@@ -273,7 +306,7 @@ impl Actor for DaemonActor<'_> {
                 prompt,
                 prompt_id,
             }) => {
-                let session = Name::parse("session", session)?;
+                let session = Name::parse("session", &own(session)?)?;
                 // Everything the session did before the prompt is recorded before the turn
                 // begins (other sessions' saves in progress are left alone).
                 rec.settle_session(session.as_str())?;
@@ -284,6 +317,7 @@ impl Actor for DaemonActor<'_> {
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
             Command::Turn(TurnCommand::End { session }) => {
+                let session = &own(session)?;
                 rec.settle_session(session)?;
                 let last = rec.history().last_id()?;
                 Ok(match rec.turns().end(session, last)? {
@@ -293,7 +327,7 @@ impl Actor for DaemonActor<'_> {
             }
             Command::Tool(ToolCommand::Begin { session, name, id }) => {
                 rec.turns().tool_begin(
-                    session,
+                    &own(session)?,
                     Tool {
                         name: name.clone(),
                         id: id.clone(),
@@ -302,6 +336,7 @@ impl Actor for DaemonActor<'_> {
                 Ok("ok\n".into())
             }
             Command::Tool(ToolCommand::End { session, name, id }) => {
+                let session = &own(session)?;
                 // What the tool did is recorded with it before it is forgotten.
                 rec.settle_session(session)?;
                 rec.turns().tool_end(session, name, id.as_deref());
