@@ -21,6 +21,8 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+pub mod wire;
+
 /// What the MCP server calls into.
 pub trait Backend: Send + Sync + 'static {
     /// Run one rewind command given as CLI words (e.g. `["log","--session","s1","-n","20"]`);
@@ -160,9 +162,26 @@ pub struct UndoArgs {
 
 // ---- tool arguments to CLI words ----------------------------------------------------------
 
+/// The longest argument taken: no path (`PATH_MAX`), name or point is longer. A longer one is
+/// refused by name, before it could reach a command line (where the kernel refuses a word over
+/// 128 KiB with "Argument list too long").
+pub const MAX_ARGUMENT: usize = 4096;
+
+fn check_length(what: &str, v: &str) -> Result<(), String> {
+    if v.len() > MAX_ARGUMENT {
+        return Err(format!(
+            "`{what}` is {} bytes long; rewind takes at most {MAX_ARGUMENT} (no path, name or \
+             point is longer)",
+            v.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A value given as an option's argument must be one non-empty word that cannot be taken for a
 /// flag.
 fn check_value(what: &str, v: &str) -> Result<(), String> {
+    check_length(what, v)?;
     if v.is_empty() {
         return Err(format!("`{what}` is empty"));
     }
@@ -177,6 +196,7 @@ fn check_value(what: &str, v: &str) -> Result<(), String> {
 
 /// Paths go after `--`, so they may start with '-'; they must still be non-empty and one line.
 fn check_path(what: &str, v: &str) -> Result<(), String> {
+    check_length(what, v)?;
     if v.is_empty() || v.chars().any(|c| c.is_control()) {
         return Err(format!("`{what}` must be a non-empty path: {v:?}"));
     }
@@ -483,7 +503,10 @@ impl Backend for ProcessBackend {
             .env("NO_COLOR", "1")
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run rewind: {e}"))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::E2BIG) => "the arguments are too long to run rewind with".to_string(),
+                _ => format!("cannot run rewind: {e}"),
+            })?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.code() {
@@ -503,22 +526,42 @@ impl Backend for ProcessBackend {
 }
 
 /// Serves MCP on stdin/stdout until stdin closes (or the client goes away). Builds its own
-/// single-threaded tokio runtime, so the caller needs none.
+/// single-threaded tokio runtime, so the caller needs none. Every line the client sends is
+/// checked first ([`wire`]): a malformed one is answered with its JSON-RPC error there.
 pub fn serve_stdio(backend: impl Backend) -> Result<(), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
-        let running = match RewindMcp::new(backend)
-            .serve(rmcp::transport::stdio())
-            .await
-        {
-            Ok(r) => r,
+    let served = rt.block_on(async {
+        // rmcp speaks through one end of an in-memory pipe; the wire tasks own stdin and
+        // stdout at the other.
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (from_server, to_server) = tokio::io::split(ours);
+        let (replies, lines) = tokio::sync::mpsc::unbounded_channel();
+        let reader = tokio::spawn(wire::read_client(
+            tokio::io::stdin(),
+            to_server,
+            replies.clone(),
+        ));
+        let writer = tokio::spawn(wire::write_out(
+            from_server,
+            replies,
+            lines,
+            tokio::io::stdout(),
+        ));
+        let result = match RewindMcp::new(backend).serve(theirs).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(Error::from),
             // stdin closed before the client said anything: nothing to serve.
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-            Err(e) => return Err(Error::from(e)),
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+            Err(e) => Err(Error::from(e)),
         };
-        running.waiting().await?;
-        Ok(())
-    })
+        // rmcp's end is closed by now (at the end of stdin, or rmcp ended first: then the
+        // reader is stopped); what rmcp wrote is flushed before the process ends.
+        reader.abort();
+        let _ = writer.await;
+        result
+    });
+    // A read of stdin still waiting (rmcp ended first) must not hold the exit.
+    rt.shutdown_background();
+    served
 }

@@ -283,3 +283,110 @@ fn a_session_id_belongs_to_the_process_tree_that_registered_it() {
     assert!(turns[1]["end_id"].is_u64());
     assert_eq!(turn_paths(&sc, &format!("{session}:2")), ["resumed.txt"]);
 }
+
+/// `rewind mcp` spoken to in raw lines: every malformed message is answered as JSON-RPC 2.0
+/// says, a huge argument gets a clear message, and the server goes on serving.
+#[test]
+fn mcp_answers_malformed_messages_with_json_rpc_errors() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a.txt"), "a\n").unwrap();
+    ws.mount();
+    fs::write(ws.path().join("a.txt"), "b\n").unwrap();
+    let mut child = ws
+        .command(&["mcp"])
+        .current_dir(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |line: &[u8]| {
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut exchange = |send: &mut dyn FnMut(&[u8]), line: &[u8]| -> Value {
+        send(line);
+        let mut answer = String::new();
+        assert!(stdout.read_line(&mut answer).unwrap() > 0, "server closed stdout");
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"))
+    };
+    let mut exchange = |line: &[u8]| exchange(&mut send, line);
+    let init = exchange(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "rewind", "{init}");
+    // A notification is not answered: the answer read next is the ping's.
+    let pong = exchange(
+        b"{\"jsonrpc\": \"2.0\", \"method\": \"notifications/initialized\"}\n\
+          {\"jsonrpc\": \"2.0\", \"id\": \"p\", \"method\": \"ping\"}",
+    );
+    assert_eq!(pong["id"], "p", "{pong}");
+
+    let error = |v: &Value| (v["error"]["code"].as_i64(), v["id"].clone());
+    let parse = exchange(b"{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": ");
+    assert_eq!(error(&parse), (Some(-32700), Value::Null), "{parse}");
+    assert!(parse.as_object().unwrap().contains_key("id"), "\"id\": null is there");
+    let batch = exchange(b"[{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"ping\"}]");
+    assert_eq!(error(&batch), (Some(-32600), Value::Null), "{batch}");
+    let version = exchange(br#"{"jsonrpc": "1.0", "id": 4, "method": "ping"}"#);
+    assert_eq!(error(&version), (Some(-32600), json!(4)), "{version}");
+    let no_method = exchange(br#"{"jsonrpc": "2.0", "id": 5}"#);
+    assert_eq!(error(&no_method), (Some(-32600), json!(5)), "{no_method}");
+    let array_args = exchange(
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "history", "arguments": ["a.txt"]}})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(error(&array_args), (Some(-32602), json!(6)), "{array_args}");
+    assert!(
+        array_args["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`arguments` must be an object"),
+        "{array_args}"
+    );
+    let array_params = exchange(br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}"#);
+    assert_eq!(error(&array_params), (Some(-32602), json!(7)), "{array_params}");
+
+    // A 2 MB argument: a tool error that says what is wrong.
+    let huge = exchange(
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "history", "arguments": {"path": "x".repeat(2 << 20)}}})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(huge["id"], 8, "{}", &huge.to_string()[..200]);
+    assert_eq!(huge["result"]["isError"], true);
+    let said = huge["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(said.contains("`path` is 2097152 bytes long"), "{said}");
+    assert!(!said.contains("Argument list too long") && said.len() < 200, "{said}");
+    // A line over the server's limit: answered, not dropped.
+    let mut big = br#"{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": {"pad": ""#.to_vec();
+    big.extend(std::iter::repeat_n(b'x', 9 << 20));
+    big.extend_from_slice(b"\"}}");
+    let too_long = exchange(&big);
+    assert_eq!(error(&too_long), (Some(-32600), Value::Null), "{too_long}");
+
+    // Still serving.
+    let history = exchange(
+        json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+            "params": {"name": "history", "arguments": {}}})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(history["id"], 10);
+    assert_ne!(history["result"]["isError"], true, "{history}");
+    drop(exchange);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
