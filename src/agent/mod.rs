@@ -20,6 +20,7 @@ mod gemini;
 mod jsonhooks;
 mod opencode;
 mod payload;
+pub mod transcript;
 
 pub use command::{hook_command, is_rewind_command, shell_quote};
 pub use opencode::plugin_source as opencode_plugin_source;
@@ -172,6 +173,17 @@ pub fn parse(agent: Agent, event: &str, payload: &[u8]) -> Result<HookEvent, Err
 /// (the agent may keep the pipe open), so this returns as soon as the value is complete.
 pub fn read(agent: Agent, event: &str, input: impl std::io::Read) -> Result<HookEvent, Error> {
     event_of(payload::Payload::read(agent, event, input)?)
+}
+
+/// Like [`read`], with the transcript the payload names (`transcript_path`), if any.
+pub fn read_with_transcript(
+    agent: Agent,
+    event: &str,
+    input: impl std::io::Read,
+) -> Result<(HookEvent, Option<String>), Error> {
+    let p = payload::Payload::read(agent, event, input)?;
+    let transcript = transcript::folder(agent).and_then(|_| p.opt(&["transcript_path"]));
+    Ok((event_of(p)?, transcript))
 }
 
 fn event_of(p: payload::Payload<'_>) -> Result<HookEvent, Error> {

@@ -50,6 +50,10 @@ pub enum TurnCommand {
     End {
         #[arg(long)]
         session: String,
+        /// The agent's transcript (a file in its own folder in the workspace owner's home),
+        /// kept with the turn as its conversation.
+        #[arg(long)]
+        transcript: Option<std::path::PathBuf>,
     },
 }
 

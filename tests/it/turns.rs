@@ -390,3 +390,100 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+/// Waits (bounded) until `turns --show T --json` has a conversation: it is kept by the daemon
+/// after it answers the Stop hook.
+fn conversation_of(sc: &Scene, turn: &str) -> Option<String> {
+    for _ in 0..400 {
+        // The turn itself may not have begun yet.
+        let out = sc.rw(&["turns", "--show", turn, "--json"]);
+        if out.status.success() {
+            let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if let Some(c) = shown["conversation"].as_str() {
+                return Some(c.to_string());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    None
+}
+
+/// Claude Code's transcript is kept with each turn: `turns --show` and
+/// `.rewind/turns/S/N/conversation` give what the turn added to it; a transcript outside the
+/// agent's own folder, or missing, is not read and fails nothing.
+#[test]
+fn each_turn_keeps_the_conversation_it_added() {
+    let sc = Scene::new();
+    let sid = "c0nv-e75a";
+    let session = format!("claude-{sid}");
+    let transcript = sc
+        .home()
+        .join(".claude/projects/-ws")
+        .join(format!("{sid}.jsonl"));
+    let path = transcript.to_str().unwrap().to_string();
+    let said = |role: &str, text: &str| json!({"type": role, "message": {"role": role, "content": text}});
+    let stop = |t: &str| hook("Stop", sid, json!({"transcript_path": t}));
+    let agent = sc.spawn(
+        "talker",
+        vec![
+            hook("SessionStart", sid, json!({"source": "startup", "transcript_path": path})),
+            prompt(sid, "add a greeting"),
+            json!({"transcript": path, "lines": [said("user", "add a greeting"), said("assistant", "I wrote hello.txt")]}),
+            write("hello.txt", "hello\n"),
+            stop(&path),
+            json!({"wait": "first-kept"}),
+            prompt(sid, "make it louder"),
+            json!({"transcript": path, "lines": [said("user", "make it louder"), said("assistant", "Now it shouts")]}),
+            write("hello.txt", "HELLO\n"),
+            stop(&path),
+        ],
+    );
+    let first = conversation_of(&sc, &format!("{session}:1")).expect("turn 1's conversation");
+    fs::write(sc.dir.path().join("sync/first-kept"), "").unwrap();
+    Scene::finish(agent);
+    assert!(first.contains("I wrote hello.txt"), "{first}");
+    let second = conversation_of(&sc, &format!("{session}:2")).expect("turn 2's conversation");
+    assert!(second.contains("Now it shouts"), "{second}");
+    assert!(!second.contains("I wrote hello.txt"), "only what turn 2 added: {second}");
+    assert_eq!(second.lines().count(), 2, "{second}");
+
+    let text = sc.ok(&["turns", "--show", &format!("{session}:2")]);
+    assert!(text.contains("prompt: make it louder"), "{text}");
+    assert!(text.contains("Now it shouts"), "{text}");
+    let file = fs::read_to_string(
+        sc.ws
+            .path()
+            .join(".rewind/turns")
+            .join(&session)
+            .join("2/conversation"),
+    )
+    .unwrap();
+    assert_eq!(file, second);
+    let listing: Vec<String> = fs::read_dir(sc.ws.path().join(".rewind/turns").join(&session).join("1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(listing.contains(&"conversation".to_string()), "{listing:?}");
+
+    // Outside the agent's folder (a file of the same user's, elsewhere in the home), and
+    // missing: nothing read, the hooks as quiet as ever.
+    let elsewhere = sc.home().join("notes.jsonl");
+    fs::write(&elsewhere, "{\"secret\": 1}\n").unwrap();
+    let other = "0the-r5e5";
+    let agent = sc.spawn(
+        "others",
+        vec![
+            prompt(other, "one"),
+            hook("Stop", other, json!({"transcript_path": elsewhere})),
+            prompt(other, "two"),
+            hook("Stop", other, json!({"transcript_path": sc.home().join(".claude/gone.jsonl")})),
+        ],
+    );
+    Scene::finish(agent);
+    sc.ok(&["sync"]);
+    for n in [1, 2] {
+        let shown = sc.json(&["turns", "--show", &format!("claude-{other}:{n}"), "--json"]);
+        assert_eq!(shown[0]["conversation"], Value::Null, "{shown:?}");
+    }
+    assert_eq!(sc.hook_log(), "", "no hook failed");
+}

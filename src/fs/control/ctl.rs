@@ -15,7 +15,7 @@ use crate::command::{self, Actor, Command, Env, Outcome, env::Applied};
 use crate::fs::Core;
 use crate::fs::backing::Backing;
 use crate::fs::restore::Restorer;
-use crate::history::change::{Checkpoint, Tool};
+use crate::history::change::{Checkpoint, Tool, Turn};
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, Plan, Writer};
 use crate::history::who::{Claim, Foreign};
@@ -181,6 +181,40 @@ impl DaemonActor<'_> {
         &self.job.recorder
     }
 
+    /// Read the agent's transcript and keep it as `turn`'s conversation, on a thread of its
+    /// own: the hook that ended the turn is answered first, and a transcript that cannot be
+    /// read (missing, someone else's, outside the agent's folder) is logged, never an error.
+    fn keep_conversation(&self, turn: &Turn, path: PathBuf) {
+        let Ok(agent) = turn.agent.parse::<crate::agent::Agent>() else {
+            return;
+        };
+        let recorder = Arc::clone(&self.job.recorder);
+        let workspace = self.job.workspace.clone();
+        let owner = crate::fs::backing::stat_fd(self.job.source.root_fd()).map(|st| st.st_uid);
+        let (session, number) = (turn.session.clone(), turn.number);
+        let spawned = std::thread::Builder::new()
+            .name("conversation".into())
+            .spawn(move || {
+                let kept = owner
+                    .map_err(|e| format!("{}: {e}", workspace.display()))
+                    .and_then(|owner| {
+                        crate::agent::transcript::read(agent, &path, owner, &workspace)
+                    })
+                    .and_then(|text| {
+                        recorder
+                            .turns()
+                            .keep_conversation(&session, number, &text)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(why) = kept {
+                    tracing::warn!("turn {session}:{number}: conversation not kept: {why}");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("turn {}:{}: conversation not kept: {e}", turn.session, turn.number);
+        }
+    }
+
     /// The next rollback's session name, never handed out twice, after any `rollback-N`
     /// already in the history.
     fn next_rollback_session(&self) -> Result<String> {
@@ -316,12 +350,20 @@ impl Actor for DaemonActor<'_> {
                         .begin(session.as_str(), agent, prompt, prompt_id.clone(), last)?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
-            Command::Turn(TurnCommand::End { session }) => {
+            Command::Turn(TurnCommand::End {
+                session,
+                transcript,
+            }) => {
                 let session = &own(session)?;
                 rec.settle_session(session)?;
                 let last = rec.history().last_id()?;
                 Ok(match rec.turns().end(session, last)? {
-                    Some(t) => format!("turn {}:{} ended\n", t.session, t.number),
+                    Some(t) => {
+                        if let Some(path) = transcript {
+                            self.keep_conversation(&t, path.clone());
+                        }
+                        format!("turn {}:{} ended\n", t.session, t.number)
+                    }
                     None => "no turn was open\n".into(),
                 })
             }
