@@ -141,11 +141,33 @@ pub enum Error {
 /// Returns the files created or modified (empty when already up to date).
 pub fn install(agent: Agent, workspace: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     match agent {
-        Agent::Claude => claude::install(workspace, rewind),
+        Agent::Claude => claude::install(workspace, rewind, false),
         Agent::Codex => codex::install(workspace, rewind),
         Agent::Gemini => gemini::install(workspace, rewind),
         Agent::Cursor => cursor::install(workspace, rewind),
         Agent::Opencode => opencode::install(workspace, rewind),
+    }
+}
+
+/// The agent's local settings file (beside the project one, not meant to be committed), where
+/// it has one.
+pub fn local_settings(agent: Agent) -> Option<&'static str> {
+    match agent {
+        Agent::Claude => Some(".claude/settings.local.json"),
+        Agent::Codex | Agent::Gemini | Agent::Cursor | Agent::Opencode => None,
+    }
+}
+
+/// Like [`install`], into the agent's local settings ([`local_settings`]); `Ok(None)` when the
+/// agent has none.
+pub fn install_local(
+    agent: Agent,
+    workspace: &Path,
+    rewind: &str,
+) -> Result<Option<Vec<PathBuf>>, Error> {
+    match agent {
+        Agent::Claude => claude::install(workspace, rewind, true).map(Some),
+        Agent::Codex | Agent::Gemini | Agent::Cursor | Agent::Opencode => Ok(None),
     }
 }
 

@@ -105,7 +105,15 @@ pub struct AgentArgs {
 #[derive(Debug, Subcommand)]
 pub enum AgentAction {
     /// Add rewind's hooks to the agent's configuration in this workspace (merged with yours).
-    Install { agent: AgentName },
+    /// The hooks run `rewind hook …`, found on PATH, so the file does not depend on where the
+    /// binary lives.
+    Install {
+        agent: AgentName,
+        /// Write the agent's local settings instead, which are not meant to be committed
+        /// (Claude Code: `.claude/settings.local.json`; the other agents have none).
+        #[arg(long)]
+        local: bool,
+    },
     /// Remove rewind's hooks (and only them).
     Uninstall { agent: AgentName },
 }

@@ -29,13 +29,10 @@ fn fixture_json(agent: Agent, event: &str) -> Value {
     serde_json::from_slice(&fixture(agent, event)).unwrap()
 }
 
-/// The rewind binary as `rewind agent install` writes it into the hooks: its canonical path.
+/// The rewind binary as `rewind agent install` writes it into the hooks: `rewind`, found on
+/// PATH (the test build's folder is first there, `path_with_rewind`).
 fn real_rewind() -> String {
-    std::fs::canonicalize(REWIND)
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string()
+    "rewind".to_string()
 }
 
 /// The `XDG_DATA_HOME` the workspace's commands run with (beside its store).
@@ -89,6 +86,13 @@ fn run_hook(shell: &[&str], cmd: &str, stdin: &[u8], dir: &Path, data: &Path) ->
         .arg(cmd)
         .current_dir(dir)
         .env("XDG_DATA_HOME", data)
+        .env("PATH", crate::common::path_with_rewind())
+        .env("HOME", {
+            let home = data.join("home");
+            std::fs::create_dir_all(&home).unwrap();
+            crate::common::login_profile(&home);
+            home
+        })
         .env_remove("REWIND_SESSION")
         .env_remove("REWIND_AGENT")
         .stdin(Stdio::piped())
@@ -3176,6 +3180,7 @@ writeFileSync(plan.results, "[]")
                 .unwrap();
             fs::create_dir(dir.path().join("sync")).unwrap();
             fs::create_dir(dir.path().join("home")).unwrap();
+            crate::common::login_profile(&dir.path().join("home"));
             Scene { ws, kits, dir }
         }
 
@@ -3217,6 +3222,7 @@ writeFileSync(plan.results, "[]")
             cmd.arg(&plan_path)
                 .current_dir(&ws)
                 .env("XDG_DATA_HOME", data_home(&self.ws))
+                .env("PATH", crate::common::path_with_rewind())
                 .env("HOME", self.dir.path().join("home"))
                 .env("SHELL", "/bin/bash")
                 .env_remove("REWIND_SESSION")

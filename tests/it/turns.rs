@@ -487,3 +487,49 @@ fn each_turn_keeps_the_conversation_it_added() {
     }
     assert_eq!(sc.hook_log(), "", "no hook failed");
 }
+
+/// `rewind agent install claude --local` writes `.claude/settings.local.json`; the hooks run
+/// `rewind` from PATH (checked at install); agents with no local settings say so.
+#[test]
+fn agent_install_local_and_rewind_from_path() {
+    let ws = Workspace::new();
+    let run = |args: &[&str], path: Option<&std::ffi::OsStr>| {
+        let mut cmd = ws.command(args);
+        cmd.current_dir(ws.path());
+        if let Some(p) = path {
+            cmd.env("PATH", p);
+        }
+        cmd.output().unwrap()
+    };
+    // Not on PATH: refused, with what to do, and nothing written.
+    let out = run(&["agent", "install", "claude"], Some("/usr/bin:/bin".as_ref()));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`rewind` is not on PATH"), "{err}");
+    assert!(!ws.path().join(".claude").exists());
+
+    let out = run(&["agent", "install", "claude", "--local"], None);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!ws.path().join(".claude/settings.json").exists());
+    let local: Value =
+        serde_json::from_slice(&fs::read(ws.path().join(".claude/settings.local.json")).unwrap())
+            .unwrap();
+    let stop = local["hooks"]["Stop"][0]["hooks"][0]["command"].as_str().unwrap();
+    assert_eq!(stop, "rewind hook claude Stop || true");
+    // The project file gets the same, not the binary's path.
+    assert!(run(&["agent", "install", "claude"], None).status.success());
+    let text = fs::read_to_string(ws.path().join(".claude/settings.json")).unwrap();
+    assert!(text.contains("\"rewind hook claude UserPromptSubmit || true\""), "{text}");
+    assert!(!text.contains(REWIND), "{text}");
+
+    for agent in ["codex", "gemini", "cursor", "opencode"] {
+        let out = run(&["agent", "install", agent, "--local"], None);
+        assert_eq!(out.status.code(), Some(2), "{agent}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("has no local settings file"), "{agent}: {err}");
+    }
+
+    // Uninstall takes rewind's hooks out of both.
+    assert!(run(&["agent", "uninstall", "claude"], None).status.success());
+    assert!(!ws.path().join(".claude").exists(), "both files held only rewind's hooks");
+}
