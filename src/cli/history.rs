@@ -47,9 +47,11 @@ fn place(command: &Command) -> Place {
         Command::Undo(a) if a.dry_run => Place::Preview,
         Command::Rollback(_) | Command::Undo(_) => Place::Daemon,
         Command::Checkpoint(_) | Command::Gc(_) => Place::Write,
-        Command::Session(_) | Command::Sync { .. } | Command::Turn(_) | Command::Tool(_) => {
-            Place::Plumbing
-        }
+        Command::Session(_)
+        | Command::Sync { .. }
+        | Command::Turn(_)
+        | Command::Tool(_)
+        | Command::Whoami { .. } => Place::Plumbing,
         _ => Place::Read,
     }
 }

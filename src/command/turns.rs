@@ -146,7 +146,8 @@ fn rolled_back(turn: &[Change], restores: &BTreeMap<&[u8], Vec<&Change>>) -> Opt
 
 /// `turns --show T`.
 fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
-    let turn = crate::history::turns::TurnRef::parse(t).resolve(env.history, args.session.as_deref())?;
+    let turn =
+        crate::history::turns::TurnRef::parse(t).resolve(env.history, args.session.as_deref())?;
     let changes = changes_of(env, &turn)?;
     let (files, added, removed) = stats(env, &changes)?;
     let conversation = crate::history::turns::conversation(env.history, &turn)?;
@@ -175,7 +176,11 @@ fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
         turn.number,
         time::short(turn.start_time_ns),
         escape_text(&turn.agent),
-        if turn.end_id.is_none() { "  (open)" } else { "" }
+        if turn.end_id.is_none() {
+            "  (open)"
+        } else {
+            ""
+        }
     ))?;
     env.println(&format!("prompt: {}", escape_text(&turn.prompt)))?;
     env.println(&format!(

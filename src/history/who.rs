@@ -513,7 +513,7 @@ mod tests {
                 .spawn()
                 .unwrap()
         };
-        let (mut first, mut second) = (sleeper(), sleeper());
+        let (mut first, second) = (sleeper(), sleeper());
         let (p1, p2) = (first.id(), second.id());
         assert_eq!(a.claim(p1, "s".into(), None), Some(Claim::Own));
         assert_eq!(a.claim(p1, "s".into(), None), Some(Claim::Own), "again");
@@ -541,7 +541,7 @@ mod tests {
         first.kill().unwrap();
         first.wait().unwrap();
         assert_eq!(a.session_for("s", std::process::id()).as_deref(), Ok("s"));
-        let mut third = sleeper();
+        let third = sleeper();
         assert_eq!(a.claim(third.id(), "s".into(), None), Some(Claim::Own));
         assert_eq!(a.who(third.id()).session, "s");
         for mut c in [second, third] {

@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 use rewind::agent::{Agent, is_rewind_command};
 use serde_json::Value;
 
-use crate::common::{REWIND, Workspace};
+use crate::common::Workspace;
 
 /// A realistic payload of `agent`'s `event`, as the agent sends it.
 fn fixture(agent: Agent, event: &str) -> Vec<u8> {
@@ -4004,7 +4004,17 @@ mod mcp {
         let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,
-            set(&["checkpoint", "diff", "history", "rollback", "turns", "undo"])
+            set(&[
+                "cat",
+                "checkpoint",
+                "diff",
+                "history",
+                "rollback",
+                "show",
+                "turns",
+                "undo",
+                "whoami"
+            ])
         );
         let tool = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
         for t in &tools {
@@ -4026,7 +4036,7 @@ mod mcp {
             assert!(a.title.is_some(), "{}", t.name);
             assert_eq!(a.open_world_hint, Some(false), "{}", t.name);
         }
-        for n in ["history", "diff", "turns"] {
+        for n in ["history", "diff", "turns", "whoami", "show", "cat"] {
             let a = tool(n).annotations.clone().unwrap();
             assert_eq!(a.read_only_hint, Some(true), "{n}");
             assert_ne!(a.destructive_hint, Some(true), "{n}");
@@ -4048,7 +4058,9 @@ mod mcp {
 
         assert_eq!(
             props(tool("history")),
-            set(&["path", "session", "agent", "turn", "since", "limit"])
+            set(&[
+                "path", "session", "agent", "turn", "since", "until", "limit", "full"
+            ])
         );
         assert!(required(tool("history")).is_empty());
         assert_eq!(
@@ -4092,9 +4104,12 @@ mod mcp {
         let s = kit.session.clone();
         let client = connect(&sc.ws).await;
 
-        // history: `log -n 50 --json` (what the CLI prints, line for line).
+        // history with `full`: `log -n 50 --json` (what the CLI prints, line for line); by
+        // default the same changes, compact.
+        let full = ok_call(&client, "history", json!({"full": true})).await;
+        assert_eq!(full, sc.rw(&["log", "-n", "50", "--json"]));
         let all = ok_call(&client, "history", json!({})).await;
-        assert_eq!(all, sc.rw(&["log", "-n", "50", "--json"]));
+        assert_eq!(all, rewind::mcp::compact_history(&full));
         assert_eq!(
             json_lines(&all).len(),
             1 + 4 + 4 + 2,
@@ -4218,7 +4233,7 @@ mod mcp {
         sc.ws.unmount();
         let client = connect(&sc.ws).await;
         assert_eq!(
-            ok_call(&client, "history", json!({})).await,
+            ok_call(&client, "history", json!({"full": true})).await,
             ok(rw(&sc.ws, &["log", "-n", "50", "--json"]))
         );
         assert_eq!(

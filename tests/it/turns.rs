@@ -90,7 +90,11 @@ impl Scene {
     /// The PATH stand-ins and commands run with: `rewind` found in the test build's folder.
     fn path_var(&self) -> String {
         let bin = Path::new(REWIND).parent().unwrap();
-        format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+        format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
     }
 
     fn rw(&self, args: &[&str]) -> Output {
@@ -235,11 +239,17 @@ fn a_session_id_belongs_to_the_process_tree_that_registered_it() {
     let apart = format!("{session}~pid{second_pid}");
     let turns = sc.json(&["turns", "--json"]);
     assert_eq!(turns.len(), 2, "{turns:#?}");
-    let mine = turns.iter().find(|t| t["session"] == session.as_str()).unwrap();
+    let mine = turns
+        .iter()
+        .find(|t| t["session"] == session.as_str())
+        .unwrap();
     assert_eq!(mine["prompt"], "first agent's prompt");
     assert_eq!(mine["turn"], 1);
     assert!(mine["end_id"].is_u64(), "closed by its own Stop: {mine}");
-    let theirs = turns.iter().find(|t| t["session"] == apart.as_str()).unwrap();
+    let theirs = turns
+        .iter()
+        .find(|t| t["session"] == apart.as_str())
+        .unwrap();
     assert_eq!(theirs["prompt"], "second agent's prompt");
     assert!(theirs["end_id"].is_u64(), "{theirs}");
 
@@ -251,7 +261,10 @@ fn a_session_id_belongs_to_the_process_tree_that_registered_it() {
     );
     assert_eq!(turn_paths(&sc, &format!("{apart}:1")), ["second.txt"]);
     let plan = sc.ok(&["rollback", "--turn", &format!("{session}:1"), "--dry-run"]);
-    assert!(plan.contains("first-a.txt") && !plan.contains("second.txt"), "{plan}");
+    assert!(
+        plan.contains("first-a.txt") && !plan.contains("second.txt"),
+        "{plan}"
+    );
 
     // What happened is in the hook log: the second agent registered apart, and the stray
     // Stop (from a process that never registered) refused.
@@ -312,7 +325,10 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
     let mut exchange = |send: &mut dyn FnMut(&[u8]), line: &[u8]| -> Value {
         send(line);
         let mut answer = String::new();
-        assert!(stdout.read_line(&mut answer).unwrap() > 0, "server closed stdout");
+        assert!(
+            stdout.read_line(&mut answer).unwrap() > 0,
+            "server closed stdout"
+        );
         serde_json::from_str(&answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer:?}"))
     };
     let mut exchange = |line: &[u8]| exchange(&mut send, line);
@@ -334,7 +350,10 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
     let error = |v: &Value| (v["error"]["code"].as_i64(), v["id"].clone());
     let parse = exchange(b"{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": ");
     assert_eq!(error(&parse), (Some(-32700), Value::Null), "{parse}");
-    assert!(parse.as_object().unwrap().contains_key("id"), "\"id\": null is there");
+    assert!(
+        parse.as_object().unwrap().contains_key("id"),
+        "\"id\": null is there"
+    );
     let batch = exchange(b"[{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": \"ping\"}]");
     assert_eq!(error(&batch), (Some(-32600), Value::Null), "{batch}");
     let version = exchange(br#"{"jsonrpc": "1.0", "id": 4, "method": "ping"}"#);
@@ -355,8 +374,13 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
             .contains("`arguments` must be an object"),
         "{array_args}"
     );
-    let array_params = exchange(br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}"#);
-    assert_eq!(error(&array_params), (Some(-32602), json!(7)), "{array_params}");
+    let array_params =
+        exchange(br#"{"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": [1]}"#);
+    assert_eq!(
+        error(&array_params),
+        (Some(-32602), json!(7)),
+        "{array_params}"
+    );
 
     // A 2 MB argument: a tool error that says what is wrong.
     let huge = exchange(
@@ -369,7 +393,10 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
     assert_eq!(huge["result"]["isError"], true);
     let said = huge["result"]["content"][0]["text"].as_str().unwrap();
     assert!(said.contains("`path` is 2097152 bytes long"), "{said}");
-    assert!(!said.contains("Argument list too long") && said.len() < 200, "{said}");
+    assert!(
+        !said.contains("Argument list too long") && said.len() < 200,
+        "{said}"
+    );
     // A line over the server's limit: answered, not dropped.
     let mut big = br#"{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": {"pad": ""#.to_vec();
     big.extend(std::iter::repeat_n(b'x', 9 << 20));
@@ -386,7 +413,6 @@ fn mcp_answers_malformed_messages_with_json_rpc_errors() {
     );
     assert_eq!(history["id"], 10);
     assert_ne!(history["result"]["isError"], true, "{history}");
-    drop(exchange);
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
@@ -421,7 +447,8 @@ fn each_turn_keeps_the_conversation_it_added() {
         .join(".claude/projects/-ws")
         .join(format!("{sid}.jsonl"));
     let path = transcript.to_str().unwrap().to_string();
-    let said = |role: &str, text: &str| json!({"type": role, "message": {"role": role, "content": text}});
+    let said =
+        |role: &str, text: &str| json!({"type": role, "message": {"role": role, "content": text}});
     let stop = |t: &str| hook("Stop", sid, json!({"transcript_path": t}));
     let agent = sc.spawn(
         "talker",
@@ -444,7 +471,10 @@ fn each_turn_keeps_the_conversation_it_added() {
     assert!(first.contains("I wrote hello.txt"), "{first}");
     let second = conversation_of(&sc, &format!("{session}:2")).expect("turn 2's conversation");
     assert!(second.contains("Now it shouts"), "{second}");
-    assert!(!second.contains("I wrote hello.txt"), "only what turn 2 added: {second}");
+    assert!(
+        !second.contains("I wrote hello.txt"),
+        "only what turn 2 added: {second}"
+    );
     assert_eq!(second.lines().count(), 2, "{second}");
 
     let text = sc.ok(&["turns", "--show", &format!("{session}:2")]);
@@ -459,10 +489,11 @@ fn each_turn_keeps_the_conversation_it_added() {
     )
     .unwrap();
     assert_eq!(file, second);
-    let listing: Vec<String> = fs::read_dir(sc.ws.path().join(".rewind/turns").join(&session).join("1"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let listing: Vec<String> =
+        fs::read_dir(sc.ws.path().join(".rewind/turns").join(&session).join("1"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
     assert!(listing.contains(&"conversation".to_string()), "{listing:?}");
 
     // Outside the agent's folder (a file of the same user's, elsewhere in the home), and
@@ -476,7 +507,11 @@ fn each_turn_keeps_the_conversation_it_added() {
             prompt(other, "one"),
             hook("Stop", other, json!({"transcript_path": elsewhere})),
             prompt(other, "two"),
-            hook("Stop", other, json!({"transcript_path": sc.home().join(".claude/gone.jsonl")})),
+            hook(
+                "Stop",
+                other,
+                json!({"transcript_path": sc.home().join(".claude/gone.jsonl")}),
+            ),
         ],
     );
     Scene::finish(agent);
@@ -502,7 +537,10 @@ fn agent_install_local_and_rewind_from_path() {
         cmd.output().unwrap()
     };
     // Not on PATH: refused, with what to do, and nothing written.
-    let out = run(&["agent", "install", "claude"], Some("/usr/bin:/bin".as_ref()));
+    let out = run(
+        &["agent", "install", "claude"],
+        Some("/usr/bin:/bin".as_ref()),
+    );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`rewind` is not on PATH"), "{err}");
@@ -514,12 +552,17 @@ fn agent_install_local_and_rewind_from_path() {
     let local: Value =
         serde_json::from_slice(&fs::read(ws.path().join(".claude/settings.local.json")).unwrap())
             .unwrap();
-    let stop = local["hooks"]["Stop"][0]["hooks"][0]["command"].as_str().unwrap();
+    let stop = local["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
     assert_eq!(stop, "rewind hook claude Stop || true");
     // The project file gets the same, not the binary's path.
     assert!(run(&["agent", "install", "claude"], None).status.success());
     let text = fs::read_to_string(ws.path().join(".claude/settings.json")).unwrap();
-    assert!(text.contains("\"rewind hook claude UserPromptSubmit || true\""), "{text}");
+    assert!(
+        text.contains("\"rewind hook claude UserPromptSubmit || true\""),
+        "{text}"
+    );
     assert!(!text.contains(REWIND), "{text}");
 
     for agent in ["codex", "gemini", "cursor", "opencode"] {
@@ -530,6 +573,159 @@ fn agent_install_local_and_rewind_from_path() {
     }
 
     // Uninstall takes rewind's hooks out of both.
-    assert!(run(&["agent", "uninstall", "claude"], None).status.success());
-    assert!(!ws.path().join(".claude").exists(), "both files held only rewind's hooks");
+    assert!(
+        run(&["agent", "uninstall", "claude"], None)
+            .status
+            .success()
+    );
+    assert!(
+        !ws.path().join(".claude").exists(),
+        "both files held only rewind's hooks"
+    );
+}
+
+/// Over MCP (rmcp's client, as agents speak it): `whoami` finds the caller's session and turn
+/// from its process tree, `show` one change, `cat` a file at a point in pages, and `history`
+/// is compact unless asked for `full`.
+#[tokio::test]
+async fn mcp_whoami_show_cat_and_compact_history() {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+
+    let sc = Scene::new();
+    // This test process plays the agent: its hooks run through bash, so it is the process the
+    // session is registered to, and the MCP server it starts below runs in its tree.
+    let sid = "mcp-wh0am1";
+    let run_hook = |event: &str, payload: Value| {
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(format!("rewind hook claude {event}"))
+            .current_dir(sc.ws.path())
+            .env("XDG_DATA_HOME", sc.data_home())
+            .env("PATH", sc.path_var())
+            .env_remove("REWIND_SESSION")
+            .env_remove("REWIND_AGENT")
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(
+            &mut child.stdin.take().unwrap(),
+            payload.to_string().as_bytes(),
+        )
+        .unwrap();
+        assert!(child.wait().unwrap().success());
+    };
+    run_hook("SessionStart", payload("SessionStart", sid, json!({})));
+    run_hook(
+        "UserPromptSubmit",
+        payload("UserPromptSubmit", sid, json!({"prompt": "grow the file"})),
+    );
+    let big: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+    fs::write(sc.ws.path().join("big.txt"), "small\n").unwrap();
+    fs::write(sc.ws.path().join("big.txt"), &big).unwrap();
+    sc.ok(&["sync"]);
+
+    let mut cmd = tokio::process::Command::new(REWIND);
+    cmd.arg("mcp")
+        .current_dir(sc.ws.path())
+        .env("XDG_DATA_HOME", sc.data_home())
+        .env_remove("REWIND_SESSION")
+        .env_remove("REWIND_AGENT");
+    let client = ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let call = |tool: &'static str, args: Value| {
+        let client = &client;
+        async move {
+            let r = client
+                .call_tool(
+                    CallToolRequestParams::new(tool)
+                        .with_arguments(args.as_object().unwrap().clone()),
+                )
+                .await
+                .unwrap();
+            let text: String = r
+                .content
+                .iter()
+                .filter_map(|c| c.as_text())
+                .map(|t| t.text.as_str())
+                .collect();
+            assert_ne!(r.is_error, Some(true), "{tool} {args}: {text}");
+            text
+        }
+    };
+
+    let me: Value = serde_json::from_str(&call("whoami", json!({})).await).unwrap();
+    let session = format!("claude-{sid}");
+    assert_eq!(me["session"], session.as_str(), "{me}");
+    assert_eq!(me["agent"], "claude");
+    assert_eq!(me["turn"], format!("{session}:1").as_str());
+    assert_eq!(me["prompt"], "grow the file");
+    assert_eq!(me["default"], false);
+
+    // Compact history by default: the fields an agent needs, short hashes.
+    let compact = call("history", json!({})).await;
+    let full = call("history", json!({"full": true})).await;
+    let changes: Vec<Value> = compact
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let grown = changes
+        .iter()
+        .find(|c| c["path"] == "big.txt" && c["kind"] == "modify")
+        .expect("the modify of big.txt");
+    assert_eq!(grown["turn"], 1);
+    assert_eq!(grown["session"], session.as_str());
+    assert_eq!(grown["after"].as_str().unwrap().len(), 12);
+    assert!(grown.get("pid").is_none() && grown.get("uid").is_none());
+    let per = |text: &str| text.len() / text.lines().count();
+    eprintln!(
+        "history bytes per change: full {}, compact {} ({} changes)",
+        per(&full),
+        per(&compact),
+        changes.len()
+    );
+    assert!(
+        per(&compact) * 2 < per(&full),
+        "compact {compact}\nfull {full}"
+    );
+
+    // show: one change, with its diff.
+    let id = grown["id"].as_u64().unwrap();
+    let shown = call("show", json!({"id": id})).await;
+    assert!(
+        shown.contains("big.txt") && shown.contains("+line 9999"),
+        "{shown}"
+    );
+
+    // cat: the file before the change, and now in 64 KiB pages.
+    let before = call(
+        "cat",
+        json!({"path": "big.txt", "at": (id - 1).to_string()}),
+    )
+    .await;
+    assert_eq!(before, "small\n");
+    let mut read = String::new();
+    let mut offset = 0;
+    loop {
+        let page = call("cat", json!({"path": "big.txt", "offset": offset})).await;
+        match page.rsplit_once("\n[rewind: ") {
+            Some((body, tail)) => {
+                read += body;
+                offset = tail
+                    .split("\"offset\": ")
+                    .nth(1)
+                    .and_then(|t| {
+                        t.trim_end_matches(|c: char| !c.is_ascii_digit())
+                            .parse()
+                            .ok()
+                    })
+                    .unwrap_or_else(|| panic!("no next offset in {tail:?}"));
+            }
+            None => {
+                read += &page;
+                break;
+            }
+        }
+    }
+    assert_eq!(read, big);
+    client.cancel().await.unwrap();
 }

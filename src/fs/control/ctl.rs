@@ -211,7 +211,11 @@ impl DaemonActor<'_> {
                 }
             });
         if let Err(e) = spawned {
-            tracing::warn!("turn {}:{}: conversation not kept: {e}", turn.session, turn.number);
+            tracing::warn!(
+                "turn {}:{}: conversation not kept: {e}",
+                turn.session,
+                turn.number
+            );
         }
     }
 
@@ -383,6 +387,43 @@ impl Actor for DaemonActor<'_> {
                 rec.settle_session(session)?;
                 rec.turns().tool_end(session, name, id.as_deref());
                 Ok("ok\n".into())
+            }
+            Command::Whoami { json } => {
+                let who = rec.attributor().who(caller);
+                let (turn, tool) = rec.turns().current(&who.session);
+                let prompt = match turn {
+                    Some(n) => rec
+                        .history()
+                        .turns(Some(&who.session))?
+                        .into_iter()
+                        .find(|t| t.number == n)
+                        .map(|t| t.prompt),
+                    None => None,
+                };
+                let default = who.session == rec.attributor().default_session();
+                if *json {
+                    return Ok(serde_json::json!({
+                        "session": who.session, "agent": who.agent, "default": default,
+                        "turn": turn.map(|n| format!("{}:{n}", who.session)),
+                        "prompt": prompt, "tool": tool.map(|t| t.name),
+                        "pid": who.pid, "process": who.process,
+                    })
+                    .to_string()
+                        + "\n");
+                }
+                let mut out = format!("session {} (agent {})", who.session, who.agent);
+                if default {
+                    out += ": the mount's default; no agent or `rewind run` registered this \
+                            process or its parents";
+                }
+                match (turn, prompt) {
+                    (Some(n), prompt) => {
+                        out +=
+                            &format!("\nturn {}:{n}: {}", who.session, prompt.unwrap_or_default());
+                    }
+                    (None, _) => out += "\nno turn open",
+                }
+                Ok(out + "\n")
             }
             other => Err(Error::Usage(format!(
                 "`{}` is not a daemon command",
