@@ -78,6 +78,14 @@ pub struct ExportArgs {
     /// The branch to create (it must not exist).
     #[arg(long, value_name = "NAME")]
     pub branch: String,
+    /// One commit per change, even where the changes carry agent turns (by default each
+    /// turn is one commit, its prompt the message).
+    #[arg(long)]
+    pub per_change: bool,
+    /// Add each turn's conversation (what the agent's transcript gained in it) to its commit
+    /// message.
+    #[arg(long, conflicts_with = "per_change")]
+    pub with_conversation: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -60,7 +60,19 @@ struct Scene {
 
 impl Scene {
     fn new() -> Scene {
+        Scene::prepared("true")
+    }
+
+    /// Like `new`, with the workspace first made by `setup` (bash, in the workspace).
+    fn prepared(setup: &str) -> Scene {
         let mut ws = Workspace::new();
+        let out = Command::new("bash")
+            .arg("-ec")
+            .arg(setup)
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "setup: {out:?}");
         ws.mount();
         let dir = tempfile::Builder::new()
             .prefix("rewind-turns-")
@@ -728,4 +740,172 @@ async fn mcp_whoami_show_cat_and_compact_history() {
     }
     assert_eq!(read, big);
     client.cancel().await.unwrap();
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `rewind export --session S` makes one commit per turn: the prompt as its message, then the
+/// turn, its files and change ids (and with `--with-conversation` what was said), by the agent
+/// at the turn's end. Each commit's tree is `.rewind/at/<the turn's end>`, and the crate builds
+/// at each, though not between a turn's edits. `--per-change` gives one commit a change.
+#[test]
+fn export_makes_one_commit_per_turn() {
+    let sc = Scene::prepared(
+        "mkdir src
+         printf '[package]\\nname = \"tiny\"\\nversion = \"0.1.0\"\\nedition = \"2021\"\\n' > Cargo.toml
+         printf 'pub fn a() -> u32 { 1 }\\n' > src/lib.rs
+         printf 'target/\\n.claude/\\n' > .gitignore
+         git init -q && git add -A && git -c user.name=t -c user.email=t@t commit -qm init",
+    );
+    let sid = "exp0-7ur5";
+    let session = format!("claude-{sid}");
+    let transcript = sc
+        .home()
+        .join(".claude/projects/-ws")
+        .join(format!("{sid}.jsonl"));
+    let path = transcript.to_str().unwrap().to_string();
+    let stop = hook("Stop", sid, json!({"transcript_path": path}));
+    let said = |text: &str| json!({"type": "assistant", "message": {"role": "assistant", "content": text}});
+    // Each turn first declares a module (the crate does not build), then writes it.
+    let agent = sc.spawn(
+        "exporter",
+        vec![
+            prompt(sid, "add module b"),
+            write("src/lib.rs", "mod b;\npub fn a() -> u32 { 1 }\n"),
+            write("src/b.rs", "pub fn b() -> u32 { 2 }\n"),
+            json!({"transcript": path, "lines": [said("I added module b")]}),
+            stop.clone(),
+            json!({"wait": "kept"}),
+            prompt(sid, "add module c"),
+            write("src/lib.rs", "mod b;\nmod c;\npub fn a() -> u32 { 1 }\n"),
+            write("src/c.rs", "pub fn c() -> u32 { crate::b::b() }\n"),
+            json!({"transcript": path, "lines": [said("I added module c")]}),
+            stop,
+        ],
+    );
+    conversation_of(&sc, &format!("{session}:1")).expect("turn 1's conversation");
+    fs::write(sc.dir.path().join("sync/kept"), "").unwrap();
+    Scene::finish(agent);
+    conversation_of(&sc, &format!("{session}:2")).expect("turn 2's conversation");
+    let turns = sc.json(&["turns", "--session", &session, "--json"]);
+    assert_eq!(turns.len(), 2, "{turns:?}");
+
+    let out = sc.ok(&[
+        "export",
+        "--session",
+        &session,
+        "--branch",
+        "review",
+        "--with-conversation",
+    ]);
+    assert!(out.contains("2 commits from 4 changes"), "{out}");
+    let root = sc.ws.path();
+    let commits = git(&root, &["rev-list", "--reverse", "HEAD..review"]);
+    let commits: Vec<&str> = commits.lines().collect();
+    assert_eq!(commits.len(), 2, "{commits:?}");
+    let scratch = tempfile::tempdir().unwrap();
+    for ((commit, turn), prompt) in commits
+        .iter()
+        .zip(&turns)
+        .zip(["add module b", "add module c"])
+    {
+        let msg = git(&root, &["log", "-1", "--format=%B", commit]);
+        assert!(msg.starts_with(&format!("{prompt}\n")), "{msg}");
+        let n = turn["turn"].as_u64().unwrap();
+        assert!(
+            msg.contains(&format!(
+                "rewind turn {session}:{n}, agent claude, 2 changes"
+            )),
+            "{msg}"
+        );
+        let ids: Vec<String> = sc
+            .json(&["log", "--turn", &format!("{session}:{n}"), "--json"])
+            .iter()
+            .map(|c| c["id"].to_string())
+            .collect();
+        assert!(
+            msg.contains(&format!("Changes: {}\n", ids.join(" "))),
+            "{msg}"
+        );
+        assert!(msg.contains("  src/lib.rs\n"), "{msg}");
+        assert!(
+            msg.contains(&format!("I added module {}", &prompt[11..])),
+            "{msg}"
+        );
+        let author = git(&root, &["log", "-1", "--format=%an %at", commit]);
+        let end_s = {
+            let end = turn["end_time"].as_str().unwrap();
+            let out = Command::new("date")
+                .args(["-d", end, "+%s"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        assert_eq!(
+            author.trim(),
+            format!("claude {end_s}"),
+            "by the agent at the turn's end"
+        );
+
+        // The commit's tree is the workspace at the turn's end (what git tracks of it).
+        let at = root.join(".rewind/at").join(turn["end_id"].to_string());
+        for file in git(&root, &["ls-tree", "-r", "--name-only", commit]).lines() {
+            let committed = git(&root, &["show", &format!("{commit}:{file}")]);
+            assert_eq!(
+                committed,
+                fs::read_to_string(at.join(file)).unwrap(),
+                "{file}"
+            );
+        }
+        for e in fs::read_dir(at.join("src")).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            git(&root, &["cat-file", "-e", &format!("{commit}:src/{name}")]);
+        }
+        // And it builds.
+        let dir = scratch.path().join(n.to_string());
+        fs::create_dir(&dir).unwrap();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "git -C '{}' archive {commit} | tar -x -C '{}'",
+                root.display(),
+                dir.display()
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let build = Command::new("cargo")
+            .args(["build", "--offline", "--quiet"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            // Not a build folder shared with other builds (whose lock it would wait on).
+            .env_remove("CARGO_BUILD_BUILD_DIR")
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "turn {n} does not build: {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+    }
+
+    // One commit a change when asked: 4, the first of which does not build.
+    let out = sc.ok(&[
+        "export",
+        "--session",
+        &session,
+        "--branch",
+        "each",
+        "--per-change",
+    ]);
+    assert!(out.contains("4 commits"), "{out}");
 }
