@@ -1,8 +1,11 @@
 //! Writing a selection of changes into the workspace's git repository as commits on a new
 //! branch, for review as a pull request, without touching the working tree, the index or HEAD.
 //!
-//! One commit per change, authored by the change's agent at its time, its message naming the
-//! change, session and process. The first commit starts from HEAD; if a path the selection
+//! One commit per agent turn where the changes carry turns (consecutive changes of one turn:
+//! the message is the prompt, then the turn, its files and change ids, optionally its
+//! conversation; authored by the agent at the turn's end), and one per change otherwise or
+//! when asked (authored by the change's agent at its time, its message naming the change,
+//! session and process). The first commit starts from HEAD; if a path the selection
 //! touches was not as HEAD has it just before the selection's first change to it (someone
 //! edited it and did not commit), a first commit "the state before" sets it, so each later
 //! commit shows exactly one change. Paths git ignores, and folders (git has none), are left
@@ -134,8 +137,97 @@ fn branch_name(given: &str) -> Result<&str> {
     Ok(name)
 }
 
+/// How the selection becomes commits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// One commit per change even where changes carry turns.
+    pub per_change: bool,
+    /// Add each turn's conversation (what its transcript gained) to its commit message.
+    pub with_conversation: bool,
+}
+
+/// Consecutive changes that make one commit: one turn's, or a single change.
+fn groups(selected: &[Change], options: Options) -> Vec<&[Change]> {
+    let mut out: Vec<&[Change]> = Vec::new();
+    let mut start = 0;
+    for i in 1..=selected.len() {
+        let same_turn = |a: &Change, b: &Change| {
+            !options.per_change && a.turn.is_some() && a.turn == b.turn && a.session == b.session
+        };
+        if i == selected.len() || !same_turn(&selected[i - 1], &selected[i]) {
+            out.push(&selected[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
+/// The message and author of a turn's commit.
+fn turn_commit(view: &View<'_>, changes: &[Change], options: Options) -> Result<(String, String)> {
+    let first = &changes[0];
+    let last = &changes[changes.len() - 1];
+    let number = first.turn.expect("a turn's group");
+    let turn = view
+        .history
+        .turns(Some(&first.session))?
+        .into_iter()
+        .find(|t| t.number == number);
+    let prompt = turn
+        .as_ref()
+        .map(|t| t.prompt.clone())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("turn {}:{number}", first.session));
+    let mut msg = format!(
+        "{prompt}\n\nrewind turn {}:{number}, agent {}, {} change{}\n\nFiles:\n",
+        first.session,
+        first.agent,
+        changes.len(),
+        if changes.len() == 1 { "" } else { "s" }
+    );
+    let mut files = BTreeSet::new();
+    for c in changes {
+        files.insert(&c.path);
+        if let Some(f) = &c.from {
+            files.insert(f);
+        }
+    }
+    for f in files {
+        msg += &format!("  {}\n", crate::history::format::escape_path(f));
+    }
+    msg += &format!(
+        "\nChanges: {}\n",
+        changes
+            .iter()
+            .map(|c| c.id.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if options.with_conversation
+        && let Some(t) = &turn
+        && let Some(text) = crate::history::turns::conversation(view.history, t)?
+    {
+        msg += "\nConversation:\n\n";
+        msg += &String::from_utf8_lossy(&text);
+        if !msg.ends_with('\n') {
+            msg.push('\n');
+        }
+    }
+    // At the turn's end; an open turn at its last change.
+    let when = turn
+        .and_then(|t| t.end_time_ns)
+        .unwrap_or(last.time_ns)
+        .max(last.time_ns);
+    Ok((msg, ident(&first.agent, &first.session, when)))
+}
+
 /// Export `selected` (oldest first) to a new branch `branch` of the repository at `repo`.
-pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -> Result<Exported> {
+pub fn export(
+    view: &View<'_>,
+    repo: &Path,
+    selected: &[Change],
+    branch: &str,
+    options: Options,
+) -> Result<Exported> {
     if git_out(repo, &["rev-parse", "--git-dir"])?.is_none() {
         return Err(Error::Usage(format!(
             "{} is not in a git repository",
@@ -239,64 +331,25 @@ pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -
         stream.extend_from_slice(&before);
     }
 
-    for c in selected {
+    for group in groups(selected, options) {
         let mut ops = Vec::new();
-        let is_dir = |s: &Option<FileState>| s.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
-        match (&c.from, is_dir(&c.after)) {
-            (Some(from), true) => {
-                // A folder renamed: its whole subtree moves.
-                if exported(from) || exported(&c.path) {
-                    ops.extend_from_slice(b"R ");
-                    ops.extend_from_slice(&fi_path(from));
-                    ops.push(b' ');
-                    ops.extend_from_slice(&fi_path(&c.path));
-                    ops.push(b'\n');
-                }
-            }
-            (Some(from), false) => {
-                if exported(from) {
-                    set_path(view, &mut ops, from, None)?;
-                }
-                if exported(&c.path) {
-                    set_path(view, &mut ops, &c.path, c.after.as_ref())?;
-                }
-            }
-            (None, _) if is_dir(&c.after) || is_dir(&c.before) => {}
-            (None, _) => {
-                for p in std::iter::once(&c.path).chain(&c.links) {
-                    if exported(p) {
-                        set_path(view, &mut ops, p, c.after.as_ref())?;
-                    }
-                }
+        for c in group {
+            let before = ops.len();
+            change_ops(view, c, &exported, &mut ops)?;
+            if ops.len() == before {
+                skipped += 1;
             }
         }
         if ops.is_empty() {
-            skipped += 1;
             continue;
         }
-        let mut msg = format!(
-            "{} {}\n\nrewind change {}: session {}, agent {}, {}[{}]",
-            c.kind,
-            crate::history::format::escape_path(&c.path),
-            c.id,
-            c.session,
-            c.agent,
-            c.process,
-            c.pid
-        );
-        if let Some(n) = c.turn {
-            msg += &format!(", turn {}:{n}", c.session);
-        }
-        if let Some(t) = &c.tool {
-            msg += &format!(", tool {}", t.name);
-        }
-        msg.push('\n');
-        header(
-            &mut stream,
-            &ident(&c.agent, &c.session, c.time_ns),
-            &msg,
-            &mut parent,
-        );
+        let (msg, who) = match group {
+            [c] if c.turn.is_none() || options.per_change => {
+                (change_message(c), ident(&c.agent, &c.session, c.time_ns))
+            }
+            _ => turn_commit(view, group, options)?,
+        };
+        header(&mut stream, &who, &msg, &mut parent);
         stream.extend_from_slice(&ops);
     }
     if commits == 0 {
@@ -340,6 +393,67 @@ pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -
         commits,
         skipped,
     })
+}
+
+/// The fast-import commands that make change `c` (none for a folder, or paths git ignores).
+fn change_ops(
+    view: &View<'_>,
+    c: &Change,
+    exported: &impl Fn(&[u8]) -> bool,
+    ops: &mut Vec<u8>,
+) -> Result<()> {
+    let is_dir = |s: &Option<FileState>| s.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
+    match (&c.from, is_dir(&c.after)) {
+        (Some(from), true) => {
+            // A folder renamed: its whole subtree moves.
+            if exported(from) || exported(&c.path) {
+                ops.extend_from_slice(b"R ");
+                ops.extend_from_slice(&fi_path(from));
+                ops.push(b' ');
+                ops.extend_from_slice(&fi_path(&c.path));
+                ops.push(b'\n');
+            }
+        }
+        (Some(from), false) => {
+            if exported(from) {
+                set_path(view, ops, from, None)?;
+            }
+            if exported(&c.path) {
+                set_path(view, ops, &c.path, c.after.as_ref())?;
+            }
+        }
+        (None, _) if is_dir(&c.after) || is_dir(&c.before) => {}
+        (None, _) => {
+            for p in std::iter::once(&c.path).chain(&c.links) {
+                if exported(p) {
+                    set_path(view, ops, p, c.after.as_ref())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The message of a one-change commit.
+fn change_message(c: &Change) -> String {
+    let mut msg = format!(
+        "{} {}\n\nrewind change {}: session {}, agent {}, {}[{}]",
+        c.kind,
+        crate::history::format::escape_path(&c.path),
+        c.id,
+        c.session,
+        c.agent,
+        c.process,
+        c.pid
+    );
+    if let Some(n) = c.turn {
+        msg += &format!(", turn {}:{n}", c.session);
+    }
+    if let Some(t) = &c.tool {
+        msg += &format!(", tool {}", t.name);
+    }
+    msg.push('\n');
+    msg
 }
 
 /// The paths among `paths` that git ignores (untracked and matching an ignore rule).

@@ -21,6 +21,8 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+pub mod wire;
+
 /// What the MCP server calls into.
 pub trait Backend: Send + Sync + 'static {
     /// Run one rewind command given as CLI words (e.g. `["log","--session","s1","-n","20"]`);
@@ -34,9 +36,10 @@ pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Told to every client at `initialize`; clients show it to the model.
 pub const INSTRUCTIONS: &str = "\
 rewind records every change made to this project's files, by which agent, session and turn, \
-before it lands. Use `history` to see what changed, `diff` to see how, `turns` to list the \
-turns of a session, and `checkpoint` to name the current state so you can come back to it. \
-`comments` lists what a reviewer asked of your session's work: read it and act on it.
+before it lands. Use `history` to see what changed, `diff` to see how, `show` for one change, `cat` \
+for a file at a point, `turns` to list the turns of a session, `whoami` for your own session \
+and turn, and `checkpoint` to name the current state so you can come back to it. `comments` \
+lists what a reviewer asked of your session's work: read it and act on it.
 
 `rollback` and `undo` put files back. They only PREVIEW unless you pass `apply: true`: without \
 it they run as a dry run, change nothing, and their result starts with `DRY RUN`. Look at the \
@@ -44,8 +47,15 @@ preview, then call again with `apply: true` to do it. A rollback skips paths tha
 outside the selection changed later; `force: true` puts those back too, overwriting that work. \
 A rollback is itself recorded, so it can be rolled back.";
 
-/// How many changes `history` shows when no `limit` is given.
+/// How many changes `history` shows when no `limit` is given, and at most.
 pub const DEFAULT_HISTORY_LIMIT: usize = 50;
+pub const MAX_HISTORY_LIMIT: usize = 1000;
+
+/// How much of a file `cat` returns in one call.
+pub const CAT_PAGE: usize = 64 * 1024;
+
+/// How many hex digits of a content hash the compact history keeps.
+pub const SHORT_HASH: usize = 12;
 
 const DRY_RUN_BANNER: &str = "DRY RUN: nothing was changed. This is what would happen; \
 call again with \"apply\": true to do it.\n\n";
@@ -67,8 +77,42 @@ pub struct HistoryArgs {
     /// Only changes after this point: a change id, a checkpoint name, a time, or a duration
     /// ago such as "10m".
     pub since: Option<String>,
-    /// At most this many changes, the newest ones (default 50).
+    /// Only changes up to this point (an id, checkpoint or time): to page back, pass the
+    /// smallest id shown less one.
+    pub until: Option<String>,
+    /// At most this many changes, the newest ones (default 50, at most 1000).
     pub limit: Option<usize>,
+    /// Every field of each change (pids, modes, sizes, whole hashes, other names); by default
+    /// only what an agent needs, with 12-character hashes.
+    #[serde(default)]
+    pub full: bool,
+}
+
+/// Parameters of `whoami`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhoamiArgs {}
+
+/// Parameters of `show`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShowArgs {
+    /// The change's id.
+    pub id: u64,
+}
+
+/// Parameters of `cat`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CatArgs {
+    /// The file (relative to the project root).
+    pub path: String,
+    /// The point to read it at: a change id (the state right after it), a checkpoint, a time,
+    /// or a duration ago such as "10m". Default: now.
+    pub at: Option<String>,
+    /// Skip this many bytes of the content first (to read a long file in pages).
+    #[serde(default)]
+    pub offset: usize,
 }
 
 /// Parameters of `diff`. Give at most one of id, session, agent, turn, since, from; none
@@ -178,9 +222,26 @@ pub struct UndoArgs {
 
 // ---- tool arguments to CLI words ----------------------------------------------------------
 
+/// The longest argument taken: no path (`PATH_MAX`), name or point is longer. A longer one is
+/// refused by name, before it could reach a command line (where the kernel refuses a word over
+/// 128 KiB with "Argument list too long").
+pub const MAX_ARGUMENT: usize = 4096;
+
+fn check_length(what: &str, v: &str) -> Result<(), String> {
+    if v.len() > MAX_ARGUMENT {
+        return Err(format!(
+            "`{what}` is {} bytes long; rewind takes at most {MAX_ARGUMENT} (no path, name or \
+             point is longer)",
+            v.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A value given as an option's argument must be one non-empty word that cannot be taken for a
 /// flag.
 fn check_value(what: &str, v: &str) -> Result<(), String> {
+    check_length(what, v)?;
     if v.is_empty() {
         return Err(format!("`{what}` is empty"));
     }
@@ -195,6 +256,7 @@ fn check_value(what: &str, v: &str) -> Result<(), String> {
 
 /// Paths go after `--`, so they may start with '-'; they must still be non-empty and one line.
 fn check_path(what: &str, v: &str) -> Result<(), String> {
+    check_length(what, v)?;
     if v.is_empty() || v.chars().any(|c| c.is_control()) {
         return Err(format!("`{what}` must be a non-empty path: {v:?}"));
     }
@@ -241,9 +303,10 @@ pub fn history_words(a: &HistoryArgs) -> Result<Vec<String>, String> {
     w.opt("--agent", "agent", &a.agent)?;
     w.opt("--turn", "turn", &a.turn)?;
     w.opt("--since", "since", &a.since)?;
+    w.opt("--until", "until", &a.until)?;
     let limit = a.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
-    if limit == 0 {
-        return Err("`limit` must be at least 1".into());
+    if limit == 0 || limit > MAX_HISTORY_LIMIT {
+        return Err(format!("`limit` must be from 1 to {MAX_HISTORY_LIMIT}"));
     }
     w.push("-n");
     w.push(limit.to_string());
@@ -294,6 +357,91 @@ pub fn diff_words(a: &DiffArgs) -> Result<Vec<String>, String> {
         }
     }
     Ok(w.0)
+}
+
+/// One change of `log --json` as the compact history gives it: id, time, kind, path (and
+/// `from`), session, agent, turn and tool where set, and the content hashes before and after
+/// cut to [`SHORT_HASH`] digits (`null`: no content, or the path did not exist).
+pub fn compact_change(full: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for key in [
+        "id",
+        "time",
+        "kind",
+        "path",
+        "from",
+        "path_bytes",
+        "session",
+        "agent",
+    ] {
+        if let Some(v) = full.get(key).filter(|v| !v.is_null()) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(turn) = full.get("turn").filter(|v| !v.is_null()) {
+        out.insert("turn".into(), turn.clone());
+    }
+    if let Some(tool) = full.get("tool").and_then(|t| t.get("name")) {
+        out.insert("tool".into(), tool.clone());
+    }
+    for side in ["before", "after"] {
+        let hash = full[side]
+            .get("hash")
+            .and_then(serde_json::Value::as_str)
+            .map(|h| serde_json::Value::String(h.chars().take(SHORT_HASH).collect()));
+        out.insert(side.into(), hash.unwrap_or(serde_json::Value::Null));
+    }
+    serde_json::Value::Object(out)
+}
+
+/// `log --json` output made compact, line by line (a line that is not a change is kept).
+pub fn compact_history(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() / 3);
+    for line in text.lines() {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) if v.get("id").is_some() => out += &compact_change(&v).to_string(),
+            _ => out += line,
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `cat [--at P] -- PATH`.
+pub fn cat_words(a: &CatArgs) -> Result<Vec<String>, String> {
+    let mut w = Words::new("cat");
+    w.opt("--at", "at", &a.at)?;
+    check_path("path", &a.path)?;
+    w.push("--");
+    w.push(a.path.clone());
+    Ok(w.0)
+}
+
+/// One page of `text` from byte `offset`, at most [`CAT_PAGE`] bytes (on character
+/// boundaries), with a last line saying where the next page starts when there is more.
+pub fn page(text: &str, offset: usize) -> Result<String, String> {
+    if offset > text.len() {
+        return Err(format!(
+            "`offset` {offset} is past the end: the content is {} bytes",
+            text.len()
+        ));
+    }
+    let mut start = offset;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let mut end = (start + CAT_PAGE).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = text[start..end].to_string();
+    if end < text.len() {
+        out += &format!(
+            "\n[rewind: {} more bytes; call again with \"offset\": {end}]\n",
+            text.len() - end
+        );
+    }
+    Ok(out)
 }
 
 /// `turns [--session S]`.
@@ -412,20 +560,29 @@ impl RewindMcp {
     /// for a while) and turns the outcome into a tool result: an error from the backend is a
     /// tool error (`isError: true`) the model can read, not a protocol error.
     async fn run(&self, words: Result<Vec<String>, String>, dry_run: bool) -> CallToolResult {
+        let shape = move |out: String| -> Result<String, String> {
+            Ok(if dry_run {
+                format!("{DRY_RUN_BANNER}{out}")
+            } else {
+                out
+            })
+        };
+        self.run_then(words, shape).await
+    }
+
+    /// Like [`run`](Self::run), the output passed through `shape` (which may refuse it).
+    async fn run_then(
+        &self,
+        words: Result<Vec<String>, String>,
+        shape: impl FnOnce(String) -> Result<String, String> + Send + 'static,
+    ) -> CallToolResult {
         let words = match words {
             Ok(w) => w,
             Err(e) => return CallToolResult::error(vec![ContentBlock::text(e)]),
         };
         let backend = Arc::clone(&self.backend);
-        match tokio::task::spawn_blocking(move || backend.run(words)).await {
-            Ok(Ok(out)) => {
-                let text = if dry_run {
-                    format!("{DRY_RUN_BANNER}{out}")
-                } else {
-                    out
-                };
-                CallToolResult::success(vec![ContentBlock::text(text)])
-            }
+        match tokio::task::spawn_blocking(move || backend.run(words).and_then(shape)).await {
+            Ok(Ok(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e)]),
             Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
                 "rewind failed unexpectedly: {e}"
@@ -436,15 +593,55 @@ impl RewindMcp {
 
 #[tool_router]
 impl RewindMcp {
-    /// The history of changes, newest last, one JSON object a line: what changed, when, by
-    /// which agent, session and turn.
+    /// The history of changes, newest last, one JSON object a line: id, time, kind, path
+    /// (`from` for a rename), session, agent, turn, tool, and 12-digit content hashes before
+    /// and after (`full: true` for every field). At most `limit` changes, the newest (default
+    /// 50, at most 1000); to page back, pass `until` = the smallest id shown less one.
     #[tool(annotations(
         title = "Change history",
         read_only_hint = true,
         open_world_hint = false
     ))]
     async fn history(&self, Parameters(a): Parameters<HistoryArgs>) -> CallToolResult {
-        self.run(history_words(&a), false).await
+        let full = a.full;
+        self.run_then(history_words(&a), move |out| {
+            Ok(if full { out } else { compact_history(&out) })
+        })
+        .await
+    }
+
+    /// Who you are to rewind: the session, agent and open turn your changes are recorded
+    /// under now (found from this server's process tree, as for your own changes), the
+    /// turn's prompt and the tool call in progress. Needs the project mounted.
+    #[tool(annotations(title = "Who am I", read_only_hint = true, open_world_hint = false))]
+    async fn whoami(&self, Parameters(_): Parameters<WhoamiArgs>) -> CallToolResult {
+        self.run(Ok(vec!["whoami".into(), "--json".into()]), false)
+            .await
+    }
+
+    /// One change: who made it, when, and what it did, as a git diff.
+    #[tool(annotations(
+        title = "Show a change",
+        read_only_hint = true,
+        open_world_hint = false
+    ))]
+    async fn show(&self, Parameters(a): Parameters<ShowArgs>) -> CallToolResult {
+        self.run(Ok(vec!["show".into(), a.id.to_string()]), false)
+            .await
+    }
+
+    /// A file's content at a point (a change id, checkpoint, time or duration ago; default
+    /// now). At most 64 KiB a call: a longer file ends with a line saying the `offset` to
+    /// call again with.
+    #[tool(annotations(
+        title = "File at a point",
+        read_only_hint = true,
+        open_world_hint = false
+    ))]
+    async fn cat(&self, Parameters(a): Parameters<CatArgs>) -> CallToolResult {
+        let offset = a.offset;
+        self.run_then(cat_words(&a), move |out| page(&out, offset))
+            .await
     }
 
     /// Unified diffs of what changed: one change (id), the net effect of a session, agent or
@@ -541,7 +738,10 @@ impl Backend for ProcessBackend {
             .env("NO_COLOR", "1")
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run rewind: {e}"))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::E2BIG) => "the arguments are too long to run rewind with".to_string(),
+                _ => format!("cannot run rewind: {e}"),
+            })?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr);
         match out.status.code() {
@@ -561,24 +761,44 @@ impl Backend for ProcessBackend {
 }
 
 /// Serves MCP on stdin/stdout until stdin closes (or the client goes away). Builds its own
-/// single-threaded tokio runtime, so the caller needs none.
+/// single-threaded tokio runtime, so the caller needs none. Every line the client sends is
+/// checked first ([`wire`]): a malformed one is answered with its JSON-RPC error there.
 pub fn serve_stdio(backend: impl Backend) -> Result<(), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
-        let running = match RewindMcp::new(backend)
-            .serve(rmcp::transport::stdio())
-            .await
-        {
-            Ok(r) => r,
+    let served = rt.block_on(async {
+        // rmcp speaks through one end of an in-memory pipe; the wire tasks own stdin and
+        // stdout at the other.
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (from_server, to_server) = tokio::io::split(ours);
+        let (replies, lines) = tokio::sync::mpsc::unbounded_channel();
+        let reader = tokio::spawn(wire::read_client(
+            tokio::io::stdin(),
+            to_server,
+            replies.clone(),
+        ));
+        let writer = tokio::spawn(wire::write_out(
+            from_server,
+            replies,
+            lines,
+            tokio::io::stdout(),
+        ));
+        let result = match RewindMcp::new(backend).serve(theirs).await {
+            Ok(running) => running.waiting().await.map(drop).map_err(Error::from),
             // stdin closed before the client said anything: nothing to serve.
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-            Err(e) => return Err(Error::from(e)),
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+            Err(e) => Err(Error::from(e)),
         };
-        running.waiting().await?;
-        Ok(())
-    })
+        // rmcp's end is closed by now (at the end of stdin, or rmcp ended first: then the
+        // reader is stopped); what rmcp wrote is flushed before the process ends.
+        reader.abort();
+        let _ = writer.await;
+        result
+    });
+    // A read of stdin still waiting (rmcp ended first) must not hold the exit.
+    rt.shutdown_background();
+    served
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Claude Code: `.claude/settings.json` (project settings), nested layout.
+//! Claude Code: `.claude/settings.json` (project settings, shared) or `.claude/settings.local.json`
+//! (the user's own for this project, not committed), nested layout.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,10 @@ fn path(ws: &Path) -> PathBuf {
     ws.join(".claude").join("settings.json")
 }
 
+fn local_path(ws: &Path) -> PathBuf {
+    ws.join(".claude").join("settings.local.json")
+}
+
 fn specs(rewind: &str) -> Vec<Spec> {
     EVENTS
         .iter()
@@ -46,10 +51,11 @@ fn specs(rewind: &str) -> Vec<Spec> {
         .collect()
 }
 
-pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
+pub fn install(ws: &Path, rewind: &str, local: bool) -> Result<Vec<PathBuf>, Error> {
+    let file = if local { local_path(ws) } else { path(ws) };
     Ok(install_file(
         ws,
-        &path(ws),
+        &file,
         Agent::Claude,
         Layout::Nested,
         &specs(rewind),
@@ -59,12 +65,19 @@ pub fn install(ws: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     .collect())
 }
 
+/// From both the project and the local settings.
 pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
-    Ok(
-        uninstall_file(ws, &path(ws), Agent::Claude, Layout::Nested, &[])?
-            .into_iter()
-            .collect(),
-    )
+    let mut done = Vec::new();
+    for file in [path(ws), local_path(ws)] {
+        done.extend(uninstall_file(
+            ws,
+            &file,
+            Agent::Claude,
+            Layout::Nested,
+            &[],
+        )?);
+    }
+    Ok(done)
 }
 
 pub fn parse(p: &Payload) -> Result<HookEvent, Error> {

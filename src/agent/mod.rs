@@ -20,6 +20,7 @@ mod gemini;
 mod jsonhooks;
 mod opencode;
 mod payload;
+pub mod transcript;
 
 pub use command::{hook_command, is_rewind_command, shell_quote};
 pub use opencode::plugin_source as opencode_plugin_source;
@@ -140,11 +141,33 @@ pub enum Error {
 /// Returns the files created or modified (empty when already up to date).
 pub fn install(agent: Agent, workspace: &Path, rewind: &str) -> Result<Vec<PathBuf>, Error> {
     match agent {
-        Agent::Claude => claude::install(workspace, rewind),
+        Agent::Claude => claude::install(workspace, rewind, false),
         Agent::Codex => codex::install(workspace, rewind),
         Agent::Gemini => gemini::install(workspace, rewind),
         Agent::Cursor => cursor::install(workspace, rewind),
         Agent::Opencode => opencode::install(workspace, rewind),
+    }
+}
+
+/// The agent's local settings file (beside the project one, not meant to be committed), where
+/// it has one.
+pub fn local_settings(agent: Agent) -> Option<&'static str> {
+    match agent {
+        Agent::Claude => Some(".claude/settings.local.json"),
+        Agent::Codex | Agent::Gemini | Agent::Cursor | Agent::Opencode => None,
+    }
+}
+
+/// Like [`install`], into the agent's local settings ([`local_settings`]); `Ok(None)` when the
+/// agent has none.
+pub fn install_local(
+    agent: Agent,
+    workspace: &Path,
+    rewind: &str,
+) -> Result<Option<Vec<PathBuf>>, Error> {
+    match agent {
+        Agent::Claude => claude::install(workspace, rewind, true).map(Some),
+        Agent::Codex | Agent::Gemini | Agent::Cursor | Agent::Opencode => Ok(None),
     }
 }
 
@@ -172,6 +195,17 @@ pub fn parse(agent: Agent, event: &str, payload: &[u8]) -> Result<HookEvent, Err
 /// (the agent may keep the pipe open), so this returns as soon as the value is complete.
 pub fn read(agent: Agent, event: &str, input: impl std::io::Read) -> Result<HookEvent, Error> {
     event_of(payload::Payload::read(agent, event, input)?)
+}
+
+/// Like [`read`], with the transcript the payload names (`transcript_path`), if any.
+pub fn read_with_transcript(
+    agent: Agent,
+    event: &str,
+    input: impl std::io::Read,
+) -> Result<(HookEvent, Option<String>), Error> {
+    let p = payload::Payload::read(agent, event, input)?;
+    let transcript = transcript::folder(agent).and_then(|_| p.opt(&["transcript_path"]));
+    Ok((event_of(p)?, transcript))
 }
 
 fn event_of(p: payload::Payload<'_>) -> Result<HookEvent, Error> {

@@ -35,7 +35,11 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     if selected.is_empty() {
         return Err(Failure::usage("nothing to export: no change matches"));
     }
-    let done = crate::export::export(&view, &ctx.workspace, &selected, &args.branch)?;
+    let options = crate::export::Options {
+        per_change: args.per_change,
+        with_conversation: args.with_conversation,
+    };
+    let done = crate::export::export(&view, &ctx.workspace, &selected, &args.branch, options)?;
     println!(
         "branch {}: {} from {}{} (working tree, index and HEAD untouched; push it \
          with `git push -u origin {}`)",

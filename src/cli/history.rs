@@ -52,9 +52,11 @@ fn place(command: &Command) -> Place {
         Command::Comment(a) if !matches!(a.action, command::comment::CommentAction::List(_)) => {
             Place::Write
         }
-        Command::Session(_) | Command::Sync { .. } | Command::Turn(_) | Command::Tool(_) => {
-            Place::Plumbing
-        }
+        Command::Session(_)
+        | Command::Sync { .. }
+        | Command::Turn(_)
+        | Command::Tool(_)
+        | Command::Whoami { .. } => Place::Plumbing,
         _ => Place::Read,
     }
 }

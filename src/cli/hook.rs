@@ -158,7 +158,8 @@ fn quote(s: &str) -> String {
 
 fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
     let stdin = std::io::stdin().lock().take(PAYLOAD_MAX);
-    let parsed = agent::read(agent, event, stdin).map_err(|e| Missed::Payload(e.to_string()))?;
+    let (parsed, transcript) = agent::read_with_transcript(agent, event, stdin)
+        .map_err(|e| Missed::Payload(e.to_string()))?;
     let daemon = |f: Failure| Missed::Daemon(f.message);
     let ctx = Ctx::locate(cwd).map_err(daemon)?;
     if !ctx.mounted {
@@ -170,7 +171,7 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
     let a = agent.as_str();
     let start = |id: &str| {
         format!(
-            "session start {} --agent {a} --pid {}",
+            "session start {} --agent {a} --pid {} --exclusive",
             quote(&session_name(agent, id)),
             agent_pid()
         )
@@ -218,9 +219,14 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
                 .unwrap_or_default(),
             quote(&tool),
         )],
+        // The daemon reads the transcript (after it answers: a slow or missing one never
+        // holds the hook), and keeps it with the turn.
         HookEvent::Stop { session_id } => vec![format!(
-            "turn end --session {}",
-            quote(&session_name(agent, &session_id))
+            "turn end --session {}{}",
+            quote(&session_name(agent, &session_id)),
+            transcript
+                .map(|t| format!(" --transcript={}", quote(&t)))
+                .unwrap_or_default()
         )],
         HookEvent::SessionEnd { session_id } => vec![format!(
             "turn end --session {}",
@@ -229,7 +235,13 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
         HookEvent::Ignored => Vec::new(),
     };
     for line in lines {
-        ctx.ctl(&line).map_err(daemon)?;
+        let answer = ctx.ctl(&line).map_err(daemon)?;
+        // Another agent process holds this session id: ours was recorded apart (the daemon
+        // said so); worth a line in the log, not a failure.
+        let said = String::from_utf8_lossy(&answer.output);
+        if said.contains(" belongs to process ") {
+            log(&format!("{agent} {event}: {}", said.trim()));
+        }
     }
     Ok(())
 }

@@ -78,6 +78,14 @@ pub struct ExportArgs {
     /// The branch to create (it must not exist).
     #[arg(long, value_name = "NAME")]
     pub branch: String,
+    /// One commit per change, even where the changes carry agent turns (by default each
+    /// turn is one commit, its prompt the message).
+    #[arg(long)]
+    pub per_change: bool,
+    /// Add each turn's conversation (what the agent's transcript gained in it) to its commit
+    /// message.
+    #[arg(long, conflicts_with = "per_change")]
+    pub with_conversation: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -100,7 +108,15 @@ pub struct AgentArgs {
 #[derive(Debug, Subcommand)]
 pub enum AgentAction {
     /// Add rewind's hooks to the agent's configuration in this workspace (merged with yours).
-    Install { agent: AgentName },
+    /// The hooks run `rewind hook ...`, found on PATH, so the file does not depend on where the
+    /// binary lives.
+    Install {
+        agent: AgentName,
+        /// Write the agent's local settings instead, which are not meant to be committed
+        /// (Claude Code: `.claude/settings.local.json`; the other agents have none).
+        #[arg(long)]
+        local: bool,
+    },
     /// Remove rewind's hooks (and only them).
     Uninstall { agent: AgentName },
 }

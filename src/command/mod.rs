@@ -91,6 +91,14 @@ pub enum Command {
     /// Agent tool calls, as an agent's hooks report them (`rewind hook` writes these).
     #[command(subcommand, hide = true)]
     Tool(plumbing::ToolCommand),
+    /// Which session, agent and turn this process's changes are recorded under now: found
+    /// from its process tree, as for the changes it makes (an agent's MCP server or shell
+    /// tool asks on the agent's behalf).
+    Whoami {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
@@ -141,6 +149,7 @@ impl Command {
             Command::Sync { .. } => "sync",
             Command::Turn(_) => "turn",
             Command::Tool(_) => "tool",
+            Command::Whoami { .. } => "whoami",
         }
     }
 }
@@ -160,7 +169,11 @@ pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Resul
         Command::Gc(a) => gc::run(a, env),
         Command::Rollback(a) => rollback::run(a, env),
         Command::Undo(a) => rollback::undo(a, env),
-        Command::Session(_) | Command::Turn(_) | Command::Tool(_) | Command::Sync { .. } => {
+        Command::Session(_)
+        | Command::Turn(_)
+        | Command::Tool(_)
+        | Command::Sync { .. }
+        | Command::Whoami { .. } => {
             let caller = env.caller;
             env.actor(command.name())
                 .and_then(|actor| actor.plumbing(command, caller))

@@ -18,6 +18,11 @@ pub enum SessionCommand {
         /// The process to attribute (default: the one that wrote the command).
         #[arg(long)]
         pid: Option<u32>,
+        /// The session belongs to this process tree (an agent's session id, as `rewind hook`
+        /// registers it): while it runs, another tree naming NAME is registered apart, as
+        /// `NAME~pidPID`, and its turn and tool commands go to that session.
+        #[arg(long)]
+        exclusive: bool,
     },
     /// End the session started by this process or its nearest ancestor.
     End {
@@ -45,6 +50,10 @@ pub enum TurnCommand {
     End {
         #[arg(long)]
         session: String,
+        /// The agent's transcript (a file in its own folder in the workspace owner's home),
+        /// kept with the turn as its conversation.
+        #[arg(long)]
+        transcript: Option<std::path::PathBuf>,
     },
 }
 

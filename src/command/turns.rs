@@ -22,6 +22,10 @@ pub struct TurnsArgs {
     /// One JSON object a line.
     #[arg(long)]
     pub json: bool,
+    /// One turn (SESSION:N or the agent's prompt id): its prompt, what it changed, and the
+    /// conversation kept with it (what the agent's transcript gained in that turn).
+    #[arg(long, value_name = "TURN")]
+    pub show: Option<String>,
 }
 
 /// A turn's changes, oldest first.
@@ -129,7 +133,75 @@ fn rolled_back(turn: &[Change], restores: &BTreeMap<&[u8], Vec<&Change>>) -> Opt
     })
 }
 
+/// `turns --show T`.
+fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
+    let selection = Selection {
+        session: args.session.clone(),
+        turn: Some(t.to_string()),
+        ..Selection::default()
+    };
+    let Some(turn) = selection.resolve(env.history)?.turn else {
+        return Err(crate::history::Error::NoTurn(t.to_string()));
+    };
+    let changes = changes_of(env, &turn)?;
+    let (files, added, removed) = stats(env, &changes)?;
+    let conversation = crate::history::turns::conversation(env.history, &turn)?;
+    let text = conversation
+        .as_deref()
+        .map(|c| String::from_utf8_lossy(c).into_owned());
+    if args.json {
+        env.println(
+            &json!({
+                "session": turn.session, "turn": turn.number, "prompt": turn.prompt,
+                "prompt_id": turn.prompt_id, "agent": turn.agent,
+                "time": time::rfc3339(turn.start_time_ns),
+                "end_time": turn.end_time_ns.map(time::rfc3339),
+                "start_id": turn.start_id, "end_id": turn.end_id,
+                "files": files, "added": added, "removed": removed,
+                "changes": changes.iter().map(|c| c.id).collect::<Vec<_>>(),
+                "conversation": text,
+            })
+            .to_string(),
+        )?;
+        return Ok(Outcome::Done);
+    }
+    env.println(&format!(
+        "turn {}:{}  {} by {}{}",
+        escape_text(&turn.session),
+        turn.number,
+        time::short(turn.start_time_ns),
+        escape_text(&turn.agent),
+        if turn.end_id.is_none() {
+            "  (open)"
+        } else {
+            ""
+        }
+    ))?;
+    env.println(&format!("prompt: {}", escape_text(&turn.prompt)))?;
+    env.println(&format!(
+        "changes: {} ({} {}, +{added} -{removed})",
+        changes.len(),
+        files,
+        if files == 1 { "file" } else { "files" }
+    ))?;
+    match text {
+        Some(text) => {
+            env.println("conversation:")?;
+            for line in text.lines() {
+                env.println(&escape_text(line))?;
+            }
+        }
+        None => env.println(
+            "conversation: none kept (the agent names no transcript, or it could not be read)",
+        )?,
+    }
+    Ok(Outcome::Done)
+}
+
 pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    if let Some(t) = &args.show {
+        return show(args, t, env);
+    }
     let selection = Selection {
         session: args.session.clone(),
         ..Selection::default()

@@ -337,6 +337,8 @@ pub struct Turn {
     pub end_time_ns: Option<u64>,
     /// ... and at most this, once it ended.
     pub end_id: Option<u64>,
+    /// The agent's transcript as of the turn's end (a blob), where the agent provides one.
+    pub conversation: Option<Hash>,
 }
 
 impl Turn {
@@ -535,6 +537,7 @@ impl From<&Turn> for TurnRecord {
             start_id: t.start_id,
             end_time_ns: t.end_time_ns,
             end_id: t.end_id,
+            conversation: t.conversation.map(|h| h.0),
         }
     }
 }
@@ -551,6 +554,7 @@ impl From<TurnRecord> for Turn {
             start_id: t.start_id,
             end_time_ns: t.end_time_ns,
             end_id: t.end_id,
+            conversation: t.conversation.map(Hash),
         }
     }
 }

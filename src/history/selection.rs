@@ -286,6 +286,7 @@ mod tests {
                         start_id,
                         end_time_ns: None,
                         end_id: None,
+                        conversation: None,
                     })
                     .unwrap();
             }

@@ -103,6 +103,30 @@ impl TurnRef {
     }
 }
 
+/// What `turn` added to its session's conversation: its transcript less the one kept with the
+/// session's previous turn when the transcript begins with it (agents append to their
+/// transcripts), else the whole transcript as of the turn's end. `None`: none was kept (the
+/// agent names no transcript, or it could not be read).
+pub fn conversation(history: &History, turn: &Turn) -> Result<Option<Vec<u8>>> {
+    let Some(hash) = turn.conversation else {
+        return Ok(None);
+    };
+    let text = history.store().read_blob(&hash)?;
+    let previous = history
+        .turns(Some(&turn.session))?
+        .into_iter()
+        .filter(|t| t.number < turn.number)
+        .filter_map(|t| t.conversation)
+        .next_back();
+    if let Some(prev) = previous.filter(|p| *p != hash) {
+        let before = history.store().read_blob(&prev)?;
+        if let Some(added) = text.strip_prefix(before.as_slice()) {
+            return Ok(Some(added.to_vec()));
+        }
+    }
+    Ok(Some(text))
+}
+
 /// The first line of a prompt, cut to [`PROMPT_MAX`] bytes on a character boundary.
 pub fn first_line(prompt: &str) -> String {
     let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -174,6 +198,7 @@ impl Turns {
             start_id: last_id,
             end_time_ns: None,
             end_id: None,
+            conversation: None,
         };
         self.history.put_turn(&turn)?;
         open.insert(
@@ -192,6 +217,25 @@ impl Turns {
             Some(o) => self.finish(o.turn, last_id).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Keep `conversation` (the agent's transcript as of the end of turn `number` of
+    /// `session`) with that turn, content-addressed like file content.
+    pub fn keep_conversation(&self, session: &str, number: u32, conversation: &[u8]) -> Result<()> {
+        let hash = self.history.store().put_blob(conversation)?;
+        // Under the table's lock, so a turn being ended or begun meanwhile is not overwritten
+        // with an older copy.
+        let _open = self.lock();
+        if let Some(mut turn) = self
+            .history
+            .turns(Some(session))?
+            .into_iter()
+            .find(|t| t.number == number)
+        {
+            turn.conversation = Some(hash);
+            self.history.put_turn(&turn)?;
+        }
+        Ok(())
     }
 
     fn finish(&self, mut turn: Turn, last_id: u64) -> Result<Turn> {

@@ -7,6 +7,13 @@
 //! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
 //! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
 //! another process's attribution. The uid is the one the kernel gave with the request.
+//!
+//! An agent's session id is bound to the process tree that registered it first
+//! ([`Attributor::claim`]): another live tree naming the same id is registered apart, in
+//! `NAME~pidPID`, and the turn and tool commands it sends are taken as its own session's
+//! ([`Attributor::session_for`]), so one agent can neither open nor close another's turns.
+//! Once the first tree is gone (the agent exited), the id passes to whoever claims it next (a
+//! resumed session).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -45,11 +52,51 @@ type ProcKey = (u32, u64);
 struct Registration {
     session: String,
     agent: Option<String>,
+    /// For a claimed session ([`Attributor::claim`]): the name the process asked for (the
+    /// session itself, or the one it was registered apart from).
+    asked: Option<String>,
+}
+
+/// The registered processes, and which process tree each claimed session belongs to.
+#[derive(Default)]
+struct Registrations {
+    by_process: HashMap<ProcKey, Registration>,
+    owners: HashMap<String, ProcKey>,
+}
+
+/// What a claim of a session came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The session is the claimant's (it was free, already its tree's, or its owner is gone).
+    Own,
+    /// Another live process tree (its root `owner`) holds the session: the claimant is
+    /// registered in `session`, a session of its own.
+    Apart { session: String, owner: u32 },
+}
+
+/// A turn or tool command named a session that another live process tree holds, from a process
+/// that did not claim it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    pub session: String,
+    pub owner: u32,
+}
+
+/// The name a process tree is registered under when `name` belongs to another tree.
+pub fn apart_name(name: &str, pid: u32) -> String {
+    let suffix = format!("~pid{pid}");
+    let mut end = super::name::MAX_LEN
+        .saturating_sub(suffix.len())
+        .min(name.len());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{suffix}", &name[..end])
 }
 
 pub struct Attributor {
     default_session: String,
-    registrations: Mutex<HashMap<ProcKey, Registration>>,
+    registrations: Mutex<Registrations>,
     /// Threads of this daemon carrying out a rollback, and its session.
     restorers: Mutex<HashMap<u32, String>>,
     cache: Mutex<HashMap<ProcKey, (String, String)>>,
@@ -128,6 +175,29 @@ fn proc_key(pid: u32) -> Option<ProcKey> {
     stat(pid).map(|(_, start)| (pid, start))
 }
 
+/// Whether the process `key` names is still running (not a later process with its pid).
+fn alive(key: ProcKey) -> bool {
+    proc_key(key.0) == Some(key)
+}
+
+/// Whether `pid` is `ancestor` or runs below it.
+fn descends(pid: u32, ancestor: ProcKey) -> bool {
+    let mut cur = pid;
+    for _ in 0..64 {
+        let Some((ppid, start)) = stat(cur) else {
+            return false;
+        };
+        if (cur, start) == ancestor {
+            return true;
+        }
+        if cur <= 1 {
+            return false;
+        }
+        cur = ppid;
+    }
+    false
+}
+
 /// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
 fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
     let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
@@ -163,7 +233,7 @@ impl Attributor {
     pub fn new(default_session: String) -> Attributor {
         Attributor {
             default_session,
-            registrations: Mutex::new(HashMap::new()),
+            registrations: Mutex::new(Registrations::default()),
             restorers: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
@@ -181,11 +251,93 @@ impl Attributor {
         let Some(key) = proc_key(pid) else {
             return false;
         };
-        self.lock_registrations()
-            .insert(key, Registration { session, agent });
+        self.lock_registrations().by_process.insert(
+            key,
+            Registration {
+                session,
+                agent,
+                asked: None,
+            },
+        );
+        self.forget_lookups();
+        true
+    }
+
+    /// Register `pid` (the agent process) and its descendants as `session`, which becomes its
+    /// tree's: unless another live process tree claimed it first, and then in a session of its
+    /// own ([`apart_name`]). `None`: the process is gone.
+    pub fn claim(&self, pid: u32, session: String, agent: Option<String>) -> Option<Claim> {
+        let pid = process_of(pid);
+        let key = proc_key(pid)?;
+        let mut regs = self.lock_registrations();
+        let claim = match regs.owners.get(&session) {
+            Some(owner) if *owner != key && alive(*owner) && !descends(pid, *owner) => {
+                Claim::Apart {
+                    session: apart_name(&session, pid),
+                    owner: owner.0,
+                }
+            }
+            _ => Claim::Own,
+        };
+        let registered = match &claim {
+            Claim::Own => session.clone(),
+            Claim::Apart { session, .. } => session.clone(),
+        };
+        if regs.owners.len() > 1024 {
+            regs.owners.retain(|_, owner| alive(*owner));
+            let live: Vec<ProcKey> = regs.by_process.keys().copied().collect();
+            for k in live.into_iter().filter(|k| !alive(*k)) {
+                regs.by_process.remove(&k);
+            }
+        }
+        regs.owners.insert(registered.clone(), key);
+        regs.by_process.insert(
+            key,
+            Registration {
+                session: registered,
+                agent,
+                asked: Some(session),
+            },
+        );
+        drop(regs);
+        self.forget_lookups();
+        Some(claim)
+    }
+
+    /// The session a turn or tool command naming `asked` is about, for the process `caller`
+    /// that sent it: the one its tree claimed under that name (`asked`, or the session it was
+    /// registered apart in); `asked` itself when no live tree holds it (an agent's last hook
+    /// may run after the agent exited); refused when another live tree holds it and the
+    /// caller's never claimed it.
+    pub fn session_for(&self, asked: &str, caller: u32) -> Result<String, Foreign> {
+        let regs = self.lock_registrations();
+        let mut cur = process_of(caller);
+        for _ in 0..64 {
+            let Some((ppid, start)) = stat(cur) else {
+                break;
+            };
+            if let Some(r) = regs.by_process.get(&(cur, start))
+                && r.asked.as_deref() == Some(asked)
+            {
+                return Ok(r.session.clone());
+            }
+            if cur <= 1 {
+                break;
+            }
+            cur = ppid;
+        }
+        match regs.owners.get(asked) {
+            Some(owner) if alive(*owner) => Err(Foreign {
+                session: asked.to_string(),
+                owner: owner.0,
+            }),
+            _ => Ok(asked.to_string()),
+        }
+    }
+
+    fn forget_lookups(&self) {
         self.lock_cache().clear();
         self.lock_recent().clear();
-        true
     }
 
     /// Drop the registration of `pid` or its nearest registered ancestor. Returns the session.
@@ -194,10 +346,10 @@ impl Attributor {
         let mut cur = process_of(pid);
         for _ in 0..64 {
             let (ppid, start) = stat(cur)?;
-            if let Some(r) = regs.remove(&(cur, start)) {
+            if let Some(r) = regs.by_process.remove(&(cur, start)) {
+                regs.owners.retain(|_, owner| *owner != (cur, start));
                 drop(regs);
-                self.lock_cache().clear();
-                self.lock_recent().clear();
+                self.forget_lookups();
                 return Some(r.session);
             }
             if cur <= 1 {
@@ -309,6 +461,7 @@ impl Attributor {
             return (session, env_agent.unwrap_or_else(|| "unknown".into()));
         }
         let regs = self.lock_registrations();
+        let regs = &regs.by_process;
         if !regs.is_empty() {
             // Walk up from the thread's process (its own parent is the process's parent).
             let mut cur = process_of(pid);
@@ -336,7 +489,7 @@ impl Attributor {
         )
     }
 
-    fn lock_registrations(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, Registration>> {
+    fn lock_registrations(&self) -> std::sync::MutexGuard<'_, Registrations> {
         self.registrations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -377,5 +530,59 @@ mod tests {
             assert_eq!(a.unregister(me).as_deref(), Some("s1"));
             assert_eq!(a.who(by(0)).session, "default");
         }
+    }
+
+    #[test]
+    fn a_claimed_session_belongs_to_its_tree_until_it_is_gone() {
+        let a = Attributor::new("default".into());
+        let sleeper = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        };
+        let (mut first, second) = (sleeper(), sleeper());
+        let (p1, p2) = (first.id(), second.id());
+        assert_eq!(a.claim(p1, "s".into(), None), Some(Claim::Own));
+        assert_eq!(a.claim(p1, "s".into(), None), Some(Claim::Own), "again");
+        let apart = apart_name("s", p2);
+        assert_eq!(
+            a.claim(p2, "s".into(), None),
+            Some(Claim::Apart {
+                session: apart.clone(),
+                owner: p1
+            })
+        );
+        assert_eq!(a.who(By { pid: p2, uid: 0 }).session, apart);
+        assert_eq!(a.who(By { pid: p1, uid: 0 }).session, "s");
+        assert_eq!(a.session_for("s", p1).as_deref(), Ok("s"));
+        assert_eq!(a.session_for("s", p2), Ok(apart.clone()));
+        // This process is in neither tree and claimed nothing.
+        assert_eq!(
+            a.session_for("s", std::process::id()),
+            Err(Foreign {
+                session: "s".into(),
+                owner: p1
+            })
+        );
+        // The first tree is gone: the id passes on, to whoever claims it next.
+        first.kill().unwrap();
+        first.wait().unwrap();
+        assert_eq!(a.session_for("s", std::process::id()).as_deref(), Ok("s"));
+        let third = sleeper();
+        assert_eq!(a.claim(third.id(), "s".into(), None), Some(Claim::Own));
+        assert_eq!(
+            a.who(By {
+                pid: third.id(),
+                uid: 0
+            })
+            .session,
+            "s"
+        );
+        for mut c in [second, third] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(apart_name(&"é".repeat(64), u32::MAX).len() <= super::super::name::MAX_LEN);
     }
 }

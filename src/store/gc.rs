@@ -198,13 +198,19 @@ impl Store {
             std::iter::once(hash).chain(chunks_of.get(&hash).into_iter().flatten().copied())
         };
 
-        // Reference counts: from every change, and from write episodes still open (their
-        // content from before is stored, and their change is not recorded yet).
+        // Reference counts: from every change, from write episodes still open (their content
+        // from before is stored, and their change is not recorded yet), and from turns.
         let mut refs: HashMap<Hash, u64> = HashMap::new();
         let open: Vec<Hash> = self
             .open_episodes()?
             .into_iter()
             .filter_map(|(_, e)| e.before.and_then(|b| b.hash).map(Hash))
+            // A turn's conversation stays as long as the turn.
+            .chain(
+                self.turns(None)?
+                    .into_iter()
+                    .filter_map(|t| t.conversation.map(Hash)),
+            )
             .collect();
         for hash in all.iter().flat_map(content_hashes).chain(open) {
             for h in with_chunks(hash) {

@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 use rewind::agent::{Agent, is_rewind_command};
 use serde_json::Value;
 
-use crate::common::{REWIND, Workspace};
+use crate::common::Workspace;
 
 /// A realistic payload of `agent`'s `event`, as the agent sends it.
 fn fixture(agent: Agent, event: &str) -> Vec<u8> {
@@ -29,13 +29,10 @@ fn fixture_json(agent: Agent, event: &str) -> Value {
     serde_json::from_slice(&fixture(agent, event)).unwrap()
 }
 
-/// The rewind binary as `rewind agent install` writes it into the hooks: its canonical path.
+/// The rewind binary as `rewind agent install` writes it into the hooks: `rewind`, found on
+/// PATH (the test build's folder is first there, `path_with_rewind`).
 fn real_rewind() -> String {
-    std::fs::canonicalize(REWIND)
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string()
+    "rewind".to_string()
 }
 
 /// The `XDG_DATA_HOME` the workspace's commands run with (beside its store).
@@ -89,6 +86,13 @@ fn run_hook(shell: &[&str], cmd: &str, stdin: &[u8], dir: &Path, data: &Path) ->
         .arg(cmd)
         .current_dir(dir)
         .env("XDG_DATA_HOME", data)
+        .env("PATH", crate::common::path_with_rewind())
+        .env("HOME", {
+            let home = data.join("home");
+            std::fs::create_dir_all(&home).unwrap();
+            crate::common::login_profile(&home);
+            home
+        })
         .env_remove("REWIND_SESSION")
         .env_remove("REWIND_AGENT")
         .stdin(Stdio::piped())
@@ -3176,6 +3180,7 @@ writeFileSync(plan.results, "[]")
                 .unwrap();
             fs::create_dir(dir.path().join("sync")).unwrap();
             fs::create_dir(dir.path().join("home")).unwrap();
+            crate::common::login_profile(&dir.path().join("home"));
             Scene { ws, kits, dir }
         }
 
@@ -3217,6 +3222,7 @@ writeFileSync(plan.results, "[]")
             cmd.arg(&plan_path)
                 .current_dir(&ws)
                 .env("XDG_DATA_HOME", data_home(&self.ws))
+                .env("PATH", crate::common::path_with_rewind())
                 .env("HOME", self.dir.path().join("home"))
                 .env("SHELL", "/bin/bash")
                 .env_remove("REWIND_SESSION")
@@ -3999,13 +4005,16 @@ mod mcp {
         assert_eq!(
             names,
             set(&[
+                "cat",
                 "checkpoint",
                 "comments",
                 "diff",
                 "history",
                 "rollback",
+                "show",
                 "turns",
-                "undo"
+                "undo",
+                "whoami"
             ])
         );
         let tool = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
@@ -4028,7 +4037,7 @@ mod mcp {
             assert!(a.title.is_some(), "{}", t.name);
             assert_eq!(a.open_world_hint, Some(false), "{}", t.name);
         }
-        for n in ["history", "diff", "turns"] {
+        for n in ["history", "diff", "turns", "whoami", "show", "cat"] {
             let a = tool(n).annotations.clone().unwrap();
             assert_eq!(a.read_only_hint, Some(true), "{n}");
             assert_ne!(a.destructive_hint, Some(true), "{n}");
@@ -4050,7 +4059,9 @@ mod mcp {
 
         assert_eq!(
             props(tool("history")),
-            set(&["path", "session", "agent", "turn", "since", "limit"])
+            set(&[
+                "path", "session", "agent", "turn", "since", "until", "limit", "full"
+            ])
         );
         assert!(required(tool("history")).is_empty());
         assert_eq!(
@@ -4095,9 +4106,12 @@ mod mcp {
         let s = kit.session.clone();
         let client = connect(&sc.ws).await;
 
-        // history: `log -n 50 --json` (what the CLI prints, line for line).
+        // history with `full`: `log -n 50 --json` (what the CLI prints, line for line); by
+        // default the same changes, compact.
+        let full = ok_call(&client, "history", json!({"full": true})).await;
+        assert_eq!(full, sc.rw(&["log", "-n", "50", "--json"]));
         let all = ok_call(&client, "history", json!({})).await;
-        assert_eq!(all, sc.rw(&["log", "-n", "50", "--json"]));
+        assert_eq!(all, rewind::mcp::compact_history(&full));
         assert_eq!(
             json_lines(&all).len(),
             1 + 4 + 4 + 2,
@@ -4221,7 +4235,7 @@ mod mcp {
         sc.ws.unmount();
         let client = connect(&sc.ws).await;
         assert_eq!(
-            ok_call(&client, "history", json!({})).await,
+            ok_call(&client, "history", json!({"full": true})).await,
             ok(rw(&sc.ws, &["log", "-n", "50", "--json"]))
         );
         assert_eq!(

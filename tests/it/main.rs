@@ -21,3 +21,4 @@ mod service;
 mod store;
 mod store_place;
 mod trust;
+mod turns;

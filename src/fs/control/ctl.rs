@@ -16,10 +16,10 @@ use crate::fs::Core;
 use crate::fs::backing::Backing;
 use crate::fs::restore::Restorer;
 use crate::history::GcReport;
-use crate::history::change::{Checkpoint, Tool};
-use crate::history::who::By;
+use crate::history::change::{Checkpoint, Tool, Turn};
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, Plan, Writer};
+use crate::history::who::{By, Claim, Foreign};
 use crate::history::{Error, Name, Recorder, Result, time};
 
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
@@ -181,6 +181,44 @@ impl DaemonActor<'_> {
         &self.job.recorder
     }
 
+    /// Read the agent's transcript and keep it as `turn`'s conversation, on a thread of its
+    /// own: the hook that ended the turn is answered first, and a transcript that cannot be
+    /// read (missing, someone else's, outside the agent's folder) is logged, never an error.
+    fn keep_conversation(&self, turn: &Turn, path: PathBuf) {
+        let Ok(agent) = turn.agent.parse::<crate::agent::Agent>() else {
+            return;
+        };
+        let recorder = Arc::clone(&self.job.recorder);
+        let workspace = self.job.workspace.clone();
+        let owner = crate::fs::backing::stat_fd(self.job.source.root_fd()).map(|st| st.st_uid);
+        let (session, number) = (turn.session.clone(), turn.number);
+        let spawned = std::thread::Builder::new()
+            .name("conversation".into())
+            .spawn(move || {
+                let kept = owner
+                    .map_err(|e| format!("{}: {e}", workspace.display()))
+                    .and_then(|owner| {
+                        crate::agent::transcript::read(agent, &path, owner, &workspace)
+                    })
+                    .and_then(|text| {
+                        recorder
+                            .turns()
+                            .keep_conversation(&session, number, &text)
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(why) = kept {
+                    tracing::warn!("turn {session}:{number}: conversation not kept: {why}");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(
+                "turn {}:{}: conversation not kept: {e}",
+                turn.session,
+                turn.number
+            );
+        }
+    }
+
     /// The next rollback's session name, never handed out twice, after any `rollback-N`
     /// already in the history.
     fn next_rollback_session(&self) -> Result<String> {
@@ -245,6 +283,22 @@ impl Actor for DaemonActor<'_> {
     fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();
+        // A turn or tool command is about the session the caller's process tree holds under
+        // that name: another agent's hook naming it opens, ends and marks nothing of it.
+        let own = |asked: &str| {
+            rec.attributor()
+                .session_for(asked, caller)
+                .map_err(|Foreign { session, owner }| {
+                    tracing::warn!(
+                        "process {caller} named session {session}, which belongs to process \
+                         {owner} and its children; refused"
+                    );
+                    Error::Usage(format!(
+                        "session {session} belongs to process {owner} and its children, and \
+                         process {caller} is not one of them: nothing done"
+                    ))
+                })
+        };
         match command {
             Command::Sync { for_reading } => {
                 if *for_reading {
@@ -254,14 +308,30 @@ impl Actor for DaemonActor<'_> {
                 }
                 Ok("ok\n".into())
             }
-            Command::Session(SessionCommand::Start { name, agent, pid }) => {
+            Command::Session(SessionCommand::Start {
+                name,
+                agent,
+                pid,
+                exclusive,
+            }) => {
                 let pid = pid.unwrap_or(caller);
-                if !rec.attributor().register(
-                    pid,
-                    name.to_string(),
-                    agent.as_ref().map(Name::to_string),
-                ) {
-                    return Err(Error::Usage(format!("process {pid} is gone")));
+                let agent = agent.as_ref().map(Name::to_string);
+                let gone = || Error::Usage(format!("process {pid} is gone"));
+                if !*exclusive {
+                    if !rec.attributor().register(pid, name.to_string(), agent) {
+                        return Err(gone());
+                    }
+                } else if let Claim::Apart { session, owner } = rec
+                    .attributor()
+                    .claim(pid, name.to_string(), agent)
+                    .ok_or_else(gone)?
+                {
+                    tracing::warn!(
+                        "session {name} belongs to process {owner} and its children; process                          {pid}, which named it too, is recorded as session {session}"
+                    );
+                    return Ok(format!(
+                        "session {name} belongs to process {owner}: process {pid} and its                          children recorded as session {session}\n"
+                    ));
                 }
                 Ok(format!(
                     "session {name} started for process {pid} and its children\n"
@@ -281,7 +351,7 @@ impl Actor for DaemonActor<'_> {
                 prompt,
                 prompt_id,
             }) => {
-                let session = Name::parse("session", session)?;
+                let session = Name::parse("session", &own(session)?)?;
                 // Everything the session did before the prompt is recorded before the turn
                 // begins (other sessions' saves in progress are left alone).
                 rec.settle_session(session.as_str())?;
@@ -291,17 +361,26 @@ impl Actor for DaemonActor<'_> {
                         .begin(session.as_str(), agent, prompt, prompt_id.clone(), last)?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
-            Command::Turn(TurnCommand::End { session }) => {
+            Command::Turn(TurnCommand::End {
+                session,
+                transcript,
+            }) => {
+                let session = &own(session)?;
                 rec.settle_session(session)?;
                 let last = rec.history().last_id()?;
                 Ok(match rec.turns().end(session, last)? {
-                    Some(t) => format!("turn {}:{} ended\n", t.session, t.number),
+                    Some(t) => {
+                        if let Some(path) = transcript {
+                            self.keep_conversation(&t, path.clone());
+                        }
+                        format!("turn {}:{} ended\n", t.session, t.number)
+                    }
                     None => "no turn was open\n".into(),
                 })
             }
             Command::Tool(ToolCommand::Begin { session, name, id }) => {
                 rec.turns().tool_begin(
-                    session,
+                    &own(session)?,
                     Tool {
                         name: name.clone(),
                         id: id.clone(),
@@ -310,10 +389,49 @@ impl Actor for DaemonActor<'_> {
                 Ok("ok\n".into())
             }
             Command::Tool(ToolCommand::End { session, name, id }) => {
+                let session = &own(session)?;
                 // What the tool did is recorded with it before it is forgotten.
                 rec.settle_session(session)?;
                 rec.turns().tool_end(session, name, id.as_deref());
                 Ok("ok\n".into())
+            }
+            Command::Whoami { json } => {
+                let uid = crate::history::who::fs_uid(caller).unwrap_or(0);
+                let who = rec.attributor().who(By { pid: caller, uid });
+                let (turn, tool) = rec.turns().current(&who.session);
+                let prompt = match turn {
+                    Some(n) => rec
+                        .history()
+                        .turns(Some(&who.session))?
+                        .into_iter()
+                        .find(|t| t.number == n)
+                        .map(|t| t.prompt),
+                    None => None,
+                };
+                let default = who.session == rec.attributor().default_session();
+                if *json {
+                    return Ok(serde_json::json!({
+                        "session": who.session, "agent": who.agent, "default": default,
+                        "turn": turn.map(|n| format!("{}:{n}", who.session)),
+                        "prompt": prompt, "tool": tool.map(|t| t.name),
+                        "pid": who.pid, "process": who.process,
+                    })
+                    .to_string()
+                        + "\n");
+                }
+                let mut out = format!("session {} (agent {})", who.session, who.agent);
+                if default {
+                    out += ": the mount's default; no agent or `rewind run` registered this \
+                            process or its parents";
+                }
+                match (turn, prompt) {
+                    (Some(n), prompt) => {
+                        out +=
+                            &format!("\nturn {}:{n}: {}", who.session, prompt.unwrap_or_default());
+                    }
+                    (None, _) => out += "\nno turn open",
+                }
+                Ok(out + "\n")
             }
             other => Err(Error::Usage(format!(
                 "`{}` is not a daemon command",

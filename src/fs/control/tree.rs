@@ -49,6 +49,7 @@ pub enum Node {
     Turn(String, u32),
     TurnLog(String, u32),
     TurnDiff(String, u32),
+    TurnConversation(String, u32),
 }
 
 /// What a node is to `stat`.
@@ -79,6 +80,7 @@ impl Node {
                 | Node::Turn(..)
                 | Node::TurnLog(..)
                 | Node::TurnDiff(..)
+                | Node::TurnConversation(..)
         )
     }
 
@@ -199,6 +201,7 @@ impl Control {
             Node::Turn(session, n) => match name {
                 b"log" => Some(Node::TurnLog(session.clone(), *n)),
                 b"diff" => Some(Node::TurnDiff(session.clone(), *n)),
+                b"conversation" => Some(Node::TurnConversation(session.clone(), *n)),
                 _ => None,
             },
             _ => None,
@@ -396,6 +399,10 @@ impl Control {
             Node::Turn(s, n) => vec![
                 (b"log".to_vec(), Node::TurnLog(s.clone(), *n)),
                 (b"diff".to_vec(), Node::TurnDiff(s.clone(), *n)),
+                (
+                    b"conversation".to_vec(),
+                    Node::TurnConversation(s.clone(), *n),
+                ),
             ],
             _ => return Err(Error::Usage("not a folder".into())),
         })
@@ -478,6 +485,14 @@ impl Control {
             Node::SessionComments(s) => {
                 let quoted = shlex::try_quote(s).map_err(|e| Error::Usage(e.to_string()))?;
                 self.run_for_content(&format!("comment list --session {quoted}"))
+            }
+            Node::TurnConversation(s, n) => {
+                let turn = history
+                    .turns(Some(s))?
+                    .into_iter()
+                    .find(|t| t.number == *n)
+                    .ok_or_else(|| Error::NoTurn(format!("{s}:{n}")))?;
+                Ok(crate::history::turns::conversation(history, &turn)?.unwrap_or_default())
             }
             Node::Status => self.status(),
             Node::AtPath { at, path } => self

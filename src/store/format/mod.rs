@@ -149,13 +149,41 @@ macro_rules! v1_only {
     )*};
 }
 
-v1_only!(
-    SessionRecord,
-    CheckpointRecord,
-    SeenRecord,
-    TurnRecord,
-    CommentRecord
-);
+v1_only!(SessionRecord, CheckpointRecord, SeenRecord, CommentRecord);
+
+/// The trailer tag of a turn's conversation hash.
+const CONVERSATION: u8 = 1;
+
+impl TurnRecord {
+    /// Version 1, then (when the turn has a conversation) a trailer: tag 1 and the 32-byte
+    /// hash. postcard stops at the end of the record and ignores what follows, so the trailer
+    /// is invisible to readers that predate it, and a record without one is as it always was.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = encode(1, self);
+        if let Some(h) = &self.conversation {
+            out.push(CONVERSATION);
+            out.extend_from_slice(h);
+        }
+        out
+    }
+
+    pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<TurnRecord, Error> {
+        match split(cf, key, value)? {
+            (1, rest) => {
+                let (mut turn, tail): (TurnRecord, &[u8]) = postcard::take_from_bytes(rest)
+                    .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
+                // A trailer this version does not know is left alone.
+                if let [CONVERSATION, hash @ ..] = tail
+                    && let Some(hash) = hash.get(..32)
+                {
+                    turn.conversation = hash.try_into().ok();
+                }
+                Ok(turn)
+            }
+            (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

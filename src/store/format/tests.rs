@@ -144,12 +144,26 @@ fn sessions_checkpoints_seen_and_turns() {
         start_id: 41,
         end_time_ns: Some(2000),
         end_id: Some(48),
+        conversation: None,
     };
     let pinned = hex(
         "010b636c617564652d61623132030d666978207468652074657374730103702d3906636c61756465e8072901d00f0130",
     );
     assert_eq!(turn.encode(), pinned);
     assert_eq!(TurnRecord::decode("turns", b"t", &pinned).unwrap(), turn);
+    // With its conversation: the same bytes, then the trailer, which a reader that does not
+    // know it (postcard's own decoding of the record) ignores.
+    let talked = TurnRecord {
+        conversation: Some([7; 32]),
+        ..turn.clone()
+    };
+    let mut trailed = pinned.clone();
+    trailed.push(1);
+    trailed.extend_from_slice(&[7; 32]);
+    assert_eq!(talked.encode(), trailed);
+    assert_eq!(TurnRecord::decode("turns", b"t", &trailed).unwrap(), talked);
+    let old_reader: TurnRecord = postcard::from_bytes(&trailed[1..]).unwrap();
+    assert_eq!(old_reader, turn);
 }
 
 #[test]

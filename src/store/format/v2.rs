@@ -98,4 +98,9 @@ pub struct TurnRecord {
     pub end_time_ns: Option<u64>,
     /// The last change id when the turn ended (`None` while it is open).
     pub end_id: Option<u64>,
+    /// The hash of the turn's conversation (a blob), where the agent provides a transcript.
+    /// Not part of the postcard body: a trailer after it (see `TurnRecord::encode`), so
+    /// records without one read as before and readers that do not know it ignore it.
+    #[serde(skip)]
+    pub conversation: Option<[u8; 32]>,
 }

@@ -8,6 +8,25 @@ use std::time::{Duration, Instant};
 
 pub const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
 
+/// Make `home` a home whose login shell (Codex runs hooks with `$SHELL -lc`, which resets PATH
+/// from the profile) finds this build's `rewind`, as a user's profile puts it on PATH.
+pub fn login_profile(home: &Path) {
+    let bin = Path::new(REWIND).parent().unwrap();
+    std::fs::write(
+        home.join(".bash_profile"),
+        format!("export PATH='{}':\"$PATH\"\n", bin.display()),
+    )
+    .unwrap();
+}
+
+/// PATH with the test build's folder first, so that `rewind` (what installed hooks run) is this
+/// build's binary.
+pub fn path_with_rewind() -> std::ffi::OsString {
+    let bin = Path::new(REWIND).parent().unwrap().to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).unwrap()
+}
+
 /// A workspace in a temp dir with its own store and data home, mountable with rewind.
 pub struct Workspace {
     root: tempfile::TempDir,
@@ -49,6 +68,7 @@ impl Workspace {
         cmd.args(args)
             .current_dir(self.root.path())
             .env("XDG_DATA_HOME", self.root.path().join("data"))
+            .env("PATH", path_with_rewind())
             .env_remove("REWIND_SESSION")
             .env_remove("REWIND_AGENT");
         cmd

@@ -1,0 +1,118 @@
+//! Reading an agent's transcript at the end of a turn, to keep the conversation beside the code.
+//!
+//! The daemon reads it (the hook only names it), so what it reads is held to narrow rules: the
+//! path must lie in the agent's own folder in a home (`HOME/.claude/…` for Claude Code,
+//! `.codex` for Codex, `.gemini` for Gemini CLI, `.cursor` for Cursor; OpenCode names no
+//! transcript), that home must not be in the workspace (the daemon never makes a syscall on
+//! its own mount) and must belong to the workspace's owner, and the file must be a regular file
+//! of that owner, reached below the agent folder without following any symlink. At most
+//! [`MAX`] bytes are kept: the end of a longer transcript.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use super::Agent;
+
+/// The most of a transcript kept per turn.
+pub const MAX: u64 = 16 << 20;
+
+/// The folder under a home where `agent` keeps its sessions, if it tells hooks about them.
+pub fn folder(agent: Agent) -> Option<&'static str> {
+    match agent {
+        Agent::Claude => Some(".claude"),
+        Agent::Codex => Some(".codex"),
+        Agent::Gemini => Some(".gemini"),
+        Agent::Cursor => Some(".cursor"),
+        Agent::Opencode => None,
+    }
+}
+
+/// The transcript at `path` of `agent`, as the rules above allow, or why not.
+pub fn read(agent: Agent, path: &Path, owner: u32, workspace: &Path) -> Result<Vec<u8>, String> {
+    let folder = folder(agent).ok_or_else(|| format!("{agent} names no transcript"))?;
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return Err(format!("{}: not a plain absolute path", path.display()));
+    }
+    // HOME/FOLDER/REST, split at the first FOLDER, before any syscall.
+    let parts: Vec<Component> = path.components().collect();
+    let at = parts
+        .iter()
+        .position(|c| c.as_os_str() == folder)
+        .ok_or_else(|| format!("{}: not in a {folder} folder", path.display()))?;
+    let home: std::path::PathBuf = parts[..at].iter().collect();
+    let rest: std::path::PathBuf = parts[at + 1..].iter().collect();
+    if rest.as_os_str().is_empty() {
+        return Err(format!("{}: not a file", path.display()));
+    }
+    if path.starts_with(workspace) || home.starts_with(workspace) {
+        return Err(format!("{}: inside the workspace", path.display()));
+    }
+    let io = |what: &str, e: rustix::io::Errno| format!("{}: {what}: {e}", path.display());
+    let home_fd = rustix::fs::open(
+        &home,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io("home", e))?;
+    let home_stat = rustix::fs::fstat(&home_fd).map_err(|e| io("home", e))?;
+    if home_stat.st_uid != owner {
+        return Err(format!(
+            "{}: the home {} is not the workspace owner's",
+            path.display(),
+            home.display()
+        ));
+    }
+    let beneath = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let agent_dir = rustix::fs::openat2(
+        &home_fd,
+        folder,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        beneath,
+    )
+    .map_err(|e| io(folder, e))?;
+    // Non-blocking, so a FIFO put there cannot hold the open.
+    let fd = rustix::fs::openat2(
+        &agent_dir,
+        &rest,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        beneath,
+    )
+    .map_err(|e| io("open", e))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io("stat", e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if st.st_uid != owner {
+        return Err(format!(
+            "{}: not the workspace owner's file",
+            path.display()
+        ));
+    }
+    let mut file = std::fs::File::from(fd);
+    let size = st.st_size.max(0) as u64;
+    let cut = size > MAX;
+    if cut {
+        file.seek(SeekFrom::Start(size - MAX))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let mut out = Vec::new();
+    (&file)
+        .take(MAX)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if cut {
+        // Start at a whole line.
+        if let Some(nl) = out.iter().position(|b| *b == b'\n') {
+            out.drain(..=nl);
+        }
+    }
+    Ok(out)
+}
