@@ -430,7 +430,11 @@ impl Source for AsLastMounted<'_> {
                         || (now.size == seen.size && now.mtime_ns == seen.mtime_ns)
                 }
             };
-        if same { Ok(st) } else { Err(Self::changed(path)) }
+        if same {
+            Ok(st)
+        } else {
+            Err(Self::changed(path))
+        }
     }
 
     fn open_read(&self, path: &[u8]) -> std::io::Result<std::fs::File> {

@@ -238,8 +238,10 @@ impl Store {
     /// Whether the manifest has an entry whose key starts with `prefix`.
     pub fn manifest_has_prefix(&self, prefix: &[u8]) -> Result<bool> {
         let db = self.db()?;
-        let mut iter =
-            db.iterator_cf(db.cf(CF_MANIFEST), IteratorMode::From(prefix, Direction::Forward));
+        let mut iter = db.iterator_cf(
+            db.cf(CF_MANIFEST),
+            IteratorMode::From(prefix, Direction::Forward),
+        );
         match iter.next() {
             Some(item) => Ok(item.map_err(Store::db_error("scan"))?.0.starts_with(prefix)),
             None => Ok(false),

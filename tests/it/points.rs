@@ -470,7 +470,10 @@ f.close(); g.close()
 fn unmounted_answers_are_exact_or_refused() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(&ws.path(), "printf 'v1\\n' > f && printf 'g1\\n' > g && printf 'h1\\n' > h");
+    sh(
+        &ws.path(),
+        "printf 'v1\\n' > f && printf 'g1\\n' > g && printf 'h1\\n' > h",
+    );
     ok(&ws, &["checkpoint", "cp"]);
     sh(&ws.path(), "printf 'v2\\n' > f");
     ws.unmount();
@@ -478,7 +481,10 @@ fn unmounted_answers_are_exact_or_refused() {
     assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
     assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
     // Changed while unmounted: same size, so only the content tells.
-    sh(&ws.path(), "printf 'v3\\n' > f && printf 'g9\\n' > g && rm h && printf 'n\\n' > new");
+    sh(
+        &ws.path(),
+        "printf 'v3\\n' > f && printf 'g9\\n' > g && rm h && printf 'n\\n' > new",
+    );
     assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
     for args in [
         &["cat", "f"][..],

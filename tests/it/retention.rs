@@ -165,7 +165,16 @@ fn a_session_gc_cut_is_never_shown_or_undone_as_a_whole() {
     };
     ok(rw(
         &ws,
-        &["turn", "begin", "--session", "s1", "--agent", "a1", "--prompt", "p"],
+        &[
+            "turn",
+            "begin",
+            "--session",
+            "s1",
+            "--agent",
+            "a1",
+            "--prompt",
+            "p",
+        ],
     ));
     as_session("s1", "echo one > a");
     as_session("s1", "echo two > a; echo b > b");
@@ -182,17 +191,29 @@ fn a_session_gc_cut_is_never_shown_or_undone_as_a_whole() {
     assert!(log.contains("note: session s1 is incomplete"), "{log}");
     // Wherever the session's changes are listed, and in the whole history's log.
     let listed = std::fs::read_to_string(root.join(".rewind/sessions/s1/log")).unwrap();
-    assert!(listed.starts_with("note: session s1 is incomplete"), "{listed}");
+    assert!(
+        listed.starts_with("note: session s1 is incomplete"),
+        "{listed}"
+    );
     let listed = std::fs::read_to_string(root.join(".rewind/sessions/s2/log")).unwrap();
     assert!(!listed.contains("note:"), "{listed}");
     let turns = ok(rw(&ws, &["turns"]));
-    assert!(turns.starts_with("note: session s1 is incomplete"), "{turns}");
+    assert!(
+        turns.starts_with("note: session s1 is incomplete"),
+        "{turns}"
+    );
     assert!(turns.contains("(gc removed part of it)"), "{turns}");
     let listed = std::fs::read_to_string(root.join(".rewind/turns/s1/1/log")).unwrap();
-    assert!(listed.starts_with("note: turn s1:1 is incomplete"), "{listed}");
+    assert!(
+        listed.starts_with("note: turn s1:1 is incomplete"),
+        "{listed}"
+    );
     for args in [&["log"][..], &["log", "a"]] {
         let log = ok(rw(&ws, args));
-        assert!(log.starts_with("note: oldest point still kept"), "{args:?}: {log}");
+        assert!(
+            log.starts_with("note: oldest point still kept"),
+            "{args:?}: {log}"
+        );
     }
     let last = changes(&ws).last().unwrap().0.to_string();
     assert!(!ok(rw(&ws, &["log", "--since", &last])).contains("note:"));

@@ -182,10 +182,12 @@ impl Recorder {
     /// Whether the history has `path` as present (in the manifest), or, for a folder,
     /// something below it. A store that cannot be read answers no: the rules decide then.
     pub fn kept(&self, path: &[u8], is_dir: bool) -> bool {
-        self.history.in_manifest_at_or_under(path, is_dir).unwrap_or_else(|e| {
-            tracing::warn!("manifest of {}: {e}", String::from_utf8_lossy(path));
-            false
-        })
+        self.history
+            .in_manifest_at_or_under(path, is_dir)
+            .unwrap_or_else(|e| {
+                tracing::warn!("manifest of {}: {e}", String::from_utf8_lossy(path));
+                false
+            })
     }
 
     /// Whether the rules leave `path` unrecorded (whatever the history has: not counted).
