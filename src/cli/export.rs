@@ -7,10 +7,8 @@ use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::ExportArgs;
 use crate::history::format::count;
-use crate::history::point;
 use crate::history::recorder::Source;
 use crate::history::view::{AsLastMounted, View};
-use crate::store::{Order, Query};
 
 pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
@@ -29,25 +27,11 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
         source: now,
         ignored: &ignored,
     };
-    // A session or agent gc cut would be exported as part of itself, passed off as the whole.
-    if let Some(s) = &args.session {
-        history.check_whole(false, s)?;
-    }
-    if let Some(a) = &args.agent {
-        history.check_whole(true, a)?;
-    }
-    let q = Query {
-        session: crate::command::log::session_arg(&history, args.session.as_deref())?,
-        agent: args.agent.clone(),
-        after_id: args
-            .since
-            .as_deref()
-            .map(|p| point::resolve_since(p, &history))
-            .transpose()?,
-        order: Order::OldestFirst,
-        ..Query::default()
-    };
-    let selected = history.query(&q)?;
+    // A session, agent or turn gc cut would be exported as part of itself, passed off as
+    // the whole.
+    let selection = args.select.selection().resolve(&history)?;
+    selection.check_whole(&history)?;
+    let selected = selection.changes(&history)?;
     if selected.is_empty() {
         return Err(Failure::usage("nothing to export: no change matches"));
     }
