@@ -220,6 +220,16 @@ fn a_unique_beginning_names_a_session() {
         "{diff}"
     );
     assert!(ok(&ws, &["turns", "--session", "claude-7f3a"]).contains("add notes"));
+    // The control directory takes a unique beginning too; a shared one names nothing.
+    let ctl = root.join(".rewind");
+    let turn_log = fs::read_to_string(ctl.join("turns/claude-7f3a/1/log")).unwrap();
+    assert!(
+        turn_log.contains("notes.txt") && !turn_log.contains("other.txt"),
+        "{turn_log}"
+    );
+    let session_log = fs::read_to_string(ctl.join("sessions/claude-7f3b/log")).unwrap();
+    assert!(session_log.contains("other.txt"), "{session_log}");
+    assert!(!ctl.join("turns/claude-7f/1/log").exists());
     let export = ok(
         &ws,
         &["export", "--session", "claude-7f3b", "--branch", "b-work"],

@@ -196,6 +196,9 @@ fn cargo_build_of_a_tiny_crate_records_only_what_was_written_by_hand() {
         .current_dir(ws.path())
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET_DIR")
+        // A shared build folder (dev.env's) would put the build outside the workspace and
+        // queue it behind every other build on its lock.
+        .env_remove("CARGO_BUILD_BUILD_DIR")
         .env_remove("RUSTC_WRAPPER")
         .env_remove("CARGO_BUILD_RUSTC_WRAPPER")
         .output()

@@ -188,10 +188,18 @@ impl Control {
                     .any(|p| *p == child || p.get(child.len()) == Some(&b'/'));
                 has_history.then_some(Node::VersionsOf(child))
             }
-            Node::Sessions => history.session(&s)?.map(|_| Node::Session(s)),
+            // A session by its name or, as `--session` and `--turn` take it, a unique
+            // beginning of it (listed under the whole name only).
+            Node::Sessions => {
+                let s = history.session_named(&s).unwrap_or(s);
+                history.session(&s)?.map(|_| Node::Session(s))
+            }
             Node::Session(n) if name == b"log" => Some(Node::SessionLog(n.clone())),
             Node::Session(n) if name == b"comments" => Some(Node::SessionComments(n.clone())),
-            Node::Turns => (!history.turns(Some(&s))?.is_empty()).then_some(Node::TurnsOf(s)),
+            Node::Turns => {
+                let s = history.session_named(&s).unwrap_or(s);
+                (!history.turns(Some(&s))?.is_empty()).then_some(Node::TurnsOf(s))
+            }
             Node::TurnsOf(session) => match s.parse::<u32>() {
                 Ok(n) if history.turns(Some(session))?.iter().any(|t| t.number == n) => {
                     Some(Node::Turn(session.clone(), n))
