@@ -18,3 +18,4 @@ mod service;
 mod store;
 mod store_place;
 mod trust;
+mod ui;
