@@ -7,9 +7,7 @@ use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::ExportArgs;
 use crate::history::format::count;
-use crate::history::point;
 use crate::history::view::View;
-use crate::store::{Order, Query};
 
 pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
@@ -22,25 +20,11 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
         source: &source,
         ignored: &ignored,
     };
-    // A session or agent gc cut would be exported as part of itself, passed off as the whole.
-    if let Some(s) = &args.session {
-        history.check_whole(false, s)?;
-    }
-    if let Some(a) = &args.agent {
-        history.check_whole(true, a)?;
-    }
-    let q = Query {
-        session: crate::command::log::session_arg(&history, args.session.as_deref())?,
-        agent: args.agent.clone(),
-        after_id: args
-            .since
-            .as_deref()
-            .map(|p| point::resolve(p, &history))
-            .transpose()?,
-        order: Order::OldestFirst,
-        ..Query::default()
-    };
-    let selected = history.query(&q)?;
+    // A session, agent or turn gc cut would be exported as part of itself, passed off as
+    // the whole.
+    let selection = args.select.selection().resolve(&history)?;
+    selection.check_whole(&history)?;
+    let selected = selection.changes(&history)?;
     if selected.is_empty() {
         return Err(Failure::usage("nothing to export: no change matches"));
     }

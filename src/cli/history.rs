@@ -13,11 +13,11 @@ use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::env::Applied;
 use crate::command::{self, Actor, Command, Env, Outcome};
+use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{Plan, Writer};
 use crate::history::{Error, History, Name, Result, time};
-use crate::store::GcReport;
 
 fn exit(outcome: Outcome) -> ExitCode {
     match outcome {
@@ -170,13 +170,15 @@ fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::An
         while !run.is_finished() {
             std::thread::sleep(std::time::Duration::from_millis(300));
             let done = start.and_then(|after| {
+                // Not `read_history`: that would ask the busy daemon to sync first.
                 let store = crate::store::Store::open_read_only(&ctx.store_dir).ok()?;
-                let q = crate::store::Query {
+                let history = History::new(std::sync::Arc::new(store));
+                let restored = crate::history::Resolved {
                     agent: Some("rewind".into()),
-                    after_id: Some(after),
+                    after: Some(after),
                     ..Default::default()
                 };
-                store.query(&q).ok().map(|c| c.len())
+                restored.changes(&history).ok().map(|c| c.len())
             });
             let count = done
                 .map(|n| format!(", {} restored", crate::history::format::count(n, "path")))

@@ -71,15 +71,10 @@ pub struct RunArgs {
 /// of the workspace's git repository, one commit per change, without touching the working
 /// tree, the index or HEAD. Push the branch to review an agent's work as a pull request.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "since"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "since"])))]
 pub struct ExportArgs {
-    #[arg(long)]
-    pub session: Option<String>,
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// Only changes after this point.
-    #[arg(long, value_name = "POINT")]
-    pub since: Option<String>,
+    #[command(flatten)]
+    pub select: super::select::SelectArgs,
     /// The branch to create (it must not exist).
     #[arg(long, value_name = "NAME")]
     pub branch: String,

@@ -8,41 +8,29 @@
 //! tree diff from what that change left. Either way the output is git's extended format,
 //! applied in order by `git apply`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use crate::history::change::{Change, FileKind, FileState};
+use super::select::SelectArgs;
 use crate::history::diff::{self, Side};
-use crate::history::format::{escape_path, escape_text};
-use crate::history::turns::TurnRef;
-use crate::history::{Error, Result, point};
-use crate::store::{Order, Query};
+use crate::history::netdiff::{self, Piece, Version, as_side};
+use crate::history::{Error, Result, Selection};
 
 /// Show what changed, in git's diff format: one change (ID), what a session, agent or agent
 /// turn did, everything since a point, or between two points. `git apply` takes it.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("range").args(["since", "from"]).conflicts_with_all(["session", "agent", "turn"])))]
 pub struct DiffArgs {
     /// A change id, then paths to limit the diff to (with no selection flag, a first word that
     /// is a number is a change id; write `--` before paths that are numbers).
     #[arg(value_name = "ID | PATH")]
     pub words: Vec<PathBuf>,
-    /// What a session did.
-    #[arg(long)]
-    pub session: Option<String>,
-    /// What an agent did.
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// What one agent turn did: SESSION:N, N, or the agent's prompt id.
-    #[arg(long, value_name = "TURN")]
-    pub turn: Option<String>,
-    /// Everything after this point, up to now.
-    #[arg(long, value_name = "POINT", conflicts_with_all = ["from", "session", "agent", "turn"])]
-    pub since: Option<String>,
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// From this point...
-    #[arg(long, value_name = "POINT", conflicts_with_all = ["session", "agent", "turn"])]
+    #[arg(long, value_name = "POINT")]
     pub from: Option<String>,
     /// ...to this one (default: now).
     #[arg(long, value_name = "POINT", requires = "from")]
@@ -55,443 +43,60 @@ pub struct DiffArgs {
     pub paths: Vec<PathBuf>,
 }
 
-/// One side of a file section.
-#[derive(Clone)]
-struct Version {
-    path: Vec<u8>,
-    state: FileState,
-    content: Vec<u8>,
-}
-
-/// What the output is made of, in order.
-enum Piece {
-    Section {
-        old: Option<Box<Version>>,
-        new: Option<Box<Version>>,
-        /// A rename found by comparing content, with git's score.
-        score: Option<u32>,
-    },
-    Note(String),
+impl DiffArgs {
+    /// The selection, and the paths to limit the diff to.
+    pub fn selection(&self, env: &Env<'_>) -> Result<(Selection, Vec<Vec<u8>>)> {
+        let mut selection = Selection {
+            since: self.select.since.clone().or(self.from.clone()),
+            until: self.to.clone(),
+            ..self.select.selection()
+        };
+        let mut words = self.words.as_slice();
+        if selection.is_everything() {
+            let first = words.first().and_then(|w| w.to_str());
+            match first.and_then(|w| w.parse::<u64>().ok()) {
+                Some(id) => {
+                    selection.change = Some(id);
+                    words = &words[1..];
+                }
+                None => {
+                    return Err(Error::Usage(
+                        "say what to compare: a change id, --session, --agent, --turn, --since \
+                         or --from"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        let filter = words
+            .iter()
+            .chain(&self.paths)
+            .map(|p| env.rel_path(p))
+            .collect::<Result<_>>()?;
+        Ok((selection, filter))
+    }
 }
 
 pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
     let history = env.history;
-    let selecting = args.session.is_some() || args.agent.is_some() || args.turn.is_some();
-    let ranging = args.since.is_some() || args.from.is_some();
-    let mut words = args.words.clone();
-    let id = if !selecting && !ranging {
-        let first = words.first().and_then(|w| w.to_str()).map(str::to_string);
-        match first.and_then(|w| w.parse::<u64>().ok()) {
-            Some(id) => {
-                words.remove(0);
-                Some(id)
-            }
-            None => {
-                return Err(Error::Usage(
-                    "say what to compare: a change id, --session, --agent, --turn, --since or \
-                     --from"
-                        .into(),
-                ));
-            }
+    let (selection, filter) = args.selection(env)?;
+    let selected = selection.resolve(history)?;
+    let pieces = if selected.names_changes() {
+        if let Some(note) = selected.cut_note(history)? {
+            // Before the patch, where `git apply` reads it as commentary.
+            env.println(&note)?;
         }
+        netdiff::of_changes(&env.view(), &selected.changes(history)?, &filter)?
     } else {
-        None
-    };
-    let filter: Vec<Vec<u8>> = words
-        .iter()
-        .chain(&args.paths)
-        .map(|p| env.rel_path(p))
-        .collect::<Result<_>>()?;
-    let pieces = if ranging {
-        let (from, to) = match (&args.since, &args.from, &args.to) {
-            (Some(p), _, _) => (point::resolve(p, history)?, history.last_id()?),
-            (_, Some(p), None) => (point::resolve(p, history)?, history.last_id()?),
-            (_, Some(p), Some(t)) => (point::resolve(p, history)?, point::resolve(t, history)?),
-            _ => unreachable!("ranging"),
+        let from = selected.after.unwrap_or(0);
+        let to = match selected.until {
+            Some(to) => to,
+            None => history.last_id()?,
         };
-        range(env, from, to, &filter)?
-    } else {
-        let selected = match id {
-            Some(id) => vec![history.get(id)?],
-            None => select(&mut *env, args)?,
-        };
-        selection(env, &selected, &filter)?
+        netdiff::range(&env.view(), from, to, &filter)?
     };
     emit(env, &pieces, args.stat)?;
     Ok(Outcome::Done)
-}
-
-fn select(env: &mut Env<'_>, args: &DiffArgs) -> Result<Vec<Change>> {
-    let history = env.history;
-    let mut q = Query {
-        session: super::log::session_arg(history, args.session.as_deref())?,
-        agent: args.agent.clone(),
-        order: Order::OldestFirst,
-        ..Query::default()
-    };
-    let mut turn = None;
-    if let Some(t) = &args.turn {
-        let found = TurnRef::parse(t).resolve(history, q.session.as_deref())?;
-        q.session = Some(found.session.clone());
-        q.after_id = Some(found.start_id);
-        turn = Some(found.number);
-    }
-    if let Some(note) = history.cut_note(q.session.as_deref(), q.agent.as_deref(), turn)? {
-        // Before the patch, where `git apply` reads it as commentary.
-        env.println(&note)?;
-    }
-    Ok(history
-        .query(&q)?
-        .into_iter()
-        .filter(|c| turn.is_none_or(|n| c.turn == Some(n)))
-        .collect())
-}
-
-fn wanted(filter: &[Vec<u8>], path: &[u8]) -> bool {
-    filter.is_empty()
-        || filter.iter().any(|f| {
-            f.is_empty()
-                || path == f.as_slice()
-                || (path.starts_with(f) && path.get(f.len()) == Some(&b'/'))
-        })
-}
-
-/// A state with its content, unless it is not something git diffs (folders, special files).
-fn version(env: &Env<'_>, path: &[u8], state: Option<&FileState>) -> Result<Option<Version>> {
-    let Some(state) = state else {
-        return Ok(None);
-    };
-    if !matches!(state.kind, FileKind::File | FileKind::Symlink) {
-        return Ok(None);
-    }
-    let content = match state.hash {
-        Some(h) => env.history.store().read_blob(&h)?,
-        None if state.size == 0 => Vec::new(),
-        None => {
-            return Err(Error::NotRecorded {
-                path: escape_path(path),
-                why: "it changed while rewind was not mounted",
-            });
-        }
-    };
-    Ok(Some(Version {
-        path: path.to_vec(),
-        state: state.clone(),
-        content,
-    }))
-}
-
-/// The selection's own changes, with what others did in between said. The selected changes
-/// are cut where someone else changed one of their paths between two of them; each part is
-/// shown as one tree diff (a file once, renames paired as git pairs them), from what the
-/// selection found to what it left, so `git apply` takes the parts in order.
-fn selection(env: &Env<'_>, selected: &[Change], filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
-    let ids: BTreeSet<u64> = selected.iter().map(|c| c.id).collect();
-    // Every path the selection touched, with the ids of the selected changes to it.
-    let mut touched: BTreeMap<&[u8], Vec<u64>> = BTreeMap::new();
-    for c in selected {
-        for p in names_of(c) {
-            touched.entry(p).or_default().push(c.id);
-        }
-    }
-    // Where others changed a path between two selected changes to it: a cut, and a note.
-    let mut cuts: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for (path, path_ids) in &touched {
-        for pair in path_ids.windows(2) {
-            if pair[1] <= pair[0] + 1 {
-                continue;
-            }
-            let between: Vec<Change> = env
-                .history
-                .query(&Query {
-                    path: Some(path.to_vec()),
-                    after_id: Some(pair[0]),
-                    until_id: Some(pair[1] - 1),
-                    ..Query::default()
-                })?
-                .into_iter()
-                .filter(|b| !ids.contains(&b.id))
-                .collect();
-            let (Some(first), Some(last)) = (between.first(), between.last()) else {
-                continue;
-            };
-            if !wanted(filter, path) {
-                cuts.entry(first.id).or_default();
-                continue;
-            }
-            let who: BTreeSet<String> = between
-                .iter()
-                .map(|b| format!("{}@{}", escape_text(&b.agent), escape_text(&b.session)))
-                .collect();
-            let span = if first.id == last.id {
-                format!("change {}", first.id)
-            } else {
-                format!("changes {}..{}", first.id, last.id)
-            };
-            cuts.entry(first.id).or_default().push(format!(
-                "# {} was changed in between by {} ({span}), not shown; what follows starts from there\n",
-                escape_path(path),
-                who.into_iter().collect::<Vec<_>>().join(", ")
-            ));
-        }
-    }
-    let mut pieces = Vec::new();
-    let mut rest = selected;
-    let bounds = cuts.into_iter().map(Some).chain([None]);
-    let mut notes: Vec<String> = Vec::new();
-    for bound in bounds {
-        let until = bound.as_ref().map_or(u64::MAX, |(id, _)| *id);
-        let split = rest
-            .iter()
-            .position(|c| c.id >= until)
-            .unwrap_or(rest.len());
-        let (part, later) = rest.split_at(split);
-        if !part.is_empty() {
-            pieces.extend(notes.drain(..).map(Piece::Note));
-            pieces.extend(net_diff(env, part, filter)?);
-        }
-        rest = later;
-        if let Some((_, more)) = bound {
-            notes.extend(more);
-        }
-    }
-    Ok(pieces)
-}
-
-/// The paths a change touches: its own, the one it was renamed from, and the file's other
-/// names.
-fn names_of(c: &Change) -> impl Iterator<Item = &[u8]> {
-    std::iter::once(c.path.as_slice())
-        .chain(c.from.as_deref())
-        .chain(c.links.iter().map(Vec::as_slice))
-}
-
-/// What `changes` (in order, no one else's between them on their paths) did, as one tree diff:
-/// each path from the state the first of them found to the state the last left.
-fn net_diff(env: &Env<'_>, changes: &[Change], filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
-    let view = env.view();
-    let mut net = Net::default();
-    let mut i = 0;
-    while i < changes.len() {
-        let c = &changes[i];
-        i += 1;
-        let Some(from) = c.from.as_deref().filter(|f| *f != c.path.as_slice()) else {
-            for p in names_of(c) {
-                let (was, now) = c.states_of(p);
-                net.set(p, version(env, p, was)?, version(env, p, now)?);
-            }
-            continue;
-        };
-        // A rename: an exchange is recorded as two, one each way, with one time.
-        let back = changes.get(i).filter(|b| {
-            b.time_ns == c.time_ns
-                && b.path.as_slice() == from
-                && b.from.as_deref() == Some(c.path.as_slice())
-        });
-        if back.is_some() {
-            i += 1;
-        }
-        let moved_dir = c.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir);
-        let back_dir =
-            back.is_some_and(|b| b.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir));
-        // What was below a folder moved with it, each file as it was.
-        let mut moves = Vec::new();
-        if moved_dir {
-            moves.push((from, c.path.as_slice()));
-        }
-        if let Some(b) = back.filter(|_| back_dir) {
-            moves.push((c.path.as_slice(), b.path.as_slice()));
-        }
-        let mut moved = Vec::new();
-        for (old_dir, new_dir) in moves {
-            let mut below = BTreeSet::new();
-            collect_files_below(&view, old_dir, c.id - 1, &mut below)?;
-            for rel in below {
-                let old = [old_dir, rel.as_slice()].concat();
-                let new = [new_dir, rel.as_slice()].concat();
-                let state = match net.after.get(&old) {
-                    Some(v) => v.clone(),
-                    None => version_at(&view, &old, c.id - 1)?,
-                };
-                moved.push((old, new, state));
-            }
-        }
-        for (old, _, state) in &moved {
-            net.set(old, state.clone(), None);
-        }
-        for (_, new, state) in moved {
-            let was = version_at(&view, &new, c.id - 1)?;
-            net.set(
-                &new,
-                was,
-                state.map(|v| Version {
-                    path: new.clone(),
-                    ..v
-                }),
-            );
-        }
-        match back {
-            Some(back) => {
-                net.set(
-                    &c.path,
-                    version(env, &c.path, c.before.as_ref())?,
-                    version(env, &c.path, c.after.as_ref())?,
-                );
-                net.set(
-                    from,
-                    version(env, from, back.before.as_ref())?,
-                    version(env, from, back.after.as_ref())?,
-                );
-            }
-            None => {
-                net.set(from, version(env, from, c.after.as_ref())?, None);
-                net.set(
-                    &c.path,
-                    version(env, &c.path, c.before.as_ref())?,
-                    version(env, &c.path, c.after.as_ref())?,
-                );
-            }
-        }
-    }
-    let mut olds = Vec::new();
-    let mut news = Vec::new();
-    for (path, was) in net.before {
-        if wanted(filter, &path) {
-            olds.extend(was);
-            news.extend(net.after.remove(&path).flatten());
-        }
-    }
-    Ok(tree_diff(olds, news))
-}
-
-/// Two lists of files (each path at most once per list) as git pairs and orders them.
-fn tree_diff(olds: Vec<Version>, news: Vec<Version>) -> Vec<Piece> {
-    let opts = diff::Options::default();
-    let old_sides: Vec<Side<'_>> = olds.iter().map(as_side).collect();
-    let new_sides: Vec<Side<'_>> = news.iter().map(as_side).collect();
-    diff::plan_tree_diff(&old_sides, &new_sides, &opts)
-        .into_iter()
-        .map(|p| Piece::Section {
-            old: p.old.map(|i| Box::new(olds[i].clone())),
-            new: p.new.map(|i| Box::new(news[i].clone())),
-            score: p.rename_score,
-        })
-        .collect()
-}
-
-/// What `path` was right after change `at`, with its content (read where it is now if it has
-/// not changed since), unless it is not something git diffs.
-fn version_at(
-    view: &crate::history::view::View<'_>,
-    path: &[u8],
-    at: u64,
-) -> Result<Option<Version>> {
-    let Some(state) = view.state_at(path, at)?.state().cloned() else {
-        return Ok(None);
-    };
-    if !matches!(state.kind, FileKind::File | FileKind::Symlink) {
-        return Ok(None);
-    }
-    let Some(content) = view.content_at(path, at)? else {
-        return Ok(None);
-    };
-    Ok(Some(Version {
-        path: path.to_vec(),
-        state,
-        content,
-    }))
-}
-
-/// Each path's version before the first of some changes and after the last.
-#[derive(Default)]
-struct Net {
-    before: BTreeMap<Vec<u8>, Option<Version>>,
-    after: BTreeMap<Vec<u8>, Option<Version>>,
-}
-
-impl Net {
-    fn set(&mut self, path: &[u8], was: Option<Version>, now: Option<Version>) {
-        self.before.entry(path.to_vec()).or_insert(was);
-        self.after.insert(path.to_vec(), now);
-    }
-}
-
-/// The files and symlinks below folder `dir` right after change `at`, as paths relative to
-/// it ("/name", "/sub/name").
-fn collect_files_below(
-    view: &crate::history::view::View<'_>,
-    dir: &[u8],
-    at: u64,
-    out: &mut BTreeSet<Vec<u8>>,
-) -> Result<()> {
-    fn walk(
-        view: &crate::history::view::View<'_>,
-        root: &[u8],
-        rel: &[u8],
-        at: u64,
-        out: &mut BTreeSet<Vec<u8>>,
-    ) -> Result<()> {
-        for (name, state) in view.list_at(&[root, rel].concat(), at)? {
-            let child = [rel, b"/", name.as_slice()].concat();
-            if state.kind == FileKind::Dir {
-                walk(view, root, &child, at, out)?;
-            } else {
-                out.insert(child);
-            }
-        }
-        Ok(())
-    }
-    walk(view, dir, b"", at, out)
-}
-
-/// The whole tree at `from` against the tree at `to`, for the paths changed in between (and
-/// what was below a folder renamed in between).
-fn range(env: &Env<'_>, from: u64, to: u64, filter: &[Vec<u8>]) -> Result<Vec<Piece>> {
-    let (lo, hi) = (from.min(to), from.max(to));
-    let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
-    let mut folder_renames = Vec::new();
-    env.history.for_each(
-        &Query {
-            after_id: Some(lo),
-            until_id: Some(hi),
-            ..Query::default()
-        },
-        |c| {
-            paths.extend(names_of(&c).map(<[u8]>::to_vec));
-            if let Some(from) = &c.from
-                && c.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir)
-            {
-                folder_renames.push((c.id, from.clone(), c.path.clone()));
-            }
-            true
-        },
-    )?;
-    let view = env.view();
-    for (id, old_dir, new_dir) in folder_renames {
-        let mut below = BTreeSet::new();
-        collect_files_below(&view, &old_dir, id - 1, &mut below)?;
-        // An exchange moves what was below the other name too.
-        collect_files_below(&view, &new_dir, id - 1, &mut below)?;
-        for rel in below {
-            paths.insert([old_dir.as_slice(), rel.as_slice()].concat());
-            paths.insert([new_dir.as_slice(), rel.as_slice()].concat());
-        }
-    }
-    let mut olds = Vec::new();
-    let mut news = Vec::new();
-    for path in paths.into_iter().filter(|p| wanted(filter, p)) {
-        olds.extend(version_at(&view, &path, from)?);
-        news.extend(version_at(&view, &path, to)?);
-    }
-    Ok(tree_diff(olds, news))
-}
-
-fn as_side(v: &Version) -> Side<'_> {
-    Side {
-        path: &v.path,
-        mode: diff::git_mode(&v.state),
-        content: &v.content,
-    }
 }
 
 fn side(v: &Option<Box<Version>>) -> Option<Side<'_>> {

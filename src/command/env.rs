@@ -4,12 +4,12 @@
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
+use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{Plan, Writer};
 use crate::history::view::View;
 use crate::history::{Error, History, Name, Result, Source};
-use crate::store::GcReport;
 
 /// How a command ended (its output is already written).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,11 +3,11 @@
 use clap::Args;
 
 use super::env::{Env, Outcome};
+use crate::history::GcReport;
 use crate::history::format::count;
 use crate::history::retention::Retention;
 use crate::history::time;
 use crate::history::{Error, Result};
-use crate::store::GcReport;
 
 /// Remove old history: changes older than --keep, then the oldest until the store fits
 /// --max-size. The newest change of every path is always kept.

@@ -16,6 +16,7 @@ pub mod gc;
 pub mod log;
 pub mod plumbing;
 pub mod rollback;
+pub mod select;
 pub mod sessions;
 pub mod show;
 pub mod turns;

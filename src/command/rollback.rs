@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
+use super::select::SelectArgs;
 use crate::history::format::{count, escape_path};
-use crate::history::rollback::{self, Selector};
-use crate::history::turns::TurnRef;
-use crate::history::{Error, Result, point};
+use crate::history::rollback;
+use crate::history::{Error, Result, Selection};
 
 /// Put back what a selection of changes did: every path it touched returns to its state just
 /// before the earliest selected change to it. A path someone outside the selection changed
@@ -17,22 +17,11 @@ use crate::history::{Error, Result, point};
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "to_turn", "since", "file", "to"])))]
 pub struct RollbackArgs {
-    /// Everything a session did.
-    #[arg(long)]
-    pub session: Option<String>,
-    /// Everything an agent did.
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// What one agent turn (prompt) did, shell commands included: SESSION:N, N, or the
-    /// agent's prompt id.
-    #[arg(long, value_name = "TURN")]
-    pub turn: Option<String>,
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// What the turn's session did from that prompt on: back to just before it.
     #[arg(long, value_name = "TURN")]
     pub to_turn: Option<String>,
-    /// Everything after this point.
-    #[arg(long, value_name = "POINT")]
-    pub since: Option<String>,
     /// Back to this point (with --file: that file only).
     #[arg(long, value_name = "POINT")]
     pub to: Option<String>,
@@ -60,64 +49,45 @@ pub struct UndoArgs {
 }
 
 impl RollbackArgs {
-    pub fn selector(&self, env: &Env<'_>) -> Result<Selector> {
-        let history = env.history;
-        let exclusive = [
-            self.session.is_some(),
-            self.agent.is_some(),
-            self.turn.is_some(),
-            self.to_turn.is_some(),
-            self.since.is_some(),
-            self.file.is_some() || self.to.is_some(),
-        ];
-        if exclusive.iter().filter(|x| **x).count() > 1 {
+    /// What to roll back (`--to` is "everything since"; `history::rollback::select` decides
+    /// which combinations make one thing).
+    pub fn selection(&self, env: &Env<'_>) -> Result<Selection> {
+        if self.select.since.is_some() && (self.to.is_some() || self.file.is_some()) {
             return Err(Error::Usage(
                 "say one thing to roll back: --session, --agent, --turn, --to-turn, --since, \
                  --to, or --file (with --to)"
                     .into(),
             ));
         }
-        Ok(if let Some(s) = &self.session {
-            Selector::Session(history.session_named(s)?)
-        } else if let Some(a) = &self.agent {
-            Selector::Agent(a.clone())
-        } else if let Some(t) = &self.turn {
-            Selector::Turn(TurnRef::parse(t))
-        } else if let Some(t) = &self.to_turn {
-            Selector::ToTurn(TurnRef::parse(t))
-        } else if let Some(p) = &self.since {
-            Selector::Since(point::resolve(p, history)?)
-        } else if let Some(f) = &self.file {
-            let to = self
-                .to
-                .as_deref()
-                .map(|p| point::resolve(p, history))
-                .transpose()?;
-            Selector::File(env.rel_path(f)?, to)
-        } else if let Some(p) = &self.to {
-            Selector::Since(point::resolve(p, history)?)
-        } else {
-            return Err(Error::Usage("say what to roll back".into()));
+        Ok(Selection {
+            to_turn: self.to_turn.clone(),
+            path: self.file.as_deref().map(|f| env.rel_path(f)).transpose()?,
+            since: self.select.since.clone().or(self.to.clone()),
+            ..self.select.selection()
         })
     }
 }
 
 pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
-    let selector = args.selector(env)?;
-    roll_back(env, &selector, args.dry_run, args.force)
+    let selection = args.selection(env)?;
+    roll_back(env, &selection, args.dry_run, args.force)
 }
 
 pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
-    roll_back(env, &Selector::Change(args.id), args.dry_run, args.force)
+    let selection = Selection {
+        change: Some(args.id),
+        ..Selection::default()
+    };
+    roll_back(env, &selection, args.dry_run, args.force)
 }
 
-fn roll_back(env: &mut Env<'_>, selector: &Selector, dry: bool, force: bool) -> Result<Outcome> {
+fn roll_back(env: &mut Env<'_>, selection: &Selection, dry: bool, force: bool) -> Result<Outcome> {
     // Everything done so far belongs in the rollback's view. A dry run is a reading command:
     // where it runs in the daemon, what has happened was waited for (not recorded early).
     if !dry {
         env.actor("rollback")?.settle()?;
     }
-    let selected = rollback::select(env.history, selector)?;
+    let selected = rollback::select(env.history, selection)?;
     let writers = env.actor.map(|a| a.open_writers()).unwrap_or_default();
     let plan = rollback::plan(&env.view(), &selected, force, &writers)?;
     let mut out = String::new();

@@ -9,8 +9,7 @@ use super::env::{Env, Outcome};
 use crate::history::change::{Change, FileKind, FileState, Turn};
 use crate::history::diff;
 use crate::history::format::escape_text;
-use crate::history::{Result, time};
-use crate::store::Query;
+use crate::history::{Resolved, Result, Selection, time};
 
 /// List agent turns (one per prompt): number, when, the prompt, how many files it changed and
 /// how many lines it added and removed, and whether a rollback has put it back. Roll one back
@@ -27,17 +26,7 @@ pub struct TurnsArgs {
 
 /// A turn's changes, oldest first.
 fn changes_of(env: &Env<'_>, turn: &Turn) -> Result<Vec<Change>> {
-    Ok(env
-        .history
-        .query(&Query {
-            session: Some(turn.session.clone()),
-            after_id: Some(turn.start_id),
-            until_id: turn.end_id,
-            ..Query::default()
-        })?
-        .into_iter()
-        .filter(|c| c.turn == Some(turn.number))
-        .collect())
+    Resolved::of_turn(turn).changes(env.history)
 }
 
 /// Files changed, lines added and removed by a turn's changes.
@@ -141,7 +130,11 @@ fn rolled_back(turn: &[Change], restores: &BTreeMap<&[u8], Vec<&Change>>) -> Opt
 }
 
 pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
-    let session = super::log::session_arg(env.history, args.session.as_deref())?;
+    let selection = Selection {
+        session: args.session.clone(),
+        ..Selection::default()
+    };
+    let session = selection.resolve(env.history)?.session;
     let turns = env.history.turns(session.as_deref())?;
     if turns.is_empty() && !args.json {
         env.println(&match &session {
@@ -154,11 +147,12 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
     }
     // Every change a rollback made since the first turn began, by path.
     let rollback_changes = match turns.iter().map(|t| t.start_id).min() {
-        Some(first) => env.history.query(&Query {
+        Some(first) => Resolved {
             agent: Some("rewind".into()),
-            after_id: Some(first),
-            ..Query::default()
-        })?,
+            after: Some(first),
+            ..Resolved::default()
+        }
+        .changes(env.history)?,
         None => Vec::new(),
     };
     let mut restores: BTreeMap<&[u8], Vec<&Change>> = BTreeMap::new();

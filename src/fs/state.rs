@@ -4,10 +4,10 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::history::GcReport;
 use crate::history::format::count;
 use crate::history::retention::Retention;
 use crate::history::time;
-use crate::store::GcReport;
 
 #[derive(Debug, Default)]
 pub struct MountState {

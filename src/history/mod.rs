@@ -1,7 +1,8 @@
 //! What a change means: the domain types ([`change`]), names ([`name`]), who made a change
 //! ([`who`]), which paths count ([`ignore`]), turning filesystem operations into recorded
 //! changes ([`recorder`]), points in time ([`point`]), the tree at a past point ([`view`]),
-//! rollback ([`rollback`]), agent turns ([`turns`]), and how changes and diffs are shown
+//! which changes a command is about ([`selection`]), net diffs ([`netdiff`]), rollback
+//! ([`rollback`]), agent turns ([`turns`]), and how changes and diffs are shown
 //! ([`format`], [`diff`]).
 
 pub mod change;
@@ -10,10 +11,12 @@ pub mod diff;
 pub mod format;
 pub mod ignore;
 pub mod name;
+pub mod netdiff;
 pub mod point;
 pub mod recorder;
 pub mod retention;
 pub mod rollback;
+pub mod selection;
 pub mod time;
 pub mod turns;
 pub mod view;
@@ -22,10 +25,12 @@ pub mod who;
 use std::io;
 use std::path::PathBuf;
 
-pub use change::{Change, ChangeKind, FileKind, FileState, Hash};
+pub use crate::store::GcReport;
+pub use change::{Change, ChangeKind, FileKind, FileState, Hash, Order};
 pub use db::History;
 pub use name::{BadName, Name};
 pub use recorder::{AsRecorded, Recorder, Source};
+pub use selection::{Resolved, Selection};
 pub use who::{Attributor, Who};
 
 /// What can go wrong in reading, recording or rolling back history.

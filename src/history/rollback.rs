@@ -19,26 +19,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 
 use super::change::{Change, ChangeKind, FileKind, FileState};
-use super::turns::TurnRef;
+use super::selection::Selection;
 use super::view::{Then, View};
 use super::{Error, History, Result, show_path};
-use crate::store::{Order, Query};
-
-/// Which changes to undo.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Selector {
-    Change(u64),
-    Session(String),
-    Agent(String),
-    /// Every change after this change id.
-    Since(u64),
-    /// One path's changes after this change id (`None`: its newest change only).
-    File(Vec<u8>, Option<u64>),
-    /// What one agent turn did.
-    Turn(TurnRef),
-    /// What a session did from the start of this turn on.
-    ToTurn(TurnRef),
-}
+use crate::store::Query;
 
 /// One path to put back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,71 +67,45 @@ pub struct Plan {
     pub skipped: Vec<(Vec<u8>, String)>,
 }
 
-/// The changes a selector picks, oldest first.
-pub fn select(history: &History, selector: &Selector) -> Result<Vec<Change>> {
-    let q = |q: Query| {
-        history.query(&Query {
-            order: Order::OldestFirst,
-            ..q
-        })
-    };
-    Ok(match selector {
-        Selector::Change(id) => vec![history.get(*id)?],
-        Selector::Session(s) => {
-            history.check_whole(false, s)?;
-            q(Query {
-                session: Some(s.clone()),
-                ..Query::default()
-            })?
-        }
-        Selector::Agent(a) => {
-            history.check_whole(true, a)?;
-            q(Query {
-                agent: Some(a.clone()),
-                ..Query::default()
-            })?
-        }
-        Selector::Since(id) => q(Query {
-            after_id: Some(*id),
-            ..Query::default()
-        })?,
-        Selector::File(path, Some(id)) => q(Query {
-            path: Some(path.clone()),
-            after_id: Some(*id),
-            ..Query::default()
-        })?,
-        Selector::File(path, None) => history
+/// The changes a rollback of `selection` undoes, oldest first. A rollback names one thing:
+/// a change, a session, an agent, a turn, a session from a turn on, everything since a point,
+/// or one file (its newest change, or its changes since a point). A session, agent or turn gc
+/// cut is refused: undoing the rest would pass it off as the whole.
+pub fn select(history: &History, selection: &Selection) -> Result<Vec<Change>> {
+    let s = selection;
+    let things = [
+        s.change.is_some(),
+        s.session.is_some(),
+        s.agent.is_some(),
+        s.turn.is_some(),
+        s.to_turn.is_some(),
+        s.since.is_some() || s.path.is_some(),
+    ];
+    if things.iter().filter(|x| **x).count() > 1 || s.until.is_some() {
+        return Err(Error::Usage(
+            "say one thing to roll back: --session, --agent, --turn, --to-turn, --since, \
+             --to, or --file (with --to)"
+                .into(),
+        ));
+    }
+    if !things.contains(&true) {
+        return Err(Error::Usage("say what to roll back".into()));
+    }
+    let r = s.resolve(history)?;
+    r.check_whole(history)?;
+    // One file is the path as given (a folder's own changes), and alone, its newest change.
+    match (&r.path, r.after) {
+        (Some(path), None) => Ok(history
             .last_change_until(path, u64::MAX)?
             .into_iter()
-            .collect(),
-        Selector::Turn(t) => {
-            let turn = t.resolve(history, None)?;
-            history.check_whole_turn(&turn.session, turn.number)?;
-            q(Query {
-                session: Some(turn.session.clone()),
-                after_id: Some(turn.start_id),
-                ..Query::default()
-            })?
-            .into_iter()
-            .filter(|c| c.turn == Some(turn.number))
-            .collect()
-        }
-        Selector::ToTurn(t) => {
-            let turn = t.resolve(history, None)?;
-            history.check_kept(
-                turn.start_id.saturating_sub(1),
-                &format!("the start of turn {}:{}", turn.session, turn.number),
-            )?;
-            q(Query {
-                session: Some(turn.session.clone()),
-                after_id: Some(turn.start_id),
-                ..Query::default()
-            })?
-            .into_iter()
-            .filter(|c| c.turn.is_none_or(|n| n >= turn.number))
-            .collect()
-        }
-    })
+            .collect()),
+        (Some(path), Some(after)) => history.query(&Query {
+            path: Some(path.clone()),
+            after_id: Some(after),
+            ..Query::default()
+        }),
+        (None, _) => r.changes(history),
+    }
 }
 
 /// Work out what a rollback of `selected` would do. The plan is the whole of it: the dry run
@@ -179,7 +137,7 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer
                 // rename touched all of it, although a later change may have moved it on),
                 // and what is below it now.
                 for at in [c.id - 1, c.id, history.last_id()?] {
-                    collect_below(view, dir, at, &mut below)?;
+                    below.extend(view.below_at(dir, at)?.into_iter().map(|(p, _)| p));
                 }
                 for p in below {
                     note(&p, c.id, &mut span);
@@ -426,20 +384,6 @@ fn conflict(
             None => "changed since, outside the history; use --force".into(),
         },
     ))
-}
-
-/// Paths below `dir` at point `at`, recursively.
-fn collect_below(view: &View<'_>, dir: &[u8], at: u64, out: &mut BTreeSet<Vec<u8>>) -> Result<()> {
-    for (name, state) in view.list_at(dir, at)? {
-        let mut p = dir.to_vec();
-        p.push(b'/');
-        p.extend_from_slice(&name);
-        if state.kind == FileKind::Dir {
-            collect_below(view, &p, at, out)?;
-        }
-        out.insert(p);
-    }
-    Ok(())
 }
 
 fn same(a: &Option<FileState>, b: &Option<FileState>) -> bool {

@@ -250,6 +250,23 @@ impl View<'_> {
         }))
     }
 
+    /// Everything below folder `dir` right after change `at`, recursively: each path (`dir`,
+    /// `/`, the rest) with its state, a folder's before what is below it.
+    pub fn below_at(&self, dir: &[u8], at: u64) -> Result<Vec<(Vec<u8>, FileState)>> {
+        let mut out = Vec::new();
+        let mut folders = vec![dir.to_vec()];
+        while let Some(folder) = folders.pop() {
+            for (name, state) in self.list_at(&folder, at)? {
+                let path = [folder.as_slice(), b"/", name.as_slice()].concat();
+                if state.kind == FileKind::Dir {
+                    folders.push(path.clone());
+                }
+                out.push((path, state));
+            }
+        }
+        Ok(out)
+    }
+
     /// The names in folder `dir` right after change `at`, sorted.
     pub fn list_at(&self, dir: &[u8], at: u64) -> Result<Vec<(Vec<u8>, FileState)>> {
         let mut candidates: BTreeSet<Vec<u8>> = BTreeSet::new();

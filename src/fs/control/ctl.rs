@@ -15,11 +15,11 @@ use crate::command::{self, Actor, Command, Env, Outcome, env::Applied};
 use crate::fs::Core;
 use crate::fs::backing::Backing;
 use crate::fs::restore::Restorer;
+use crate::history::GcReport;
 use crate::history::change::{Checkpoint, Tool};
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, Plan, Writer};
 use crate::history::{Error, Name, Recorder, Result, time};
-use crate::store::GcReport;
 
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
 pub const PARTIAL: &str = "exit status 1";

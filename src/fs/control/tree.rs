@@ -15,8 +15,7 @@ use crate::history::Source;
 use crate::history::change::{FileKind, FileState};
 use crate::history::format::{change_json, change_line};
 use crate::history::view::join;
-use crate::history::{Error, Result, point, time};
-use crate::store::Query;
+use crate::history::{Error, Order, Resolved, Result, point, time};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Node {
@@ -312,11 +311,11 @@ impl Control {
                 };
                 let mut out = Vec::new();
                 if !base.is_empty() {
-                    let q = Query {
+                    let of_path = Resolved {
                         path: Some(base.clone()),
-                        ..Query::default()
+                        ..Resolved::default()
                     };
-                    for c in history.query(&q)? {
+                    for c in of_path.changes(history)? {
                         if c.states_of(&base)
                             .1
                             .is_some_and(|a| a.kind == FileKind::File)
@@ -417,9 +416,9 @@ impl Control {
         {
             return Err(e);
         }
-        let lines = |q: Query, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
+        let lines = |r: Resolved, json: bool, turn: Option<u32>| -> Result<Vec<u8>> {
             let mut out = String::new();
-            history.for_each(&q, |c| {
+            r.for_each(history, Order::OldestFirst, |c| {
                 if turn.is_none_or(|n| c.turn == Some(n)) {
                     let line = if json {
                         change_json(&c).to_string()
@@ -435,20 +434,20 @@ impl Control {
         };
         match node {
             Node::Readme => Ok(readme().into_bytes()),
-            Node::Log => lines(Query::default(), false, None),
-            Node::LogJson => lines(Query::default(), true, None),
+            Node::Log => lines(Resolved::default(), false, None),
+            Node::LogJson => lines(Resolved::default(), true, None),
             Node::SessionLog(s) => lines(
-                Query {
+                Resolved {
                     session: Some(s.clone()),
-                    ..Query::default()
+                    ..Resolved::default()
                 },
                 false,
                 None,
             ),
             Node::TurnLog(s, n) => lines(
-                Query {
+                Resolved {
                     session: Some(s.clone()),
-                    ..Query::default()
+                    ..Resolved::default()
                 },
                 false,
                 Some(*n),
