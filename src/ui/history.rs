@@ -3,14 +3,15 @@
 //! `.rewind/ctl` (a rollback there is recorded like any other); unmounted, reading commands run
 //! here on the store opened read-only, and commands that would change something are refused
 //! with a message saying they need the mount. The page never computes history its own way:
-//! everything it shows is the output of one of these commands.
+//! everything it shows is the output of one of these commands, and what it selects is a
+//! [`Selection`], turned into the commands' words in one place ([`words`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::cli::Ctx;
 use crate::command::{self, Env, Outcome};
-use crate::history::History;
+use crate::history::{History, Selection};
 
 /// What a command answered.
 pub struct Answer {
@@ -156,5 +157,133 @@ impl Backend {
         self.ctx
             .mounted
             .then(|| self.ctx.workspace.join(".rewind/events"))
+    }
+}
+
+/// The verbs the page runs on a selection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Log,
+    Diff,
+    Rollback,
+}
+
+/// The command line that runs `verb` on `sel`: the one place where what the page selects (a
+/// [`Selection`], the type `log`, `diff` and `rollback` resolve) becomes the CLI's words.
+/// For a diff, `since` with `until` is the range between two points; for a rollback, `since`
+/// is "back to this point" and a path is one file.
+pub fn words(verb: Verb, sel: &Selection) -> Result<Vec<String>, Refusal> {
+    let mut w: Vec<String> = vec![
+        match verb {
+            Verb::Log => "log",
+            Verb::Diff => "diff",
+            Verb::Rollback if sel.change.is_some() => "undo",
+            Verb::Rollback => "rollback",
+        }
+        .into(),
+    ];
+    let flag = |w: &mut Vec<String>, name: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            w.push(format!("--{name}"));
+            w.push(v.clone());
+        }
+    };
+    if let Some(id) = sel.change {
+        if verb == Verb::Log {
+            return Err(Refusal::Usage(
+                "a log lists changes; show one with diff".into(),
+            ));
+        }
+        w.push(id.to_string());
+    }
+    flag(&mut w, "session", &sel.session);
+    flag(&mut w, "agent", &sel.agent);
+    flag(&mut w, "turn", &sel.turn);
+    flag(&mut w, "to-turn", &sel.to_turn);
+    let path = sel
+        .path
+        .as_ref()
+        .map(|p| String::from_utf8(p.clone()))
+        .transpose()
+        .map_err(|_| Refusal::Usage("the page takes paths that are UTF-8".into()))?;
+    match verb {
+        Verb::Log => {
+            flag(&mut w, "since", &sel.since);
+            flag(&mut w, "until", &sel.until);
+        }
+        Verb::Diff if sel.until.is_some() => {
+            flag(
+                &mut w,
+                "from",
+                &Some(sel.since.clone().unwrap_or_else(|| "0".into())),
+            );
+            flag(&mut w, "to", &sel.until);
+        }
+        Verb::Diff => flag(&mut w, "since", &sel.since),
+        Verb::Rollback => {
+            if path.is_some() {
+                flag(&mut w, "file", &path);
+                flag(&mut w, "to", &sel.since);
+            } else {
+                flag(&mut w, "since", &sel.since);
+            }
+            return Ok(w);
+        }
+    }
+    if let Some(p) = path {
+        w.push("--".into());
+        w.push(p);
+    }
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(verb: Verb, sel: Selection) -> String {
+        words(verb, &sel).unwrap().join(" ")
+    }
+
+    #[test]
+    fn a_selection_is_the_clis_words() {
+        let turn = || Selection {
+            turn: Some("s1:2".into()),
+            ..Selection::default()
+        };
+        assert_eq!(line(Verb::Diff, turn()), "diff --turn s1:2");
+        assert_eq!(line(Verb::Rollback, turn()), "rollback --turn s1:2");
+        let change = Selection {
+            change: Some(7),
+            ..Selection::default()
+        };
+        assert_eq!(line(Verb::Rollback, change.clone()), "undo 7");
+        assert_eq!(line(Verb::Diff, change.clone()), "diff 7");
+        assert!(words(Verb::Log, &change).is_err());
+        let file = Selection {
+            path: Some(b"src/a b.rs".to_vec()),
+            since: Some("before-refactor".into()),
+            ..Selection::default()
+        };
+        assert_eq!(
+            line(Verb::Rollback, file.clone()),
+            "rollback --file src/a b.rs --to before-refactor"
+        );
+        assert_eq!(
+            line(Verb::Log, file),
+            "log --since before-refactor -- src/a b.rs"
+        );
+        let range = Selection {
+            since: Some("3".into()),
+            until: Some("9".into()),
+            ..Selection::default()
+        };
+        assert_eq!(line(Verb::Diff, range), "diff --from 3 --to 9");
+        // Every line parses as the CLI's grammar.
+        for verb in [Verb::Log, Verb::Diff, Verb::Rollback] {
+            let w = words(verb, &turn()).unwrap();
+            let l = shlex::try_join(w.iter().map(String::as_str)).unwrap();
+            assert!(command::parse_line(&l).is_ok(), "{l}");
+        }
     }
 }

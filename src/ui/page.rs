@@ -97,6 +97,8 @@ pub struct Sidebar<'a> {
     pub sessions: &'a [Value],
     pub turns: &'a [Value],
     pub agents: &'a [String],
+    /// The newest change id (the time-travel slider's end).
+    pub last: u64,
 }
 
 pub fn sidebar(sb: &Sidebar<'_>) -> Markup {
@@ -159,9 +161,19 @@ pub fn sidebar(sb: &Sidebar<'_>) -> Markup {
         }
         div.sb-section {
             h3 { "Time travel" }
+            @if sb.last > 0 {
+                div.slider {
+                    input #slider type="range" min="1" max=(sb.last) value=(sb.last) aria-label="A point in the history";
+                    span #slider-at.muted { "#" (sb.last) }
+                }
+            }
             form #travel.travel {
-                input name="at" placeholder="point: id, checkpoint, 10m…" autocomplete="off";
-                button type="submit" { "Show tree" }
+                input name="at" placeholder="id, checkpoint, 10m, time…" autocomplete="off";
+                button type="submit" title="The whole tree as it was then" { "Tree" }
+            }
+            div.travel-acts {
+                button.ghost.small #t-diff title="Everything that changed since that point" { "Diff since" }
+                button.ghost.small.danger #t-back title="Put everything back as it was then (plan first)" { "Roll back to…" }
             }
         }
     }
@@ -548,7 +560,12 @@ pub fn tree(at: &str, dir: &str, names: &[(String, bool)]) -> Markup {
     };
     let parent = dir.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
     html! {
-        div.detail-head { div { h2 { "Tree at " code { (at) } } div.sub { "/" (dir) } } }
+        div.detail-head {
+            div { h2 { "Tree at " code { (at) } } div.sub { "/" (dir) } }
+            div.spacer {}
+            button.ghost.small data-diff-from=(at) { "Diff since" }
+            button.danger.small data-plan="to" data-value=(at) { "Roll back to here…" }
+        }
         ul.tree {
             @if !dir.is_empty() { li.dir data-tree-at=(at) data-dir=(parent) { "‹ up" } }
             @for (n, is_dir) in names {

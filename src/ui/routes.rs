@@ -18,8 +18,9 @@ use serde_json::Value;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::history::{Answer, Refusal};
+use super::history::{self, Answer, Refusal, Verb};
 use super::{Shared, guard, page};
+use crate::history::Selection;
 
 /// Timeline rows per page.
 const PAGE: usize = 100;
@@ -168,24 +169,18 @@ pub struct Filter {
 /// A page of the timeline, newest first, and the id to go on from.
 async fn timeline_page(state: &Shared, f: &Filter) -> Result<(Vec<Value>, Option<u64>), Bad> {
     let q = param(&f.q, "the search")?.map(|q| q.to_lowercase());
-    let mut base = vec!["log".to_string(), "--json".into()];
-    for (flag, v, what) in [
-        ("--session", &f.session, "the session"),
-        ("--agent", &f.agent, "the agent"),
-        ("--turn", &f.turn, "the turn"),
-    ] {
-        if let Some(v) = param(v, what)? {
-            base.push(flag.into());
-            base.push(v);
-        }
-    }
-    match (f.after, param(&f.since, "since")?) {
-        (Some(a), _) => base.extend(["--since".into(), a.to_string()]),
-        (None, Some(s)) => base.extend(["--since".into(), s]),
-        _ => {}
-    }
-    let until = param(&f.until, "until")?;
-    let path = path_param(&f.path)?;
+    let mut sel = Selection {
+        session: param(&f.session, "the session")?,
+        agent: param(&f.agent, "the agent")?,
+        turn: param(&f.turn, "the turn")?,
+        since: match f.after {
+            Some(a) => Some(a.to_string()),
+            None => param(&f.since, "since")?,
+        },
+        until: param(&f.until, "until")?,
+        path: path_param(&f.path)?.map(String::into_bytes),
+        ..Selection::default()
+    };
     let mut before = f.before;
     let mut found: Vec<Value> = Vec::new();
     let mut scanned = 0;
@@ -194,16 +189,11 @@ async fn timeline_page(state: &Shared, f: &Filter) -> Result<(Vec<Value>, Option
         if before.is_some_and(|b| b <= 1) {
             return Ok((found, None));
         }
-        let mut words = base.clone();
-        words.extend(["-n".into(), batch.to_string()]);
-        match (before, &until) {
-            (Some(b), _) => words.extend(["--until".into(), (b - 1).to_string()]),
-            (None, Some(u)) => words.extend(["--until".into(), u.clone()]),
-            _ => {}
+        if let Some(b) = before {
+            sel.until = Some((b - 1).to_string());
         }
-        if let Some(p) = &path {
-            words.extend(["--".into(), p.clone()]);
-        }
+        let mut words = history::words(Verb::Log, &sel)?;
+        words.extend(["--json".into(), "-n".into(), batch.to_string()]);
         let mut rows = json_lines(&run(state, words).await?.output);
         rows.reverse();
         let full = rows.len() == batch;
@@ -251,7 +241,13 @@ async fn sidebar_markup(state: &Shared) -> Html {
     agents.dedup();
     let mut sessions = sessions;
     sessions.reverse();
+    let last = sessions
+        .iter()
+        .filter_map(|s| s["last_id"].as_u64())
+        .max()
+        .unwrap_or(0);
     Ok(page::sidebar(&page::Sidebar {
+        last,
         sessions: &sessions,
         turns: &turns,
         agents: &agents,
@@ -378,7 +374,10 @@ struct DiffQuery {
 }
 
 async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
-    let mut words = vec!["diff".to_string()];
+    let mut sel = Selection {
+        path: path_param(&q.path)?.map(String::into_bytes),
+        ..Selection::default()
+    };
     let (title, sub, plan, at): (String, String, Option<(&str, String)>, Option<String>);
     if let Some(id) = q.id {
         let show = run(&state, vec!["show".into(), id.to_string(), "--json".into()]).await?;
@@ -396,35 +395,33 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
                 .map(|t| format!(" · {t}"))
                 .unwrap_or_default()
         );
-        words.push(id.to_string());
+        sel.change = Some(id);
         plan = Some(("change", id.to_string()));
         at = Some(id.to_string());
     } else if let Some(t) = param(&q.turn, "the turn")? {
         title = format!("Turn {t}");
         sub = "what the agent did for this prompt, shell commands included".into();
-        words.extend(["--turn".into(), t.clone()]);
+        sel.turn = Some(t.clone());
         plan = Some(("turn", t));
         at = Some(String::new());
     } else if let Some(s) = param(&q.session, "the session")? {
         title = format!("Session {s}");
         sub = "everything the session did".into();
-        words.extend(["--session".into(), s.clone()]);
+        sel.session = Some(s.clone());
         plan = Some(("session", s));
         at = Some(String::new());
     } else if let Some(a) = param(&q.agent, "the agent")? {
         title = format!("Agent {a}");
         sub = "everything the agent did".into();
-        words.extend(["--agent".into(), a.clone()]);
+        sel.agent = Some(a.clone());
         plan = Some(("agent", a));
         at = Some(String::new());
     } else if let Some(from) = param(&q.from, "from")? {
         let to = param(&q.to, "to")?;
         title = format!("From {from} to {}", to.as_deref().unwrap_or("now"));
         sub = "the whole tree compared at two points".into();
-        words.extend(["--from".into(), from.clone()]);
-        if let Some(t) = &to {
-            words.extend(["--to".into(), t.clone()]);
-        }
+        sel.since = Some(from.clone());
+        sel.until = to.clone();
         plan = to.is_none().then(|| ("to", from));
         at = Some(to.unwrap_or_default());
     } else {
@@ -433,10 +430,7 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
             "say what to diff: id, turn, session, agent or from".into(),
         ));
     }
-    if let Some(p) = path_param(&q.path)? {
-        words.extend(["--".into(), p]);
-    }
-    let out = run(&state, words).await?;
+    let out = run(&state, history::words(Verb::Diff, &sel)?).await?;
     let split = q.view.as_deref() == Some("split");
     let truncated = out.output.len() > page::MAX_DIFF_BYTES;
     let text = String::from_utf8_lossy(&out.output[..out.output.len().min(page::MAX_DIFF_BYTES)]);
@@ -511,27 +505,28 @@ struct Act {
 fn rollback_words(a: &Act, dry: bool) -> Result<Vec<String>, Bad> {
     let value = param(&Some(a.value.clone()), "the value")?
         .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say what to roll back".into()))?;
-    let mut words: Vec<String> = match a.what.as_str() {
+    let mut sel = Selection::default();
+    match a.what.as_str() {
         "change" => {
-            let id: u64 = value
-                .parse()
-                .map_err(|_| Bad(StatusCode::BAD_REQUEST, "a change id is a number".into()))?;
-            vec!["undo".into(), id.to_string()]
+            sel.change = Some(
+                value
+                    .parse()
+                    .map_err(|_| Bad(StatusCode::BAD_REQUEST, "a change id is a number".into()))?,
+            );
         }
-        "file" => {
-            let p = path_param(&Some(value))?.unwrap_or_default();
-            vec!["rollback".into(), "--file".into(), p]
-        }
-        "turn" | "session" | "agent" | "to" => {
-            vec!["rollback".into(), format!("--{}", a.what), value]
-        }
+        "file" => sel.path = path_param(&Some(value))?.map(String::into_bytes),
+        "turn" => sel.turn = Some(value),
+        "session" => sel.session = Some(value),
+        "agent" => sel.agent = Some(value),
+        "to" => sel.since = Some(value),
         other => {
             return Err(Bad(
                 StatusCode::BAD_REQUEST,
                 format!("cannot roll back a {other:?}"),
             ));
         }
-    };
+    }
+    let mut words = history::words(Verb::Rollback, &sel)?;
     if dry {
         words.push("--dry-run".into());
     }

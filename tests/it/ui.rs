@@ -270,6 +270,13 @@ fn ui_unmounted_is_read_only() {
     let (s, diff) = ui.get("/frag/diff?turn=s1:1", "");
     assert_eq!(s, 200, "{diff}");
     assert!(diff.contains("HELLO, WORLD!"), "{diff}");
+    // Between two points: the whole tree compared.
+    let (s, diff) = ui.get("/frag/diff?from=1&to=5", "");
+    assert_eq!(s, 200, "{diff}");
+    assert!(
+        diff.contains("src/lib.rs") && diff.contains("pub fn two"),
+        "{diff}"
+    );
     let with_csrf = format!(
         "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
         ui.host(),

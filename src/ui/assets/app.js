@@ -254,6 +254,13 @@
       show("/frag/file?" + p);
     } else if ((x = el("[data-tree-at]"))) {
       show("/frag/tree?" + new URLSearchParams({ at: x.dataset.treeAt, dir: x.dataset.dir || "" }));
+    } else if ((x = el("[data-diff-from]"))) {
+      showDiff("from=" + encodeURIComponent(x.dataset.diffFrom));
+    } else if (el("#t-diff") || el("#t-back")) {
+      const at = $("#travel input").value.trim();
+      if (!at) toast("Say which point: a change id, a checkpoint, 10m, a time", true);
+      else if (el("#t-diff")) showDiff("from=" + encodeURIComponent(at));
+      else plan("to", at, false);
     } else if (el("#clear")) {
       for (const i of $$("#filters input")) i.value = "";
       reloadTimeline();
@@ -272,6 +279,18 @@
     for (const [k, v] of Object.entries(f)) $(`#filters input[name="${k}"]`).value = v;
     reloadTimeline();
   }
+
+  // The slider picks a change id; letting go shows the tree then.
+  document.addEventListener("input", (ev) => {
+    if (ev.target.id === "slider") {
+      $("#slider-at").textContent = "#" + ev.target.value;
+      $("#travel input").value = ev.target.value;
+    }
+  });
+  document.addEventListener("change", (ev) => {
+    if (ev.target.id === "slider")
+      show("/frag/tree?" + new URLSearchParams({ at: ev.target.value, dir: "" }));
+  });
 
   $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); reloadTimeline(); });
   document.addEventListener("submit", (ev) => {
