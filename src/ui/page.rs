@@ -408,10 +408,12 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>) -> Markup {
                 div.note { "No content change." }
             } @else if split {
                 table.diff.split {
+                    colgroup { col.lnc; col; col.lnc; col; }
                     @for h in &f.hunks { (split_hunk(h)) }
                 }
             } @else {
                 table.diff.unified {
+                    colgroup { col.lnc; col.lnc; col; }
                     @for h in &f.hunks { (unified_hunk(h)) }
                 }
             }
@@ -423,16 +425,31 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>) -> Markup {
 }
 
 fn unified_hunk(h: &Hunk) -> Markup {
+    // Each line with its numbers on the old and the new side.
     let (mut o, mut n) = (h.old_start, h.new_start);
+    let mut lines = Vec::with_capacity(h.lines.len());
+    for (t, text) in &h.lines {
+        let (old, new) = match t {
+            '+' => (None, Some(n)),
+            '-' => (Some(o), None),
+            '\\' => (None, None),
+            _ => (Some(o), Some(n)),
+        };
+        o += u64::from(old.is_some());
+        n += u64::from(new.is_some());
+        lines.push((*t, old, new, text));
+    }
     html! {
         tbody.hunk {
             tr.hh { td.ln {} td.ln {} td.code { (h.header) } }
-            @for (t, text) in &h.lines {
-                @match t {
-                    '+' => { tr.add { td.ln {} td.ln { (n) } td.code { span.src { (text) } } } @let _x = { n += 1; }; }
-                    '-' => { tr.del { td.ln { (o) } td.ln {} td.code { span.src { (text) } } } @let _x = { o += 1; }; }
-                    '\\' => { tr.meta { td.ln {} td.ln {} td.code { (text) } } }
-                    _ => { tr.ctx { td.ln { (o) } td.ln { (n) } td.code { span.src { (text) } } } @let _x = { o += 1; n += 1; }; }
+            @for (t, old, new, text) in &lines {
+                @let class = match t { '+' => "add", '-' => "del", '\\' => "meta", _ => "ctx" };
+                tr.(class) {
+                    td.ln { @if let Some(o) = old { (o) } }
+                    td.ln { @if let Some(n) = new { (n) } }
+                    td.code {
+                        @if *t == '\\' { (text) } @else { span.src { (text) } }
+                    }
                 }
             }
         }
@@ -491,7 +508,7 @@ fn split_hunk(h: &Hunk) -> Markup {
     context.resize(rows.len(), false);
     html! {
         tbody.hunk {
-            tr.hh { td.ln {} td.code colspan="3" { (h.header) } }
+            tr.hh { td.code colspan="4" { (h.header) } }
             @for (i, (l, r)) in rows.iter().enumerate() {
                 @let ctx = context[i];
                 tr {
@@ -592,6 +609,7 @@ pub fn whole_file(path: &str, at: &str, content: &[u8]) -> Markup {
                 div.note { "Binary file (" (content.len()) " bytes): not shown." }
             } @else {
                 table.diff.unified {
+                    colgroup { col.lnc; col; }
                     tbody {
                         @for (i, l) in lines.iter().take(20_000).enumerate() {
                             tr.ctx { td.ln { (i + 1) } td.code { span.src { (l) } } }

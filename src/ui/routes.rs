@@ -422,7 +422,7 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
         sub = "the whole tree compared at two points".into();
         sel.since = Some(from.clone());
         sel.until = to.clone();
-        plan = to.is_none().then(|| ("to", from));
+        plan = to.is_none().then_some(("to", from));
         at = Some(to.unwrap_or_default());
     } else {
         return Err(Bad(

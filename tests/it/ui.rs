@@ -415,6 +415,14 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     find(&c, "#files li.fpath").await;
     find(&c, "li.change[data-path='notes.md'] span.stat.done .add").await;
     shot(&c, "timeline.png").await;
+    // A change's diff beside the whole timeline.
+    find(&c, "li.change[data-path='src/lib.rs']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "#detail .file[data-path='src/lib.rs'] .hljs-keyword").await;
+    shot(&c, "overview.png").await;
 
     // A turn's diff.
     find(&c, "li.turn[data-turn='s1:1']")
