@@ -423,6 +423,15 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
         .unwrap();
     find(&c, "#detail .file[data-path='src/lib.rs'] .hljs-keyword").await;
     shot(&c, "overview.png").await;
+    // The keyboard: `]` goes to the next turn, and shows its diff.
+    c.execute(
+        "document.body.dispatchEvent(new KeyboardEvent('keydown', {key: ']', bubbles: true}))",
+        vec![],
+    )
+    .await
+    .unwrap();
+    find(&c, "li.turn.selected[data-turn='s1:1']").await;
+    find(&c, "#detail .file[data-path='greet.rs']").await;
 
     // A turn's diff.
     find(&c, "li.turn[data-turn='s1:1']")
@@ -526,4 +535,36 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     find(&c, "#detail .file").await;
     shot(&c, "dark-turn-diff.png").await;
     c.close().await.unwrap();
+}
+
+#[test]
+fn ui_shows_binary_and_huge_files_sensibly() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut bin = vec![0u8, 1, 2, 3, 0xff];
+    bin.extend(std::iter::repeat_n(0u8, 4096));
+    std::fs::write(ws.path().join("logo.png"), &bin).unwrap();
+    let huge: String = (0..30_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.path().join("big.txt"), &huge).unwrap();
+    let out = ws
+        .command(&["sync"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ui = Ui::start(&ws);
+    let (s, r) = ui.get("/frag/diff?id=1", "");
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("Binary file: not shown"), "{r}");
+    let (s, r) = ui.get("/frag/diff?id=2", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("more lines not shown"), "a huge diff is cut");
+    assert!(r.len() < 2_000_000, "{} bytes for one page", r.len());
+    // The whole file, on demand, is cut too.
+    let (s, r) = ui.get("/frag/file?path=big.txt&at=2", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("line 19999") && r.contains("more lines not shown"));
+    let (s, r) = ui.get("/frag/file?path=logo.png", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("Binary file"), "{r}");
 }

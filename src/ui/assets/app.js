@@ -109,8 +109,17 @@
     try {
       const sb = $("#sidebar");
       const scroll = sb.scrollTop;
-      sb.innerHTML = await get("/frag/sidebar");
+      // Keep what is selected there selected.
+      const sel = $("#sidebar li.selected");
+      const keep = sel && ["turn", "session", "agent"].find((k) => sel.dataset[k] !== undefined && sel.matches("." + k));
+      const value = keep && sel.dataset[keep];
+      const html = await get("/frag/sidebar");
+      sb.innerHTML = html;
       sb.scrollTop = scroll;
+      if (keep) {
+        const again = $$(`#sidebar li.${keep}`).find((l) => l.dataset[keep] === value);
+        if (again) again.classList.add("selected");
+      }
       loadFiles();
     } catch (e) { /* later */ }
   }
@@ -332,7 +341,7 @@
     next.click();
   }
   document.addEventListener("keydown", (ev) => {
-    if (ev.target.matches("input, textarea") || ev.ctrlKey || ev.metaKey || ev.altKey) {
+    if ((ev.target.matches && ev.target.matches("input, textarea")) || ev.ctrlKey || ev.metaKey || ev.altKey) {
       if (ev.key === "Escape") ev.target.blur();
       return;
     }
