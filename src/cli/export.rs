@@ -7,7 +7,8 @@ use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::ExportArgs;
 use crate::history::format::count;
-use crate::history::view::View;
+use crate::history::recorder::Source;
+use crate::history::view::{AsLastMounted, View};
 
 pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
@@ -15,9 +16,15 @@ pub fn run(cwd: &Path, args: &ExportArgs) -> CliResult {
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
+    // Unmounted, the workspace is read only as far as it is what the mount last saw.
+    let last_mounted = AsLastMounted {
+        source: &source,
+        history: &history,
+    };
+    let now: &dyn Source = if ctx.mounted { &source } else { &last_mounted };
     let view = View {
         history: &history,
-        source: &source,
+        source: now,
         ignored: &ignored,
     };
     // A session, agent or turn gc cut would be exported as part of itself, passed off as

@@ -16,7 +16,9 @@ use crate::command::{self, Actor, Command, Env, Outcome};
 use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
+use crate::history::recorder::Source;
 use crate::history::rollback::{Plan, Writer};
+use crate::history::view::AsLastMounted;
 use crate::history::{Error, History, Name, Result, time};
 
 fn exit(outcome: Outcome) -> ExitCode {
@@ -85,11 +87,17 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
+    // Unmounted, the workspace is read only as far as it is what the mount last saw.
+    let last_mounted = AsLastMounted {
+        source: &source,
+        history,
+    };
+    let now: &dyn Source = if ctx.mounted { &source } else { &last_mounted };
     let color = color();
     let mut out = std::io::stdout().lock();
     let mut env = Env {
         history,
-        source: &source,
+        source: now,
         ignored: &ignored,
         workspace: ctx.workspace.clone(),
         base: ctx.base.clone(),

@@ -38,9 +38,14 @@ pub fn run(cwd: &Path) -> CliResult {
     println!("store: {}", ctx.store_dir.display());
     // The daemon's own view: its pid, whether it records, how data moves, retention.
     let daemon_status = std::fs::read_to_string(ctx.workspace.join(".rewind/status"));
-    if let (Err(e), true) = (&daemon_status, ctx.mounted) {
+    match (&daemon_status, ctx.mounted) {
         // The line is always there: a daemon that cannot answer says so.
-        println!("recording: unknown (the daemon's .rewind/status: {e})");
+        (Err(e), true) => println!("recording: unknown (the daemon's .rewind/status: {e})"),
+        (Err(_), false) => println!(
+            "recording: no (not mounted: changes made now are recorded as `external` at the \
+             next `rewind mount`)"
+        ),
+        _ => {}
     }
     if let Ok(text) = &daemon_status {
         for line in text.lines().filter(|l| {

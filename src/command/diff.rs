@@ -47,7 +47,7 @@ impl DiffArgs {
     /// The selection, and the paths to limit the diff to.
     pub fn selection(&self, env: &Env<'_>) -> Result<(Selection, Vec<Vec<u8>>)> {
         let mut selection = Selection {
-            since: self.select.since.clone().or(self.from.clone()),
+            from: self.from.clone(),
             until: self.to.clone(),
             ..self.select.selection()
         };

@@ -51,7 +51,20 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
         changes.len() < limit
     })?;
     changes.reverse();
-    if let Some(note) = selected.cut_note(history)?.filter(|_| !args.json) {
+    let mut note = selected.cut_note(history)?;
+    // The whole history (or a path's): say where what gc removed ends, unless the log starts
+    // after it.
+    if selected.in_session().is_none()
+        && selected.agent.is_none()
+        && let Some(h) = history.horizon()?
+        && selected.after.is_none_or(|a| a < h.id)
+    {
+        note = Some(format!(
+            "note: {}",
+            crate::history::format::horizon_line(&h)
+        ));
+    }
+    if let Some(note) = note.filter(|_| !args.json) {
         env.println(&note)?;
     }
     for c in &changes {

@@ -62,7 +62,7 @@ impl RollbackArgs {
         Ok(Selection {
             to_turn: self.to_turn.clone(),
             path: self.file.as_deref().map(|f| env.rel_path(f)).transpose()?,
-            since: self.select.since.clone().or(self.to.clone()),
+            from: self.to.clone(),
             ..self.select.selection()
         })
     }

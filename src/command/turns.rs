@@ -164,8 +164,24 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
             restores.entry(p.as_slice()).or_default().push(r);
         }
     }
+    // A session gc cut says so first, as `log` and `diff` of it do; its turns that lost
+    // changes say so on their line.
+    if !args.json {
+        let mut noted = BTreeSet::new();
+        for t in &turns {
+            if noted.insert(t.session.as_str())
+                && let Some(note) = env.history.cut_note(Some(&t.session), None, None)?
+            {
+                env.println(&note)?;
+            }
+        }
+    }
     for t in &turns {
         let changes = changes_of(env, t)?;
+        let cut = matches!(
+            env.history.check_whole_turn(&t.session, t.number),
+            Err(crate::history::Error::Cut { .. })
+        );
         let (files, added, removed) = stats(env, &changes)?;
         let undone = rolled_back(&changes, &restores);
         let line = if args.json {
@@ -177,11 +193,12 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
                 "files": files, "added": added, "removed": removed,
                 "rolled_back_by": undone.as_ref().map_or(Vec::new(), |u| u.by.clone()),
                 "rolled_back": undone.as_ref().map(|u| if u.whole { "whole" } else { "part" }),
+                "cut": cut,
             })
             .to_string()
         } else {
             format!(
-                "{}:{:<3} {}  {:>3} {:<6}  +{:<5} -{:<5} {}{}{}",
+                "{}:{:<3} {}  {:>3} {:<6}  +{:<5} -{:<5} {}{}{}{}",
                 escape_text(&t.session),
                 t.number,
                 time::short(t.start_time_ns),
@@ -191,6 +208,7 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
                 removed,
                 escape_text(&t.prompt),
                 if t.end_id.is_none() { "  (open)" } else { "" },
+                if cut { "  (gc removed part of it)" } else { "" },
                 match &undone {
                     Some(u) => format!(
                         "  ({}rolled back by {})",

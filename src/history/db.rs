@@ -270,6 +270,31 @@ impl History {
             .collect())
     }
 
+    /// Whether `path` is in the manifest: the history has it as present, so it stays recorded
+    /// (and shown in views of the past) whatever the ignore rules say now.
+    pub fn in_manifest(&self, path: &[u8]) -> Result<bool> {
+        Ok(self.store.manifest_entry(path)?.is_some())
+    }
+
+    /// What the mount last saw at `path`, if the manifest has it.
+    pub fn manifest_entry(&self, path: &[u8]) -> Result<Option<Seen>> {
+        Ok(self.store.manifest_entry(path)?.map(Seen::from))
+    }
+
+    /// Whether `path`, or for a folder anything below it, is in the manifest: a folder that
+    /// holds what the history has is kept with it.
+    pub fn in_manifest_at_or_under(&self, path: &[u8], is_dir: bool) -> Result<bool> {
+        if self.in_manifest(path)? {
+            return Ok(true);
+        }
+        if !is_dir || path.is_empty() {
+            return Ok(false);
+        }
+        let mut below = path.to_vec();
+        below.push(b'/');
+        Ok(self.store.manifest_has_prefix(&below)?)
+    }
+
     pub fn put_manifest(&self, entries: &[(Vec<u8>, Option<Seen>)]) -> Result<()> {
         let records: Vec<_> = entries
             .iter()

@@ -85,6 +85,20 @@ impl std::fmt::Display for Point {
     }
 }
 
+/// Resolve the point a range starts from (`--since`): everything after it is selected. A
+/// time written to the second (as `rewind log` prints it) names that whole second here too,
+/// so the range starts before it: `--since` with the time `log` printed for a change
+/// includes that change.
+pub fn resolve_since(s: &str, history: &History) -> Result<u64> {
+    let point = match Point::parse(s)? {
+        Point::Time(end) if time::parse_point_time(s.trim()) == Some(end) => {
+            Point::Time(time::start_of_point_time(s.trim()).unwrap_or(end + 1) - 1)
+        }
+        p => p,
+    };
+    point.resolve(history)
+}
+
 /// Parse and resolve in one step.
 pub fn resolve(s: &str, history: &History) -> Result<u64> {
     Point::parse(s)?.resolve(history)

@@ -79,7 +79,7 @@ pub fn select(history: &History, selection: &Selection) -> Result<Vec<Change>> {
         s.agent.is_some(),
         s.turn.is_some(),
         s.to_turn.is_some(),
-        s.since.is_some() || s.path.is_some(),
+        s.since.is_some() || s.from.is_some() || s.path.is_some(),
     ];
     if things.iter().filter(|x| **x).count() > 1 || s.until.is_some() {
         return Err(Error::Usage(

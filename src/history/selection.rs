@@ -34,8 +34,12 @@ pub struct Selection {
     /// Changes to this path (under any of its names); for a folder with history below it,
     /// also everything below.
     pub path: Option<Vec<u8>>,
-    /// Only changes after this point.
+    /// Only changes after this point (`--since`): a time written to the second, as `rewind
+    /// log` prints it, names that whole second, so its changes are included.
     pub since: Option<String>,
+    /// Only changes after this point, taken exactly (`diff --from`, `rollback --to`): a time
+    /// to the second is its end, as everywhere a point names a state.
+    pub from: Option<String>,
     /// Only changes up to this point.
     pub until: Option<String>,
 }
@@ -115,7 +119,10 @@ impl Selection {
             to_turn,
             path,
             below,
-            after: at(&self.since)?,
+            after: match (&self.since, &self.from) {
+                (Some(p), _) => Some(point::resolve_since(p, history)?),
+                (None, from) => at(from)?,
+            },
             until: at(&self.until)?,
         })
     }

@@ -111,6 +111,17 @@ pub fn parse_point_time(s: &str) -> Option<u64> {
     })
 }
 
+/// The first instant a time written as [`parse_point_time`] takes names (the start of its
+/// second when written to the second).
+pub fn start_of_point_time(s: &str) -> Option<u64> {
+    let end = parse_point_time(s)?;
+    Some(if s.as_bytes().get(19) != Some(&b'.') {
+        end - 999_999_999
+    } else {
+        end
+    })
+}
+
 /// Parse a duration such as `90s`, `15m`, `2h`, `3d`, `1w` into nanoseconds.
 pub fn parse_duration(s: &str) -> Option<u64> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;

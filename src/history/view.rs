@@ -3,8 +3,9 @@
 //! Nothing is snapshotted. The state of a path right after change `at` is told by the first
 //! later change that touched it — its *before* — or, if nothing touched it since, by the
 //! workspace as it is now. A folder renamed after `at` moves the question: what was at
-//! `old/x` is what was at `new/x` just after the rename. Paths that are not recorded (ignored)
-//! have no past, and a path under a folder that is now a symlink is not followed: it is read
+//! `old/x` is what was at `new/x` just after the rename. What was recorded is shown whatever
+//! the ignore rules say now; a path that is not recorded (ignored, and not in the history)
+//! has no past, and a path under a folder that is now a symlink is not followed: it is read
 //! as absent now.
 
 use std::collections::BTreeSet;
@@ -110,10 +111,18 @@ impl View<'_> {
 
     fn located_with(&self, path: &[u8], at: u64, hash: bool) -> Result<(Then, Vec<u8>)> {
         let (then, now) = self.locate(path, at, hash)?;
-        Ok(match then.state() {
-            Some(s) if (self.ignored)(path, s.kind == FileKind::Dir) => (Then::Absent, now),
-            _ => (then, now),
-        })
+        // What the history recorded is what was, whatever the rules say now. A state still
+        // current is shown if it is recorded: the rules record it, or the history has it (a
+        // path recorded before the rules came to ignore it stays recorded).
+        if let Then::Current(s) = &then
+            && (self.ignored)(&now, s.kind == FileKind::Dir)
+            && !self
+                .history
+                .in_manifest_at_or_under(&now, s.kind == FileKind::Dir)?
+        {
+            return Ok((Then::Absent, now));
+        }
+        Ok((then, now))
     }
 
     /// The second half of a `RENAME_EXCHANGE` whose first half is `c`. The recorder writes an
@@ -359,5 +368,110 @@ impl View<'_> {
                 None => Ok(Some(Vec::new())),
             },
         }
+    }
+}
+
+/// The workspace read while it is not mounted, as far as it is still what the mount last
+/// saw: a path changed since (its content not the last recorded, or, where no content was
+/// recorded, its kind, size, mode or mtime not what the manifest says), or gone, is an error
+/// that says so, and a file the history does not have (made since) is absent. So a view of
+/// an unmounted workspace answers exactly or refuses; the next mount records what changed.
+pub struct AsLastMounted<'a> {
+    pub source: &'a dyn Source,
+    pub history: &'a History,
+}
+
+impl AsLastMounted<'_> {
+    fn changed(path: &[u8]) -> std::io::Error {
+        std::io::Error::other(format!(
+            "{} changed while the workspace was not mounted; mount it (`rewind mount`) to \
+             record the change, then ask again",
+            show_path(path)
+        ))
+    }
+
+    fn store_error(e: Error) -> std::io::Error {
+        std::io::Error::other(e.to_string())
+    }
+
+    /// The newest recorded state of `path`, if its newest change left it there.
+    fn last_recorded(&self, path: &[u8]) -> std::io::Result<Option<FileState>> {
+        let last = self
+            .history
+            .last_change_until(path, u64::MAX)
+            .map_err(Self::store_error)?;
+        Ok(last.and_then(|c| c.states_of(path).1.cloned()))
+    }
+
+    fn check_content(&self, path: &[u8], hash: Hash) -> std::io::Result<()> {
+        match self.last_recorded(path)?.and_then(|s| s.hash) {
+            Some(h) if h != hash => Err(Self::changed(path)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Source for AsLastMounted<'_> {
+    fn lstat(&self, path: &[u8]) -> std::io::Result<libc::stat> {
+        let seen = self
+            .history
+            .manifest_entry(path)
+            .map_err(Self::store_error)?;
+        let st = match (self.source.lstat(path), &seen) {
+            (Ok(st), _) => st,
+            (Err(e), Some(_)) if is_absent(&e) => return Err(Self::changed(path)),
+            (Err(e), _) => return Err(e),
+        };
+        let now = super::recorder::seen_of(&st);
+        let Some(seen) = seen else {
+            let kept_folder = now.kind == FileKind::Dir
+                && (path.is_empty()
+                    || self
+                        .history
+                        .in_manifest_at_or_under(path, true)
+                        .map_err(Self::store_error)?);
+            return if kept_folder {
+                Ok(st)
+            } else {
+                Err(std::io::Error::from_raw_os_error(libc::ENOENT))
+            };
+        };
+        let recorded = self.last_recorded(path)?;
+        let same = now.kind == seen.kind
+            && now.mode == seen.mode
+            && match recorded.filter(|s| s.hash.is_some() && s.kind == now.kind) {
+                // Content recorded: it decides (read when the content is).
+                Some(s) => s.size == now.size || now.kind != FileKind::File,
+                None => {
+                    now.kind == FileKind::Dir
+                        || (now.size == seen.size && now.mtime_ns == seen.mtime_ns)
+                }
+            };
+        if same {
+            Ok(st)
+        } else {
+            Err(Self::changed(path))
+        }
+    }
+
+    fn open_read(&self, path: &[u8]) -> std::io::Result<std::fs::File> {
+        self.lstat(path)?;
+        let mut f = self.source.open_read(path)?;
+        let mut hasher = blake3::Hasher::new();
+        std::io::copy(&mut f, &mut hasher)?;
+        self.check_content(path, Hash(*hasher.finalize().as_bytes()))?;
+        self.source.open_read(path)
+    }
+
+    fn readlink(&self, path: &[u8]) -> std::io::Result<Vec<u8>> {
+        self.lstat(path)?;
+        let target = self.source.readlink(path)?;
+        self.check_content(path, Hash::of(&target))?;
+        Ok(target)
+    }
+
+    fn read_dir(&self, path: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
+        self.lstat(path)?;
+        self.source.read_dir(path)
     }
 }

@@ -153,6 +153,14 @@ pub fn check_outside(store: &Path, workspace: &Path) -> Result<()> {
             ws.display()
         )));
     }
+    // Nor may the workspace be inside the store: the store's folder is the store's alone.
+    if ws.starts_with(&resolved) {
+        return Err(refuse(format!(
+            "must not hold the workspace {} (the store's folder is the store's alone); choose \
+             a store outside it",
+            ws.display()
+        )));
+    }
     Ok(())
 }
 

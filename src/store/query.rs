@@ -230,6 +230,24 @@ impl Store {
         })
     }
 
+    /// What the mount last saw at `path`, if it is in the manifest.
+    pub fn manifest_entry(&self, path: &[u8]) -> Result<Option<SeenRecord>> {
+        self.get(CF_MANIFEST, path, SeenRecord::decode)
+    }
+
+    /// Whether the manifest has an entry whose key starts with `prefix`.
+    pub fn manifest_has_prefix(&self, prefix: &[u8]) -> Result<bool> {
+        let db = self.db()?;
+        let mut iter = db.iterator_cf(
+            db.cf(CF_MANIFEST),
+            IteratorMode::From(prefix, Direction::Forward),
+        );
+        match iter.next() {
+            Some(item) => Ok(item.map_err(Store::db_error("scan"))?.0.starts_with(prefix)),
+            None => Ok(false),
+        }
+    }
+
     fn get<T>(
         &self,
         cf: &'static str,

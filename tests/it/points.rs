@@ -421,3 +421,120 @@ fn a_rollback_that_skipped_everything_did_nothing() {
     );
     assert_eq!(fs::read_to_string(root.join("f")).unwrap(), "theirs\n");
 }
+
+/// A checkpoint taken while files are open for writing answers with them as they were at that
+/// moment: a new file still being written is there with what it held, and a file being
+/// rewritten holds what had been written so far (its episode is cut at the checkpoint).
+#[test]
+fn a_checkpoint_cuts_the_writes_in_progress() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "printf 'old\\n' > g");
+    let script = r#"
+import os, subprocess, sys
+f = open("f", "w"); g = open("g", "w")
+f.write("first\n"); f.flush(); g.write("mid\n"); g.flush()
+subprocess.run([os.environ["REWIND"], "checkpoint", "cp"], check=True)
+f.write("second\n"); g.write("last\n")
+f.close(); g.close()
+"#;
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", script])
+        .current_dir(ws.path())
+        .env("REWIND", crate::common::REWIND)
+        .env("XDG_DATA_HOME", ws.path().join("../data"));
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "first\n");
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "mid\n");
+    assert_eq!(ok(&ws, &["cat", "f"]), "first\nsecond\n");
+    let at = ws.path().join(".rewind/at/cp");
+    assert_eq!(fs::read_to_string(at.join("f")).unwrap(), "first\n");
+    assert_eq!(fs::read_to_string(at.join("g")).unwrap(), "mid\n");
+}
+
+/// Unmounted, a question about a file answers from what was recorded, or refuses clearly when
+/// the workspace no longer holds what the mount last saw there (changed or deleted while
+/// unmounted): never the changed content passed off as the recorded one.
+#[test]
+fn unmounted_answers_are_exact_or_refused() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "printf 'v1\\n' > f && printf 'g1\\n' > g && printf 'h1\\n' > h",
+    );
+    ok(&ws, &["checkpoint", "cp"]);
+    sh(&ws.path(), "printf 'v2\\n' > f");
+    ws.unmount();
+    assert_eq!(ok(&ws, &["cat", "f"]), "v2\n");
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    // Changed while unmounted: same size, so only the content tells.
+    sh(
+        &ws.path(),
+        "printf 'v3\\n' > f && printf 'g9\\n' > g && rm h && printf 'n\\n' > new",
+    );
+    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    for args in [
+        &["cat", "f"][..],
+        &["cat", "g", "--at", "cp"],
+        &["cat", "h", "--at", "cp"],
+    ] {
+        let out = rw(&ws, args);
+        assert!(!out.status.success(), "rewind {args:?}: {out:?}");
+        assert!(
+            stderr(&out).contains("changed while the workspace was not mounted"),
+            "rewind {args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // The next mount records what changed, and the answers are whole again.
+    ws.mount();
+    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    assert_eq!(ok(&ws, &["cat", "h", "--at", "cp"]), "h1\n");
+    assert_eq!(ok(&ws, &["cat", "f"]), "v3\n");
+}
+
+/// `--since` with the time `log` printed for a change takes that change (and what came after
+/// it in the same second), in `log`, `diff` and a rollback's plan.
+#[test]
+fn since_a_printed_time_includes_that_second() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    fs::write(root.join("f"), "v1\n").unwrap();
+    ok(&ws, &["sync"]);
+    next_second();
+    fs::write(root.join("g"), "g1\n").unwrap();
+    ok(&ws, &["sync"]);
+    let log = ok(&ws, &["log", "g"]);
+    let line = log.lines().next().expect("a change to g");
+    let printed: String = line
+        .split_whitespace()
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(printed.len(), 19, "{line}");
+    let since = ok(&ws, &["log", "--since", &printed]);
+    assert!(since.contains("  g  ") || since.contains(" g\n"), "{since}");
+    assert!(!since.lines().any(|l| l.ends_with(" f")), "{since}");
+    let diff = ok(&ws, &["diff", "--since", &printed, "--stat"]);
+    assert!(diff.contains('g'), "{diff}");
+    let plan = ok(&ws, &["rollback", "--since", &printed, "--dry-run"]);
+    assert!(plan.contains("remove") && plan.contains(" g\n"), "{plan}");
+}
+
+/// Unmounted, `status` says that nothing is being recorded.
+#[test]
+fn status_unmounted_says_it_is_not_recording() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(&ws.path(), "echo a > f");
+    let status = ok(&ws, &["status"]);
+    assert!(!status.contains("recording: no"), "{status}");
+    ws.unmount();
+    let status = ok(&ws, &["status"]);
+    assert!(status.contains("recording: no (not mounted"), "{status}");
+}

@@ -163,8 +163,22 @@ fn a_session_gc_cut_is_never_shown_or_undone_as_a_whole() {
         assert!(out.status.success(), "{out:?}");
         ok(rw(&ws, &["sync"]));
     };
+    ok(rw(
+        &ws,
+        &[
+            "turn",
+            "begin",
+            "--session",
+            "s1",
+            "--agent",
+            "a1",
+            "--prompt",
+            "p",
+        ],
+    ));
     as_session("s1", "echo one > a");
     as_session("s1", "echo two > a; echo b > b");
+    ok(rw(&ws, &["turn", "end", "--session", "s1"]));
     as_session("s2", "echo three > c");
     // s1's create of a is the only change that is not the newest of its path.
     let dry = ok(rw(&ws, &["gc", "--max-size", "0", "--dry-run"]));
@@ -175,6 +189,34 @@ fn a_session_gc_cut_is_never_shown_or_undone_as_a_whole() {
 
     let log = ok(rw(&ws, &["log", "--session", "s1"]));
     assert!(log.contains("note: session s1 is incomplete"), "{log}");
+    // Wherever the session's changes are listed, and in the whole history's log.
+    let listed = std::fs::read_to_string(root.join(".rewind/sessions/s1/log")).unwrap();
+    assert!(
+        listed.starts_with("note: session s1 is incomplete"),
+        "{listed}"
+    );
+    let listed = std::fs::read_to_string(root.join(".rewind/sessions/s2/log")).unwrap();
+    assert!(!listed.contains("note:"), "{listed}");
+    let turns = ok(rw(&ws, &["turns"]));
+    assert!(
+        turns.starts_with("note: session s1 is incomplete"),
+        "{turns}"
+    );
+    assert!(turns.contains("(gc removed part of it)"), "{turns}");
+    let listed = std::fs::read_to_string(root.join(".rewind/turns/s1/1/log")).unwrap();
+    assert!(
+        listed.starts_with("note: turn s1:1 is incomplete"),
+        "{listed}"
+    );
+    for args in [&["log"][..], &["log", "a"]] {
+        let log = ok(rw(&ws, args));
+        assert!(
+            log.starts_with("note: oldest point still kept"),
+            "{args:?}: {log}"
+        );
+    }
+    let last = changes(&ws).last().unwrap().0.to_string();
+    assert!(!ok(rw(&ws, &["log", "--since", &last])).contains("note:"));
     let diff = ok(rw(&ws, &["diff", "--session", "s1"]));
     assert!(diff.starts_with("note: session s1 is incomplete"), "{diff}");
     let before = std::fs::read(root.join("a")).unwrap();
@@ -243,6 +285,8 @@ fn cargo_build(dir: &Path) -> Output {
         .args(["build", "--offline", "--quiet"])
         .current_dir(dir)
         .env("CARGO_TARGET_DIR", dir.join("target"))
+        // A shared build folder (dev.env's) would queue this build behind every other on its lock.
+        .env_remove("CARGO_BUILD_BUILD_DIR")
         .output()
         .unwrap()
 }

@@ -107,6 +107,31 @@ fn a_store_reached_through_a_symlink_into_the_workspace_is_refused() {
     assert!(top.join("elsewhere/CURRENT").exists());
 }
 
+/// A store that holds the workspace (an ancestor of it, directly or through a symlink) is
+/// refused like one inside it, and its folder is left as it was.
+#[test]
+fn a_store_that_holds_the_workspace_is_refused() {
+    let ws = Workspace::new();
+    let top = ws.path().parent().unwrap().to_path_buf();
+    symlink(&top, top.join("plain/up")).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let before = mode(&top);
+    for store in [top.clone(), top.join("plain/up")] {
+        let out = mount_with_store(&ws, &store);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", store.display());
+        assert!(
+            err.contains("must not hold the workspace")
+                && err.contains(&ws.path().display().to_string()),
+            "{}: {err}",
+            store.display()
+        );
+        assert!(!is_mounted(&ws.path()), "{}", store.display());
+    }
+    assert_eq!(mode(&top), before);
+    assert!(!top.join("CURRENT").exists());
+}
+
 /// Every file and folder under `dir` (itself included), with its mode.
 fn modes(dir: &Path) -> Vec<(PathBuf, u32)> {
     let mut out = vec![(

@@ -208,6 +208,7 @@ impl Actor for DaemonActor<'_> {
 
     fn checkpoint(&self, name: &Name, force: bool) -> Result<Checkpoint> {
         self.recorder().settle()?;
+        self.recorder().cut_open_episodes()?;
         self.recorder()
             .history()
             .put_checkpoint(name, time::now_ns(), force)

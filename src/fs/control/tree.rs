@@ -436,21 +436,27 @@ impl Control {
             Node::Readme => Ok(readme().into_bytes()),
             Node::Log => lines(Resolved::default(), false, None),
             Node::LogJson => lines(Resolved::default(), true, None),
-            Node::SessionLog(s) => lines(
-                Resolved {
-                    session: Some(s.clone()),
-                    ..Resolved::default()
-                },
-                false,
-                None,
+            Node::SessionLog(s) => with_note(
+                history.cut_note(Some(s), None, None)?,
+                lines(
+                    Resolved {
+                        session: Some(s.clone()),
+                        ..Resolved::default()
+                    },
+                    false,
+                    None,
+                )?,
             ),
-            Node::TurnLog(s, n) => lines(
-                Resolved {
-                    session: Some(s.clone()),
-                    ..Resolved::default()
-                },
-                false,
-                Some(*n),
+            Node::TurnLog(s, n) => with_note(
+                history.cut_note(Some(s), None, Some(*n))?,
+                lines(
+                    Resolved {
+                        session: Some(s.clone()),
+                        ..Resolved::default()
+                    },
+                    false,
+                    Some(*n),
+                )?,
             ),
             Node::TurnDiff(s, n) => self.run_for_content(&format!("diff --turn {s}:{n}")),
             Node::Status => self.status(),
@@ -563,4 +569,12 @@ fn tolerate<T>(r: Result<T>) -> Result<Option<T>> {
         Err(Error::Store(e)) if e.is_damaged() => Err(Error::Store(e)),
         Err(_) => Ok(None),
     }
+}
+
+/// A log's lines after gc's note about it, if any (as `rewind log` prints it).
+fn with_note(note: Option<String>, lines: Vec<u8>) -> Result<Vec<u8>> {
+    Ok(match note {
+        Some(note) => [note.as_bytes(), b"\n", &lines].concat(),
+        None => lines,
+    })
 }

@@ -295,6 +295,30 @@ impl Recorder {
         self.cut_episode_by(key, path, Some(by))
     }
 
+    /// Cut every open episode (a new file included: its create is recorded now), so that a
+    /// point named right after this (a checkpoint) answers with every file as it is, not as it
+    /// was before a write still in progress began, nor without a new file still being written.
+    pub fn cut_open_episodes(&self) -> Result<()> {
+        let open: Vec<Key> = lock(&self.episodes)
+            .iter()
+            .filter(|(_, ep)| !ep.orphaned && ep.opens > 0)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in open {
+            // As an episode's end holds them; the path is read again under them (a rename may
+            // have moved the episode meanwhile).
+            let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+            let _held = self.hold(&[key]);
+            let Some(path) = lock(&self.episodes).get(&key).map(|ep| ep.path.clone()) else {
+                continue;
+            };
+            if self.records(&path, false) {
+                self.cut_episode(key, &path)?;
+            }
+        }
+        Ok(())
+    }
+
     /// `path`'s stat, if it is still the file `key` (not gone, not replaced).
     pub(super) fn stat_if_same(&self, path: &[u8], key: Key) -> Option<libc::stat> {
         self.source.lstat(path).ok().filter(|st| key_of(st) == key)

@@ -159,11 +159,16 @@ impl Recorder {
     }
 
     /// Whether changes to `path` are recorded at all. One that is not is counted for
-    /// `rewind status`.
+    /// `rewind status`. A path the history has as present (in the manifest) stays recorded
+    /// when the rules come to ignore it (a `.gitignore` names its folder, it is moved into
+    /// one): otherwise what it held then would be lost, or read from what it holds now.
     pub fn records(&self, path: &[u8], is_dir: bool) -> bool {
         let Some(reason) = self.why_ignored(path, is_dir) else {
             return true;
         };
+        if self.kept(path, is_dir) {
+            return true;
+        }
         let mut h = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(path, &mut h);
         let mut all = lock(&self.unrecorded);
@@ -174,7 +179,18 @@ impl Recorder {
         false
     }
 
-    /// Whether `path` is left unrecorded (for views of the past: not counted).
+    /// Whether the history has `path` as present (in the manifest), or, for a folder,
+    /// something below it. A store that cannot be read answers no: the rules decide then.
+    pub fn kept(&self, path: &[u8], is_dir: bool) -> bool {
+        self.history
+            .in_manifest_at_or_under(path, is_dir)
+            .unwrap_or_else(|e| {
+                tracing::warn!("manifest of {}: {e}", String::from_utf8_lossy(path));
+                false
+            })
+    }
+
+    /// Whether the rules leave `path` unrecorded (whatever the history has: not counted).
     pub fn ignores(&self, path: &[u8], is_dir: bool) -> bool {
         self.why_ignored(path, is_dir).is_some()
     }

@@ -234,6 +234,10 @@ impl Recorder {
         } else {
             (self.records(src, src_dir), self.records(dst, src_dir))
         };
+        // What the history has goes on being recorded where it moves, even to an ignored
+        // name: its past stays whole, and what becomes of it is told (a save's temporary
+        // file, held back, is not in the history yet and stays out of it).
+        let dst_recorded = dst_recorded || (src_recorded && self.kept(src, src_dir));
         if src_dir {
             self.flush_pending_under(src)?;
         }

@@ -129,6 +129,11 @@ impl Recorder {
                 if is_dir {
                     dirs.push(path.clone());
                 }
+                // An ignored folder walked only for what the history has below it is not
+                // itself recorded.
+                if self.ignores(&path, is_dir) && !self.history.in_manifest(&path)? {
+                    continue;
+                }
                 self.note_name(&st, &path);
                 out.insert(path, (st, seen_of(&st)));
             }
@@ -169,16 +174,12 @@ impl Recorder {
             })
         };
         let mut count = 0;
-        // Gone: in the manifest, not in the tree now. Never a path that exists (an ignored one
-        // is not in `current`), nor one that is ignored now: what passes through unrecorded
-        // leaves no history.
+        // Gone: in the manifest, not in the tree now, and not there at all (an ignored path
+        // is not in `current`). The manifest holds only what the history has, so a path the
+        // rules ignore now but the history has is recorded as gone: its past stays whole.
         let mut gone: Vec<&Vec<u8>> = old
             .iter()
-            .filter(|(p, seen)| {
-                !current.contains_key(*p)
-                    && self.source.lstat(p).is_err()
-                    && !self.ignores(p, seen.kind == FileKind::Dir)
-            })
+            .filter(|(p, _)| !current.contains_key(*p) && self.source.lstat(p).is_err())
             .map(|(p, _)| p)
             .collect();
         let mut new: HashSet<&Vec<u8>> = current.keys().filter(|p| !old.contains_key(*p)).collect();
