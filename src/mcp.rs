@@ -35,7 +35,8 @@ pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub const INSTRUCTIONS: &str = "\
 rewind records every change made to this project's files, by which agent, session and turn, \
 before it lands. Use `history` to see what changed, `diff` to see how, `turns` to list the \
-turns of a session, and `checkpoint` to name the current state so you can come back to it.
+turns of a session, and `checkpoint` to name the current state so you can come back to it. \
+`comments` lists what a reviewer asked of your session's work: read it and act on it.
 
 `rollback` and `undo` put files back. They only PREVIEW unless you pass `apply: true`: without \
 it they run as a dry run, change nothing, and their result starts with `DRY RUN`. Look at the \
@@ -117,7 +118,7 @@ pub struct CheckpointArgs {
 }
 
 /// Parameters of `rollback`. Give exactly one of session, agent, turn, to_turn, since, to,
-/// file; `to` may also go with `file`.
+/// file, change; `to` may also go with `file`, and `hunk` (with `path`) with `change` or `turn`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackArgs {
@@ -136,12 +137,29 @@ pub struct RollbackArgs {
     pub to: Option<String>,
     /// One file: undo its last change, or with `to` put it back to that point.
     pub file: Option<String>,
+    /// Put back what this change (by id) did.
+    pub change: Option<u64>,
+    /// With `change` or `turn`: put back only this hunk (1-based, as `diff` of the same id or
+    /// turn numbers the file's `@@` hunks) in the file as it is now. Done only where the
+    /// hunk's lines are still there unchanged.
+    pub hunk: Option<usize>,
+    /// With `hunk`: the file (may be left out when the diff shows one file).
+    pub path: Option<String>,
     /// Also put back paths that others changed later, overwriting their work.
     #[serde(default)]
     pub force: bool,
     /// Really do it. Without it (the default) this is a dry run that changes nothing.
     #[serde(default)]
     pub apply: bool,
+}
+
+/// Parameters of `comments`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommentsArgs {
+    /// Every session's open comments, not only your session's.
+    #[serde(default)]
+    pub all_sessions: bool,
 }
 
 /// Parameters of `undo`.
@@ -303,6 +321,7 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         ("to_turn", a.to_turn.is_some()),
         ("since", a.since.is_some()),
         ("file", a.file.is_some()),
+        ("change", a.change.is_some()),
         // `to` on its own is a selector; with `file` it qualifies it.
         ("to", a.to.is_some() && a.file.is_none()),
     ]);
@@ -310,15 +329,15 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         0 => {
             return Err(
                 "say what to roll back: one of session, agent, turn, to_turn, since, \
-                        to, file"
+                        to, file, change"
                     .into(),
             );
         }
         1 => {}
         _ => {
             return Err(format!(
-                "give exactly one of session, agent, turn, to_turn, since, to, file (`to` may \
-                 go with `file`); got {}",
+                "give exactly one of session, agent, turn, to_turn, since, to, file, change \
+                 (`to` may go with `file`); got {}",
                 chosen.join(", ")
             ));
         }
@@ -335,8 +354,31 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         w.push(format!("--file={f}"));
     }
     w.opt("--to", "to", &a.to)?;
+    if let Some(id) = a.change {
+        w.push("--change");
+        w.push(id.to_string());
+    }
+    if a.path.is_some() && a.hunk.is_none() {
+        return Err("`path` goes with `hunk`".into());
+    }
+    if let Some(k) = a.hunk {
+        w.push("--hunk");
+        w.push(k.to_string());
+    }
+    if let Some(p) = &a.path {
+        check_path("path", p)?;
+        w.push(format!("--path={p}"));
+    }
     w.flag("--force", a.force);
     w.flag("--dry-run", !a.apply);
+    Ok(w.0)
+}
+
+/// `comment list --mine`, or `comment list` for every session.
+pub fn comments_words(a: &CommentsArgs) -> Result<Vec<String>, String> {
+    let mut w = Words::new("comment");
+    w.push("list");
+    w.flag("--mine", !a.all_sessions);
     Ok(w.0)
 }
 
@@ -432,7 +474,8 @@ impl RewindMcp {
     }
 
     /// Put files back as they were before a selection of changes. Select with exactly one of
-    /// session, agent, turn, to_turn, since, to, file (`to` may go with `file`).
+    /// session, agent, turn, to_turn, since, to, file, change (`to` may go with `file`); with
+    /// `hunk` (and `path`), only one hunk of a change's or turn's diff.
     /// PREVIEWS ONLY (a dry run that changes nothing) unless "apply": true.
     #[tool(annotations(
         title = "Roll back",
@@ -443,6 +486,21 @@ impl RewindMcp {
     ))]
     async fn rollback(&self, Parameters(a): Parameters<RollbackArgs>) -> CallToolResult {
         self.run(rollback_words(&a), !a.apply).await
+    }
+
+    /// The open review comments a person left on your session's work: on its changes, turns,
+    /// files, lines or hunks. Each comes as a block: its id, what it is on (change, turn or
+    /// session, file, line or hunk), who wrote it and when, the line of the diff it is about
+    /// (`> L: text`, or the hunk's `@@` header), then the comment itself. Your session is
+    /// found from this server's process tree, as rewind attributes your changes. Address
+    /// them in your work; the reviewer resolves them.
+    #[tool(annotations(
+        title = "Review comments",
+        read_only_hint = true,
+        open_world_hint = false
+    ))]
+    async fn comments(&self, Parameters(a): Parameters<CommentsArgs>) -> CallToolResult {
+        self.run(comments_words(&a), false).await
     }
 
     /// Undo one change, by id. PREVIEWS ONLY unless "apply": true.
@@ -521,4 +579,57 @@ pub fn serve_stdio(backend: impl Backend) -> Result<(), Error> {
         running.waiting().await?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn a_hunk_goes_with_its_change_or_turn_and_previews_unless_applied() {
+        let words = rollback_words(&RollbackArgs {
+            change: Some(7),
+            hunk: Some(2),
+            path: Some("-odd name".into()),
+            ..RollbackArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            words,
+            [
+                "rollback",
+                "--change",
+                "7",
+                "--hunk",
+                "2",
+                "--path=-odd name",
+                "--dry-run"
+            ]
+        );
+        let cli =
+            crate::command::Cli::try_parse_from(std::iter::once("rewind".into()).chain(words));
+        let Ok(crate::command::Cli {
+            command: crate::command::Command::Rollback(a),
+            ..
+        }) = cli
+        else {
+            panic!("the CLI takes the words")
+        };
+        assert_eq!((a.change, a.hunk, a.dry_run), (Some(7), Some(2), true));
+        assert!(
+            rollback_words(&RollbackArgs {
+                path: Some("a".into()),
+                turn: Some("s:1".into()),
+                ..RollbackArgs::default()
+            })
+            .is_err(),
+            "a path without a hunk"
+        );
+        assert_eq!(
+            comments_words(&CommentsArgs::default()).unwrap(),
+            ["comment", "list", "--mine"]
+        );
+    }
 }

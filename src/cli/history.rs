@@ -49,6 +49,9 @@ fn place(command: &Command) -> Place {
         Command::Undo(a) if a.dry_run => Place::Preview,
         Command::Rollback(_) | Command::Undo(_) => Place::Daemon,
         Command::Checkpoint(_) | Command::Gc(_) => Place::Write,
+        Command::Comment(a) if !matches!(a.action, command::comment::CommentAction::List(_)) => {
+            Place::Write
+        }
         Command::Session(_) | Command::Sync { .. } | Command::Turn(_) | Command::Tool(_) => {
             Place::Plumbing
         }

@@ -76,6 +76,7 @@ pub fn run(cwd: &Path) -> CliResult {
             "stored: {} blobs, {} bytes",
             counts.blobs, counts.blob_bytes
         );
+        on_disk(&ctx.store_dir);
         println!("sessions: {}", counts.sessions);
         println!("checkpoints: {}", counts.checkpoints);
         return Ok(ExitCode::SUCCESS);
@@ -87,12 +88,22 @@ pub fn run(cwd: &Path) -> CliResult {
         println!("{}", crate::history::format::horizon_line(&h));
     }
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
+    on_disk(&ctx.store_dir);
     println!("sessions: {}", history.sessions()?.len());
     println!(
         "checkpoints: {}",
         crate::history::format::checkpoint_list(&history.checkpoints()?)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The store's size on disk as `du` counts it (allocated blocks of every file: tables, logs
+/// and RocksDB's own files), beside the stored content above, which excludes them.
+fn on_disk(store: &Path) {
+    println!(
+        "on disk: {} bytes (the store's folder, as du counts it)",
+        crate::store::disk_usage(store)
+    );
 }
 
 /// The counts in the daemon's `.rewind/status`.

@@ -44,6 +44,11 @@ pub trait Actor {
     fn open_writers(&self) -> Vec<Writer>;
     /// The daemon's own answer to a plumbing command (sessions, turns, tool calls).
     fn plumbing(&self, command: &super::Command, caller: u32) -> Result<String>;
+    /// The session a process's changes are recorded in (its environment, or a registration of
+    /// it or an ancestor), where the daemon can tell.
+    fn session_of(&self, _pid: u32) -> Option<String> {
+        None
+    }
 }
 
 pub struct Env<'a> {

@@ -10,9 +10,11 @@
 pub mod args;
 pub mod cat;
 pub mod checkpoint;
+pub mod comment;
 pub mod diff;
 pub mod env;
 pub mod gc;
+pub mod hunk;
 pub mod log;
 pub mod plumbing;
 pub mod rollback;
@@ -66,6 +68,7 @@ pub enum Command {
     Undo(rollback::UndoArgs),
     Rollback(rollback::RollbackArgs),
     Checkpoint(checkpoint::CheckpointArgs),
+    Comment(comment::CommentArgs),
     Sessions(sessions::SessionsArgs),
     Status(StatusArgs),
     Gc(gc::GcArgs),
@@ -100,6 +103,7 @@ impl Command {
             Command::Undo(a) => !a.dry_run,
             Command::Checkpoint(a) => !a.dry_run,
             Command::Gc(a) => !a.dry_run,
+            Command::Comment(a) => !matches!(a.action, comment::CommentAction::List(_)),
             Command::Session(_) | Command::Turn(_) | Command::Tool(_) => true,
             Command::Export(_) | Command::Agent(_) | Command::Mount(_) | Command::Unmount(_) => {
                 true
@@ -129,6 +133,7 @@ impl Command {
             Command::Undo(_) => "undo",
             Command::Rollback(_) => "rollback",
             Command::Checkpoint(_) => "checkpoint",
+            Command::Comment(_) => "comment",
             Command::Sessions(_) => "sessions",
             Command::Status(_) => "status",
             Command::Gc(_) => "gc",
@@ -153,6 +158,7 @@ pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Resul
         Command::Turns(a) => turns::run(a, env),
         Command::Sessions(a) => sessions::run(a, env),
         Command::Checkpoint(a) => checkpoint::run(a, env),
+        Command::Comment(a) => comment::run(a, env),
         Command::Gc(a) => gc::run(a, env),
         Command::Rollback(a) => rollback::run(a, env),
         Command::Undo(a) => rollback::undo(a, env),
@@ -180,12 +186,15 @@ pub fn parse_line(line: &str) -> Result<Cli, String> {
             let text = text.trim_end();
             text.strip_prefix("error: ").unwrap_or(text).to_string()
         })?;
-    // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn
-    // and tool lines (written by `rewind hook`) have no dry-run mode and carry an agent's free
-    // text: a prompt that mentions --dry-run is a value there, and must still begin its turn.
+    // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn,
+    // tool and comment lines have no dry-run mode and carry free text: a prompt or a comment
+    // that mentions --dry-run is a value there, and must still be taken.
     if line.contains("--dry-run")
         && parsed.command.changes_something()
-        && !matches!(parsed.command, Command::Turn(_) | Command::Tool(_))
+        && !matches!(
+            parsed.command,
+            Command::Turn(_) | Command::Tool(_) | Command::Comment(_)
+        )
     {
         return Err(format!(
             "`{}` with --dry-run would still change something here; refused",

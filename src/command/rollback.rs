@@ -14,8 +14,12 @@ use crate::history::{Error, Result, Selection};
 /// before the earliest selected change to it. A path someone outside the selection changed
 /// meanwhile (and that is not now as the selection left it) is skipped, exit status 1, unless
 /// --force. The rollback is itself recorded, in a session of its own whose name it prints.
+///
+/// With --hunk K, only hunk K of a file in the diff of --change N or --turn T (as `rewind diff`
+/// numbers them) is put back, in the file as it is now: only where the hunk's lines are still
+/// there unchanged (perhaps moved up or down), else it is skipped (exit status 1).
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "to_turn", "since", "file", "to"])))]
+#[command(group(ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "to_turn", "since", "file", "to", "change"])))]
 pub struct RollbackArgs {
     #[command(flatten)]
     pub select: SelectArgs,
@@ -28,6 +32,16 @@ pub struct RollbackArgs {
     /// One file: its last change, or back to --to.
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
+    /// One change (as `undo ID`); with --hunk, one hunk of its diff.
+    #[arg(long, value_name = "ID")]
+    pub change: Option<u64>,
+    /// Only this hunk (1-based, as `rewind diff` of the same --change or --turn shows the
+    /// file's hunks), in the file as it is now.
+    #[arg(long, value_name = "K")]
+    pub hunk: Option<usize>,
+    /// With --hunk: the file (may be left out when the diff shows one file).
+    #[arg(long, value_name = "PATH", requires = "hunk")]
+    pub path: Option<PathBuf>,
     /// Print exactly what would happen and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -55,7 +69,7 @@ impl RollbackArgs {
         if self.select.since.is_some() && (self.to.is_some() || self.file.is_some()) {
             return Err(Error::Usage(
                 "say one thing to roll back: --session, --agent, --turn, --to-turn, --since, \
-                 --to, or --file (with --to)"
+                 --to, --change, or --file (with --to)"
                     .into(),
             ));
         }
@@ -63,12 +77,16 @@ impl RollbackArgs {
             to_turn: self.to_turn.clone(),
             path: self.file.as_deref().map(|f| env.rel_path(f)).transpose()?,
             from: self.to.clone(),
+            change: self.change,
             ..self.select.selection()
         })
     }
 }
 
 pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    if let Some(k) = args.hunk {
+        return super::hunk::run(args, k, env);
+    }
     let selection = args.selection(env)?;
     roll_back(env, &selection, args.dry_run, args.force)
 }

@@ -50,6 +50,7 @@ impl Daemon {
         // Before any thread exists (RocksDB starts its own), so every thread inherits the mask
         // and only the signal thread ever takes these signals.
         let signals = signals::block();
+        bound_malloc_arenas();
         // The store's database creates files as long as it runs: all of them private. (The
         // FUSE threads create the workspace's files under a umask of their own.)
         crate::store::private_files();
@@ -141,4 +142,17 @@ impl Daemon {
 fn default_session() -> String {
     let t = crate::history::time::rfc3339(crate::history::time::now_ns());
     format!("mount-{}-{}", &t[..10], t[11..19].replace(':', ""))
+}
+
+/// glibc gives each thread that allocates an arena of its own (up to eight per core), and each
+/// keeps what it freed: with the FUSE workers, the recorder's threads and RocksDB's, that was
+/// a third of the daemon's resident memory after 100,000 recorded changes. Two arenas are
+/// plenty for a daemon whose threads mostly wait on the kernel or the store. Set before any
+/// thread starts.
+fn bound_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes a malloc parameter; no thread allocates concurrently yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }

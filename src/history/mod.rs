@@ -6,6 +6,7 @@
 //! ([`format`], [`diff`]).
 
 pub mod change;
+pub mod comment;
 pub mod db;
 pub mod diff;
 pub mod format;

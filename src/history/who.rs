@@ -91,7 +91,7 @@ pub fn process_of(tid: u32) -> u32 {
 /// The filesystem uid of a process or thread (the last of the four on the `Uid:` line of
 /// `/proc/PID/status`). Read at each lookup, never cached with the attribution: a setuid
 /// program keeps its pid and start time.
-fn fs_uid(pid: u32) -> Option<u32> {
+pub fn fs_uid(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
@@ -100,6 +100,20 @@ fn fs_uid(pid: u32) -> Option<u32> {
         .nth(3)?
         .parse()
         .ok()
+}
+
+/// The user name of a uid (from `/etc/passwd`), or the number as text.
+pub fn user_name(uid: u32) -> String {
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+            })
+        })
+        .unwrap_or_else(|| uid.to_string())
 }
 
 fn proc_key(pid: u32) -> Option<ProcKey> {

@@ -2,8 +2,12 @@
 //!
 //! Content up to [`CHUNK`] bytes is one value. Larger content is split into chunks, each stored
 //! as a blob of its own (so identical chunks are stored once too), plus a manifest under the hash
-//! of the whole. Neither writing nor reading ever holds more than one chunk in memory, and
-//! reading checks every byte against its hash.
+//! of the whole. Chunk boundaries are content-defined (FastCDC, 64 KiB to 1 MiB, 256 KiB on
+//! average): they depend only on the bytes around them, so an insert or delete anywhere in a
+//! large file changes the one or two chunks around it and every other chunk is stored once,
+//! for every version. Stores written before cut fixed 1 MiB chunks; a manifest lists each
+//! chunk's length either way, so both read alike. Neither writing nor reading ever holds more
+//! than a chunk or two in memory, and reading checks every byte against its hash.
 //!
 //! Value layout: `BLOB_VERSION`, then a tag: `INLINE` followed by a zstd frame, or `MANIFEST`
 //! followed by a postcard [`ManifestRecord`].
@@ -20,7 +24,14 @@ use rocksdb::WriteBatch;
 use super::format::ManifestRecord;
 use super::{CF_BLOBS, Error, Result, Store, keys};
 
+/// The largest content stored as one value, and the largest chunk.
 pub const CHUNK: usize = 1 << 20;
+/// Content-defined chunk sizes (FastCDC 2020, normalization level 1): the smallest, the
+/// average a boundary is aimed at, the largest. Small enough that an edit costs little and
+/// appends rewrite a small tail; large enough that a 256 MiB file is a thousand chunks.
+const CDC_MIN: u32 = 64 << 10;
+const CDC_AVG: u32 = 256 << 10;
+const CDC_MAX: u32 = CHUNK as u32;
 pub const BLOB_VERSION: u8 = 1;
 const INLINE: u8 = 0;
 const MANIFEST: u8 = 1;
@@ -189,33 +200,34 @@ impl Store {
         self.write("put blob", batch)
     }
 
-    /// Store everything `reader` yields, one chunk in memory at a time. Returns hash and size.
+    /// Store everything `reader` yields, a chunk or two in memory at a time. Returns hash and
+    /// size.
     pub fn put_blob_reader(&self, reader: impl Read) -> Result<(Hash, u64)> {
         // Most content is small: read it into a buffer of its own size, not a chunk's.
         let mut reader = reader;
-        let mut buf = Vec::new();
-        let first = (&mut reader)
-            .take(CHUNK as u64)
-            .read_to_end(&mut buf)
+        let mut first = Vec::new();
+        (&mut reader)
+            .take(CHUNK as u64 + 1)
+            .read_to_end(&mut first)
             .map_err(content_io)?;
-        if first < CHUNK {
-            let hash = self.put_blob(&buf)?;
-            return Ok((hash, first as u64));
+        if first.len() <= CHUNK {
+            let hash = Hash::of(&first);
+            self.put_inline(&hash, &first)?;
+            return Ok((hash, first.len() as u64));
         }
         let mut whole = blake3::Hasher::new();
         let mut manifest = ManifestRecord {
             size: 0,
             chunks: Vec::new(),
         };
-        let mut len = first;
-        while len > 0 {
-            let chunk = &buf[..len];
-            whole.update(chunk);
-            let hash = Hash::of(chunk);
-            self.put_inline(&hash, chunk)?;
-            manifest.chunks.push((hash.0, len as u32));
-            manifest.size += len as u64;
-            len = read_full(&mut reader, &mut buf)?;
+        let source = std::io::Cursor::new(first).chain(reader);
+        for chunk in fastcdc::v2020::StreamCDC::new(source, CDC_MIN, CDC_AVG, CDC_MAX) {
+            let chunk = chunk.map_err(|e| content_io(e.into()))?;
+            whole.update(&chunk.data);
+            let hash = Hash::of(&chunk.data);
+            self.put_inline(&hash, &chunk.data)?;
+            manifest.chunks.push((hash.0, chunk.length as u32));
+            manifest.size += chunk.length as u64;
         }
         let hash = Hash(*whole.finalize().as_bytes());
         if !self.keep_blob(&hash)? {
@@ -297,12 +309,28 @@ impl Store {
             }
             Blob::Chunked(manifest) => {
                 let mut whole = blake3::Hasher::new();
-                for (chunk_hash, _) in &manifest.chunks {
-                    let Blob::Inline(data) = self.blob(&Hash(*chunk_hash))? else {
-                        return Err(corrupt_blob(hash, "a chunk is itself a manifest"));
+                let mut offset = 0u64;
+                for (i, (chunk_hash, len)) in manifest.chunks.iter().enumerate() {
+                    let damaged = |why: &str| {
+                        let end = offset + u64::from(*len);
+                        let reason = format!(
+                            "chunk {} of {} (bytes {offset}..{end}, blob {}) is damaged: {why}",
+                            i + 1,
+                            manifest.chunks.len(),
+                            Hash(*chunk_hash).to_hex()
+                        );
+                        corrupt_blob(hash, &reason)
+                    };
+                    let data = match self.blob(&Hash(*chunk_hash)) {
+                        Ok(Blob::Inline(data)) if data.len() == *len as usize => data,
+                        Ok(Blob::Inline(_)) => return Err(damaged("its length differs")),
+                        Ok(Blob::Chunked(_)) => return Err(damaged("it is itself a manifest")),
+                        Err(Error::Corrupt { reason, .. }) => return Err(damaged(&reason)),
+                        Err(e) => return Err(e),
                     };
                     whole.update(&data);
                     out.write_all(&data).map_err(io)?;
+                    offset += u64::from(*len);
                 }
                 if whole.finalize().as_bytes() != &hash.0 {
                     return Err(corrupt_blob(hash, "chunks do not add up to the hash"));
@@ -336,20 +364,6 @@ fn corrupt_blob(hash: &Hash, reason: &str) -> Error {
     }
 }
 
-/// Fill `buf` as far as the reader allows; fewer bytes than its length means end of input.
-fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(content_io(source)),
-        }
-    }
-    Ok(filled)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +380,56 @@ mod tests {
         }
         let err = decode(&Hash::of(b"other"), &value).err().unwrap();
         assert!(err.to_string().contains("does not match"), "{err}");
+    }
+
+    /// Incompressible bytes, so each chunk costs its size.
+    fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            out.extend_from_slice(&seed.to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn chunks(store: &Store, hash: &Hash) -> Vec<[u8; 32]> {
+        match store.blob(hash).unwrap() {
+            Blob::Chunked(m) => m.chunks.into_iter().map(|(h, _)| h).collect(),
+            Blob::Inline(_) => panic!("expected chunks"),
+        }
+    }
+
+    /// An insert and a delete in the middle of a large file each change the chunk or two
+    /// around them: every other boundary stays, so the rest is stored once.
+    #[test]
+    fn content_defined_boundaries_survive_an_insert_and_a_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut data = noise(8 << 20, 7);
+        let (first, size) = store.put_blob_reader(&data[..]).unwrap();
+        assert_eq!((first, size), (Hash::of(&data), data.len() as u64));
+        let old = chunks(&store, &first);
+        assert!(old.len() >= 8, "{} chunks", old.len());
+        let stored = store.stats().unwrap().blob_bytes;
+
+        data.splice(4_000_123..4_000_123, *b"0123456789");
+        let (inserted, _) = store.put_blob_reader(&data[..]).unwrap();
+        data.drain(6_000_000..6_000_010);
+        let (deleted, _) = store.put_blob_reader(&data[..]).unwrap();
+        for (hash, before) in [(inserted, &old), (deleted, &chunks(&store, &inserted))] {
+            let new = chunks(&store, &hash);
+            let fresh = new.iter().filter(|c| !before.contains(c)).count();
+            assert!(fresh <= 2, "{fresh} of {} chunks are new", new.len());
+        }
+        let growth = store.stats().unwrap().blob_bytes - stored;
+        assert!(
+            growth <= 4 * CHUNK as u64,
+            "{growth} bytes stored for two small edits"
+        );
+        assert!(store.read_blob(&deleted).unwrap() == data);
     }
 
     #[test]

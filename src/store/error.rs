@@ -40,8 +40,16 @@ pub enum Error {
     #[error("store: {what} name {name:?} cannot be stored (empty or with a NUL byte)")]
     BadName { what: &'static str, name: String },
     /// Written by a newer rewind.
-    #[error("store: format version {found} is newer than this rewind understands ({supported})")]
-    Format { found: u8, supported: u8 },
+    #[error(
+        "store {}: written by a newer rewind (store format {found}; this rewind reads formats \
+         up to {supported}); use a newer rewind to open it",
+        dir.display()
+    )]
+    Format {
+        dir: PathBuf,
+        found: u8,
+        supported: u8,
+    },
     #[error("{}: {source}", path.display())]
     Io {
         path: PathBuf,

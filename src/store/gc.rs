@@ -135,17 +135,19 @@ fn content_hashes(c: &ChangeRecord) -> impl Iterator<Item = Hash> + '_ {
 /// Bytes the files below `dir` take on disk (allocated blocks, as `du` counts them).
 pub fn disk_usage(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
+    // Like `du -s`: the folder's own blocks too, and each folder below with its files.
+    let own = std::fs::symlink_metadata(dir).map_or(0, |md| md.blocks() * 512);
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
+        return own;
     };
-    entries
+    own + entries
         .flatten()
         .map(|e| match e.metadata() {
             Ok(md) if md.is_dir() => disk_usage(&e.path()),
             Ok(md) => md.blocks() * 512,
             Err(_) => 0,
         })
-        .sum()
+        .sum::<u64>()
 }
 
 impl Store {

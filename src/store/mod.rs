@@ -15,6 +15,7 @@
 //! | `checkpoints`   | name                  | [`CheckpointRecord`]                     |
 //! | `turns`         | session NUL number    | [`TurnRecord`]                           |
 //! | `meta`          | `format`, `workspace`, `manifest`, `rollbacks` | raw             |
+//! | `meta`          | `comment` NUL id (u64 BE) | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //! | `open_episodes` | path                  | [`EpisodeRecord`]: a write in progress   |
 //! | `manifest`      | path                  | [`SeenRecord`]: the tree as the mount last left it |
 //!
@@ -29,6 +30,7 @@
 //! waiting for another lock.
 
 pub mod blobs;
+mod comments;
 mod error;
 pub mod format;
 mod gc;
@@ -48,16 +50,22 @@ use rocksdb::{ColumnFamily, DB};
 pub use blobs::{CHUNK, Hash};
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
-    ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord,
+    StateRecord, ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
 pub use query::{Order, Query};
 pub use write::{Extra, Room};
 
-/// The store format this build writes; a store with a newer one is refused.
-pub const FORMAT_VERSION: u8 = 1;
+/// The store format this build writes; a store with a newer one is refused, an older one is
+/// read and raised to this one when opened for writing (so an older rewind then refuses it
+/// instead of misreading records it does not know).
+///
+/// 1. The first releases: version 1 records, fixed 1 MiB chunks.
+/// 2. Version 2 and 3 change and open-episode records (hard links, turns and tool calls,
+///    owners), and the `turns` family.
+pub const FORMAT_VERSION: u8 = 2;
 
 const CF_BLOBS: &str = "blobs";
 const CF_CHANGES: &str = "changes";

@@ -8,21 +8,76 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBufferManager,
+};
 
-use super::{ALL_CFS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys};
+use super::{
+    ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys,
+};
 
-fn options(dir: &Path) -> Options {
-    let mut opts = Options::default();
+/// `meta` key of the store's format version (one byte).
+pub(super) const FORMAT_KEY: &[u8] = b"format";
+
+/// RocksDB's memory, sized on purpose rather than left to its per-family defaults (a 32 MiB
+/// block cache and 64 MiB of write buffers for each of the twelve families, plus every
+/// table's index and filter blocks outside any cache): one block cache shared by every family,
+/// holding the index and filter blocks too, and one budget for every family's write buffers.
+/// The daemon's resident memory stays near the sum, whatever the number of changes.
+struct Memory {
+    cache: Cache,
+    buffers: WriteBufferManager,
+    /// The budget for all write buffers together.
+    budget: usize,
+}
+
+/// The shared block cache (data, index and filter blocks of every family).
+const BLOCK_CACHE: usize = 16 << 20;
+/// All write buffers together, at most: half the reserve on small disks (see
+/// [`write_buffers`]).
+const WRITE_BUFFERS: usize = 32 << 20;
+/// One write buffer of a family other than `blobs`: records and index keys are small, and a
+/// flush of a few MiB is cheap.
+const SMALL_BUFFER: usize = 4 << 20;
+
+impl Memory {
+    fn new(dir: &Path) -> Memory {
+        let budget = write_buffers(dir).min(WRITE_BUFFERS);
+        Memory {
+            cache: Cache::new_lru_cache(BLOCK_CACHE),
+            buffers: WriteBufferManager::new_write_buffer_manager(budget, false),
+            budget,
+        }
+    }
+
+    /// Options every family shares: tables read through the shared cache.
+    fn family(&self, name: &str) -> Options {
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&self.cache);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        let mut opts = Options::default();
+        opts.set_block_based_table_factory(&table);
+        // Blobs are compressed by us; records and index keys are tiny.
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
+        let buffer = if name == CF_BLOBS {
+            self.budget / 2
+        } else {
+            SMALL_BUFFER.min(self.budget / 4)
+        };
+        opts.set_write_buffer_size(buffer.max(1 << 20));
+        opts.set_max_write_buffer_number(2);
+        opts
+    }
+}
+
+fn options(memory: &Memory) -> Options {
+    let mut opts = memory.family(CF_META);
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
-    // Blobs are compressed by us; records and index keys are tiny.
-    opts.set_compression_type(rocksdb::DBCompressionType::None);
     opts.set_keep_log_file_num(3);
-    let buffers = write_buffers(dir);
-    opts.set_max_total_wal_size(buffers as u64);
-    opts.set_db_write_buffer_size(buffers);
-    opts.set_write_buffer_size(buffers);
+    opts.set_max_total_wal_size(memory.budget as u64);
+    opts.set_write_buffer_manager(&memory.buffers);
     // Preallocated log and table files would take the reserve's room before anything is
     // written to them (ext4 keeps what a failed `fallocate` got). The crate has no setter.
     match opts.get_options_from_string("allow_fallocate=false") {
@@ -35,20 +90,16 @@ fn options(dir: &Path) -> Options {
 }
 
 /// What RocksDB may hold unflushed (its write buffers, and so its log): half the reserve kept
-/// on the store's disk (see `write::reserve_for`), so that flushing them always fits; 64 MiB,
-/// RocksDB's default, on any disk over 1.25 GiB.
+/// on the store's disk (see `write::reserve_for`), so that flushing them always fits.
 fn write_buffers(dir: &Path) -> usize {
     let size = super::write::disk_space(dir).map_or(u64::MAX, |(size, _)| size);
     (super::write::reserve_for(size) / 2) as usize
 }
 
-fn descriptors(dir: &Path) -> impl Iterator<Item = ColumnFamilyDescriptor> {
-    let buffers = write_buffers(dir);
-    ALL_CFS.iter().map(move |name| {
-        let mut opts = Options::default();
-        opts.set_write_buffer_size(buffers);
-        ColumnFamilyDescriptor::new(*name, opts)
-    })
+fn descriptors(memory: &Memory) -> impl Iterator<Item = ColumnFamilyDescriptor> + '_ {
+    ALL_CFS
+        .iter()
+        .map(move |name| ColumnFamilyDescriptor::new(*name, memory.family(name)))
 }
 
 /// Open the database for writing, its files created private (see [`private_files`]), after
@@ -58,7 +109,8 @@ fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
         check_outside(dir, ws)?;
     }
     let _private = PrivateUmask::set();
-    let db = DB::open_cf_descriptors(&options(dir), dir, descriptors(dir))
+    let memory = Memory::new(dir);
+    let db = DB::open_cf_descriptors(&options(&memory), dir, descriptors(&memory))
         .map_err(|source| classify_open_error(dir, source))?;
     check_files(&db, dir)?;
     Ok(db)
@@ -265,7 +317,8 @@ impl Store {
         if !writer_running(dir) {
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
-            let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(dir), false)
+            let memory = Memory::new(dir);
+            let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(&memory), false)
                 .map_err(|source| classify_open_error(dir, source))?;
             check_files(&db, dir)?;
             return Self::finish_open(db, dir, true, None);
@@ -283,7 +336,8 @@ impl Store {
             let db = {
                 // The scratch directory's files too are the owner's alone.
                 let _private = PrivateUmask::set();
-                DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors(dir))
+                let memory = Memory::new(dir);
+                DB::open_cf_descriptors_as_secondary(&opts, dir, &secondary, descriptors(&memory))
                     .map_err(|source| classify_open_error(dir, source))?
             };
             match check_files(&db, dir) {
@@ -322,16 +376,19 @@ impl Store {
             recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
             pinned: AtomicU64::new(0),
         };
-        match store.meta(b"format")? {
-            Some(v) if v.first().copied().unwrap_or(0) > FORMAT_VERSION => {
+        match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
+            Some(found) if found > FORMAT_VERSION => {
                 return Err(Error::Format {
-                    found: v[0],
+                    dir: dir.to_owned(),
+                    found,
                     supported: FORMAT_VERSION,
                 });
             }
-            Some(_) => {}
-            None if !read_only => store.put_meta(b"format", &[FORMAT_VERSION])?,
-            None => {}
+            Some(FORMAT_VERSION) => {}
+            // An older store is read as it is; opened for writing, it is marked as this
+            // format, since it may now hold records only this format describes.
+            _ if read_only => {}
+            _ => store.put_meta(FORMAT_KEY, &[FORMAT_VERSION])?,
         }
         // Ids are never handed out twice: not a retracted one (its tombstone explains it), nor
         // one a checkpoint or gc's horizon names.
@@ -428,11 +485,11 @@ impl Store {
                 // mount).
                 if !matches!(e, Error::Refused { .. }) {
                     let _private = PrivateUmask::set();
-                    let dir = &self.dir;
+                    let memory = Memory::new(&self.dir);
                     *slot = DB::open_cf_descriptors_read_only(
-                        &options(dir),
-                        dir,
-                        descriptors(dir),
+                        &options(&memory),
+                        &self.dir,
+                        descriptors(&memory),
                         false,
                     )
                     .ok();
@@ -532,4 +589,65 @@ fn check_files(db: &DB, dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Incompressible bytes, so each blob costs its size in the store.
+    fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            out.extend_from_slice(&seed.to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn sum(store: &Store, property: &str) -> u64 {
+        let db = store.db().unwrap();
+        ALL_CFS
+            .iter()
+            .map(|name| {
+                db.property_int_value_cf(db.cf(name), property)
+                    .unwrap()
+                    .unwrap()
+            })
+            .sum()
+    }
+
+    /// Write far more than the write-buffer budget, read it all back: the write buffers stay
+    /// within their budget and every family reads through the one bounded block cache.
+    #[test]
+    fn memory_stays_within_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let blobs: Vec<_> = (1..=3 * 1024u64)
+            .map(|seed| store.put_blob(&noise(16 << 10, seed)).unwrap())
+            .collect();
+        let unflushed = sum(&store, "rocksdb.cur-size-all-mem-tables");
+        assert!(
+            unflushed <= (WRITE_BUFFERS + SMALL_BUFFER) as u64,
+            "{unflushed} bytes in write buffers"
+        );
+        for hash in &blobs {
+            store.verify_blob(hash).unwrap();
+        }
+        let db = store.db().unwrap();
+        for name in ALL_CFS {
+            let capacity = db
+                .property_int_value_cf(db.cf(name), "rocksdb.block-cache-capacity")
+                .unwrap();
+            assert_eq!(capacity, Some(BLOCK_CACHE as u64), "{name}");
+            let usage = db
+                .property_int_value_cf(db.cf(name), "rocksdb.block-cache-usage")
+                .unwrap()
+                .unwrap();
+            assert!(usage <= BLOCK_CACHE as u64, "{name}: {usage} bytes cached");
+        }
+    }
 }

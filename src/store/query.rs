@@ -248,7 +248,7 @@ impl Store {
         }
     }
 
-    fn get<T>(
+    pub(super) fn get<T>(
         &self,
         cf: &'static str,
         key: &[u8],
@@ -262,7 +262,7 @@ impl Store {
     }
 
     /// Decode every value of `cf` whose key starts with `prefix`.
-    fn scan<T>(
+    pub(super) fn scan<T>(
         &self,
         cf: &'static str,
         prefix: &[u8],

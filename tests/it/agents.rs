@@ -3998,7 +3998,15 @@ mod mcp {
         let names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(
             names,
-            set(&["checkpoint", "diff", "history", "rollback", "turns", "undo"])
+            set(&[
+                "checkpoint",
+                "comments",
+                "diff",
+                "history",
+                "rollback",
+                "turns",
+                "undo"
+            ])
         );
         let tool = |n: &str| tools.iter().find(|t| t.name == n).unwrap();
         for t in &tools {
@@ -4062,7 +4070,8 @@ mod mcp {
         assert_eq!(
             props(r),
             set(&[
-                "session", "agent", "turn", "to_turn", "since", "to", "file", "force", "apply"
+                "session", "agent", "turn", "to_turn", "since", "to", "file", "change", "hunk",
+                "path", "force", "apply"
             ])
         );
         assert_eq!(r.input_schema["properties"]["apply"]["type"], "boolean");

@@ -1,9 +1,11 @@
 //! The integration tests: one binary, so the build links once.
 
 mod agents;
+mod comments;
 mod common;
 mod git;
 mod history;
+mod hunk;
 mod model;
 mod mount;
 mod names;

@@ -347,3 +347,67 @@ fn an_exported_session_builds_at_every_commit() {
         );
     }
 }
+
+/// `rewind status`'s `on disk:` figure.
+fn on_disk(ws: &Workspace) -> u64 {
+    let status = ok(rw(ws, &["status"]));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("on disk: "))
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no on-disk line:\n{status}"))
+}
+
+fn du(dir: &Path) -> u64 {
+    let out = Command::new("du").arg("-sB1").arg(dir).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The case, smaller: content that is only history any more (a large file overwritten
+/// twice), then `gc --max-size 1M`: the store's size on disk, as `status` and `du` say, gives
+/// back at least 90 % of it.
+#[test]
+fn status_reports_the_size_on_disk_and_gc_gives_back_deleted_history() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let big: Vec<u8> = (0..16 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    write(&ws, "big.bin", &big);
+    write(&ws, "big.bin", b"small\n");
+    write(&ws, "big.bin", b"smaller\n");
+    let mounted = on_disk(&ws);
+    assert!(mounted >= big.len() as u64, "{mounted} bytes on disk");
+    // Unmounted, so gc is not holding back content stored within the hour.
+    ws.unmount();
+    let before = on_disk(&ws);
+    let du_before = du(&ws.store());
+    assert!(
+        before.abs_diff(du_before) <= 64 << 10,
+        "status says {before} bytes on disk, du {du_before}"
+    );
+    ok(rw(&ws, &["gc", "--max-size", "1M"]));
+    let after = on_disk(&ws);
+    assert!(
+        after.abs_diff(du(&ws.store())) <= 64 << 10,
+        "status says {after} bytes on disk"
+    );
+    let freed = before.saturating_sub(after);
+    assert!(
+        freed * 10 >= big.len() as u64 * 9,
+        "gc gave back {freed} of {} bytes ({before} -> {after})",
+        big.len()
+    );
+    assert_eq!(ok(rw(&ws, &["cat", "big.bin"])), "smaller\n");
+}

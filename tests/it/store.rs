@@ -350,6 +350,22 @@ fn sigkill_writer_child() {
         return;
     };
     let store = open(std::path::Path::new(&dir));
+    if std::env::var_os("REWIND_TEST_STORE_CHILD_LARGE").is_some() {
+        // Versions of a 3 MiB file, each an insert into the last: content-defined chunks,
+        // most shared with the version before, so a kill lands in every step of a write.
+        let mut content = noise(3 << 20, 1);
+        for i in 0u64.. {
+            let at = (i as usize * 7919 * 131) % content.len();
+            content.splice(at..at, format!("insert {i}").into_bytes());
+            let (hash, size) = store.store().put_blob_reader(&content[..]).unwrap();
+            let mut c = change("big", i, "s1", "claude");
+            c.after = Some(FileState {
+                size,
+                ..file(&content, hash)
+            });
+            println!("{}", record(&store, c).unwrap().id);
+        }
+    }
     for i in 0u64.. {
         let content = format!("content {i}\n").repeat(1 + (i as usize % 50));
         let id = modify(
@@ -365,9 +381,24 @@ fn sigkill_writer_child() {
 
 #[test]
 fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
+    sigkill_writer(false, 3000);
+}
+
+#[test]
+fn sigkill_during_chunked_writes_loses_no_returned_write_and_leaves_nothing_half_written() {
+    sigkill_writer(true, 12);
+}
+
+/// Run the writer child (small changes, or `large` chunked ones) until it has acknowledged
+/// `until` changes, SIGKILL it, and check the store holds every acknowledged change whole.
+fn sigkill_writer(large: bool, until: u64) {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
+    let mut child = Command::new(exe);
+    if large {
+        child.env("REWIND_TEST_STORE_CHILD_LARGE", "1");
+    }
+    let mut child = child
         .args([
             "--exact",
             "store::sigkill_writer_child",
@@ -386,7 +417,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
             continue;
         };
         acknowledged = id;
-        if id >= 3000 {
+        if id >= until {
             break;
         }
     }
@@ -394,7 +425,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     assert!(
-        acknowledged >= 3000,
+        acknowledged >= until,
         "child stopped early at {acknowledged}"
     );
 
@@ -410,6 +441,7 @@ fn sigkill_loses_no_returned_write_and_leaves_nothing_half_written() {
         let hash = c.after.as_ref().unwrap().hash.unwrap();
         let content = store.store().read_blob(&hash).unwrap();
         assert_eq!(content.len() as u64, c.after.as_ref().unwrap().size);
+        assert_eq!(Hash::of(&content), hash);
         let by_path = store
             .query(&Query {
                 path: Some(c.path.clone()),
@@ -643,4 +675,166 @@ fn a_full_disk_refuses_writes_until_there_is_room_again() {
             .unwrap(),
         b"tiny"
     );
+}
+
+/// A change record as the first releases wrote it (version 1): change 7, a rename of `old` to
+/// `new \xff name` by claude in session s1 (the golden bytes of `store/format/tests.rs`).
+const V1_CHANGE: &str = "01078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d20903736564";
+
+/// Deterministic incompressible bytes (xorshift).
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Content of two different 1 MiB chunks, stored as the first releases stored large content.
+fn two_fixed_chunks() -> Vec<u8> {
+    let mut data = vec![b'a'; CHUNK];
+    data.extend((0..CHUNK).map(|i| (i % 251) as u8));
+    data
+}
+
+/// Build, byte by byte, a store of format 1: the version marker, a version 1 change, and a
+/// 2 MiB file in fixed 1 MiB chunks (`1, 0, zstd frame` per chunk; `1, 1, manifest` for the
+/// whole, the manifest in postcard: size, count, then each chunk's hash and length).
+fn build_format_1_store(dir: &std::path::Path) {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    let db = rocksdb::DB::open_cf(&opts, dir, ALL_CFS).unwrap();
+    let cf = |name| db.cf_handle(name).unwrap();
+    db.put_cf(cf("meta"), b"format", [1]).unwrap();
+    db.put_cf(cf("changes"), keys::change(7), unhex(V1_CHANGE))
+        .unwrap();
+    let data = two_fixed_chunks();
+    // size 2 MiB, 2 chunks.
+    let mut manifest = vec![1, 1, 0x80, 0x80, 0x80, 0x01, 0x02];
+    for chunk in data.chunks(CHUNK) {
+        let hash = Hash::of(chunk);
+        let mut value = vec![1, 0];
+        value.extend(zstd::bulk::compress(chunk, 3).unwrap());
+        db.put_cf(cf("blobs"), hash.0, value).unwrap();
+        manifest.extend_from_slice(&hash.0);
+        manifest.extend_from_slice(&[0x80, 0x80, 0x40]); // 1 MiB
+    }
+    db.put_cf(cf("blobs"), Hash::of(&data).0, manifest).unwrap();
+    drop(db);
+    // As private as rewind keeps a store.
+    let ok = Command::new("chmod").arg("-R").arg("go=").arg(dir).status();
+    assert!(ok.unwrap().success());
+}
+
+fn format_of(store: &Store) -> u8 {
+    store.meta(b"format").unwrap().unwrap()[0]
+}
+
+#[test]
+fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
+    let dir = tempfile::tempdir().unwrap();
+    build_format_1_store(dir.path());
+    let data = two_fixed_chunks();
+    {
+        let reader = Store::open_read_only(dir.path()).unwrap();
+        assert_eq!(format_of(&reader), 1, "reading does not change the format");
+        let history = History::new(Arc::new(reader));
+        let c = history.change(7).unwrap().unwrap();
+        assert_eq!(
+            (c.path.as_slice(), c.from.as_deref()),
+            (&b"new \xff name"[..], Some(&b"old"[..]))
+        );
+        assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
+    }
+    let history = open(dir.path());
+    assert_eq!(format_of(history.store()), store::FORMAT_VERSION);
+    const { assert!(store::FORMAT_VERSION > 1) };
+    assert_eq!(history.change(7).unwrap().unwrap().agent, "claude");
+    assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
+    let id = modify(&history, "a", 2, b"old", b"new");
+    assert_eq!(id, 8);
+}
+
+#[test]
+fn a_store_of_a_newer_format_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(format_of(&store), store::FORMAT_VERSION);
+        store
+            .put_meta(b"format", &[store::FORMAT_VERSION + 1])
+            .unwrap();
+    }
+    let newer = store::FORMAT_VERSION + 1;
+    for err in [
+        Store::open(dir.path()).err().unwrap(),
+        Store::open_read_only(dir.path()).err().unwrap(),
+    ] {
+        let msg = err.to_string();
+        assert!(
+            matches!(err, store::Error::Format { found, .. } if found == newer),
+            "{msg}"
+        );
+        assert!(msg.contains("newer rewind"), "{msg}");
+        assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
+        assert!(msg.contains(&format!("store format {newer}")), "{msg}");
+    }
+    // Nothing was changed: a newer rewind still finds its marker.
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(false);
+    let db = rocksdb::DB::open_cf_for_read_only(&opts, dir.path(), ALL_CFS, false).unwrap();
+    let marker = db
+        .get_cf(db.cf_handle("meta").unwrap(), b"format")
+        .unwrap()
+        .unwrap();
+    assert_eq!(marker, [newer]);
+}
+
+#[test]
+fn a_damaged_chunk_is_an_error_naming_it_and_the_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = noise(3 << 20, 5);
+    let hash = {
+        let history = open(dir.path());
+        history.store().put_blob_reader(&data[..]).unwrap().0
+    };
+    let second = {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let value = db.get_cf(blobs, hash.0).unwrap().unwrap();
+        let manifest = store::blobs::manifest_of(&hash, &value).unwrap().unwrap();
+        assert!(manifest.chunks.len() >= 3);
+        let second = Hash(manifest.chunks[1].0);
+        // A bit flipped in the chunk's zstd frame.
+        let mut chunk = db.get_cf(blobs, second.0).unwrap().unwrap();
+        let last = chunk.len() - 1;
+        chunk[last] ^= 0x40;
+        db.put_cf(blobs, second.0, chunk).unwrap();
+        second
+    };
+    let history = open(dir.path());
+    let err = history.store().verify_blob(&hash).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, store::Error::Corrupt { cf: "blobs", .. }),
+        "{msg}"
+    );
+    assert!(err.is_damaged(), "{msg}");
+    assert!(msg.contains(&hash.to_hex()), "{msg}");
+    assert!(msg.contains("chunk 2 of"), "{msg}");
+    assert!(msg.contains(&second.to_hex()), "{msg}");
 }

@@ -235,6 +235,11 @@ impl Actor for DaemonActor<'_> {
         self.recorder().open_writers()
     }
 
+    fn session_of(&self, pid: u32) -> Option<String> {
+        let pid = crate::history::who::process_of(pid);
+        Some(self.recorder().attributor().who(pid).session)
+    }
+
     fn plumbing(&self, command: &Command, caller: u32) -> Result<String> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();

@@ -5,6 +5,8 @@
 //! .rewind/at/POINT/...                the whole workspace at POINT, read-only
 //! .rewind/versions/PATH/ID            every recorded version of PATH
 //! .rewind/sessions/NAME/log           the changes of one session
+//! .rewind/comments                    open review comments (`rewind comment list`)
+//! .rewind/sessions/NAME/comments      the open comments for one session
 //! .rewind/turns/SESSION/N/log, diff   one agent turn
 //! ```
 
@@ -39,6 +41,9 @@ pub enum Node {
     Sessions,
     Session(String),
     SessionLog(String),
+    /// Open review comments: all of them, or one session's.
+    Comments,
+    SessionComments(String),
     Turns,
     TurnsOf(String),
     Turn(String, u32),
@@ -67,6 +72,8 @@ impl Node {
                 | Node::Sessions
                 | Node::Session(_)
                 | Node::SessionLog(_)
+                | Node::Comments
+                | Node::SessionComments(_)
                 | Node::Turns
                 | Node::TurnsOf(_)
                 | Node::Turn(..)
@@ -102,6 +109,8 @@ This is rewind's control directory. Nothing here is part of your project.
                       a duration ago like 15m), read-only: diff -r .rewind/at/NAME/src src
   versions/PATH/ID    every recorded version of PATH, named by change id
   sessions/NAME/log   the changes of one session
+  comments            open review comments, one block each (`rewind comment list`);
+                      one session's in sessions/NAME/comments
   turns/SESSION/N/    one agent turn (prompt): its log and its diff
   events              blocks; one JSON line per new change as it happens
   ctl                 write a command, read its output on the same open file:
@@ -133,6 +142,7 @@ impl Control {
                 b"versions" => Some(Node::Versions),
                 b"sessions" => Some(Node::Sessions),
                 b"turns" => Some(Node::Turns),
+                b"comments" => Some(Node::Comments),
                 _ => None,
             },
             Node::At => match point::resolve(&s, history) {
@@ -178,6 +188,7 @@ impl Control {
             }
             Node::Sessions => history.session(&s)?.map(|_| Node::Session(s)),
             Node::Session(n) if name == b"log" => Some(Node::SessionLog(n.clone())),
+            Node::Session(n) if name == b"comments" => Some(Node::SessionComments(n.clone())),
             Node::Turns => (!history.turns(Some(&s))?.is_empty()).then_some(Node::TurnsOf(s)),
             Node::TurnsOf(session) => match s.parse::<u32>() {
                 Ok(n) if history.turns(Some(session))?.iter().any(|t| t.number == n) => {
@@ -271,6 +282,7 @@ impl Control {
                 ("versions", Node::Versions),
                 ("sessions", Node::Sessions),
                 ("turns", Node::Turns),
+                ("comments", Node::Comments),
             ]
             .into_iter()
             .map(|(n, node)| (n.as_bytes().to_vec(), node))
@@ -355,7 +367,10 @@ impl Control {
                 .into_iter()
                 .map(|s| (s.name.clone().into_bytes(), Node::Session(s.name)))
                 .collect(),
-            Node::Session(n) => vec![(b"log".to_vec(), Node::SessionLog(n.clone()))],
+            Node::Session(n) => vec![
+                (b"log".to_vec(), Node::SessionLog(n.clone())),
+                (b"comments".to_vec(), Node::SessionComments(n.clone())),
+            ],
             Node::Turns => {
                 let mut sessions: Vec<String> = history
                     .turns(None)?
@@ -459,6 +474,11 @@ impl Control {
                 )?,
             ),
             Node::TurnDiff(s, n) => self.run_for_content(&format!("diff --turn {s}:{n}")),
+            Node::Comments => self.run_for_content("comment list"),
+            Node::SessionComments(s) => {
+                let quoted = shlex::try_quote(s).map_err(|e| Error::Usage(e.to_string()))?;
+                self.run_for_content(&format!("comment list --session {quoted}"))
+            }
             Node::Status => self.status(),
             Node::AtPath { at, path } => self
                 .view()

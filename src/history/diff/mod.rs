@@ -13,6 +13,7 @@
 //! Where several shortest diffs exist, Myers may pick another than git's own algorithm (seen
 //! in 7 of 250 random, very repetitive files); `git apply` takes either.
 
+pub mod hunk;
 mod quote;
 mod rename;
 mod stat;

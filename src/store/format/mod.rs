@@ -9,6 +9,7 @@
 //! in the newest version and read in any. The golden-bytes tests below pin every record kind, so the
 //! format can only change on purpose.
 
+pub mod comment;
 pub mod v1;
 pub mod v2;
 pub mod v3;
@@ -19,6 +20,7 @@ use serde::de::DeserializeOwned;
 use super::Error;
 use super::keys;
 
+pub use comment::CommentRecord;
 pub use v1::{CheckpointRecord, ManifestRecord, SeenRecord, SessionRecord};
 pub use v2::{ToolRecord, TurnRecord};
 pub use v3::{ChangeRecord, EpisodeRecord, StateRecord};
@@ -141,7 +143,13 @@ macro_rules! v1_only {
     )*};
 }
 
-v1_only!(SessionRecord, CheckpointRecord, SeenRecord, TurnRecord);
+v1_only!(
+    SessionRecord,
+    CheckpointRecord,
+    SeenRecord,
+    TurnRecord,
+    CommentRecord
+);
 
 #[cfg(test)]
 mod tests;

@@ -213,3 +213,48 @@ fn bad_values_are_errors_that_name_the_key() {
     assert!(ChangeRecord::decode("changes", b"k", &[99, 1, 2]).is_err());
     assert!(SessionRecord::decode("sessions", b"k", &[2, 0]).is_err());
 }
+
+#[test]
+fn comments() {
+    let c = CommentRecord {
+        id: 7,
+        time_ns: 1_700_000_000_000_000_000,
+        uid: 1000,
+        author: "alice".into(),
+        session: "claude-ab12".into(),
+        target: comment::target::CHANGE,
+        number: 42,
+        path: Some(b"src/a.rs".to_vec()),
+        line: Some(4),
+        hunk: None,
+        text: "rename x".into(),
+        resolved: Some((2000, 1000)),
+    };
+    // Resolved at 2000 (`d00f`) by uid 1000 (`e807`), last.
+    let pinned = hex(
+        "01078080a8b1e39fe7cb17e80705616c6963650b636c617564652d61623132012a01087372632f612e72730104000872656e616d65207801d00fe807",
+    );
+    assert_eq!(c.encode(), pinned);
+    assert_eq!(CommentRecord::decode("comments", b"k", &pinned).unwrap(), c);
+
+    let open = CommentRecord {
+        id: 8,
+        time_ns: 5,
+        uid: 0,
+        author: "root".into(),
+        session: "s1".into(),
+        target: comment::target::SESSION,
+        number: 0,
+        path: None,
+        line: None,
+        hunk: Some(2),
+        text: "two\nlines".into(),
+        resolved: None,
+    };
+    let pinned = hex("0108050004726f6f740273310000000001020974776f0a6c696e657300");
+    assert_eq!(open.encode(), pinned);
+    assert_eq!(
+        CommentRecord::decode("comments", b"k", &pinned).unwrap(),
+        open
+    );
+}
