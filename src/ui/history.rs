@@ -237,6 +237,28 @@ pub fn words(verb: Verb, sel: &Selection) -> Result<Vec<String>, Refusal> {
     Ok(w)
 }
 
+/// The command line that reverts hunk `hunk` (1-based, as `rewind diff` numbers them) of `path`
+/// in the diff of a change or a turn: `rollback --change N|--turn T --path P --hunk K`.
+pub fn hunk_words(of: &Selection, path: &str, hunk: usize) -> Result<Vec<String>, Refusal> {
+    let mut w: Vec<String> = vec!["rollback".into()];
+    match (&of.change, &of.turn) {
+        (Some(id), None) => w.extend(["--change".into(), id.to_string()]),
+        (None, Some(t)) => w.extend(["--turn".into(), t.clone()]),
+        _ => {
+            return Err(Refusal::Usage(
+                "a hunk is reverted in the diff of one change or one turn".into(),
+            ));
+        }
+    }
+    w.extend([
+        "--path".into(),
+        path.to_string(),
+        "--hunk".into(),
+        hunk.to_string(),
+    ]);
+    Ok(w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

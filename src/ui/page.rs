@@ -350,7 +350,13 @@ fn file_counts(f: &FileDiff) -> (usize, usize) {
 
 /// A diff, rendered: one section per file, unified or side by side. `at`: the point whose
 /// tree shows each file whole; `rollback`: whether per-file rollback buttons make sense.
-pub fn diff(text: &str, split: bool, at: Option<&str>, truncated: bool) -> Markup {
+pub fn diff(
+    text: &str,
+    split: bool,
+    at: Option<&str>,
+    hunks_of: Option<(&str, &str)>,
+    truncated: bool,
+) -> Markup {
     let pieces = parse(text);
     let files = pieces
         .iter()
@@ -373,7 +379,7 @@ pub fn diff(text: &str, split: bool, at: Option<&str>, truncated: bool) -> Marku
         @for p in &pieces {
             @match p {
                 Piece::Note(n) => div.note { (n) },
-                Piece::File(f) => (file(f, split, at)),
+                Piece::File(f) => (file(f, split, at, hunks_of)),
             }
         }
         @if truncated {
@@ -382,7 +388,7 @@ pub fn diff(text: &str, split: bool, at: Option<&str>, truncated: bool) -> Marku
     }
 }
 
-fn file(f: &FileDiff, split: bool, at: Option<&str>) -> Markup {
+fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &str)>) -> Markup {
     let (a, d) = file_counts(f);
     let renamed = f.old != f.new;
     html! {
@@ -409,16 +415,30 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>) -> Markup {
             } @else if split {
                 table.diff.split {
                     colgroup { col.lnc; col; col.lnc; col; }
-                    @for h in &f.hunks { (split_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of)) (split_hunk(h)) }
                 }
             } @else {
                 table.diff.unified {
                     colgroup { col.lnc; col.lnc; col; }
-                    @for h in &f.hunks { (unified_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of)) (unified_hunk(h)) }
                 }
             }
             @if f.lines > MAX_FILE_LINES {
                 div.note { (f.lines - MAX_FILE_LINES) " more lines not shown: use “Whole file”." }
+            }
+        }
+    }
+}
+
+/// The button that reverts one hunk (of a change's or a turn's diff), plan first.
+fn hunk_bar(path: &str, k: usize, of: Option<(&str, &str)>) -> Markup {
+    html! {
+        @if let Some((kind, value)) = of {
+            tbody.hunkbar {
+                tr { td.code colspan="4" {
+                    button.ghost.small.danger data-plan="hunk" data-value=(k) data-of=(kind) data-ofv=(value) data-path=(path)
+                        title="Put back only this hunk (plan first)" { "Revert hunk " (k) "…" }
+                } }
             }
         }
     }

@@ -430,13 +430,18 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
             "say what to diff: id, turn, session, agent or from".into(),
         ));
     }
+    let hunks_of = match (sel.change, &sel.turn) {
+        (Some(id), _) => Some(("change", id.to_string())),
+        (None, Some(t)) => Some(("turn", t.clone())),
+        _ => None,
+    };
     let out = run(&state, history::words(Verb::Diff, &sel)?).await?;
     let split = q.view.as_deref() == Some("split");
     let truncated = out.output.len() > page::MAX_DIFF_BYTES;
     let text = String::from_utf8_lossy(&out.output[..out.output.len().min(page::MAX_DIFF_BYTES)]);
     Ok(html! {
         (page::diff_head(&title, &sub, plan.as_ref().map(|(w, v)| (*w, v.as_str())), split))
-        (page::diff(&text, split, at.as_deref(), truncated))
+        (page::diff(&text, split, at.as_deref(), hunks_of.as_ref().map(|(k, v)| (*k, v.as_str())), truncated))
     })
 }
 
@@ -499,6 +504,13 @@ struct Act {
     value: String,
     #[serde(default)]
     force: Option<String>,
+    /// A hunk's: the change or turn whose diff it is in, and the file.
+    #[serde(default)]
+    of: Option<String>,
+    #[serde(default)]
+    ofv: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
 }
 
 /// The command of a rollback button: `undo ID` or `rollback --WHAT VALUE`.
@@ -506,6 +518,30 @@ fn rollback_words(a: &Act, dry: bool) -> Result<Vec<String>, Bad> {
     let value = param(&Some(a.value.clone()), "the value")?
         .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say what to roll back".into()))?;
     let mut sel = Selection::default();
+    if a.what == "hunk" {
+        let k: usize = value
+            .parse()
+            .map_err(|_| Bad(StatusCode::BAD_REQUEST, "a hunk is a number".into()))?;
+        let ofv = param(&a.ofv, "the change or turn")?
+            .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "which change or turn?".into()))?;
+        match a.of.as_deref() {
+            Some("change") => {
+                sel.change =
+                    Some(ofv.parse().map_err(|_| {
+                        Bad(StatusCode::BAD_REQUEST, "a change id is a number".into())
+                    })?);
+            }
+            Some("turn") => sel.turn = Some(ofv),
+            _ => return Err(Bad(StatusCode::BAD_REQUEST, "of: change or turn".into())),
+        }
+        let path = path_param(&a.path)?
+            .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "which file?".into()))?;
+        let mut words = history::hunk_words(&sel, &path, k)?;
+        if dry {
+            words.push("--dry-run".into());
+        }
+        return Ok(words);
+    }
     match a.what.as_str() {
         "change" => {
             sel.change = Some(
@@ -553,10 +589,14 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     let force = a.force.as_deref() == Some("1");
     Ok(html! {
         div.plan-box {
-            h2 { "Roll back: " (a.what) " " code { (a.value) } }
+            @if a.what == "hunk" {
+                h2 { "Revert hunk " (a.value) " of " code { (a.path.as_deref().unwrap_or("")) } " in " (a.of.as_deref().unwrap_or("")) " " code { (a.ofv.as_deref().unwrap_or("")) } }
+            } @else {
+                h2 { "Roll back: " (a.what) " " code { (a.value) } }
+            }
             p.muted { "This is the dry run: the exact plan " code { (shown(&words)) } " prints. Nothing has changed yet." }
             (page::plan_lines(&text))
-            @if out.partial && !force {
+            @if out.partial && !force && a.what != "hunk" {
                 p.warn { "Some paths are skipped: someone else changed them since. "
                     button.ghost.small data-plan=(a.what) data-value=(a.value) data-force="1" { "Plan with --force" } }
             }
@@ -564,7 +604,8 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
                 button.ghost #cancel { "Cancel" }
                 @if !nothing {
                     @if mounted {
-                        button.danger #confirm data-what=(a.what) data-value=(a.value) data-force=(if force {"1"} else {""}) { "Roll back now" }
+                        button.danger #confirm data-what=(a.what) data-value=(a.value) data-force=(if force {"1"} else {""})
+                            data-of=[a.of.as_deref()] data-ofv=[a.ofv.as_deref()] data-path=[a.path.as_deref()] { "Roll back now" }
                     } @else {
                         span.muted { "Rolling back needs the mount: mount the workspace, then restart " code{"rewind ui"} "." }
                     }

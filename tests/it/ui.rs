@@ -455,6 +455,30 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     find(&c, "#detail table.split").await;
     shot(&c, "turn-diff-split.png").await;
 
+    // Revert one hunk of the turn's diff: its plan, then on confirmation.
+    find(
+        &c,
+        "#detail .file[data-path='src/lib.rs'] button[data-plan='hunk']",
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    let plan = find(&c, "#dialog ul.plan").await.text().await.unwrap();
+    assert!(
+        plan.contains("revert   src/lib.rs lines"),
+        "the hunk's plan: {plan}"
+    );
+    find(&c, "#confirm").await.click().await.unwrap();
+    find(&c, "#dialog .plan-box.done").await;
+    assert!(
+        !std::fs::read_to_string(ws.path().join("src/lib.rs"))
+            .unwrap()
+            .contains("two"),
+        "the hunk is reverted on disk"
+    );
+    find(&c, "#dialog #cancel").await.click().await.unwrap();
+
     // Roll the turn back: the plan first, then on confirmation.
     find(&c, "#detail .detail-head button[data-plan='turn']")
         .await

@@ -193,10 +193,10 @@
     if (!dialog.open) dialog.showModal();
   }
 
-  async function plan(what, value, force) {
+  async function plan(what, value, force, extra) {
     openDialog('<div class="plan-box"><p class="muted">Planning…</p></div>');
     try {
-      openDialog(await post("/act/plan", { what, value, force: force ? "1" : "" }));
+      openDialog(await post("/act/plan", { what, value, force: force ? "1" : "", ...(extra || {}) }));
       const c = $("#confirm");
       if (c) c.focus();
     } catch (e) {
@@ -211,6 +211,7 @@
     try {
       openDialog(await post("/act/rollback", {
         what: btn.dataset.what, value: btn.dataset.value, force: btn.dataset.force,
+        ...Object.fromEntries(["of", "ofv", "path"].filter((k) => btn.dataset[k] !== undefined).map((k) => [k, btn.dataset[k]])),
       }));
       toast("Rolled back");
       liveRows();
@@ -228,7 +229,9 @@
     let x;
     if ((x = el("[data-plan]"))) {
       ev.preventDefault();
-      plan(x.dataset.plan, x.dataset.value, x.dataset.force === "1");
+      const extra = {};
+      for (const k of ["of", "ofv", "path"]) if (x.dataset[k] !== undefined) extra[k] = x.dataset[k];
+      plan(x.dataset.plan, x.dataset.value, x.dataset.force === "1", extra);
     } else if ((x = el("#confirm"))) {
       confirmRollback(x);
     } else if (el("#cancel")) {
