@@ -259,6 +259,21 @@ pub fn hunk_words(of: &Selection, path: &str, hunk: usize) -> Result<Vec<String>
     Ok(w)
 }
 
+/// The command line that leaves a reviewer's comment on hunk `hunk` of `path` in the diff of a
+/// change or a turn: `comment add --change N|--turn T --path P --hunk K -- TEXT`.
+pub fn comment_words(
+    of: &Selection,
+    path: &str,
+    hunk: usize,
+    text: &str,
+) -> Result<Vec<String>, Refusal> {
+    let mut w = hunk_words(of, path, hunk)?;
+    w[0] = "add".into();
+    w.insert(0, "comment".into());
+    w.extend(["--".into(), text.to_string()]);
+    Ok(w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,6 +50,7 @@ pub fn index(l: &Layout<'_>, sidebar: Markup, timeline: Markup) -> Markup {
                         button type="button" #clear.ghost { "Clear" }
                     }
                     div.actions {
+                        button #comments.ghost title="Reviewers' open comments, as agents read them" { "Comments" }
                         button #checkpoint.ghost title="Name this moment to roll back to later" { "+ Checkpoint" }
                         button #help.ghost title="Keyboard shortcuts (?)" { "?" }
                     }
@@ -438,6 +439,9 @@ fn hunk_bar(path: &str, k: usize, of: Option<(&str, &str)>) -> Markup {
                 tr { td.code colspan="4" {
                     button.ghost.small.danger data-plan="hunk" data-value=(k) data-of=(kind) data-ofv=(value) data-path=(path)
                         title="Put back only this hunk (plan first)" { "Revert hunk " (k) "…" }
+                    " "
+                    button.ghost.small data-comment=(k) data-of=(kind) data-ofv=(value) data-path=(path)
+                        title="A note for the agent, on this hunk (it reads open comments over MCP and in .rewind/comments)" { "Comment…" }
                 } }
             }
         }

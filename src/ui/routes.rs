@@ -46,6 +46,8 @@ pub fn router(state: Shared) -> Router {
         .route("/act/plan", post(plan))
         .route("/act/rollback", post(rollback))
         .route("/act/checkpoint", post(checkpoint))
+        .route("/act/comment", post(comment))
+        .route("/frag/comments", get(comments))
         .layer(DefaultBodyLimit::max(16 * 1024))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -650,6 +652,55 @@ async fn checkpoint(State(state): State<Shared>, Form(c): Form<NewCheckpoint>) -
     let out = run(&state, vec!["checkpoint".into(), name]).await?;
     Ok(page::message(
         "Checkpoint",
+        &String::from_utf8_lossy(&out.output),
+    ))
+}
+
+#[derive(Deserialize)]
+struct NewComment {
+    of: String,
+    ofv: String,
+    path: String,
+    hunk: usize,
+    text: String,
+}
+
+/// A reviewer's comment on a hunk: `rewind comment add`.
+async fn comment(State(state): State<Shared>, Form(c): Form<NewComment>) -> Html {
+    let ofv = param(&Some(c.ofv), "the change or turn")?
+        .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "which change or turn?".into()))?;
+    let mut sel = Selection::default();
+    match c.of.as_str() {
+        "change" => {
+            sel.change = Some(
+                ofv.parse()
+                    .map_err(|_| Bad(StatusCode::BAD_REQUEST, "a change id is a number".into()))?,
+            );
+        }
+        "turn" => sel.turn = Some(ofv),
+        _ => return Err(Bad(StatusCode::BAD_REQUEST, "of: change or turn".into())),
+    }
+    let path = path_param(&Some(c.path))?
+        .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "which file?".into()))?;
+    let text = c.text.trim();
+    if text.is_empty() || text.len() > 16 * 1024 {
+        return Err(Bad(
+            StatusCode::BAD_REQUEST,
+            "a comment is 1 byte to 16 KiB of text".into(),
+        ));
+    }
+    let out = run(&state, history::comment_words(&sel, &path, c.hunk, text)?).await?;
+    Ok(page::message(
+        "Comment",
+        &String::from_utf8_lossy(&out.output),
+    ))
+}
+
+/// The open comments: `rewind comment list`.
+async fn comments(State(state): State<Shared>) -> Html {
+    let out = run(&state, vec!["comment".into(), "list".into()]).await?;
+    Ok(page::message(
+        "Open comments",
         &String::from_utf8_lossy(&out.output),
     ))
 }

@@ -242,6 +242,22 @@ fn ui_refuses_requests_without_the_token_or_from_elsewhere() {
         let (s, r) = ui.get(&path, "");
         assert_eq!(s, want, "{}: {r}", &path[..path.len().min(60)]);
     }
+    // A reviewer's comment on a hunk of the turn's diff, kept by `rewind comment`.
+    let (s, r) = ui.post(
+        "/act/comment",
+        "of=turn&ofv=s1:1&path=greet.rs&hunk=1&text=Too+loud%3B+keep+it+lower+case",
+        &with_csrf,
+    );
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = ui.get("/frag/comments", "");
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("Too loud; keep it lower case"), "{r}");
+    let (s, _) = ui.post(
+        "/act/comment",
+        "of=turn&ofv=s1:1&path=greet.rs&hunk=9&text=x",
+        &with_csrf,
+    );
+    assert_eq!(s, 400, "no hunk 9");
     let (s, _) = ui.post("/act/plan", "what=nonsense&value=1", &with_csrf);
     assert_eq!(s, 400);
     let (s, _) = ui.post(

@@ -266,6 +266,12 @@
       show("/frag/file?" + p);
     } else if ((x = el("[data-tree-at]"))) {
       show("/frag/tree?" + new URLSearchParams({ at: x.dataset.treeAt, dir: x.dataset.dir || "" }));
+    } else if ((x = el("[data-comment]"))) {
+      const text = prompt(`Comment on hunk ${x.dataset.comment} of ${x.dataset.path} (the agent reads it):`);
+      if (text && text.trim()) post("/act/comment", {
+        of: x.dataset.of, ofv: x.dataset.ofv, path: x.dataset.path, hunk: x.dataset.comment, text,
+      }).then((html) => { const d = document.createElement("div"); d.innerHTML = html; toast(d.textContent.trim()); },
+        (e) => toast(e.message, true));
     } else if ((x = el("[data-diff-from]"))) {
       showDiff("from=" + encodeURIComponent(x.dataset.diffFrom));
     } else if (el("#t-diff") || el("#t-back")) {
@@ -281,6 +287,9 @@
       if (name) post("/act/checkpoint", { name }).then(
         (html) => { const d = document.createElement("div"); d.innerHTML = html; toast(d.textContent.trim()); },
         (e) => toast(e.message, true));
+    } else if (el("#comments")) {
+      current = null;
+      show("/frag/comments");
     } else if (el("#help")) {
       help();
     }
