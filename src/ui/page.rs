@@ -416,12 +416,12 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &st
             } @else if split {
                 table.diff.split {
                     colgroup { col.lnc; col; col.lnc; col; }
-                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of)) (split_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of, 4)) (split_hunk(h)) }
                 }
             } @else {
                 table.diff.unified {
                     colgroup { col.lnc; col.lnc; col; }
-                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of)) (unified_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of, 3)) (unified_hunk(h)) }
                 }
             }
             @if f.lines > MAX_FILE_LINES {
@@ -432,11 +432,11 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &st
 }
 
 /// The button that reverts one hunk (of a change's or a turn's diff), plan first.
-fn hunk_bar(path: &str, k: usize, of: Option<(&str, &str)>) -> Markup {
+fn hunk_bar(path: &str, k: usize, of: Option<(&str, &str)>, cols: u8) -> Markup {
     html! {
         @if let Some((kind, value)) = of {
             tbody.hunkbar {
-                tr { td.code colspan="4" {
+                tr { td.code colspan=(cols) {
                     button.ghost.small.danger data-plan="hunk" data-value=(k) data-of=(kind) data-ofv=(value) data-path=(path)
                         title="Put back only this hunk (plan first)" { "Revert hunk " (k) "…" }
                     " "
