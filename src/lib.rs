@@ -18,7 +18,7 @@
 //!   indexes. It knows nothing about files.
 //!
 //! Beside them: [`agent`] (agents' hook configurations and payloads), [`export`] (a selection
-//! as git commits), [`mcp`] (the MCP server), [`config`] (`rewind.toml`), [`logging`].
+//! as git commits), [`mcp`] (the MCP server), [`config`] (`rewind.toml`), [`logging`], [`ui`] (the review page, `rewind ui`).
 //!
 //! `docs/design.md` has the change model, the key schema, the inode model, the lock order and
 //! the crash semantics.
@@ -34,3 +34,4 @@ pub mod history;
 pub mod logging;
 pub mod mcp;
 pub mod store;
+pub mod ui;

@@ -13,6 +13,7 @@ mod mcp;
 mod mount;
 mod run;
 mod status;
+mod ui;
 mod unmount;
 mod watch;
 
@@ -88,6 +89,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Mcp(_) => mcp::run(&cwd),
         Command::Completions(args) => manual::completions(args),
         Command::Man(_) => manual::man(),
+        Command::Ui(args) => ui::run(&cwd, args),
         _ => history::run(&cwd, &cli.command),
     }
 }

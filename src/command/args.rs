@@ -166,3 +166,16 @@ pub struct WatchArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// Serve the review page for this workspace on 127.0.0.1: the timeline of sessions, agent
+/// turns and changes (live while mounted), their diffs, the tree at any point, and rollback
+/// with its plan shown first. Prints the page's address, with its secret token, first.
+#[derive(Debug, Args)]
+pub struct UiArgs {
+    /// The port (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Do not open the browser.
+    #[arg(long)]
+    pub no_open: bool,
+}

@@ -73,6 +73,7 @@ pub enum Command {
     Status(StatusArgs),
     Gc(gc::GcArgs),
     Watch(WatchArgs),
+    Ui(UiArgs),
     /// Attribute a process and its children to a session (the writer of .rewind/ctl, or the
     /// shell a `rewind session` runs in).
     #[command(subcommand)]
@@ -115,7 +116,7 @@ impl Command {
             Command::Export(_) | Command::Agent(_) | Command::Mount(_) | Command::Unmount(_) => {
                 true
             }
-            Command::Run(_) | Command::Hook(_) | Command::Mcp(_) => true,
+            Command::Run(_) | Command::Hook(_) | Command::Mcp(_) | Command::Ui(_) => true,
             _ => false,
         }
     }
@@ -145,6 +146,7 @@ impl Command {
             Command::Status(_) => "status",
             Command::Gc(_) => "gc",
             Command::Watch(_) => "watch",
+            Command::Ui(_) => "ui",
             Command::Session(_) => "session",
             Command::Sync { .. } => "sync",
             Command::Turn(_) => "turn",

@@ -22,3 +22,4 @@ mod store;
 mod store_place;
 mod trust;
 mod turns;
+mod ui;

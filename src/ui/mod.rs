@@ -1,0 +1,117 @@
+//! `rewind ui`: the review page. An HTTP server on loopback (axum on tokio) that renders HTML
+//! on the server (maud) from the output of the CLI's own commands ([`history`]), with a little
+//! JavaScript for live updates, keyboard moves and dialogs. Everything it serves is embedded in
+//! the binary.
+//!
+//! Security ([`guard`]): loopback only; a secret token on every request (`?token=` once, then
+//! an `HttpOnly; SameSite=Strict` cookie); the `Host` must be the address served and a foreign
+//! `Origin` is refused (DNS rebinding, cross-site requests); actions are POSTs that also carry a
+//! CSRF token taken from the page.
+
+mod guard;
+pub mod history;
+mod page;
+mod routes;
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use self::history::Backend;
+
+/// What every request handler shares.
+pub struct State {
+    pub backend: Backend,
+    pub addr: SocketAddr,
+    pub token: String,
+    pub csrf: String,
+    /// Each change recorded while the page is served, as `.rewind/events` gives it (JSON).
+    pub events: broadcast::Sender<String>,
+}
+
+pub type Shared = Arc<State>;
+
+/// A secret of 32 random bytes, hex.
+fn secret() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Serve the page until interrupted. Prints the URL (with the token) as the first line.
+pub fn serve(backend: Backend, port: u16, open: bool) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the server: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let token = secret().map_err(|e| format!("no randomness for the token: {e}"))?;
+        let csrf = secret().map_err(|e| format!("no randomness for the token: {e}"))?;
+        let (events, _) = broadcast::channel(1024);
+        if let Some(path) = backend.events_path() {
+            follow_events(path, events.clone());
+        }
+        let state = Arc::new(State {
+            backend,
+            addr,
+            token,
+            csrf,
+            events,
+        });
+        let url = format!("http://{addr}/?token={}", state.token);
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{url}");
+        let _ = writeln!(
+            out,
+            "rewind ui: serving {} ({}); Ctrl-C to stop",
+            state.backend.workspace().display(),
+            if state.backend.mounted() {
+                "mounted: live"
+            } else {
+                "not mounted: read-only"
+            }
+        );
+        let _ = out.flush();
+        drop(out);
+        if open {
+            open_browser(&url);
+        }
+        let app = routes::router(state);
+        axum::serve(listener, app)
+            .await
+            .map_err(|e| format!("the server failed: {e}"))
+    })
+}
+
+/// Open the page in the browser, if there is a way to; never fails.
+fn open_browser(url: &str) {
+    let _ = std::process::Command::new("xdg-open")
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+/// Read `.rewind/events` on a thread of its own and pass each line on to the pages listening.
+fn follow_events(path: std::path::PathBuf, tx: broadcast::Sender<String>) {
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let Ok(f) = std::fs::File::open(&path) else {
+            tracing::warn!("cannot open {}: the page will not be live", path.display());
+            return;
+        };
+        for line in std::io::BufReader::new(f).lines() {
+            let Ok(line) = line else { break };
+            // No page listening is not an error.
+            let _ = tx.send(line);
+        }
+    });
+}

@@ -1,0 +1,610 @@
+//! `rewind ui`: the review page, over real HTTP and in a real browser (headless Chromium driven
+//! through chromedriver), against a real mount.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use fantoccini::{ClientBuilder, Locator};
+
+use crate::common::{Workspace, wait_for};
+
+/// A running `rewind ui --no-open`, stopped on drop.
+struct Ui {
+    child: Child,
+    /// Its output, kept open while it runs.
+    _out: BufReader<std::process::ChildStdout>,
+    url: String,
+    port: u16,
+    token: String,
+}
+
+impl Ui {
+    fn start(ws: &Workspace) -> Ui {
+        let mut child = ws
+            .command(&["-C"])
+            .arg(ws.path())
+            .args(["ui", "--no-open"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut first).unwrap();
+        let url = first.trim().to_string();
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
+            "the first line is the URL with the token: {url:?}"
+        );
+        let port = url["http://127.0.0.1:".len()..]
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let token = url.split("token=").nth(1).unwrap().to_string();
+        Ui {
+            child,
+            _out: out,
+            url,
+            port,
+            token,
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A raw HTTP/1.1 request: its status and the whole response.
+    fn http(&self, request: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (status, text)
+    }
+
+    fn get(&self, path: &str, extra: &str) -> (u16, String) {
+        self.http(&format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: rewind_ui={}\r\n{extra}Connection: close\r\n\r\n",
+            self.host(),
+            self.token
+        ))
+    }
+
+    fn post(&self, path: &str, body: &str, extra: &str) -> (u16, String) {
+        self.http(&format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nCookie: rewind_ui={}\r\n{extra}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.host(),
+            self.token,
+            body.len()
+        ))
+    }
+
+    fn csrf(&self) -> String {
+        let (_, page) = self.get("/", "");
+        let at = page.find("name=\"rewind-csrf\" content=\"").unwrap() + 28;
+        page[at..at + 64].to_string()
+    }
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ctl(ws: &Workspace, line: &str) {
+    std::fs::write(ws.path().join(".rewind/ctl"), format!("{line}\n")).unwrap();
+}
+
+/// A little history: a turn of an agent that changes a file, then a person's change.
+fn some_history(ws: &Workspace) {
+    std::fs::write(
+        ws.path().join("greet.rs"),
+        "fn main() {\n    println!(\"hello\");\n}\n",
+    )
+    .unwrap();
+    std::fs::create_dir(ws.path().join("src")).unwrap();
+    std::fs::write(
+        ws.path().join("src/lib.rs"),
+        "pub fn one() -> u32 {\n    1\n}\n",
+    )
+    .unwrap();
+    ctl(
+        ws,
+        "turn begin --session s1 --agent claude --prompt 'Make the greeting louder'",
+    );
+    let out = ws
+        .command(&["run", "--session", "s1", "--agent", "claude", "--", "sh", "-c"])
+        .arg(
+            "printf 'fn main() {\\n    println!(\"HELLO, WORLD!\");\\n}\\n' > greet.rs && \
+             printf 'pub fn one() -> u32 {\\n    1\\n}\\n\\npub fn two() -> u32 {\\n    2\\n}\\n' > src/lib.rs",
+        )
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ctl(ws, "turn end --session s1");
+    let out = ws
+        .command(&["sync"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ui_refuses_requests_without_the_token_or_from_elsewhere() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    let ui = Ui::start(&ws);
+    let host = ui.host();
+
+    // No token, a wrong token.
+    let (s, _) = ui.http(&format!(
+        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    assert_eq!(s, 401);
+    let (s, _) = ui.http(&format!(
+        "GET /frag/diff?id=1 HTTP/1.1\r\nHost: {host}\r\nCookie: rewind_ui=00{}\r\nConnection: close\r\n\r\n",
+        &ui.token[2..]
+    ));
+    assert_eq!(s, 401);
+    let (s, _) = ui.http(&format!(
+        "GET /?token=abc HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    ));
+    assert_eq!(s, 401);
+    // The token is traded for a cookie scripts cannot read and other sites do not send.
+    let (s, r) = ui.http(&format!(
+        "GET /?token={} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+        ui.token
+    ));
+    assert_eq!(s, 303, "{r}");
+    let cookie = r
+        .lines()
+        .find(|l| l.to_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {r}"));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    // DNS rebinding: the right token with another name for the host.
+    for bad_host in [
+        format!("evil.example:{}", ui.port),
+        format!("localhost:{}", ui.port),
+        "127.0.0.1:1".to_string(),
+    ] {
+        let (s, _) = ui.http(&format!(
+            "GET / HTTP/1.1\r\nHost: {bad_host}\r\nCookie: rewind_ui={}\r\nConnection: close\r\n\r\n",
+            ui.token
+        ));
+        assert_eq!(s, 421, "Host {bad_host}");
+    }
+    // A foreign Origin, even with the cookie.
+    let (s, _) = ui.get("/frag/changes", "Origin: http://evil.example\r\n");
+    assert_eq!(s, 403);
+    // Good requests.
+    let (s, page) = ui.get("/", "");
+    assert_eq!(s, 200, "{page}");
+    assert!(page.contains("greet.rs"), "{page}");
+    // Actions: POST only, from the page's origin, with its CSRF token.
+    let origin = format!("Origin: http://{host}\r\n");
+    let (s, _) = ui.get("/act/rollback", "");
+    assert_eq!(s, 405);
+    let (s, _) = ui.post("/act/plan", "what=change&value=1", &origin);
+    assert_eq!(s, 403, "no CSRF token");
+    let (s, _) = ui.post("/act/plan", "what=change&value=1", "");
+    assert_eq!(s, 403, "no Origin");
+    let csrf = ui.csrf();
+    let with_csrf = format!("{origin}x-rewind-csrf: {csrf}\r\n");
+    let (s, r) = ui.post("/act/plan", "what=change&value=1", &with_csrf);
+    assert_eq!(s, 200, "{r}");
+    assert!(
+        r.contains("dry run") || r.contains("nothing to roll back"),
+        "{r}"
+    );
+    // Bad input: a clear 4xx, and the server goes on.
+    for (path, want) in [
+        ("/frag/diff?id=999999".to_string(), 400),
+        ("/frag/diff?id=abc".to_string(), 400),
+        ("/frag/diff".to_string(), 400),
+        ("/frag/file?path=../../etc/passwd".to_string(), 400),
+        ("/frag/file?path=/etc/passwd".to_string(), 400),
+        ("/frag/tree?at=..&dir=".to_string(), 400),
+        ("/frag/tree?at=1&dir=a/../../x".to_string(), 400),
+        (format!("/frag/changes?q={}", "x".repeat(9000)), 414),
+        (format!("/frag/changes?q={}", "x".repeat(2000)), 400),
+        ("/frag/stats?ids=1,x".to_string(), 400),
+        ("/nothing-here".to_string(), 404),
+    ] {
+        let (s, r) = ui.get(&path, "");
+        assert_eq!(s, want, "{}: {r}", &path[..path.len().min(60)]);
+    }
+    // A reviewer's comment on a hunk of the turn's diff, kept by `rewind comment`.
+    let (s, r) = ui.post(
+        "/act/comment",
+        "of=turn&ofv=s1:1&path=greet.rs&hunk=1&text=Too+loud%3B+keep+it+lower+case",
+        &with_csrf,
+    );
+    assert_eq!(s, 200, "{r}");
+    let (s, r) = ui.get("/frag/comments", "");
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("Too loud; keep it lower case"), "{r}");
+    let (s, _) = ui.post(
+        "/act/comment",
+        "of=turn&ofv=s1:1&path=greet.rs&hunk=9&text=x",
+        &with_csrf,
+    );
+    assert_eq!(s, 400, "no hunk 9");
+    let (s, _) = ui.post("/act/plan", "what=nonsense&value=1", &with_csrf);
+    assert_eq!(s, 400);
+    let (s, _) = ui.post(
+        "/act/plan",
+        &format!("what=file&value={}", "a".repeat(20_000)),
+        &with_csrf,
+    );
+    assert!((400..500).contains(&s), "{s}");
+    let (s, _) = ui.get("/frag/changes", "");
+    assert_eq!(s, 200, "still serving");
+}
+
+#[test]
+fn ui_unmounted_is_read_only() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    ws.unmount();
+    let ui = Ui::start(&ws);
+    let (s, page) = ui.get("/", "");
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("read-only") && page.contains("greet.rs"),
+        "{page}"
+    );
+    let (s, diff) = ui.get("/frag/diff?turn=s1:1", "");
+    assert_eq!(s, 200, "{diff}");
+    assert!(diff.contains("HELLO, WORLD!"), "{diff}");
+    // Between two points: the whole tree compared.
+    let (s, diff) = ui.get("/frag/diff?from=1&to=5", "");
+    assert_eq!(s, 200, "{diff}");
+    assert!(
+        diff.contains("src/lib.rs") && diff.contains("pub fn two"),
+        "{diff}"
+    );
+    let with_csrf = format!(
+        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+        ui.host(),
+        ui.csrf()
+    );
+    let (s, r) = ui.post("/act/plan", "what=turn&value=s1:1", &with_csrf);
+    assert_eq!(s, 200, "{r}");
+    assert!(
+        r.contains("needs the mount"),
+        "the plan shows, the button explains: {r}"
+    );
+    let (s, r) = ui.post("/act/rollback", "what=turn&value=s1:1", &with_csrf);
+    assert_eq!(s, 409, "{r}");
+    assert!(r.contains("not mounted"), "{r}");
+}
+
+/// chromedriver on a free port, stopped on drop.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+            assert!(
+                Path::new(tool).exists(),
+                "{tool} is missing: the review page is tested in a real browser; install Debian's \
+                 chromium and chromium-driver (REWIND_TEST=1 scripts/setup does)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("/usr/bin/chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(30, || TcpStream::connect(("127.0.0.1", port)).is_ok()),
+            "chromedriver did not start"
+        );
+        Driver { child, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn browser(driver: &Driver, dark: bool) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    let mut args = vec![
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1600,950",
+    ];
+    if dark {
+        args.push("--force-dark-mode");
+        args.push("--blink-settings=preferredColorScheme=0");
+    }
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({ "binary": "/usr/bin/chromium", "args": args }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("chromedriver session")
+}
+
+async fn shot(c: &fantoccini::Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(screenshots().join(name), png).unwrap();
+}
+
+/// Wait (bounded) for an element; panic with the page's text if it never comes.
+async fn find(c: &fantoccini::Client, css: &str) -> fantoccini::elements::Element {
+    match c
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            let body = c
+                .find(Locator::Css("body"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap_or_default();
+            panic!("{css} never showed ({e}); the page says:\n{body}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ui_in_a_browser_live_turn_diff_and_rollback() {
+    let driver = Driver::start();
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    let ui = Ui::start(&ws);
+    let c = browser(&driver, false).await;
+    c.goto(&ui.url).await.unwrap();
+    find(&c, "li.change[data-path='greet.rs']").await;
+    find(&c, "li.turn[data-turn='s1:1']").await;
+    // Line stats on the listed changes.
+    find(&c, "li.change span.stat.done .add").await;
+
+    // Live: a change made in the mount shows up without a reload.
+    std::fs::write(
+        ws.path().join("notes.md"),
+        "# Notes\n\nwritten while the page was open\n",
+    )
+    .unwrap();
+    find(&c, "li.change[data-path='notes.md']").await;
+    find(&c, "#files li.fpath").await;
+    find(&c, "li.change[data-path='notes.md'] span.stat.done .add").await;
+    shot(&c, "timeline.png").await;
+    // A change's diff beside the whole timeline.
+    find(&c, "li.change[data-path='src/lib.rs']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "#detail .file[data-path='src/lib.rs'] .hljs-keyword").await;
+    shot(&c, "overview.png").await;
+    // The keyboard: `]` goes to the next turn, and shows its diff.
+    c.execute(
+        "document.body.dispatchEvent(new KeyboardEvent('keydown', {key: ']', bubbles: true}))",
+        vec![],
+    )
+    .await
+    .unwrap();
+    find(&c, "li.turn.selected[data-turn='s1:1']").await;
+    find(&c, "#detail .file[data-path='greet.rs']").await;
+
+    // A turn's diff.
+    find(&c, "li.turn[data-turn='s1:1']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "#detail .file[data-path='greet.rs']").await;
+    let text = find(&c, "#detail").await.text().await.unwrap();
+    assert!(
+        text.contains("HELLO, WORLD!") && text.contains("Turn s1:1"),
+        "{text}"
+    );
+    shot(&c, "turn-diff.png").await;
+    // Side by side.
+    find(&c, "#detail button[data-view='split']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "#detail table.split").await;
+    shot(&c, "turn-diff-split.png").await;
+
+    // Revert one hunk of the turn's diff: its plan, then on confirmation.
+    find(
+        &c,
+        "#detail .file[data-path='src/lib.rs'] button[data-plan='hunk']",
+    )
+    .await
+    .click()
+    .await
+    .unwrap();
+    let plan = find(&c, "#dialog ul.plan").await.text().await.unwrap();
+    assert!(
+        plan.contains("revert   src/lib.rs lines"),
+        "the hunk's plan: {plan}"
+    );
+    find(&c, "#confirm").await.click().await.unwrap();
+    find(&c, "#dialog .plan-box.done").await;
+    assert!(
+        !std::fs::read_to_string(ws.path().join("src/lib.rs"))
+            .unwrap()
+            .contains("two"),
+        "the hunk is reverted on disk"
+    );
+    find(&c, "#dialog #cancel").await.click().await.unwrap();
+
+    // Roll the turn back: the plan first, then on confirmation.
+    find(&c, "#detail .detail-head button[data-plan='turn']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let plan = find(&c, "#dialog ul.plan").await.text().await.unwrap();
+    assert!(
+        plan.contains("revert   greet.rs") && plan.contains("dry run"),
+        "the CLI's plan: {plan}"
+    );
+    shot(&c, "plan.png").await;
+    assert!(
+        std::fs::read_to_string(ws.path().join("greet.rs"))
+            .unwrap()
+            .contains("HELLO"),
+        "the plan changed nothing"
+    );
+    find(&c, "#confirm").await.click().await.unwrap();
+    find(&c, "#dialog .plan-box.done").await;
+    let done = find(&c, "#dialog").await.text().await.unwrap();
+    assert!(
+        done.contains("Rolled back") && done.contains("Undo this rollback"),
+        "{done}"
+    );
+    shot(&c, "rolled-back.png").await;
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("greet.rs")).unwrap(),
+        "fn main() {\n    println!(\"hello\");\n}\n",
+        "the file on disk is restored"
+    );
+    // The page shows the rollback: its changes arrive in the timeline.
+    find(&c, "#dialog #cancel").await.click().await.unwrap();
+    // The turn is marked rolled back, and with the filter cleared the rollback's own changes
+    // are in the timeline.
+    find(&c, "li.turn[data-turn='s1:1'] .undone").await;
+    find(&c, "#clear").await.click().await.unwrap();
+    let rolled = c
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::XPath(
+            "//li[contains(@class,'change')][@data-path='greet.rs']//span[@class='session'][starts-with(text(),'rollback-')]",
+        ))
+        .await;
+    assert!(
+        rolled.is_ok(),
+        "the rollback's change shows in the timeline"
+    );
+
+    // The tree at a point, and a file as it was.
+    let input = find(&c, "#travel input[name='at']").await;
+    input.send_keys("3").await.unwrap();
+    find(&c, "#travel button").await.click().await.unwrap();
+    find(&c, "ul.tree li.fileent[data-whole='greet.rs']").await;
+    find(&c, "ul.tree li.dir[data-dir='src']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "ul.tree li.fileent[data-whole='src/lib.rs']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let file = find(&c, "#detail .file").await.text().await.unwrap();
+    assert!(file.contains("pub fn one"), "{file}");
+    shot(&c, "tree-at-point.png").await;
+    c.close().await.unwrap();
+
+    // Dark mode, for the eye.
+    let c = browser(&driver, true).await;
+    c.goto(&ui.url).await.unwrap();
+    find(&c, "li.turn[data-turn='s1:1']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    find(&c, "#detail .file").await;
+    shot(&c, "dark-turn-diff.png").await;
+    c.close().await.unwrap();
+}
+
+#[test]
+fn ui_shows_binary_and_huge_files_sensibly() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut bin = vec![0u8, 1, 2, 3, 0xff];
+    bin.extend(std::iter::repeat_n(0u8, 4096));
+    std::fs::write(ws.path().join("logo.png"), &bin).unwrap();
+    let huge: String = (0..30_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.path().join("big.txt"), &huge).unwrap();
+    let out = ws
+        .command(&["sync"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ui = Ui::start(&ws);
+    let (s, r) = ui.get("/frag/diff?id=1", "");
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("Binary file: not shown"), "{r}");
+    let (s, r) = ui.get("/frag/diff?id=2", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("more lines not shown"), "a huge diff is cut");
+    assert!(r.len() < 2_000_000, "{} bytes for one page", r.len());
+    // The whole file, on demand, is cut too.
+    let (s, r) = ui.get("/frag/file?path=big.txt&at=2", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("line 19999") && r.contains("more lines not shown"));
+    let (s, r) = ui.get("/frag/file?path=logo.png", "");
+    assert_eq!(s, 200);
+    assert!(r.contains("Binary file"), "{r}");
+}
