@@ -330,10 +330,10 @@ pub fn export(view: &View<'_>, repo: &Path, selected: &[Change], branch: &str) -
         });
     }
     if !out.status.success() {
-        return Err(Error::Usage(format!(
-            "git fast-import failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Git {
+            what: "fast-import",
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(Exported {
         branch: branch.to_string(),

@@ -228,7 +228,7 @@ impl Actor for LocalActor<'_> {
     }
 
     fn rollback(&self, _plan: &Plan) -> Result<Applied> {
-        Err(Error::Usage("a rollback runs in the daemon".into()))
+        Err(Error::NeedsMount("a rollback".into()))
     }
 
     fn open_writers(&self) -> Vec<Writer> {
@@ -237,9 +237,6 @@ impl Actor for LocalActor<'_> {
     }
 
     fn plumbing(&self, command: &Command, _caller: u32) -> Result<String> {
-        Err(Error::Usage(format!(
-            "`rewind {}` talks to the daemon; mount the workspace first",
-            command.name()
-        )))
+        Err(Error::NeedsMount(format!("`rewind {}`", command.name())))
     }
 }

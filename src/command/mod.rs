@@ -165,32 +165,54 @@ pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Resul
     })
 }
 
+/// Why a `.rewind/ctl` line is not a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("unbalanced quotes in the command")]
+    Unbalanced,
+    #[error("an empty command; see .rewind/README")]
+    Empty,
+    /// What the grammar says is wrong (clap's message, without its `error: `).
+    #[error("{0}")]
+    Grammar(String),
+    #[error("`{0}` with --dry-run would still change something here; refused")]
+    DryRunWouldAct(&'static str),
+}
+
 /// A `.rewind/ctl` line: the words after `rewind`, split as a shell would (quotes work).
-pub fn parse_line(line: &str) -> Result<Cli, String> {
-    let words = shlex::split(line).ok_or("unbalanced quotes in the command")?;
+pub fn parse_line(line: &str) -> Result<Cli, LineError> {
+    let words = shlex::split(line).ok_or(LineError::Unbalanced)?;
     if words.is_empty() {
-        return Err("an empty command; see .rewind/README".into());
+        return Err(LineError::Empty);
     }
+    let asks_dry_run = asks_for_dry_run(&words);
     let parsed =
         Cli::try_parse_from(std::iter::once("rewind".to_string()).chain(words)).map_err(|e| {
             // clap begins its message with `error: `; whoever shows it adds its own.
             let text = e.render().to_string();
             let text = text.trim_end();
-            text.strip_prefix("error: ").unwrap_or(text).to_string()
+            LineError::Grammar(text.strip_prefix("error: ").unwrap_or(text).to_string())
         })?;
-    // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn
-    // and tool lines (written by `rewind hook`) have no dry-run mode and carry an agent's free
-    // text: a prompt that mentions --dry-run is a value there, and must still begin its turn.
-    if line.contains("--dry-run")
+    // Whatever the parser made of it, a line with the word --dry-run never changes anything
+    // (a verb without the flag might have taken it as a value). Turn and tool lines (written
+    // by `rewind hook`) have no dry-run mode and carry an agent's free text: a prompt that is
+    // --dry-run is a value there, and must still begin its turn.
+    if asks_dry_run
         && parsed.command.changes_something()
         && !matches!(parsed.command, Command::Turn(_) | Command::Tool(_))
     {
-        return Err(format!(
-            "`{}` with --dry-run would still change something here; refused",
-            parsed.command.name()
-        ));
+        return Err(LineError::DryRunWouldAct(parsed.command.name()));
     }
     Ok(parsed)
+}
+
+/// Whether the words (split as a shell would) include the flag `--dry-run` before any `--`:
+/// a quoted argument that merely mentions it is not asking for one.
+fn asks_for_dry_run(words: &[String]) -> bool {
+    words
+        .iter()
+        .take_while(|w| *w != "--")
+        .any(|w| w == "--dry-run" || w.starts_with("--dry-run="))
 }
 
 #[cfg(test)]
@@ -219,7 +241,6 @@ mod tests {
         for line in [
             "checkpoint x --dry-run",
             "rollback --session \"--dry-run\"",
-            "rollback --file=--dry-run",
             "session start --dry-run",
             "gc --keep 1d --dry-run",
             "rollback --since 3 -- --dry-run",
@@ -228,6 +249,25 @@ mod tests {
                 assert!(!cli.command.changes_something(), "{line} would act");
             }
         }
+    }
+
+    #[test]
+    fn a_dry_run_mentioned_in_a_value_is_not_asked_for() {
+        for line in [
+            "rollback --file \"notes on --dry-run.txt\"",
+            "rollback --file=--dry-run",
+            "rollback --session 'fix --dry-run'",
+        ] {
+            let cli = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(cli.command.changes_something(), "{line}");
+        }
+        // The flag itself, where the verb has none: refused by the grammar.
+        assert!(matches!(
+            parse_line("session start x --dry-run"),
+            Err(LineError::Grammar(_))
+        ));
+        assert!(matches!(parse_line("\"x"), Err(LineError::Unbalanced)));
+        assert!(matches!(parse_line("  "), Err(LineError::Empty)));
     }
 
     #[test]
@@ -271,7 +311,7 @@ mod tests {
                 line.push(if (seed >> i) & 1 == 0 { ' ' } else { '\t' });
             }
             if let Ok(cli) = parse_line(&line)
-                && line.contains("--dry-run")
+                && asks_for_dry_run(&shlex::split(&line).unwrap_or_default())
             {
                 assert!(!cli.command.changes_something(), "{line:?} would act");
             }

@@ -146,8 +146,11 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     };
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
-    let session = fuser::Session::new(fs, &config.workspace, &fuse)
-        .map_err(|e| Error::Usage(format!("cannot mount {}: {e}", config.workspace.display())))?;
+    let session =
+        fuser::Session::new(fs, &config.workspace, &fuse).map_err(|source| Error::Mount {
+            path: config.workspace.clone(),
+            source,
+        })?;
     Ok(Mounted { session })
 }
 

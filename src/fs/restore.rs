@@ -38,7 +38,7 @@ impl Restorer {
     }
 
     fn parts<'p>(&self, path: &'p [u8]) -> Result<(&'p [u8], &'p OsStr)> {
-        split(path).ok_or_else(|| Error::Usage("the workspace root itself is not restored".into()))
+        split(path).ok_or(Error::NotRestored("the workspace root itself is"))
     }
 
     /// Act as the owner of the folder a new object goes in (a root daemon gives it to them).

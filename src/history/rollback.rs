@@ -583,8 +583,8 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
                     why: "no target was stored",
                 }),
             },
-            FileKind::Special => Err(Error::Usage(
-                "special files (fifos, sockets, devices) are not restored".into(),
+            FileKind::Special => Err(Error::NotRestored(
+                "special files (fifos, sockets, devices) are",
             )),
         };
         if let Err(e) = result {

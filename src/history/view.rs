@@ -192,7 +192,7 @@ impl View<'_> {
             // Under the folder's new name: nothing was there before the rename.
             return Ok((Then::Absent, path));
         }
-        Err(Error::Usage("history too deep to follow".into()))
+        Err(Error::TooDeep)
     }
 
     /// The change that gave `path` the state it had at `at` (the last one at or before it),

@@ -110,7 +110,7 @@ impl Job {
         let line = line.trim();
         let cli = match command::parse_line(line) {
             Ok(cli) => cli,
-            Err(why) => return fail(why, Errno::EINVAL),
+            Err(why) => return fail(why.to_string(), Errno::EINVAL),
         };
         let base = match &cli.dir {
             Some(dir) => match command::env::rel_path(&self.workspace, &self.workspace, dir) {
@@ -253,7 +253,7 @@ impl Actor for DaemonActor<'_> {
                     name.to_string(),
                     agent.as_ref().map(Name::to_string),
                 ) {
-                    return Err(Error::Usage(format!("process {pid} is gone")));
+                    return Err(Error::ProcessGone(pid));
                 }
                 Ok(format!(
                     "session {name} started for process {pid} and its children\n"
@@ -262,9 +262,7 @@ impl Actor for DaemonActor<'_> {
             Command::Session(SessionCommand::End { pid }) => {
                 match rec.attributor().unregister(pid.unwrap_or(caller)) {
                     Some(s) => Ok(format!("session {s} ended\n")),
-                    None => Err(Error::Usage(
-                        "no session was started by this process or its parents".into(),
-                    )),
+                    None => Err(Error::NoSessionStarted),
                 }
             }
             Command::Turn(TurnCommand::Begin {
@@ -307,10 +305,7 @@ impl Actor for DaemonActor<'_> {
                 rec.turns().tool_end(session, name, id.as_deref());
                 Ok("ok\n".into())
             }
-            other => Err(Error::Usage(format!(
-                "`{}` is not a daemon command",
-                other.name()
-            ))),
+            other => Err(Error::NotADaemonCommand(other.name())),
         }
     }
 }

@@ -216,7 +216,7 @@ impl Control {
                     size: s.size,
                     writable: false,
                 },
-                None => return Err(Error::Usage("gone".into())),
+                None => return Err(Error::Gone),
             },
             Node::Version(p, id) => {
                 let size = self
@@ -382,17 +382,14 @@ impl Control {
                 (b"log".to_vec(), Node::TurnLog(s.clone(), *n)),
                 (b"diff".to_vec(), Node::TurnDiff(s.clone(), *n)),
             ],
-            _ => return Err(Error::Usage("not a folder".into())),
+            _ => return Err(Error::NotAFolder),
         })
     }
 
     pub(super) fn past_link(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
-            Node::AtPath { at, path } => self
-                .view()
-                .content_at(path, *at)?
-                .ok_or_else(|| Error::Usage("gone".into())),
-            _ => Err(Error::Usage("not a symlink".into())),
+            Node::AtPath { at, path } => self.view().content_at(path, *at)?.ok_or(Error::Gone),
+            _ => Err(Error::NotASymlink),
         }
     }
 
@@ -454,10 +451,7 @@ impl Control {
             ),
             Node::TurnDiff(s, n) => self.run_for_content(&format!("diff --turn {s}:{n}")),
             Node::Status => self.status(),
-            Node::AtPath { at, path } => self
-                .view()
-                .content_at(path, *at)?
-                .ok_or_else(|| Error::Usage("gone".into())),
+            Node::AtPath { at, path } => self.view().content_at(path, *at)?.ok_or(Error::Gone),
             Node::Version(p, id) => {
                 let c = history.get(*id)?;
                 match c.states_of(p).1.and_then(|a| a.hash) {
