@@ -140,29 +140,101 @@ impl Command {
     }
 }
 
-/// Run a verb that reads or changes history, wherever `env` says the history is. `None` for
-/// verbs that only run in a shell.
-pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Result<Outcome>> {
-    Some(match command {
-        Command::Log(a) => log::run(a, env),
-        Command::Show(a) => show::run(a, env),
-        Command::Diff(a) => diff::run(a, env),
-        Command::Cat(a) => cat::run(a, env),
-        Command::Turns(a) => turns::run(a, env),
-        Command::Sessions(a) => sessions::run(a, env),
-        Command::Checkpoint(a) => checkpoint::run(a, env),
-        Command::Gc(a) => gc::run(a, env),
-        Command::Rollback(a) => rollback::run(a, env),
-        Command::Undo(a) => rollback::undo(a, env),
-        Command::Session(_) | Command::Turn(_) | Command::Tool(_) | Command::Sync { .. } => {
+/// A verb that reads or changes history: it runs wherever the history is ([`run`]).
+#[derive(Clone, Copy, Debug)]
+pub enum HistoryVerb<'a> {
+    Log(&'a log::LogArgs),
+    Show(&'a show::ShowArgs),
+    Diff(&'a diff::DiffArgs),
+    Cat(&'a cat::CatArgs),
+    Turns(&'a turns::TurnsArgs),
+    Sessions(&'a sessions::SessionsArgs),
+    Checkpoint(&'a checkpoint::CheckpointArgs),
+    Gc(&'a gc::GcArgs),
+    Rollback(&'a rollback::RollbackArgs),
+    Undo(&'a rollback::UndoArgs),
+    /// Sessions, turns, tool calls, sync: the daemon's own answer ([`Actor::plumbing`]).
+    Plumbing(&'a Command),
+}
+
+/// Where a verb runs: on history (anywhere), or only in a shell (its `run` is in `cli/`).
+#[derive(Clone, Copy, Debug)]
+pub enum Verb<'a> {
+    History(HistoryVerb<'a>),
+    Shell(ShellVerb<'a>),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum ShellVerb<'a> {
+    Mount(&'a MountArgs),
+    Unmount(&'a UnmountArgs),
+    Run(&'a RunArgs),
+    Status(&'a StatusArgs),
+    Watch(&'a WatchArgs),
+    Export(&'a ExportArgs),
+    Agent(&'a AgentArgs),
+    Hook(&'a HookArgs),
+    Mcp(&'a McpArgs),
+    Completions(&'a CompletionsArgs),
+    Man(&'a ManArgs),
+}
+
+impl Command {
+    /// Which kind of verb this is. No wildcard: a new verb must say where it runs, and then
+    /// the CLI and `.rewind/ctl` cannot disagree about it.
+    pub fn verb(&self) -> Verb<'_> {
+        let history = |v| Verb::History(v);
+        let shell = |v| Verb::Shell(v);
+        match self {
+            Command::Log(a) => history(HistoryVerb::Log(a)),
+            Command::Show(a) => history(HistoryVerb::Show(a)),
+            Command::Diff(a) => history(HistoryVerb::Diff(a)),
+            Command::Cat(a) => history(HistoryVerb::Cat(a)),
+            Command::Turns(a) => history(HistoryVerb::Turns(a)),
+            Command::Sessions(a) => history(HistoryVerb::Sessions(a)),
+            Command::Checkpoint(a) => history(HistoryVerb::Checkpoint(a)),
+            Command::Gc(a) => history(HistoryVerb::Gc(a)),
+            Command::Rollback(a) => history(HistoryVerb::Rollback(a)),
+            Command::Undo(a) => history(HistoryVerb::Undo(a)),
+            Command::Session(_) | Command::Turn(_) | Command::Tool(_) | Command::Sync { .. } => {
+                history(HistoryVerb::Plumbing(self))
+            }
+            Command::Mount(a) => shell(ShellVerb::Mount(a)),
+            Command::Unmount(a) => shell(ShellVerb::Unmount(a)),
+            Command::Run(a) => shell(ShellVerb::Run(a)),
+            Command::Status(a) => shell(ShellVerb::Status(a)),
+            Command::Watch(a) => shell(ShellVerb::Watch(a)),
+            Command::Export(a) => shell(ShellVerb::Export(a)),
+            Command::Agent(a) => shell(ShellVerb::Agent(a)),
+            Command::Hook(a) => shell(ShellVerb::Hook(a)),
+            Command::Mcp(a) => shell(ShellVerb::Mcp(a)),
+            Command::Completions(a) => shell(ShellVerb::Completions(a)),
+            Command::Man(a) => shell(ShellVerb::Man(a)),
+        }
+    }
+}
+
+/// Run a verb that reads or changes history, wherever `env` says the history is.
+pub fn run(verb: HistoryVerb<'_>, env: &mut Env<'_>) -> crate::history::Result<Outcome> {
+    match verb {
+        HistoryVerb::Log(a) => log::run(a, env),
+        HistoryVerb::Show(a) => show::run(a, env),
+        HistoryVerb::Diff(a) => diff::run(a, env),
+        HistoryVerb::Cat(a) => cat::run(a, env),
+        HistoryVerb::Turns(a) => turns::run(a, env),
+        HistoryVerb::Sessions(a) => sessions::run(a, env),
+        HistoryVerb::Checkpoint(a) => checkpoint::run(a, env),
+        HistoryVerb::Gc(a) => gc::run(a, env),
+        HistoryVerb::Rollback(a) => rollback::run(a, env),
+        HistoryVerb::Undo(a) => rollback::undo(a, env),
+        HistoryVerb::Plumbing(command) => {
             let caller = env.caller;
             env.actor(command.name())
                 .and_then(|actor| actor.plumbing(command, caller))
                 .and_then(|text| env.print(&text))
                 .map(|()| Outcome::Done)
         }
-        _ => return None,
-    })
+    }
 }
 
 /// Why a `.rewind/ctl` line is not a command.

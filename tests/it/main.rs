@@ -7,6 +7,7 @@ mod history;
 mod model;
 mod mount;
 mod names;
+mod panic;
 mod plan;
 mod points;
 mod posix;

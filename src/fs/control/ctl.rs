@@ -142,7 +142,10 @@ impl Job {
                 width: cli.output_width.unwrap_or(80),
                 out: &mut out,
             };
-            command::run(&cli.command, &mut env)
+            match cli.command.verb() {
+                command::Verb::History(verb) => Some(command::run(verb, &mut env)),
+                command::Verb::Shell(_) => None,
+            }
         };
         match result {
             None => fail(

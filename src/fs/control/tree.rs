@@ -476,6 +476,11 @@ impl Control {
                  resumes by itself within seconds, no remount needed (meanwhile operations \
                  that would go unrecorded fail with ENOSPC; reads go on)"
             ),
+            Err(crate::store::Error::Halted(why)) => format!(
+                "NOT RECORDING: stopped after a panic in the daemon ({why}). Operations that \
+                 would be recorded fail with EIO, reads go on; the daemon log says more. \
+                 Remount the workspace to record again"
+            ),
             Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
         };
         let mut out = format!(
