@@ -33,4 +33,5 @@ pub mod fs;
 pub mod history;
 pub mod logging;
 pub mod mcp;
+pub mod procfs;
 pub mod store;

@@ -185,6 +185,16 @@ impl<T> IoResultExt<T> for io::Result<T> {
     }
 }
 
+/// A name in a workspace folder (`""`: the workspace itself), as a workspace path.
+pub fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = parent.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
 /// A workspace path as people read it in messages.
 pub fn show_path(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()

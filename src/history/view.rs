@@ -48,14 +48,7 @@ fn parent_prefixes(path: &[u8]) -> impl Iterator<Item = &[u8]> {
         .map(|(i, _)| &path[..i])
 }
 
-pub fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = parent.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
-}
+pub use super::join;
 
 /// Errors that mean "there is nothing at this path" when looking without following symlinks.
 fn is_absent(e: &std::io::Error) -> bool {
