@@ -51,6 +51,15 @@ enum Size {
     Text(String),
 }
 
+/// What is wrong with a `rewind.toml`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    #[error("[retention] {0}")]
+    Retention(#[from] crate::history::retention::BadLimit),
+}
+
 impl Config {
     /// Read `rewind.toml` in `store_dir`; no file means the defaults. A file that does not
     /// parse is an error naming it and what is wrong, so a typo never goes unnoticed.
@@ -61,20 +70,18 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(source) => return Err(crate::history::Error::Io { path, source }),
         };
-        Config::parse(&text)
-            .map_err(|e| crate::history::Error::Usage(format!("{}: {e}", path.display())))
+        Config::parse(&text).map_err(|source| crate::history::Error::Config { path, source })
     }
 
-    pub fn parse(text: &str) -> Result<Config, String> {
-        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let file: ConfigFile = toml::from_str(text)?;
         let r = file.retention;
         let max_size = r.max_size.map(|s| match s {
             Size::Bytes(b) => b.to_string(),
             Size::Text(t) => t,
         });
         let retention =
-            Retention::parse(r.keep.as_deref(), max_size.as_deref(), r.every.as_deref())
-                .map_err(|e| format!("[retention] {e}"))?;
+            Retention::parse(r.keep.as_deref(), max_size.as_deref(), r.every.as_deref())?;
         Ok(Config { retention })
     }
 }
@@ -113,11 +120,15 @@ mod tests {
 
     #[test]
     fn says_what_is_wrong() {
-        let e = Config::parse("[retention]\nkeeep = \"30d\"\n").unwrap_err();
+        let e = Config::parse("[retention]\nkeeep = \"30d\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("keeep"), "{e}");
-        let e = Config::parse("[retention]\nkeep = \"a month\"\n").unwrap_err();
+        let e = Config::parse("[retention]\nkeep = \"a month\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[retention] keep \"a month\""), "{e}");
-        let e = Config::parse("[retention\n").unwrap_err();
+        let e = Config::parse("[retention\n").unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");
     }
 }

@@ -383,10 +383,10 @@ pub fn export(
         });
     }
     if !out.status.success() {
-        return Err(Error::Usage(format!(
-            "git fast-import failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        return Err(Error::Git {
+            what: "fast-import",
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(Exported {
         branch: branch.to_string(),

@@ -33,5 +33,6 @@ pub mod fs;
 pub mod history;
 pub mod logging;
 pub mod mcp;
+pub mod procfs;
 pub mod store;
 pub mod ui;

@@ -30,8 +30,16 @@ pub trait Backend: Send + Sync + 'static {
     fn run(&self, words: Vec<String>) -> Result<String, String>;
 }
 
-/// The error [`serve_stdio`] returns.
-pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// Why [`serve_stdio`] stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+    #[error("the client's initialization failed: {0}")]
+    Initialize(#[from] Box<rmcp::service::ServerInitializeError>),
+    #[error("the server stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+}
 
 /// Told to every client at `initialize`; clients show it to the model.
 pub const INSTRUCTIONS: &str = "\
@@ -788,7 +796,7 @@ pub fn serve_stdio(backend: impl Backend) -> Result<(), Error> {
             Ok(running) => running.waiting().await.map(drop).map_err(Error::from),
             // stdin closed before the client said anything: nothing to serve.
             Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
-            Err(e) => Err(Error::from(e)),
+            Err(e) => Err(Error::from(Box::new(e))),
         };
         // rmcp's end is closed by now (at the end of stdin, or rmcp ended first: then the
         // reader is stopped); what rmcp wrote is flushed before the process ends.

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use super::context::Ctx;
 use super::{CliResult, Failure};
 use crate::command::env::Applied;
-use crate::command::{self, Actor, Command, Env, Outcome};
+use crate::command::{self, Actor, Command, Env, HistoryVerb, Outcome};
 use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
@@ -61,16 +61,16 @@ fn place(command: &Command) -> Place {
     }
 }
 
-pub fn run(cwd: &Path, command: &Command) -> CliResult {
+pub fn run(cwd: &Path, command: &Command, verb: HistoryVerb<'_>) -> CliResult {
     let ctx = Ctx::locate(cwd)?;
     match place(command) {
-        Place::Read if ctx.mounted => read_in_daemon(&ctx, command),
-        Place::Read => local(&ctx, command, &ctx.read_history()?, None),
+        Place::Read if ctx.mounted => read_in_daemon(&ctx, verb),
+        Place::Read => local(&ctx, verb, &ctx.read_history()?, None),
         Place::Write if !ctx.mounted => {
             let history = ctx.write_history()?;
             local(
                 &ctx,
-                command,
+                verb,
                 &history,
                 Some(&LocalActor { history: &history }),
             )
@@ -78,7 +78,7 @@ pub fn run(cwd: &Path, command: &Command) -> CliResult {
         Place::Write => forward(&ctx, command),
         Place::Daemon => ctx.with_mount(|ctx| forward(ctx, command)),
         Place::Plumbing | Place::Preview if ctx.mounted => forward(&ctx, command),
-        Place::Preview => local(&ctx, command, &ctx.read_history()?, None),
+        Place::Preview => local(&ctx, verb, &ctx.read_history()?, None),
         Place::Plumbing => Err(Failure::usage(format!(
             "`rewind {}` talks to the daemon: mount {} first",
             command.name(),
@@ -88,7 +88,12 @@ pub fn run(cwd: &Path, command: &Command) -> CliResult {
 }
 
 /// Run the command here, on the store.
-fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Actor>) -> CliResult {
+fn local(
+    ctx: &Ctx,
+    verb: HistoryVerb<'_>,
+    history: &History,
+    actor: Option<&dyn Actor>,
+) -> CliResult {
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
@@ -112,7 +117,7 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
         width: terminal_width(),
         out: &mut out,
     };
-    let outcome = command::run(command, &mut env).expect("history commands run here")?;
+    let outcome = command::run(verb, &mut env)?;
     let _ = out.flush();
     Ok(exit(outcome))
 }
@@ -120,12 +125,12 @@ fn local(ctx: &Ctx, command: &Command, history: &History, actor: Option<&dyn Act
 /// Run a reading command in the daemon, its output shaped for this terminal. Read beside it
 /// instead when its words cannot go through `.rewind/ctl` (a name that is not UTF-8), or when
 /// the daemon does not answer at all (it died: the store is readable as it was left).
-fn read_in_daemon(ctx: &Ctx, command: &Command) -> CliResult {
+fn read_in_daemon(ctx: &Ctx, verb: HistoryVerb<'_>) -> CliResult {
     let Ok(line) = ctx.forwarded_line() else {
-        return local(ctx, command, &ctx.read_history()?, None);
+        return local(ctx, verb, &ctx.read_history()?, None);
     };
     if std::fs::metadata(ctx.workspace.join(".rewind/ctl")).is_err() {
-        return local(ctx, command, &ctx.read_history()?, None);
+        return local(ctx, verb, &ctx.read_history()?, None);
     }
     let color = if color() { "--color-output " } else { "" };
     let line = format!("--output-width {} {color}{line}", terminal_width());
@@ -241,7 +246,7 @@ impl Actor for LocalActor<'_> {
     }
 
     fn rollback(&self, _plan: &Plan) -> Result<Applied> {
-        Err(Error::Usage("a rollback runs in the daemon".into()))
+        Err(Error::NeedsMount("a rollback".into()))
     }
 
     fn open_writers(&self) -> Vec<Writer> {
@@ -250,9 +255,6 @@ impl Actor for LocalActor<'_> {
     }
 
     fn plumbing(&self, command: &Command, _caller: u32) -> Result<String> {
-        Err(Error::Usage(format!(
-            "`rewind {}` talks to the daemon; mount the workspace first",
-            command.name()
-        )))
+        Err(Error::NeedsMount(format!("`rewind {}`", command.name())))
     }
 }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub use crate::command::{Cli, Command};
+use crate::command::{ShellVerb, Verb};
 pub use context::Ctx;
 
 /// A failure with the exit status it maps to: 2 for bad usage or input (a damaged store
@@ -77,20 +78,20 @@ pub fn run(cli: Cli) -> CliResult {
         // SAFETY: resetting a signal disposition before any thread is started.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
-    match &cli.command {
-        Command::Mount(args) => mount::run(&cwd, args),
-        Command::Unmount(args) => unmount::run(&cwd, args),
-        Command::Run(args) => run::run(args),
-        Command::Status(_) => status::run(&cwd),
-        Command::Watch(args) => watch::run(&cwd, args),
-        Command::Export(args) => export::run(&cwd, args),
-        Command::Agent(args) => agent::run(&cwd, args),
-        Command::Hook(args) => hook::run(&cwd, args),
-        Command::Mcp(_) => mcp::run(&cwd),
-        Command::Completions(args) => manual::completions(args),
-        Command::Man(_) => manual::man(),
-        Command::Ui(args) => ui::run(&cwd, args),
-        _ => history::run(&cwd, &cli.command),
+    match cli.command.verb() {
+        Verb::Shell(ShellVerb::Mount(args)) => mount::run(&cwd, args),
+        Verb::Shell(ShellVerb::Unmount(args)) => unmount::run(&cwd, args),
+        Verb::Shell(ShellVerb::Run(args)) => run::run(args),
+        Verb::Shell(ShellVerb::Status(_)) => status::run(&cwd),
+        Verb::Shell(ShellVerb::Watch(args)) => watch::run(&cwd, args),
+        Verb::Shell(ShellVerb::Export(args)) => export::run(&cwd, args),
+        Verb::Shell(ShellVerb::Agent(args)) => agent::run(&cwd, args),
+        Verb::Shell(ShellVerb::Hook(args)) => hook::run(&cwd, args),
+        Verb::Shell(ShellVerb::Mcp(_)) => mcp::run(&cwd),
+        Verb::Shell(ShellVerb::Completions(args)) => manual::completions(args),
+        Verb::Shell(ShellVerb::Man(_)) => manual::man(),
+        Verb::Shell(ShellVerb::Ui(args)) => ui::run(&cwd, args),
+        Verb::History(verb) => history::run(&cwd, &cli.command, verb),
     }
 }
 

@@ -56,8 +56,12 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
     // After a forced (lazy) unmount it lives on until the open files are closed.
     if let Some(pid) = daemon.filter(|_| !args.force) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        // SAFETY: kill with signal 0 only checks that the process exists.
-        while unsafe { libc::kill(pid as i32, 0) } == 0 && Instant::now() < deadline {
+        // Signal 0 only checks that the process exists.
+        let exists = || {
+            rustix::process::Pid::from_raw(pid as i32)
+                .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+        };
+        while exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -80,11 +80,8 @@ impl<'a> Env<'a> {
     }
 
     pub fn actor(&self, what: &str) -> Result<&'a dyn Actor> {
-        self.actor.ok_or_else(|| {
-            Error::Usage(format!(
-                "{what} needs the workspace mounted (run `rewind mount` first)"
-            ))
-        })
+        self.actor
+            .ok_or_else(|| Error::NeedsMount(what.to_string()))
     }
 
     /// A path given by the user, as a workspace-relative path. Read lexically: `..` may not

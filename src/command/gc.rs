@@ -30,9 +30,8 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
             "say what to keep: --keep DURATION and/or --max-size SIZE".into(),
         ));
     }
-    let mut policy = Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)
-        .map_err(|e| Error::Usage(format!("--{e}")))?
-        .policy();
+    let mut policy =
+        Retention::parse(args.keep.as_deref(), args.max_size.as_deref(), None)?.policy();
     // The dry run is the same plan as the run, computed by the store's one writer.
     policy.dry_run = args.dry_run;
     let r = env.actor("gc")?.gc(&policy)?;

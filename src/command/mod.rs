@@ -156,65 +156,161 @@ impl Command {
     }
 }
 
-/// Run a verb that reads or changes history, wherever `env` says the history is. `None` for
-/// verbs that only run in a shell.
-pub fn run(command: &Command, env: &mut Env<'_>) -> Option<crate::history::Result<Outcome>> {
-    Some(match command {
-        Command::Log(a) => log::run(a, env),
-        Command::Show(a) => show::run(a, env),
-        Command::Diff(a) => diff::run(a, env),
-        Command::Cat(a) => cat::run(a, env),
-        Command::Turns(a) => turns::run(a, env),
-        Command::Sessions(a) => sessions::run(a, env),
-        Command::Checkpoint(a) => checkpoint::run(a, env),
-        Command::Comment(a) => comment::run(a, env),
-        Command::Gc(a) => gc::run(a, env),
-        Command::Rollback(a) => rollback::run(a, env),
-        Command::Undo(a) => rollback::undo(a, env),
-        Command::Session(_)
-        | Command::Turn(_)
-        | Command::Tool(_)
-        | Command::Sync { .. }
-        | Command::Whoami { .. } => {
+/// A verb that reads or changes history: it runs wherever the history is ([`run`]).
+#[derive(Clone, Copy, Debug)]
+pub enum HistoryVerb<'a> {
+    Log(&'a log::LogArgs),
+    Show(&'a show::ShowArgs),
+    Diff(&'a diff::DiffArgs),
+    Cat(&'a cat::CatArgs),
+    Turns(&'a turns::TurnsArgs),
+    Sessions(&'a sessions::SessionsArgs),
+    Checkpoint(&'a checkpoint::CheckpointArgs),
+    Comment(&'a comment::CommentArgs),
+    Gc(&'a gc::GcArgs),
+    Rollback(&'a rollback::RollbackArgs),
+    Undo(&'a rollback::UndoArgs),
+    /// Sessions, turns, tool calls, sync, whoami: the daemon's own answer ([`Actor::plumbing`]).
+    Plumbing(&'a Command),
+}
+
+/// Where a verb runs: on history (anywhere), or only in a shell (its `run` is in `cli/`).
+#[derive(Clone, Copy, Debug)]
+pub enum Verb<'a> {
+    History(HistoryVerb<'a>),
+    Shell(ShellVerb<'a>),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum ShellVerb<'a> {
+    Mount(&'a MountArgs),
+    Unmount(&'a UnmountArgs),
+    Run(&'a RunArgs),
+    Status(&'a StatusArgs),
+    Watch(&'a WatchArgs),
+    Export(&'a ExportArgs),
+    Agent(&'a AgentArgs),
+    Hook(&'a HookArgs),
+    Mcp(&'a McpArgs),
+    Completions(&'a CompletionsArgs),
+    Man(&'a ManArgs),
+    Ui(&'a UiArgs),
+}
+
+impl Command {
+    /// Which kind of verb this is. No wildcard: a new verb must say where it runs, and then
+    /// the CLI and `.rewind/ctl` cannot disagree about it.
+    pub fn verb(&self) -> Verb<'_> {
+        let history = |v| Verb::History(v);
+        let shell = |v| Verb::Shell(v);
+        match self {
+            Command::Log(a) => history(HistoryVerb::Log(a)),
+            Command::Show(a) => history(HistoryVerb::Show(a)),
+            Command::Diff(a) => history(HistoryVerb::Diff(a)),
+            Command::Cat(a) => history(HistoryVerb::Cat(a)),
+            Command::Turns(a) => history(HistoryVerb::Turns(a)),
+            Command::Sessions(a) => history(HistoryVerb::Sessions(a)),
+            Command::Checkpoint(a) => history(HistoryVerb::Checkpoint(a)),
+            Command::Comment(a) => history(HistoryVerb::Comment(a)),
+            Command::Gc(a) => history(HistoryVerb::Gc(a)),
+            Command::Rollback(a) => history(HistoryVerb::Rollback(a)),
+            Command::Undo(a) => history(HistoryVerb::Undo(a)),
+            Command::Session(_)
+            | Command::Turn(_)
+            | Command::Tool(_)
+            | Command::Sync { .. }
+            | Command::Whoami { .. } => history(HistoryVerb::Plumbing(self)),
+            Command::Mount(a) => shell(ShellVerb::Mount(a)),
+            Command::Unmount(a) => shell(ShellVerb::Unmount(a)),
+            Command::Run(a) => shell(ShellVerb::Run(a)),
+            Command::Status(a) => shell(ShellVerb::Status(a)),
+            Command::Watch(a) => shell(ShellVerb::Watch(a)),
+            Command::Export(a) => shell(ShellVerb::Export(a)),
+            Command::Agent(a) => shell(ShellVerb::Agent(a)),
+            Command::Hook(a) => shell(ShellVerb::Hook(a)),
+            Command::Mcp(a) => shell(ShellVerb::Mcp(a)),
+            Command::Completions(a) => shell(ShellVerb::Completions(a)),
+            Command::Man(a) => shell(ShellVerb::Man(a)),
+            Command::Ui(a) => shell(ShellVerb::Ui(a)),
+        }
+    }
+}
+
+/// Run a verb that reads or changes history, wherever `env` says the history is.
+pub fn run(verb: HistoryVerb<'_>, env: &mut Env<'_>) -> crate::history::Result<Outcome> {
+    match verb {
+        HistoryVerb::Log(a) => log::run(a, env),
+        HistoryVerb::Show(a) => show::run(a, env),
+        HistoryVerb::Diff(a) => diff::run(a, env),
+        HistoryVerb::Cat(a) => cat::run(a, env),
+        HistoryVerb::Turns(a) => turns::run(a, env),
+        HistoryVerb::Sessions(a) => sessions::run(a, env),
+        HistoryVerb::Checkpoint(a) => checkpoint::run(a, env),
+        HistoryVerb::Comment(a) => comment::run(a, env),
+        HistoryVerb::Gc(a) => gc::run(a, env),
+        HistoryVerb::Rollback(a) => rollback::run(a, env),
+        HistoryVerb::Undo(a) => rollback::undo(a, env),
+        HistoryVerb::Plumbing(command) => {
             let caller = env.caller;
             env.actor(command.name())
                 .and_then(|actor| actor.plumbing(command, caller))
                 .and_then(|text| env.print(&text))
                 .map(|()| Outcome::Done)
         }
-        _ => return None,
-    })
+    }
+}
+
+/// Why a `.rewind/ctl` line is not a command.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("unbalanced quotes in the command")]
+    Unbalanced,
+    #[error("an empty command; see .rewind/README")]
+    Empty,
+    /// What the grammar says is wrong (clap's message, without its `error: `).
+    #[error("{0}")]
+    Grammar(String),
+    #[error("`{0}` with --dry-run would still change something here; refused")]
+    DryRunWouldAct(&'static str),
 }
 
 /// A `.rewind/ctl` line: the words after `rewind`, split as a shell would (quotes work).
-pub fn parse_line(line: &str) -> Result<Cli, String> {
-    let words = shlex::split(line).ok_or("unbalanced quotes in the command")?;
+pub fn parse_line(line: &str) -> Result<Cli, LineError> {
+    let words = shlex::split(line).ok_or(LineError::Unbalanced)?;
     if words.is_empty() {
-        return Err("an empty command; see .rewind/README".into());
+        return Err(LineError::Empty);
     }
+    let asks_dry_run = asks_for_dry_run(&words);
     let parsed =
         Cli::try_parse_from(std::iter::once("rewind".to_string()).chain(words)).map_err(|e| {
             // clap begins its message with `error: `; whoever shows it adds its own.
             let text = e.render().to_string();
             let text = text.trim_end();
-            text.strip_prefix("error: ").unwrap_or(text).to_string()
+            LineError::Grammar(text.strip_prefix("error: ").unwrap_or(text).to_string())
         })?;
-    // Whatever the parser made of it, a line that says --dry-run never changes anything. Turn,
-    // tool and comment lines have no dry-run mode and carry free text: a prompt or a comment
-    // that mentions --dry-run is a value there, and must still be taken.
-    if line.contains("--dry-run")
+    // Whatever the parser made of it, a line with the word --dry-run never changes anything
+    // (a verb without the flag might have taken it as a value). Turn, tool and comment lines
+    // have no dry-run mode and carry free text: a prompt or a comment that is --dry-run is a
+    // value there, and must still be taken.
+    if asks_dry_run
         && parsed.command.changes_something()
         && !matches!(
             parsed.command,
             Command::Turn(_) | Command::Tool(_) | Command::Comment(_)
         )
     {
-        return Err(format!(
-            "`{}` with --dry-run would still change something here; refused",
-            parsed.command.name()
-        ));
+        return Err(LineError::DryRunWouldAct(parsed.command.name()));
     }
     Ok(parsed)
+}
+
+/// Whether the words (split as a shell would) include the flag `--dry-run` before any `--`:
+/// a quoted argument that merely mentions it is not asking for one.
+fn asks_for_dry_run(words: &[String]) -> bool {
+    words
+        .iter()
+        .take_while(|w| *w != "--")
+        .any(|w| w == "--dry-run" || w.starts_with("--dry-run="))
 }
 
 #[cfg(test)]
@@ -243,7 +339,6 @@ mod tests {
         for line in [
             "checkpoint x --dry-run",
             "rollback --session \"--dry-run\"",
-            "rollback --file=--dry-run",
             "session start --dry-run",
             "gc --keep 1d --dry-run",
             "rollback --since 3 -- --dry-run",
@@ -252,6 +347,25 @@ mod tests {
                 assert!(!cli.command.changes_something(), "{line} would act");
             }
         }
+    }
+
+    #[test]
+    fn a_dry_run_mentioned_in_a_value_is_not_asked_for() {
+        for line in [
+            "rollback --file \"notes on --dry-run.txt\"",
+            "rollback --file=--dry-run",
+            "rollback --session 'fix --dry-run'",
+        ] {
+            let cli = parse_line(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(cli.command.changes_something(), "{line}");
+        }
+        // The flag itself, where the verb has none: refused by the grammar.
+        assert!(matches!(
+            parse_line("session start x --dry-run"),
+            Err(LineError::Grammar(_))
+        ));
+        assert!(matches!(parse_line("\"x"), Err(LineError::Unbalanced)));
+        assert!(matches!(parse_line("  "), Err(LineError::Empty)));
     }
 
     #[test]
@@ -295,7 +409,7 @@ mod tests {
                 line.push(if (seed >> i) & 1 == 0 { ' ' } else { '\t' });
             }
             if let Ok(cli) = parse_line(&line)
-                && line.contains("--dry-run")
+                && asks_for_dry_run(&shlex::split(&line).unwrap_or_default())
             {
                 assert!(!cli.command.changes_something(), "{line:?} would act");
             }

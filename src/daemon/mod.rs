@@ -56,6 +56,7 @@ impl Daemon {
         crate::store::private_files();
         let state = Arc::new(MountState::new(self.retention.clone()));
         let store = Arc::new(Store::open_outside(&self.store_dir, &self.mount.workspace)?);
+        threads::halt_on_panic(store.clone());
         crate::config::write_template(&self.store_dir);
         store.put_meta(
             b"workspace",

@@ -8,10 +8,39 @@ use crate::history::recorder::PENDING_FOR;
 use crate::history::{History, Recorder};
 use crate::store::Store;
 
+/// Start a background thread, watched: if it panics, the panic hook has stopped recording
+/// (see [`halt_on_panic`]) and the log says the thread is gone.
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
-    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
+    let watched = {
+        let name = name.to_string();
+        move || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+                tracing::error!("the {name} thread stopped after a panic");
+            }
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(watched) {
         tracing::error!("cannot start the {name} thread: {e}");
     }
+}
+
+/// The panic policy (docs/design.md, "Panics"): a panic anywhere in the daemon — a FUSE
+/// request, a ctl command, a background thread — may have left the recorder's state (and the
+/// locks it poisoned) half updated, so from then on nothing is recorded: the store refuses
+/// writes for good ([`Store::halt`]), operations that would be recorded fail with `EIO`,
+/// reads go on, `status` says so, and this log says why. A remount starts afresh.
+pub fn halt_on_panic(store: Arc<Store>) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let thread = std::thread::current();
+        let why = format!("{} thread: {info}", thread.name().unwrap_or("a")).replace('\n', " ");
+        tracing::error!(
+            "panic in the {why}; recording stopped: operations that would be recorded now \
+             fail with EIO (reads go on) until the workspace is remounted"
+        );
+        store.halt(why);
+        default(info);
+    }));
 }
 
 /// Write deferred changes (deletes) as they come, batched (see `Recorder::defer`).

@@ -360,24 +360,25 @@ impl Backing {
     pub fn chmod(&self, path: &[u8], mode: u32) -> io::Result<()> {
         // Linux cannot change a symlink's mode; callers do not ask for it.
         self.at(path, |dir, name| {
-            // SAFETY: fchmodat with a valid directory fd and a NUL-terminated name.
-            check(unsafe { libc::fchmodat(dir.raw(), name.as_ptr(), mode, 0) })
+            let mode = rustix::fs::Mode::from_bits_retain(mode);
+            Ok(rustix::fs::chmodat(
+                dir.fd(),
+                name,
+                mode,
+                rustix::fs::AtFlags::empty(),
+            )?)
         })
     }
 
     pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
         self.at(path, |dir, name| {
-            // SAFETY: fchownat with a valid directory fd and a NUL-terminated name; -1
-            // (u32::MAX) leaves an id as it is.
-            check(unsafe {
-                libc::fchownat(
-                    dir.raw(),
-                    name.as_ptr(),
-                    uid.unwrap_or(u32::MAX),
-                    gid.unwrap_or(u32::MAX),
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })
+            Ok(rustix::fs::chownat(
+                dir.fd(),
+                name,
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )?)
         })
     }
 
@@ -473,14 +474,11 @@ pub fn set_fd_mode(file: &File, mode: u32) -> io::Result<()> {
 }
 
 pub fn set_fd_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
-    // SAFETY: fchown on an fd we own; -1 (u32::MAX) leaves an id unchanged.
-    check(unsafe {
-        libc::fchown(
-            file.as_raw_fd(),
-            uid.unwrap_or(u32::MAX),
-            gid.unwrap_or(u32::MAX),
-        )
-    })
+    Ok(rustix::fs::fchown(
+        file,
+        uid.map(rustix::fs::Uid::from_raw),
+        gid.map(rustix::fs::Gid::from_raw),
+    )?)
 }
 
 pub fn futimens(file: &File, times: &[libc::timespec; 2]) -> io::Result<()> {
@@ -489,8 +487,9 @@ pub fn futimens(file: &File, times: &[libc::timespec; 2]) -> io::Result<()> {
 }
 
 pub fn fallocate(file: &File, mode: i32, offset: u64, length: u64) -> io::Result<()> {
-    // SAFETY: fallocate on an fd we own; the kernel checks mode, offset and length.
-    check(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, length as i64) })
+    // The kernel checks mode, offset and length.
+    let mode = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+    Ok(rustix::fs::fallocate(file, mode, offset, length)?)
 }
 
 pub fn copy_file_range(
@@ -527,12 +526,18 @@ pub fn direct_io_alignment(file: &File) -> u32 {
 
 /// `SEEK_DATA` / `SEEK_HOLE` (the only whences the kernel asks the daemon about).
 pub fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
-    // SAFETY: lseek on an fd we own.
-    let ret = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(ret)
+    use rustix::fs::SeekFrom;
+    let from = match (whence, u64::try_from(offset)) {
+        (libc::SEEK_DATA | libc::SEEK_HOLE, Err(_)) => {
+            return Err(io::Error::from_raw_os_error(libc::ENXIO));
+        }
+        (libc::SEEK_DATA, Ok(o)) => SeekFrom::Data(o),
+        (libc::SEEK_HOLE, Ok(o)) => SeekFrom::Hole(o),
+        (libc::SEEK_SET, Ok(o)) => SeekFrom::Start(o),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let at = rustix::fs::seek(file, from)?;
+    i64::try_from(at).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
 }
 
 /// An xattr value or name list, or only its size when the caller asked with size 0.

@@ -146,8 +146,11 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     };
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
-    let session = fuser::Session::new(fs, &config.workspace, &fuse)
-        .map_err(|e| Error::Usage(format!("cannot mount {}: {e}", config.workspace.display())))?;
+    let session =
+        fuser::Session::new(fs, &config.workspace, &fuse).map_err(|source| Error::Mount {
+            path: config.workspace.clone(),
+            source,
+        })?;
     Ok(Mounted { session })
 }
 
@@ -200,13 +203,7 @@ fn mount_device(dir: &Path) -> Option<String> {
 /// or a service given the capability, as the system unit does).
 pub fn can_passthrough() -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
-        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+    crate::procfs::status_of_self().is_some_and(|s| s.mask("CapEff") & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 /// The workspace underneath, opened before the mount covers it.

@@ -40,7 +40,7 @@ impl Restorer {
     }
 
     fn parts<'p>(&self, path: &'p [u8]) -> Result<(&'p [u8], &'p OsStr)> {
-        split(path).ok_or_else(|| Error::Usage("the workspace root itself is not restored".into()))
+        split(path).ok_or(Error::NotRestored("the workspace root itself is"))
     }
 
     /// The rollback's thread, for attribution (the attributor knows it as the rollback's).

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use super::join;
 use super::recorder::Source;
 
 /// Folders ignored by name unless `.rewindignore` says otherwise.
@@ -105,15 +106,6 @@ fn os(path: &[u8]) -> &Path {
 /// `path` is `dir` or below it.
 pub fn at_or_under(path: &[u8], dir: &[u8]) -> bool {
     dir.is_empty() || path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
-}
-
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = dir.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
 }
 
 impl IgnoreRules {

@@ -90,20 +90,84 @@ pub enum Error {
     NoTurn(String),
     #[error("the content of {path} at that point was never recorded ({why})")]
     NotRecorded { path: String, why: &'static str },
+    #[error("--{0}")]
+    BadLimit(#[from] retention::BadLimit),
+    #[error("{}: {source}", path.display())]
+    Config {
+        path: PathBuf,
+        #[source]
+        source: crate::config::ConfigError,
+    },
+    #[error("{0} needs the workspace mounted (run `rewind mount` first)")]
+    NeedsMount(String),
+    #[error("process {0} is gone")]
+    ProcessGone(u32),
+    #[error("no session was started by this process or its parents")]
+    NoSessionStarted,
+    #[error("`{0}` is not a daemon command")]
+    NotADaemonCommand(&'static str),
+    /// A path of the past (`.rewind/at/`) that is not there, or not that kind of file.
+    #[error("no such file at that point")]
+    Gone,
+    #[error("not a folder")]
+    NotAFolder,
+    #[error("not a symlink")]
+    NotASymlink,
     /// Input that does not make sense, with what to do instead.
     #[error("{0}")]
     Usage(String),
+    // Failures (exit status 1, `EIO`): what went wrong, not what was asked.
+    #[error("cannot mount {}: {source}", path.display())]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("git {what} failed: {stderr}")]
+    Git { what: &'static str, stderr: String },
+    /// A chain of renames longer than anything real (a loop in a damaged history).
+    #[error("history too deep to follow")]
+    TooDeep,
+    #[error("{0} not restored")]
+    NotRestored(&'static str),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Whether this error is the user's input (exit status 2), rather than a failure.
+    /// Whether this error is the user's input (exit status 2, `EINVAL` through ctl), rather
+    /// than a failure (1, `EIO`). The one place that decides; no wildcard, so a new variant
+    /// must be classified here.
     pub fn is_usage(&self) -> bool {
         match self {
             Error::Store(e) => e.is_usage(),
-            Error::Io { .. } => false,
-            _ => true,
+            Error::BadName(_)
+            | Error::BadPoint(_)
+            | Error::NoChange { .. }
+            | Error::Retracted(_)
+            | Error::Removed(_)
+            | Error::BeforeHorizon { .. }
+            | Error::Cut { .. }
+            | Error::Unused(_)
+            | Error::NoCheckpoint(_)
+            | Error::CheckpointExists(_)
+            | Error::NoTurn(_)
+            | Error::NotRecorded { .. }
+            | Error::BadLimit(_)
+            | Error::Config { .. }
+            | Error::NeedsMount(_)
+            | Error::ProcessGone(_)
+            | Error::NoSessionStarted
+            | Error::NotADaemonCommand(_)
+            | Error::Gone
+            | Error::NotAFolder
+            | Error::NotASymlink
+            | Error::Usage(_) => true,
+            Error::Io { .. }
+            | Error::Mount { .. }
+            | Error::Git { .. }
+            | Error::TooDeep
+            | Error::NotRestored(_) => false,
         }
     }
 }
@@ -122,7 +186,57 @@ impl<T> IoResultExt<T> for io::Result<T> {
     }
 }
 
+/// A name in a workspace folder (`""`: the workspace itself), as a workspace path.
+pub fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = parent.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
 /// A workspace path as people read it in messages.
 pub fn show_path(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_not_the_users_mistakes() {
+        let io = || io::Error::from(io::ErrorKind::PermissionDenied);
+        for failure in [
+            Error::Mount {
+                path: "/w".into(),
+                source: io(),
+            },
+            Error::Git {
+                what: "fast-import",
+                stderr: "fatal".into(),
+            },
+            Error::TooDeep,
+            Error::NotRestored("special files are"),
+            Error::Io {
+                path: "/w/a".into(),
+                source: io(),
+            },
+        ] {
+            assert!(!failure.is_usage(), "{failure}");
+        }
+        for mistake in [
+            Error::BadLimit(retention::BadLimit::Keep("a month".into())),
+            Error::NeedsMount("rollback".into()),
+            Error::NoTurn("s:9".into()),
+            Error::Usage("say what to roll back".into()),
+        ] {
+            assert!(mistake.is_usage(), "{mistake}");
+        }
+        assert_eq!(
+            Error::BadLimit(retention::BadLimit::Keep("1 month".into())).to_string(),
+            "--keep \"1 month\": use a duration like 30d, 12h or 90m"
+        );
+    }
 }

@@ -6,6 +6,17 @@ use std::time::Duration;
 use super::db::GcPolicy;
 use super::time;
 
+/// A limit that does not read as one: which, as given, and how to write it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadLimit {
+    #[error("keep {0:?}: use a duration like 30d, 12h or 90m")]
+    Keep(String),
+    #[error("max-size {0:?}: use a size like 2G or 500M")]
+    MaxSize(String),
+    #[error("every {0:?}: use a duration like 1h or 10m")]
+    Every(String),
+}
+
 /// How often the daemon applies a retention policy unless told otherwise.
 pub const DEFAULT_EVERY: Duration = Duration::from_secs(3600);
 
@@ -37,26 +48,26 @@ impl Retention {
         keep: Option<&str>,
         max_size: Option<&str>,
         every: Option<&str>,
-    ) -> Result<Retention, String> {
+    ) -> Result<Retention, BadLimit> {
         let keep = keep
             .map(|k| {
                 time::parse_duration(k)
                     .map(|ns| (k.to_string(), ns))
-                    .ok_or_else(|| format!("keep {k:?}: use a duration like 30d, 12h or 90m"))
+                    .ok_or_else(|| BadLimit::Keep(k.to_string()))
             })
             .transpose()?;
         let max_size = max_size
             .map(|m| {
                 parse_size(m)
                     .map(|b| (m.to_string(), b))
-                    .ok_or_else(|| format!("max-size {m:?}: use a size like 2G or 500M"))
+                    .ok_or_else(|| BadLimit::MaxSize(m.to_string()))
             })
             .transpose()?;
         let every = match every {
             None => DEFAULT_EVERY,
             Some(e) => match time::parse_duration(e) {
                 Some(ns) if ns > 0 => Duration::from_nanos(ns),
-                _ => return Err(format!("every {e:?}: use a duration like 1h or 10m")),
+                _ => return Err(BadLimit::Every(e.to_string())),
             },
         };
         Ok(Retention {
@@ -135,11 +146,12 @@ mod tests {
         );
         assert!(!Retention::default().is_set());
         let e = Retention::parse(Some("30 days"), None, None).unwrap_err();
-        assert!(e.contains("keep \"30 days\""), "{e}");
+        assert_eq!(e, BadLimit::Keep("30 days".into()));
+        assert!(e.to_string().contains("keep \"30 days\""), "{e}");
         let e = Retention::parse(None, Some("2Q"), None).unwrap_err();
-        assert!(e.contains("max-size"), "{e}");
+        assert!(e.to_string().contains("max-size"), "{e}");
         let e = Retention::parse(None, None, Some("0s")).unwrap_err();
-        assert!(e.contains("every"), "{e}");
+        assert!(e.to_string().contains("every"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Times as users write and read them: RFC 3339 in UTC, and relative durations (`15m`, `2h`,
-//! `3d`). Civil-date arithmetic after Howard Hinnant's `days_from_civil`.
+//! `3d`). The calendar is jiff's.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -9,40 +9,12 @@ pub fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// `2026-11-22T03:04:05.123456789Z`
 pub fn rfc3339(ns: u64) -> String {
-    let secs = (ns / 1_000_000_000) as i64;
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let s = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        ns % 1_000_000_000
-    )
+    // Every u64 of nanoseconds (up to the year 2554) is a valid timestamp.
+    jiff::Timestamp::from_nanosecond(i128::from(ns))
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S.%NZ").to_string())
+        .unwrap_or_default()
 }
 
 /// `2026-11-22 03:04:05`, for people.
@@ -53,43 +25,14 @@ pub fn short(ns: u64) -> String {
 
 /// Parse an RFC 3339 time (`2026-11-22T03:04:05Z`, fractional seconds and offsets allowed).
 pub fn parse_rfc3339(s: &str) -> Option<u64> {
+    // The shape first (so nothing else jiff would read as a time is taken for one), then
+    // jiff, which knows the calendar: 2026-02-31 is no date.
     let b = s.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut rest = &s[19..];
-    let mut frac_ns = 0i64;
-    if let Some(f) = rest.strip_prefix('.') {
-        let digits = f.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let mut scaled = f[..digits.min(9)].to_string();
-        while scaled.len() < 9 {
-            scaled.push('0');
-        }
-        frac_ns = scaled.parse().ok()?;
-        rest = &f[digits..];
-    }
-    let offset = match rest {
-        "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) => {
-            let sign = if o.starts_with('-') { -1 } else { 1 };
-            sign * (o.get(1..3)?.parse::<i64>().ok()? * 3600
-                + o.get(4..6)?.parse::<i64>().ok()? * 60)
-        }
-        _ => return None,
-    };
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset;
-    u64::try_from(secs)
-        .ok()
-        .map(|s| s * 1_000_000_000 + frac_ns as u64)
+    let t: jiff::Timestamp = s.parse().ok()?;
+    u64::try_from(t.as_nanosecond()).ok()
 }
 
 /// Parse a time as a user may write it: RFC 3339, or the time `rewind log` prints
@@ -204,9 +147,13 @@ mod tests {
             "2026-01-01T00:00:00",
             "2026-01-01T25:00:00Z",
             "2026-01-01T00:00:00.Z",
+            "2026-02-31T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-04-31T12:00:00Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
         }
+        assert!(parse_rfc3339("2028-02-29T00:00:00Z").is_some());
         assert_eq!(parse_duration("15m"), Some(900_000_000_000));
         assert_eq!(parse_duration("2h"), Some(7_200_000_000_000));
         for bad in ["", "m", "15", "15x", "-1h", "99999999999999999999d"] {

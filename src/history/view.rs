@@ -49,14 +49,7 @@ fn parent_prefixes(path: &[u8]) -> impl Iterator<Item = &[u8]> {
         .map(|(i, _)| &path[..i])
 }
 
-pub fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = parent.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
-}
+pub use super::join;
 
 /// Errors that mean "there is nothing at this path" when looking without following symlinks.
 fn is_absent(e: &std::io::Error) -> bool {
@@ -201,7 +194,7 @@ impl View<'_> {
             // Under the folder's new name: nothing was there before the rename.
             return Ok((Then::Absent, path));
         }
-        Err(Error::Usage("history too deep to follow".into()))
+        Err(Error::TooDeep)
     }
 
     /// The change that gave `path` the state it had at `at` (the last one at or before it),

@@ -111,19 +111,8 @@ const RECENT: Duration = Duration::from_millis(20);
 
 /// What `/proc/PID/stat` says of a process: its parent, its start time and its name.
 fn stat_full(pid: u32) -> Option<(u32, u64, String)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself contain spaces or parentheses.
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let name = text.get(open + 1..close)?.to_string();
-    let rest = text.get(close + 2..)?;
-    let fields: Vec<&str> = rest.split(' ').collect();
-    // After the name: state(0) ppid(1) ... starttime(19).
-    Some((
-        fields.get(1)?.parse().ok()?,
-        fields.get(19)?.parse().ok()?,
-        name,
-    ))
+    let s = crate::procfs::stat(pid)?;
+    Some((s.ppid, s.start, s.name))
 }
 
 fn stat(pid: u32) -> Option<(u32, u64)> {
@@ -133,28 +122,16 @@ fn stat(pid: u32) -> Option<(u32, u64)> {
 /// The process a thread belongs to. FUSE names the thread that made a request (a Node tool
 /// writes from a worker thread), but registrations and process trees are of processes.
 pub fn process_of(tid: u32) -> u32 {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
-        return tid;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+    crate::procfs::status(tid)
+        .and_then(|s| s.tgid())
         .unwrap_or(tid)
 }
 
-/// The filesystem uid of a process (the last of the four on the `Uid:` line of
-/// `/proc/PID/status`), for a caller known only by pid (the writer of a `.rewind/ctl` line);
-/// recording takes the uid from the FUSE request instead.
+/// The filesystem uid of a process (from `/proc/PID/status`), for a caller known only by pid
+/// (the writer of a `.rewind/ctl` line); recording takes the uid from the FUSE request
+/// instead.
 pub fn fs_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))?
-        .split_whitespace()
-        .nth(3)?
-        .parse()
-        .ok()
+    crate::procfs::status(pid)?.fs_uid()
 }
 
 /// The user name of a uid (from `/etc/passwd`), or the number as text.
@@ -200,12 +177,12 @@ fn descends(pid: u32, ancestor: ProcKey) -> bool {
 
 /// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
 fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
-    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+    let Some(env) = crate::procfs::environ(pid) else {
         return (None, None);
     };
     let mut session = None;
     let mut agent = None;
-    for var in env.split(|&b| b == 0) {
+    for var in &env {
         if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
             session = Some(named("session", pid, v));
         } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {

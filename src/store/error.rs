@@ -33,6 +33,11 @@ pub enum Error {
     /// A write failed and the store refuses writes until one succeeds again.
     #[error("store: cannot write ({reason}); changes that cannot be recorded are refused")]
     Unwritable { reason: String, no_space: bool },
+    /// Writes stopped for good after a panic in the daemon (see `Store::halt`).
+    #[error(
+        "recording stopped after a panic in the daemon ({0}); writes are refused until the workspace is remounted"
+    )]
+    Halted(String),
     /// Opened for reading only.
     #[error("store: opened read-only")]
     ReadOnly,

@@ -111,6 +111,8 @@ pub struct Store {
     read_only: bool,
     /// Why writes are refused, after a failed one (and whether the disk was full).
     unwritable: Mutex<Option<(String, bool)>>,
+    /// Why writes stopped for good: a panic in the daemon ([`Store::halt`]). Never cleared.
+    halted: std::sync::OnceLock<String>,
     /// The last id handed out (written, or set aside for a held-back create). Held from
     /// allocating an id until its batch is written, so ids land in order.
     writer: Mutex<u64>,

@@ -368,6 +368,7 @@ impl Store {
             dir: dir.to_owned(),
             read_only,
             unwritable: Mutex::new(None),
+            halted: std::sync::OnceLock::new(),
             writer: Mutex::new(0),
             secondary,
             workspace: None,
@@ -456,7 +457,7 @@ impl Store {
     /// the store stays unwritable, and reads go on (from a read-only instance if the reopen
     /// failed).
     pub fn recover(&self) -> Result<()> {
-        if self.read_only || self.writable() {
+        if self.read_only || self.writable() || self.halted.get().is_some() {
             return Ok(());
         }
         if let Some(room) = self.room() {

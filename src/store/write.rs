@@ -80,6 +80,9 @@ impl Store {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
+        if let Some(why) = self.halted.get() {
+            return Err(Error::Halted(why.clone()));
+        }
         match &*self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) {
             Some((reason, no_space)) => Err(Error::Unwritable {
                 reason: reason.clone(),
@@ -122,8 +125,18 @@ impl Store {
         })
     }
 
+    /// Stop writes for good (until the store is opened again): a panic somewhere in the
+    /// daemon may have left its state, and what it was about to record, half done. Unlike a
+    /// failed write, nothing recovers from this but a remount. The first reason stays.
+    pub fn halt(&self, why: String) {
+        let _ = self.halted.set(why);
+    }
+
     /// Why writes are refused, if they are: for `status`.
     pub fn unwritable_reason(&self) -> Option<String> {
+        if let Some(why) = self.halted.get() {
+            return Some(why.clone());
+        }
         self.unwritable
             .lock()
             .unwrap_or_else(|e| e.into_inner())

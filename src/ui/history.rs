@@ -69,7 +69,7 @@ impl Backend {
     pub fn run(&self, words: &[String]) -> Result<Answer, Refusal> {
         let line = shlex::try_join(words.iter().map(String::as_str))
             .map_err(|e| Refusal::Usage(e.to_string()))?;
-        let cli = command::parse_line(&line).map_err(Refusal::Usage)?;
+        let cli = command::parse_line(&line).map_err(|e| Refusal::Usage(e.to_string()))?;
         if self.ctx.mounted {
             let answer = self.ctx.ctl(&line).map_err(|f| {
                 if f.code == 2 {
@@ -108,15 +108,16 @@ impl Backend {
             width: 200,
             out: &mut output,
         };
-        let outcome = command::run(&cli.command, &mut env)
-            .ok_or_else(|| Refusal::Usage(format!("`{}` is not a history command", line)))?
-            .map_err(|e| {
-                if e.is_usage() {
-                    Refusal::Usage(e.to_string())
-                } else {
-                    Refusal::Failed(e.to_string())
-                }
-            })?;
+        let command::Verb::History(verb) = cli.command.verb() else {
+            return Err(Refusal::Usage(format!("`{line}` is not a history command")));
+        };
+        let outcome = command::run(verb, &mut env).map_err(|e| {
+            if e.is_usage() {
+                Refusal::Usage(e.to_string())
+            } else {
+                Refusal::Failed(e.to_string())
+            }
+        })?;
         Ok(Answer {
             output,
             partial: outcome != Outcome::Done,

@@ -9,6 +9,7 @@ mod hunk;
 mod model;
 mod mount;
 mod names;
+mod panic;
 mod plan;
 mod points;
 mod posix;

@@ -22,13 +22,8 @@ const SEARCH: u32 = 1;
 /// The groups of a process: its own and its supplementary ones.
 fn groups_of(caller: &Caller) -> Vec<u32> {
     let mut groups = vec![caller.gid];
-    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", caller.pid))
-        && let Some(line) = status.lines().find_map(|l| l.strip_prefix("Groups:"))
-    {
-        groups.extend(
-            line.split_whitespace()
-                .filter_map(|g| g.parse::<u32>().ok()),
-        );
+    if let Some(status) = crate::procfs::status(caller.pid) {
+        groups.extend(status.groups());
     }
     groups
 }

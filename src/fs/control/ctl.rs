@@ -111,7 +111,7 @@ impl Job {
         let line = line.trim();
         let cli = match command::parse_line(line) {
             Ok(cli) => cli,
-            Err(why) => return fail(why, Errno::EINVAL),
+            Err(why) => return fail(why.to_string(), Errno::EINVAL),
         };
         let base = match &cli.dir {
             Some(dir) => match command::env::rel_path(&self.workspace, &self.workspace, dir) {
@@ -143,7 +143,10 @@ impl Job {
                 width: cli.output_width.unwrap_or(80),
                 out: &mut out,
             };
-            command::run(&cli.command, &mut env)
+            match cli.command.verb() {
+                command::Verb::History(verb) => Some(command::run(verb, &mut env)),
+                command::Verb::Shell(_) => None,
+            }
         };
         match result {
             None => fail(
@@ -316,7 +319,7 @@ impl Actor for DaemonActor<'_> {
             }) => {
                 let pid = pid.unwrap_or(caller);
                 let agent = agent.as_ref().map(Name::to_string);
-                let gone = || Error::Usage(format!("process {pid} is gone"));
+                let gone = || Error::ProcessGone(pid);
                 if !*exclusive {
                     if !rec.attributor().register(pid, name.to_string(), agent) {
                         return Err(gone());
@@ -340,9 +343,7 @@ impl Actor for DaemonActor<'_> {
             Command::Session(SessionCommand::End { pid }) => {
                 match rec.attributor().unregister(pid.unwrap_or(caller)) {
                     Some(s) => Ok(format!("session {s} ended\n")),
-                    None => Err(Error::Usage(
-                        "no session was started by this process or its parents".into(),
-                    )),
+                    None => Err(Error::NoSessionStarted),
                 }
             }
             Command::Turn(TurnCommand::Begin {
@@ -433,10 +434,7 @@ impl Actor for DaemonActor<'_> {
                 }
                 Ok(out + "\n")
             }
-            other => Err(Error::Usage(format!(
-                "`{}` is not a daemon command",
-                other.name()
-            ))),
+            other => Err(Error::NotADaemonCommand(other.name())),
         }
     }
 }

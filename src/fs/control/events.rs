@@ -184,18 +184,11 @@ impl Events {
 /// Whether thread `tid` is gone, or has a signal to take that it neither blocks nor ignores
 /// (a killed reader among them: it cannot die until its read is answered).
 fn interrupted(tid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+    let Some(status) = crate::procfs::status(tid) else {
         return true;
     };
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0)
-    };
-    let pending = field("SigPnd:") | field("ShdPnd:");
-    pending & !field("SigBlk:") & !field("SigIgn:") != 0
+    let pending = status.mask("SigPnd") | status.mask("ShdPnd");
+    pending & !status.mask("SigBlk") & !status.mask("SigIgn") != 0
 }
 
 #[cfg(test)]

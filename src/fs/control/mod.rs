@@ -67,7 +67,10 @@ pub fn refuse_removal(parent: u64) -> Errno {
 fn ctl_errno(e: Error) -> Errno {
     match e {
         Error::Io { source, .. } => Errno::from(source),
+        Error::NotAFolder => Errno::ENOTDIR,
+        Error::NotASymlink => Errno::EINVAL,
         Error::Store(_) => Errno::EIO,
+        e if !e.is_usage() => Errno::EIO,
         _ => Errno::ENOENT,
     }
 }

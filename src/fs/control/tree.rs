@@ -238,7 +238,7 @@ impl Control {
                     size: s.size,
                     writable: false,
                 },
-                None => return Err(Error::Usage("gone".into())),
+                None => return Err(Error::Gone),
             },
             Node::Version(p, id) => {
                 let size = self
@@ -412,17 +412,14 @@ impl Control {
                     Node::TurnConversation(s.clone(), *n),
                 ),
             ],
-            _ => return Err(Error::Usage("not a folder".into())),
+            _ => return Err(Error::NotAFolder),
         })
     }
 
     pub(super) fn past_link(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
-            Node::AtPath { at, path } => self
-                .view()
-                .content_at(path, *at)?
-                .ok_or_else(|| Error::Usage("gone".into())),
-            _ => Err(Error::Usage("not a symlink".into())),
+            Node::AtPath { at, path } => self.view().content_at(path, *at)?.ok_or(Error::Gone),
+            _ => Err(Error::NotASymlink),
         }
     }
 
@@ -503,10 +500,7 @@ impl Control {
                 Ok(crate::history::turns::conversation(history, &turn)?.unwrap_or_default())
             }
             Node::Status => self.status(),
-            Node::AtPath { at, path } => self
-                .view()
-                .content_at(path, *at)?
-                .ok_or_else(|| Error::Usage("gone".into())),
+            Node::AtPath { at, path } => self.view().content_at(path, *at)?.ok_or(Error::Gone),
             Node::Version(p, id) => {
                 let c = history.get(*id)?;
                 match c.states_of(p).1.and_then(|a| a.hash) {
@@ -530,6 +524,11 @@ impl Control {
                 "NOT RECORDING: the store's disk is full ({e}). Free space on it: recording \
                  resumes by itself within seconds, no remount needed (meanwhile operations \
                  that would go unrecorded fail with ENOSPC; reads go on)"
+            ),
+            Err(crate::store::Error::Halted(why)) => format!(
+                "NOT RECORDING: stopped after a panic in the daemon ({why}). Operations that \
+                 would be recorded fail with EIO, reads go on; the daemon log says more. \
+                 Remount the workspace to record again"
             ),
             Err(e) => format!("NOT RECORDING: {e} (operations that would go unrecorded fail)"),
         };

@@ -63,6 +63,15 @@ impl Recorder {
             return Ok(None);
         }
         self.check_writable()?;
+        if let Some(name) = &self.panic_on
+            && path.rsplit(|b| *b == b'/').next() == Some(name.as_slice())
+        {
+            let _held = lock(&self.episodes);
+            panic!(
+                "REWIND_TEST_PANIC: provoked while recording the create of {}",
+                super::super::show_path(path)
+            );
+        }
         let who = self.who(by);
         self.open_episode(key_of(st), path, None, who, true)?;
         Ok(Some(key_of(st)))

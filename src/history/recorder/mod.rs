@@ -88,6 +88,9 @@ pub struct Recorder {
     wake: (Sender<()>, Receiver<()>),
     /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
     session_owners: Mutex<HashMap<String, u32>>,
+    /// For the tests of the panic policy only: the file name whose create panics while it
+    /// is recorded (`REWIND_TEST_PANIC`).
+    panic_on: Option<Vec<u8>>,
 }
 
 impl Recorder {
@@ -118,6 +121,9 @@ impl Recorder {
             ending: RwLock::new(()),
             wake: crossbeam_channel::bounded(1),
             session_owners: Mutex::new(HashMap::new()),
+            panic_on: std::env::var_os("REWIND_TEST_PANIC")
+                .map(|n| n.into_encoded_bytes())
+                .filter(|n| !n.is_empty()),
         })
     }
 

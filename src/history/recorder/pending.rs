@@ -14,7 +14,7 @@ use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileState, Seen};
 use crate::history::db::Extra;
-use crate::history::view::join;
+use crate::history::join;
 use crate::history::who::Who;
 
 /// How long a new file's creation is held back, waiting to see whether it is a temporary file

@@ -537,7 +537,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            // rewind: a panic in a handler answers its request EIO (the
+                            // reply, dropped unsent, says so) and this thread goes on
+                            // serving; what a panic means is the panic hook's to decide.
+                            let dispatch = std::panic::AssertUnwindSafe(|| req.dispatch(self));
+                            let _ = std::panic::catch_unwind(dispatch);
                         }
                     }
                     // Quit loop on illegal request
