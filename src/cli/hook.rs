@@ -4,12 +4,14 @@
 //! and never fails the agent's action: it prints exactly what the agent expects, logs any
 //! problem to `hook.log` beside the stores, and exits 0 — within [`DEADLINE`] whatever happens:
 //! it reads one JSON value and not up to the end of input (an agent may keep the pipe open), and
-//! a daemon that does not answer (stopped, wedged) is given up on. When no daemon took the event
+//! a daemon that does not answer (stopped, wedged) is given up on. The exchange with the daemon
+//! runs in a child process (`--exchange`): a request the daemon took and never answers holds
+//! its maker in an uninterruptible wait, and only the child is left waiting. When no daemon took the event
 //! it also says so in one line on stderr (which the agents show at most to the user).
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -40,24 +42,34 @@ enum Missed {
 }
 
 pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
+    if args.exchange {
+        return exchange(cwd, &args.event);
+    }
     let agent = super::agent::agent_of(args.agent);
     let started = Instant::now();
-    // The work runs beside, so that a read or a daemon that never ends cannot hold the agent:
-    // at the deadline this thread answers and the process exits, the worker with it.
+    let deadline = started + DEADLINE;
+    let gave_up = || {
+        Missed::Daemon(format!(
+            "no payload and answer within {} ms; gave up",
+            DEADLINE.as_millis()
+        ))
+    };
+    // The payload is read beside, so that an input that never ends cannot hold the agent: at
+    // the deadline this thread answers and the process exits, the reader with it.
     let (tx, rx) = mpsc::channel();
-    let (dir, event) = (cwd.to_path_buf(), args.event.clone());
-    let worker = std::thread::Builder::new()
+    let event = args.event.clone();
+    let reader = std::thread::Builder::new()
         .name("hook".into())
         .spawn(move || {
-            let _ = tx.send(handle(&dir, agent, &event));
+            let _ = tx.send(lines(agent, &event));
         });
-    let result = match worker {
-        Ok(_) => rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            Err(Missed::Daemon(format!(
-                "no payload and answer within {} ms; gave up",
-                DEADLINE.as_millis()
-            )))
-        }),
+    let result = match reader {
+        Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(lines)) if lines.is_empty() => Ok(()),
+            Ok(Ok(lines)) => tell(&lines, deadline).and_then(|done| done.ok_or_else(gave_up)),
+            Ok(Err(missed)) => Err(missed),
+            Err(_) => Err(gave_up()),
+        },
         Err(e) => Err(Missed::Daemon(format!("cannot start: {e}"))),
     };
     // The agent's answer first, whatever happened.
@@ -156,18 +168,11 @@ fn quote(s: &str) -> String {
         .unwrap_or_else(|_| "''".into())
 }
 
-fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
+/// The command lines for the daemon that the payload on stdin asks for.
+fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
     let stdin = std::io::stdin().lock().take(PAYLOAD_MAX);
     let (parsed, transcript) = agent::read_with_transcript(agent, event, stdin)
         .map_err(|e| Missed::Payload(e.to_string()))?;
-    let daemon = |f: Failure| Missed::Daemon(f.message);
-    let ctx = Ctx::locate(cwd).map_err(daemon)?;
-    if !ctx.mounted {
-        return Err(Missed::Daemon(format!(
-            "{} is not mounted",
-            ctx.workspace.display()
-        )));
-    }
     let a = agent.as_str();
     let start = |id: &str| {
         format!(
@@ -176,7 +181,7 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
             agent_pid()
         )
     };
-    let lines: Vec<String> = match parsed {
+    Ok(match parsed {
         HookEvent::SessionStart { session_id } => vec![start(&session_id)],
         HookEvent::Prompt {
             session_id,
@@ -233,15 +238,85 @@ fn handle(cwd: &Path, agent: Agent, event: &str) -> Result<(), Missed> {
             quote(&session_name(agent, &session_id))
         )],
         HookEvent::Ignored => Vec::new(),
-    };
-    for line in lines {
-        let answer = ctx.ctl(&line).map_err(daemon)?;
-        // Another agent process holds this session id: ours was recorded apart (the daemon
-        // said so); worth a line in the log, not a failure.
-        let said = String::from_utf8_lossy(&answer.output);
-        if said.contains(" belongs to process ") {
-            log(&format!("{agent} {event}: {}", said.trim()));
+    })
+}
+
+/// Send `lines` to the daemon from a child process and wait for it until `deadline`:
+/// `Ok(None)` if it had not finished by then. A request the daemon took and never answers
+/// holds the process that made it in an uninterruptible wait, which even its exit waits for;
+/// so it must not be the hook, which the agent waits on. The child is killed at the deadline
+/// (a request not yet taken is then withdrawn) and left to end when the daemon answers.
+fn tell(lines: &[String], deadline: Instant) -> Result<Option<()>, Missed> {
+    let cannot = |e: std::io::Error| Missed::Daemon(format!("cannot start the exchange: {e}"));
+    let mut child = Command::new("/proc/self/exe")
+        .args(std::env::args_os().skip(1))
+        .arg("--exchange")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(cannot)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // The child reads all of it before it touches the mount, so this cannot block for long.
+        let _ = stdin.write_all(lines.join("\0").as_bytes());
+    }
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut why = String::new();
+                if let Some(mut err) = child.stderr.take() {
+                    let _ = err.read_to_string(&mut why);
+                }
+                return match status.success() {
+                    true => Ok(Some(())),
+                    false if why.trim().is_empty() => {
+                        Err(Missed::Daemon(format!("the exchange ended with {status}")))
+                    }
+                    false => Err(Missed::Daemon(why.trim().to_string())),
+                };
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                return Ok(None);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(Missed::Daemon(format!("cannot wait for the exchange: {e}"))),
         }
     }
-    Ok(())
+}
+
+/// `rewind hook AGENT EVENT --exchange`, the child of [`tell`]: send each NUL-separated line on
+/// stdin to the daemon. A failure is said on stderr, with exit status 1.
+fn exchange(cwd: &Path, event: &str) -> CliResult {
+    let mut input = String::new();
+    let sent = std::io::stdin()
+        .take(PAYLOAD_MAX * 2)
+        .read_to_string(&mut input)
+        .map_err(|e| Failure::failed(format!("cannot read the lines: {e}")))
+        .and_then(|_| {
+            let ctx = Ctx::locate(cwd)?;
+            if !ctx.mounted {
+                return Err(Failure::failed(format!(
+                    "{} is not mounted",
+                    ctx.workspace.display()
+                )));
+            }
+            for line in input.split('\0').filter(|l| !l.is_empty()) {
+                let answer = ctx.ctl(line)?;
+                // Another agent process holds this session id: ours was recorded apart (the
+                // daemon said so); worth a line in the log, not a failure.
+                let said = String::from_utf8_lossy(&answer.output);
+                if said.contains(" belongs to process ") {
+                    log(&format!("{event}: {}", said.trim()));
+                }
+            }
+            Ok(())
+        });
+    match sent {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(f) => {
+            let _ = writeln!(std::io::stderr(), "{}", f.message);
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }

@@ -127,6 +127,10 @@ pub enum AgentAction {
 pub struct HookArgs {
     pub agent: AgentName,
     pub event: String,
+    /// Internal: the hook's own child, which sends the command lines on stdin (NUL-separated)
+    /// to the daemon, so that a daemon that never answers holds it and not the hook.
+    #[arg(long, hide = true)]
+    pub exchange: bool,
 }
 
 /// Serve rewind over MCP on stdin/stdout: history, diffs, turns, checkpoints and rollback

@@ -412,6 +412,53 @@ fn a_hook_returns_when_the_daemon_does_not_answer() {
     ok(rw(&ws, &["sync"]));
 }
 
+/// Removes the file that holds the daemon's commands (`REWIND_TEST_HOLD_CTL`), whatever happens.
+struct Released(PathBuf);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// A daemon that took the hook's request and never answers it (a command held by the daemon's
+/// test knob `REWIND_TEST_HOLD_CTL`): the request's maker waits in the kernel, uninterruptibly.
+/// The hook still gives the agent its reply, exits 0 and says nothing was recorded, while the
+/// request is still unanswered; the daemon goes on once the command is let go.
+#[test]
+fn a_hook_returns_when_the_daemon_took_its_request_and_never_answers() {
+    let mut ws = Workspace::new();
+    let hold = ws.store().parent().unwrap().join("hold");
+    let taken = ws.store().parent().unwrap().join("hold.taken");
+    let out = ws
+        .command(&["mount"])
+        .arg(ws.path())
+        .arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_HOLD_CTL", &hold)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount: {}", text(&out.stderr));
+    ws.mark_mounted();
+    fs::write(&hold, b"").unwrap();
+    let released = Released(hold.clone());
+    let (agent, event) = (Agent::Claude, "UserPromptSubmit");
+    let mut child = hook_process(&ws, agent, event);
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    stdin.write_all(&payload(agent, event, "held")).unwrap();
+    drop(stdin);
+    let (code, out, err) = hook_exits(&mut child);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, expected_stdout(agent, event));
+    assert!(err.contains("nothing recorded"), "{err:?}");
+    // The daemon had taken the request, and it was still unanswered when the hook exited.
+    assert!(taken.exists(), "the daemon did not take the hook's request");
+    assert!(hold.exists());
+    drop(released);
+    ok(rw(&ws, &["sync"]));
+}
+
 /// No daemon at all (the workspace was mounted once, not now): exit 0, the reply, and a word on
 /// stderr.
 #[test]

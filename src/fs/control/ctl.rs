@@ -71,6 +71,7 @@ impl Commands {
                     }
                     count.fetch_add(1, Ordering::SeqCst);
                 }
+                hold_for_tests();
                 let (output, result) = job.execute();
                 count.fetch_sub(1, Ordering::SeqCst);
                 freed.notify_one();
@@ -78,6 +79,23 @@ impl Commands {
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start a command thread: {e}");
+        }
+    }
+}
+
+/// Tests only: with `REWIND_TEST_HOLD_CTL=PATH` set for the daemon, a command taken while
+/// PATH exists makes `PATH.taken` and waits until PATH is removed before it runs, so that a
+/// test can hold a request the daemon took unanswered (as a wedged daemon would).
+fn hold_for_tests() {
+    let Some(hold) = std::env::var_os("REWIND_TEST_HOLD_CTL").map(PathBuf::from) else {
+        return;
+    };
+    if hold.exists() {
+        let mut taken = hold.clone().into_os_string();
+        taken.push(".taken");
+        let _ = std::fs::write(&taken, b"");
+        while hold.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }
