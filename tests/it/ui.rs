@@ -331,6 +331,26 @@ fn ui_tree_does_not_follow_a_symlink_out_of_the_workspace() {
     assert!(!out.contains("passwd"), "{out}");
 }
 
+/// A rollback that changes nothing (no change matches, or every path is skipped) says so; its
+/// heading does not claim "Rolled back".
+#[test]
+fn ui_rollback_of_nothing_does_not_say_rolled_back() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = format!(
+        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+        ui.host(),
+        ui.csrf()
+    );
+    let (s, r) = ui.post("/act/rollback", "what=session&value=nosuch", &with_csrf);
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("nothing to roll back"), "{r}");
+    assert!(r.contains("Nothing rolled back"), "{r}");
+    assert!(!r.contains("<h2>Rolled back"), "{r}");
+}
+
 /// chromedriver on a free port, stopped on drop.
 struct Driver {
     child: Child,
