@@ -5,7 +5,7 @@
 //! `.codex` for Codex, `.gemini` for Gemini CLI, `.cursor` for Cursor; OpenCode names no
 //! transcript), that home must not be in the workspace (the daemon never makes a syscall on
 //! its own mount) and must belong to the workspace's owner, and the file must be a regular file
-//! of that owner, reached below the agent folder without following any symlink. At most
+//! of that owner, reached from `/` without following any symlink. At most
 //! [`MAX`] bytes are kept: the end of a longer transcript.
 
 use std::io::{Read, Seek, SeekFrom};
@@ -54,12 +54,25 @@ pub fn read(agent: Agent, path: &Path, owner: u32, workspace: &Path) -> Result<V
         return Err(format!("{}: inside the workspace", path.display()));
     }
     let io = |what: &str, e: rustix::io::Errno| format!("{}: {what}: {e}", path.display());
-    let home_fd = rustix::fs::open(
-        &home,
+    // Without following symlinks: the check above is on the words of the path, and a symlink
+    // in them (`/tmp/h -> WORKSPACE`) would lead the daemon into its own mount.
+    let root = rustix::fs::open(
+        "/",
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| io("home", e))?;
+    .map_err(|e| io("/", e))?;
+    let home_fd = rustix::fs::openat2(
+        &root,
+        match home.strip_prefix("/") {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel,
+            _ => Path::new("."),
+        },
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| io("home (a path without symlinks)", e))?;
     let home_stat = rustix::fs::fstat(&home_fd).map_err(|e| io("home", e))?;
     if home_stat.st_uid != owner {
         return Err(format!(

@@ -134,21 +134,53 @@ impl Backend {
                     .into(),
             ));
         }
-        let base = self.ctx.workspace.join(".rewind/at").join(point).join(dir);
-        let entries = std::fs::read_dir(&base).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
+        let at = self.ctx.workspace.join(".rewind/at").join(point);
+        let shown = at.join(dir);
+        let io = |e: rustix::io::Errno| {
+            if e == rustix::io::Errno::NOENT {
                 Refusal::Usage(format!("no such point or folder: {point} {dir}"))
+            } else if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::XDEV {
+                Refusal::Usage(format!(
+                    "{dir}: a symlink at {point}; the tree shows only what is in the workspace"
+                ))
             } else {
-                Refusal::Failed(format!("{}: {e}", base.display()))
+                Refusal::Failed(format!("{}: {e}", shown.display()))
             }
-        })?;
-        let mut names: Vec<(String, bool)> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| {
-                let dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                (e.file_name().to_string_lossy().into_owned(), dir)
-            })
-            .collect();
+        };
+        use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let at_fd = rustix::fs::open(&at, flags, Mode::empty()).map_err(io)?;
+        // Never through a symlink of the tree at that point: `lib -> /etc` would list the
+        // machine's /etc.
+        let fd = rustix::fs::openat2(
+            &at_fd,
+            if dir.is_empty() { "." } else { dir },
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(io)?;
+        let entries = rustix::fs::Dir::read_from(&fd).map_err(io)?;
+        let mut names: Vec<(String, bool)> = Vec::new();
+        for e in entries {
+            let e = e.map_err(io)?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let kind = match e.file_type() {
+                FileType::Unknown => {
+                    rustix::fs::statat(&fd, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map(|st| FileType::from_raw_mode(st.st_mode))
+                        .unwrap_or(FileType::Unknown)
+                }
+                k => k,
+            };
+            names.push((
+                String::from_utf8_lossy(name).into_owned(),
+                kind == FileType::Directory,
+            ));
+        }
         names.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(names)
     }

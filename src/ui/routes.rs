@@ -621,6 +621,8 @@ async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     let words = rollback_words(&a, false)?;
     let out = run(&state, words.clone()).await?;
     let text = String::from_utf8_lossy(&out.output).into_owned();
+    let nothing =
+        text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
     // `rollback-N: restored …` names the session that undoes it.
     let session = text
         .lines()
@@ -628,7 +630,7 @@ async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
         .find_map(|l| l.split_once(": restored").map(|(s, _)| s.to_string()));
     Ok(html! {
         div.plan-box.done {
-            h2 { @if out.partial { "Rolled back, in part" } @else { "Rolled back" } }
+            h2 { @if nothing { "Nothing rolled back" } @else if out.partial { "Rolled back, in part" } @else { "Rolled back" } }
             p.muted { code { (shown(&words)) } }
             (page::plan_lines(&text))
             div.buttons {

@@ -535,6 +535,43 @@ fn each_turn_keeps_the_conversation_it_added() {
     assert_eq!(sc.hook_log(), "", "no hook failed");
 }
 
+/// A transcript path whose home is a symlink into the workspace (`/tmp/h/.claude/t.jsonl`,
+/// `/tmp/h -> WORKSPACE`) is not read: its words are outside the workspace, but reading it
+/// would have the daemon make syscalls on its own mount (and keep a workspace file as the
+/// conversation).
+#[test]
+fn a_transcript_through_a_symlink_into_the_workspace_is_not_read() {
+    let sc = Scene::new();
+    fs::create_dir_all(sc.ws.path().join(".claude")).unwrap();
+    fs::write(sc.ws.path().join(".claude/t.jsonl"), "{\"inside\": 1}\n").unwrap();
+    let link = sc.dir.path().join("linked-home");
+    std::os::unix::fs::symlink(sc.ws.path(), &link).unwrap();
+    let through = link.join(".claude/t.jsonl");
+    sc.ok(&["turn", "begin", "--session", "s1", "--agent", "claude"]);
+    sc.ok(&[
+        "turn",
+        "end",
+        "--session",
+        "s1",
+        "--transcript",
+        through.to_str().unwrap(),
+    ]);
+    // The reading runs after the daemon answers: wait until it either kept it or said why not.
+    let log = sc.ws.store().join("daemon.log");
+    let mut said = String::new();
+    for _ in 0..400 {
+        said = fs::read_to_string(&log).unwrap_or_default();
+        let shown = sc.json(&["turns", "--show", "s1:1", "--json"]);
+        if said.contains("s1:1: conversation not kept") || shown[0]["conversation"] != Value::Null {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let shown = sc.json(&["turns", "--show", "s1:1", "--json"]);
+    assert_eq!(shown[0]["conversation"], Value::Null, "{shown:?}");
+    assert!(said.contains("without symlinks"), "{said}");
+}
+
 /// `rewind agent install claude --local` writes `.claude/settings.local.json`; the hooks run
 /// `rewind` from PATH (checked at install); agents with no local settings say so.
 #[test]

@@ -309,6 +309,48 @@ fn ui_unmounted_is_read_only() {
     assert!(r.contains("not mounted"), "{r}");
 }
 
+/// The tree at a point never goes through a symlink of that tree: `etc -> /etc` in the history
+/// is shown as a name, and asking for its listing is refused, not the machine's /etc.
+#[test]
+fn ui_tree_does_not_follow_a_symlink_out_of_the_workspace() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    std::fs::create_dir(ws.path().join("src")).unwrap();
+    std::fs::write(ws.path().join("src/lib.rs"), "x\n").unwrap();
+    std::os::unix::fs::symlink("/etc", ws.path().join("etc")).unwrap();
+    ctl(&ws, "sync");
+    let ui = Ui::start(&ws);
+    let (s, top) = ui.get("/frag/tree?at=3", "");
+    assert_eq!(s, 200, "{top}");
+    assert!(top.contains("etc") && top.contains("src"), "{top}");
+    let (s, src) = ui.get("/frag/tree?at=3&dir=src", "");
+    assert_eq!(s, 200, "{src}");
+    assert!(src.contains("lib.rs"), "{src}");
+    let (s, out) = ui.get("/frag/tree?at=3&dir=etc", "");
+    assert_eq!(s, 400, "{out}");
+    assert!(!out.contains("passwd"), "{out}");
+}
+
+/// A rollback that changes nothing (no change matches, or every path is skipped) says so; its
+/// heading does not claim "Rolled back".
+#[test]
+fn ui_rollback_of_nothing_does_not_say_rolled_back() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = format!(
+        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+        ui.host(),
+        ui.csrf()
+    );
+    let (s, r) = ui.post("/act/rollback", "what=session&value=nosuch", &with_csrf);
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("nothing to roll back"), "{r}");
+    assert!(r.contains("Nothing rolled back"), "{r}");
+    assert!(!r.contains("<h2>Rolled back"), "{r}");
+}
+
 /// chromedriver on a free port, stopped on drop.
 struct Driver {
     child: Child,
