@@ -367,6 +367,7 @@ fn corrupt_blob(hash: &Hash, reason: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::noise;
 
     #[test]
     fn inline_round_trip_checks_the_hash() {
@@ -380,19 +381,6 @@ mod tests {
         }
         let err = decode(&Hash::of(b"other"), &value).err().unwrap();
         assert!(err.to_string().contains("does not match"), "{err}");
-    }
-
-    /// Incompressible bytes, so each chunk costs its size.
-    fn noise(len: usize, mut seed: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            out.extend_from_slice(&seed.to_le_bytes());
-        }
-        out.truncate(len);
-        out
     }
 
     fn chunks(store: &Store, hash: &Hash) -> Vec<[u8; 32]> {

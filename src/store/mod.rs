@@ -190,3 +190,18 @@ pub fn check_key_name(what: &'static str, name: &[u8]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Deterministic incompressible bytes (xorshift), for tests where compression must not hide
+/// what is stored.
+#[cfg(test)]
+pub(crate) fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

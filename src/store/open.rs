@@ -595,19 +595,7 @@ fn check_files(db: &DB, dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Incompressible bytes, so each blob costs its size in the store.
-    fn noise(len: usize, mut seed: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            out.extend_from_slice(&seed.to_le_bytes());
-        }
-        out.truncate(len);
-        out
-    }
+    use crate::store::noise;
 
     fn sum(store: &Store, property: &str) -> u64 {
         let db = store.db().unwrap();
