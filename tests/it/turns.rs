@@ -671,6 +671,21 @@ async fn mcp_whoami_show_cat_and_compact_history() {
     );
     let big: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
     fs::write(sc.ws.path().join("big.txt"), "small\n").unwrap();
+    // The create is recorded at the file's last RELEASE, which the kernel sends after close()
+    // returns: a second open before it arrives joins the same write episode, and the two
+    // writes are one create. Wait for the create so the next write is a modify of its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !sc
+        .json(&["log", "--json"])
+        .iter()
+        .any(|c| c["path"] == "big.txt" && c["kind"] == "create")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the create of big.txt never recorded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     fs::write(sc.ws.path().join("big.txt"), &big).unwrap();
     sc.ok(&["sync"]);
 
