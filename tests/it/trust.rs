@@ -2459,7 +2459,11 @@ for i in range(100):
     assert!(!root.join("refused").exists());
     assert_eq!(fs::read_to_string(root.join("keep")).unwrap(), "keep\n");
     assert_eq!(ok(&rw(&ws, &["cat", "keep"])), "keep\n");
-    sh_within(&root, 60, "ls -la >/dev/null && cat .rewind/status >/dev/null");
+    sh_within(
+        &root,
+        60,
+        "ls -la >/dev/null && cat .rewind/status >/dev/null",
+    );
 
     // Compaction may run again: recording resumes by itself.
     fs::remove_file(&knob).unwrap();
