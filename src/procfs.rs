@@ -28,6 +28,17 @@ fn parse_stat(text: &str) -> Option<Stat> {
     })
 }
 
+/// The process or thread exists and has not exited (a zombie has).
+pub fn running(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the name, which is in parentheses and may contain anything.
+    text.rfind(')')
+        .and_then(|close| text.get(close + 2..close + 3))
+        .is_some_and(|state| !matches!(state, "Z" | "X" | "x"))
+}
+
 /// `/proc/PID/status` (of a process or a thread; `status_of_self` for this one).
 #[derive(Clone, Debug)]
 pub struct Status(String);

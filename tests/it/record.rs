@@ -515,6 +515,45 @@ fn a_new_file_reopened_at_once_begins_with_its_create() {
     }
 }
 
+/// A writer that has exited leaves its handle to the kernel, which sends its RELEASE when it
+/// likes: the next writer's change is its own, not merged into the gone writer's. Here the
+/// first writer's handle is held open on purpose (by a child it forked, which never writes),
+/// so the next writer always comes before the RELEASE; before the fix the two were one
+/// create, and which one a user got from `printf 1 > f; printf 2 >> f` depended on timing.
+#[test]
+fn a_writer_that_is_gone_does_not_absorb_the_next_writers_change() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let go = ws.path().parent().unwrap().join("go");
+    let script = format!(
+        "import os, time\n\
+         fd = os.open('f', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)\n\
+         os.write(fd, b'1\\n')\n\
+         if os.fork() == 0:\n    \
+             while not os.path.exists({go:?}): time.sleep(0.01)\n    \
+             os._exit(0)\n\
+         os._exit(0)\n"
+    );
+    let status = Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(ws.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // The first writer is gone; its handle is still open (held by its child).
+    sh(&ws.path(), "printf '2\\n' >> f");
+    fs::write(&go, "").unwrap();
+    wait_changes(&ws, 2);
+    let changes = log(&ws);
+    assert_eq!(summary(&changes), ["create f", "modify f"], "{changes:#?}");
+    let sizes: Vec<u64> = changes
+        .iter()
+        .map(|c| c["after"]["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [2, 4], "{changes:#?}");
+    assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "1\n2\n");
+}
+
 #[test]
 fn rm_rf_keeps_the_content_of_the_whole_tree() {
     let mut ws = Workspace::new();

@@ -27,6 +27,33 @@ pub(super) struct Episode {
     pub(super) created: bool,
     /// The file lost its last name while open: nothing more to record.
     pub(super) orphaned: bool,
+    /// The threads that opened it in this episode (at most [`MAX_OPENERS`]; more are not
+    /// listed, and the episode is then never taken as abandoned).
+    pub(super) openers: Vec<u32>,
+}
+
+/// How many openers an episode lists before it stops listing them.
+const MAX_OPENERS: usize = 16;
+
+impl Episode {
+    /// Every thread that opened the file in this episode is gone: its handles are only waiting
+    /// for the kernel's RELEASE, which comes after close() has returned, at a time of the
+    /// kernel's choosing. A new writer then starts a change of its own instead of joining
+    /// theirs, so that `printf 1 > f; printf 2 >> f` records two changes whatever the
+    /// scheduler does. (A child that inherited a handle may still write through it; what it
+    /// writes is then part of the new change, which is still a true chain.)
+    fn abandoned(&self) -> bool {
+        self.opens > 0
+            && self.openers.len() < MAX_OPENERS
+            && self.openers.iter().all(|&pid| !crate::procfs::running(pid))
+    }
+
+    fn opened_by(&mut self, pid: u32) {
+        self.opens += 1;
+        if self.openers.len() < MAX_OPENERS && !self.openers.contains(&pid) {
+            self.openers.push(pid);
+        }
+    }
 }
 
 impl Recorder {
@@ -47,13 +74,23 @@ impl Recorder {
         // recorded as a modify before the file's create.
         let _held = self.hold(&[key]);
         self.flush_pending(path)?;
+        let abandoned = lock(&self.episodes).get(&key).map(Episode::abandoned);
+        if abandoned == Some(true) {
+            // What the gone writers wrote is their change; this writer's begins here.
+            self.cut_episode(key, path)?;
+            let who = self.who(by);
+            if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+                ep.who = who;
+                ep.openers.clear();
+            }
+        }
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
-            ep.opens += 1;
+            ep.opened_by(by.pid);
             return Ok(Some(key));
         }
         let before = self.capture(path, st)?;
         let who = self.who(by);
-        self.open_episode(key, path, Some(before), who, false)?;
+        self.open_episode(key, path, Some(before), who, false, by.pid)?;
         Ok(Some(key))
     }
 
@@ -73,7 +110,7 @@ impl Recorder {
             );
         }
         let who = self.who(by);
-        self.open_episode(key_of(st), path, None, who, true)?;
+        self.open_episode(key_of(st), path, None, who, true, by.pid)?;
         Ok(Some(key_of(st)))
     }
 
@@ -84,6 +121,7 @@ impl Recorder {
         before: Option<FileState>,
         who: Who,
         created: bool,
+        pid: u32,
     ) -> Result<()> {
         // A new file needs no marker: if the daemon dies before its end, the scan at the next
         // mount finds it anyway. A marker keeps the before state of a file being changed.
@@ -94,7 +132,7 @@ impl Recorder {
         // Another open of the same file may have won the race while we captured: join it.
         episodes
             .entry(key)
-            .and_modify(|ep| ep.opens += 1)
+            .and_modify(|ep| ep.opened_by(pid))
             .or_insert(Episode {
                 path: path.to_vec(),
                 before,
@@ -102,6 +140,7 @@ impl Recorder {
                 who,
                 created,
                 orphaned: false,
+                openers: vec![pid],
             });
         Ok(())
     }
@@ -175,6 +214,7 @@ impl Recorder {
                         who,
                         created,
                         orphaned,
+                        openers: Vec::new(),
                     });
                 }
                 Err(e)
