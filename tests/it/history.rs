@@ -7,16 +7,9 @@ use std::fs;
 use std::io::{Read, Write};
 use std::process::{Command, Output};
 
-use crate::common::{Workspace, sh};
+use crate::common::{Workspace, check, python_command, rw, sh};
 
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(1100);
-
-/// Run `rewind ARGS` from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
 
 /// stdout with what differs between runs replaced by placeholders.
 fn redact(out: &Output) -> String {
@@ -67,16 +60,6 @@ fn regex_lite(text: &str) -> String {
     out
 }
 
-fn ok(out: &Output) -> &Output {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
-}
-
 /// A small history: a create, an agent's session editing and adding, a rename, a delete.
 fn scenario(ws: &mut Workspace) {
     ws.mount();
@@ -101,23 +84,23 @@ fn scenario(ws: &mut Workspace) {
 fn log_show_diff_and_sessions_read_as_people_expect() {
     let mut ws = Workspace::new();
     scenario(&mut ws);
-    insta::assert_snapshot!("log", redact(ok(&rw(&ws, &["log"]))));
+    insta::assert_snapshot!("log", redact(check(&rw(&ws, &["log"]))));
     insta::assert_snapshot!(
         "log_agent",
-        redact(ok(&rw(&ws, &["log", "--agent", "claude", "-n", "2"])))
+        redact(check(&rw(&ws, &["log", "--agent", "claude", "-n", "2"])))
     );
-    insta::assert_snapshot!("show", redact(ok(&rw(&ws, &["show", "4"]))));
+    insta::assert_snapshot!("show", redact(check(&rw(&ws, &["show", "4"]))));
     insta::assert_snapshot!(
         "diff_session",
-        redact(ok(&rw(&ws, &["diff", "--session", "fix-42"])))
+        redact(check(&rw(&ws, &["diff", "--session", "fix-42"])))
     );
     insta::assert_snapshot!(
         "diff_stat",
-        redact(ok(&rw(&ws, &["diff", "--from", "0", "--stat"])))
+        redact(check(&rw(&ws, &["diff", "--from", "0", "--stat"])))
     );
-    insta::assert_snapshot!("sessions", redact(ok(&rw(&ws, &["sessions"]))));
+    insta::assert_snapshot!("sessions", redact(check(&rw(&ws, &["sessions"]))));
     let json = String::from_utf8(
-        ok(&rw(&ws, &["log", "--json", "src/main.rs"]))
+        check(&rw(&ws, &["log", "--json", "src/main.rs"]))
             .stdout
             .clone(),
     )
@@ -145,18 +128,18 @@ fn log_show_diff_and_sessions_read_as_people_expect() {
     assert_eq!(before_it.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&before_it.stderr).contains("did not exist at that point"));
     assert_eq!(
-        ok(&rw(&ws, &["cat", "src/main.rs", "--at", "2"])).stdout,
+        check(&rw(&ws, &["cat", "src/main.rs", "--at", "2"])).stdout,
         b"fn main() {\n    old();\n}\n"
     );
     assert_eq!(
-        ok(&rw(&ws, &["cat", "NOTES", "--at", "4"])).stdout,
+        check(&rw(&ws, &["cat", "NOTES", "--at", "4"])).stdout,
         b"notes\n"
     );
     // The same history after unmounting, straight from the store.
     let before = redact(&rw(&ws, &["log"]));
     ws.unmount();
     let out = ws.rewind(&[OsStr::new("-C"), ws.path().as_os_str(), OsStr::new("log")]);
-    assert_eq!(redact(ok(&out)), before);
+    assert_eq!(redact(check(&out)), before);
 }
 
 #[test]
@@ -273,7 +256,7 @@ fn the_past_is_a_complete_read_only_tree() {
     scenario(&mut ws);
     let root = ws.path();
     let out = rw(&ws, &["checkpoint", "before-cleanup"]);
-    assert!(ok(&out).status.success());
+    assert!(check(&out).status.success());
     sh(&root, "rm -rf src && echo later > later.txt");
     std::thread::sleep(SETTLE);
     // diff -r and cp -r work on a past tree.
@@ -415,14 +398,14 @@ fn rollback_by_each_selector() {
     assert!(!root.join("README").exists() && !root.join("src/lib.rs").exists());
     // It is recorded as restores by rewind, and rolling it back brings the work back.
     std::thread::sleep(SETTLE);
-    let log =
-        String::from_utf8_lossy(&ok(&rw(&ws, &["log", "--session", &session])).stdout).into_owned();
+    let log = String::from_utf8_lossy(&check(&rw(&ws, &["log", "--session", &session])).stdout)
+        .into_owned();
     assert!(
         log.lines()
             .all(|l| l.contains("restore") && l.contains(&format!("rewind@{session}"))),
         "{log}"
     );
-    ok(&rw(&ws, &["rollback", "--session", &session]));
+    check(&rw(&ws, &["rollback", "--session", &session]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
@@ -449,7 +432,7 @@ fn rollback_by_each_selector() {
         "{out:?}"
     );
     assert_eq!(sh(&root, "find . -type f | sort | xargs md5sum"), tree);
-    ok(&rw(&ws, &["rollback", "--agent", "claude", "--force"]));
+    check(&rw(&ws, &["rollback", "--agent", "claude", "--force"]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
@@ -460,20 +443,20 @@ fn rollback_by_each_selector() {
     let mut ws = Workspace::new();
     scenario(&mut ws);
     let root = ws.path();
-    ok(&rw(&ws, &["undo", "7"]));
+    check(&rw(&ws, &["undo", "7"]));
     assert_eq!(
         fs::read_to_string(root.join("src/lib.rs")).unwrap(),
         "pub fn lib() {}\n"
     );
-    ok(&rw(&ws, &["rollback", "--file", "src/main.rs"]));
+    check(&rw(&ws, &["rollback", "--file", "src/main.rs"]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
             .contains("old();")
     );
-    ok(&rw(&ws, &["rollback", "--to", "2", "--force"]));
+    check(&rw(&ws, &["rollback", "--to", "2", "--force"]));
     assert_eq!(sh(&root, "find . -type f | sort"), "./src/main.rs\n");
-    ok(&rw(&ws, &["rollback", "--since", "0", "--force"]));
+    check(&rw(&ws, &["rollback", "--since", "0", "--force"]));
     assert_eq!(sh(&root, "find . | sort"), ".\n");
 
     // While unmounted: mounted for the occasion, and recorded the same way.
@@ -488,7 +471,7 @@ fn rollback_by_each_selector() {
         OsStr::new("claude"),
         OsStr::new("--force"),
     ]);
-    ok(&out);
+    check(&out);
     assert!(!crate::common::is_mounted(&ws.path()));
     assert!(
         fs::read_to_string(ws.path().join("src/main.rs"))
@@ -508,14 +491,14 @@ fn gc_runs_while_mounted_under_both_limits() {
     std::thread::sleep(SETTLE);
     let count = |ws: &Workspace| {
         // Change lines: after a gc, the log begins with a `note:` saying where it was cut.
-        String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout)
+        String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout)
             .lines()
             .filter(|l| !l.starts_with("note: "))
             .count()
     };
     assert_eq!(count(&ws), 10);
     // By size: the oldest go first, the newest change of each path always stays.
-    let out = ok(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
+    let out = check(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
     assert!(
         String::from_utf8_lossy(&out).starts_with("removed 8 changes"),
         "{}",
@@ -524,14 +507,14 @@ fn gc_runs_while_mounted_under_both_limits() {
     assert_eq!(count(&ws), 2);
     // The remaining history still reads, and the mount still records.
     assert_eq!(
-        ok(&rw(&ws, &["cat", "f.txt", "--at", "9"])).stdout,
+        check(&rw(&ws, &["cat", "f.txt", "--at", "9"])).stdout,
         b"version 5\n"
     );
     sh(&ws.path(), "echo 'version 6' > f.txt");
     std::thread::sleep(SETTLE);
     assert_eq!(count(&ws), 3);
     // By age.
-    ok(&rw(&ws, &["gc", "--keep", "0s"]));
+    check(&rw(&ws, &["gc", "--keep", "0s"]));
     assert_eq!(count(&ws), 2);
     let bad = rw(&ws, &["gc", "--keep", "forever"]);
     assert_eq!(bad.status.code(), Some(2));
@@ -577,7 +560,8 @@ fn retention_runs_in_the_background() {
     );
     std::thread::sleep(std::time::Duration::from_secs(4));
     sh(&ws.path(), "echo v4 > a.txt");
-    let log = |ws: &Workspace| String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout).into_owned();
+    let log =
+        |ws: &Workspace| String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout).into_owned();
     // Left: b.txt's only change, and a.txt's newest.
     assert!(
         crate::common::wait_for(10, || {
@@ -609,7 +593,7 @@ fn retention_runs_in_the_background() {
         .next()
         .unwrap()
         .to_string();
-    ok(&rw(&ws, &["undo", &last]));
+    check(&rw(&ws, &["undo", &last]));
     assert_eq!(fs::read_to_string(ws.path().join("a.txt")).unwrap(), "v3\n");
     ws.unmount();
 
@@ -648,7 +632,7 @@ fn retention_runs_in_the_background() {
         "{status}"
     );
     assert_eq!(
-        ok(&rw(&ws, &["cat", "big.txt"])).stdout,
+        check(&rw(&ws, &["cat", "big.txt"])).stdout,
         version(5).as_bytes()
     );
 }
@@ -665,12 +649,7 @@ subprocess.run(["mkdir", "polled"])
 ready, _, _ = select.select([fd], [], [], 5)
 print(len(quiet), len(ready), b"polled" in os.read(fd, 65536))
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
+    let out = python_command(&ws.path(), script).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "0 1 True",

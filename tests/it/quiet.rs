@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{Workspace, sh};
+use crate::common::{Workspace, rw_ok, sh};
 use crate::record::log;
 
 /// `kind path` (or `kind path <- from`) of each change, with its agent when it is `external`.
@@ -248,15 +248,6 @@ fn a_rename_made_while_unmounted_is_a_rename() {
     assert_eq!(fs::read_to_string(at.join("a.txt")).unwrap(), "a\n");
 }
 
-/// `rewind -C WS ARGS`, which must succeed; its output.
-fn ok(ws: &Workspace, args: &[&str]) -> String {
-    let mut all = vec!["-C".to_string(), ws.path().display().to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let out = ws.rewind(&all);
-    assert!(out.status.success(), "rewind {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A recorded file moved into an ignored folder (`node_modules/`, a folder `.gitignore`
 /// names) keeps its past: what it held at each point is what it held then, under its old name
 /// and, from the move on, under the new one, where it goes on being recorded.
@@ -270,23 +261,26 @@ fn a_recorded_file_moved_into_an_ignored_folder_keeps_its_past() {
         "mkdir node_modules build && printf 'build/\\n' > .gitignore \
          && printf 'a\\n' > notes.txt && printf 'x\\n' > other.txt",
     );
-    ok(&ws, &["checkpoint", "cp1"]);
+    rw_ok(&ws, &["checkpoint", "cp1"]);
     sh(&p, "printf 'b\\n' > notes.txt");
-    ok(&ws, &["checkpoint", "cp2"]);
+    rw_ok(&ws, &["checkpoint", "cp2"]);
     sh(&p, "mv notes.txt node_modules/ && mv other.txt build/");
-    ok(&ws, &["checkpoint", "cp3"]);
+    rw_ok(&ws, &["checkpoint", "cp3"]);
     sh(
         &p,
         "printf 'c\\n' > node_modules/notes.txt && printf 'y\\n' > build/other.txt",
     );
-    assert_eq!(ok(&ws, &["cat", "notes.txt", "--at", "cp1"]), "a\n");
-    assert_eq!(ok(&ws, &["cat", "notes.txt", "--at", "cp2"]), "b\n");
-    assert_eq!(ok(&ws, &["cat", "other.txt", "--at", "cp2"]), "x\n");
+    assert_eq!(rw_ok(&ws, &["cat", "notes.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "notes.txt", "--at", "cp2"]), "b\n");
+    assert_eq!(rw_ok(&ws, &["cat", "other.txt", "--at", "cp2"]), "x\n");
     assert_eq!(
-        ok(&ws, &["cat", "node_modules/notes.txt", "--at", "cp3"]),
+        rw_ok(&ws, &["cat", "node_modules/notes.txt", "--at", "cp3"]),
         "b\n"
     );
-    assert_eq!(ok(&ws, &["cat", "build/other.txt", "--at", "cp3"]), "x\n");
+    assert_eq!(
+        rw_ok(&ws, &["cat", "build/other.txt", "--at", "cp3"]),
+        "x\n"
+    );
     let at = p.join(".rewind/at");
     assert_eq!(fs::read_to_string(at.join("cp1/notes.txt")).unwrap(), "a\n");
     assert_eq!(fs::read_to_string(at.join("cp2/other.txt")).unwrap(), "x\n");
@@ -296,7 +290,7 @@ fn a_recorded_file_moved_into_an_ignored_folder_keeps_its_past() {
     );
     assert!(!at.join("cp2/node_modules/notes.txt").exists());
     // A rollback to before the moves brings both back as they were.
-    ok(&ws, &["rollback", "--to", "cp2"]);
+    rw_ok(&ws, &["rollback", "--to", "cp2"]);
     assert_eq!(fs::read_to_string(p.join("notes.txt")).unwrap(), "b\n");
     assert_eq!(fs::read_to_string(p.join("other.txt")).unwrap(), "x\n");
     assert!(!p.join("node_modules/notes.txt").exists());
@@ -311,15 +305,15 @@ fn a_folder_that_becomes_ignored_keeps_the_past_of_what_it_held() {
     ws.mount();
     let p = ws.path();
     sh(&p, "mkdir build && printf 'a\\n' > build/out.txt");
-    ok(&ws, &["checkpoint", "cp1"]);
+    rw_ok(&ws, &["checkpoint", "cp1"]);
     sh(
         &p,
         "printf 'build/\\n' > .gitignore && printf 'b\\n' > build/out.txt \
          && printf 'n\\n' > build/new.txt",
     );
-    ok(&ws, &["checkpoint", "cp2"]);
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
+    rw_ok(&ws, &["checkpoint", "cp2"]);
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
     let at = p.join(".rewind/at");
     assert_eq!(
         fs::read_to_string(at.join("cp1/build/out.txt")).unwrap(),
@@ -333,13 +327,13 @@ fn a_folder_that_becomes_ignored_keeps_the_past_of_what_it_held() {
     assert_eq!(names, ["out.txt"]);
     assert!(!history(&ws).iter().any(|c| c.contains("new.txt")));
     ws.unmount();
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
     ws.mount();
     sh(&p, "printf 'c\\n' > build/out.txt");
-    ok(&ws, &["checkpoint", "cp3"]);
+    rw_ok(&ws, &["checkpoint", "cp3"]);
     sh(&p, "rm build/out.txt");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp3"]), "c\n");
-    let diff = ok(&ws, &["diff", "--from", "cp1", "--to", "cp3"]);
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp3"]), "c\n");
+    let diff = rw_ok(&ws, &["diff", "--from", "cp1", "--to", "cp3"]);
     assert!(diff.contains("-a\n+c\n"), "{diff}");
 }

@@ -14,7 +14,7 @@ use rewind::history::History;
 use rewind::store::{Hash, Query, Store};
 use serde_json::Value;
 
-use crate::common::{SmallFs, Workspace, sh, wait_for};
+use crate::common::{SmallFs, Workspace, daemon_pid, python, python_command, sh, wait_for};
 
 fn history(dir: &Path) -> History {
     History::new(Arc::new(Store::open(dir).unwrap()))
@@ -154,12 +154,7 @@ os.remove("b.txt.orig")
 os.rename("b.txt", "c.txt")
 os.remove("c.txt")
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    python(&ws.path(), script);
     let changes = log(&ws);
     assert_eq!(
         summary(&changes),
@@ -458,11 +453,7 @@ fn a_new_file_reopened_at_once_begins_with_its_create() {
              fd = os.open(p, os.O_WRONLY | os.O_APPEND)\n    \
              os.write(fd, b'second'); os.close(fd)\n"
         );
-        Command::new("python3")
-            .args(["-c", &script])
-            .current_dir(ws.path())
-            .spawn()
-            .unwrap()
+        python_command(&ws.path(), &script).spawn().unwrap()
     };
     let mut writers = [writer("a"), writer("b"), writer("c")];
     for w in &mut writers {
@@ -542,7 +533,7 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let pid = crate::mount::daemon_pid(&ws);
+    let pid = daemon_pid(&ws);
     // SAFETY: kill(2) of the daemon we started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = busy.kill();
@@ -628,12 +619,7 @@ for i in range(400):
     # New files are stored when their creation is recorded, half a second later.
     time.sleep(0.05)
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(fill)
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
+    let out = python_command(&ws.path(), fill).output().unwrap();
     let errno: i32 = String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
