@@ -7,9 +7,9 @@ use std::fs;
 use std::io::{Read, Write};
 use std::process::{Command, Output};
 
-use crate::common::{Workspace, check, python_command, rw, sh};
-
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(1100);
+use crate::common::{
+    Workspace, check, holds_open, python_command, rw, sh, sync, wait_for, wait_recorded,
+};
 
 /// stdout with what differs between runs replaced by placeholders.
 fn redact(out: &Output) -> String {
@@ -60,24 +60,32 @@ fn regex_lite(text: &str) -> String {
     out
 }
 
-/// A small history: a create, an agent's session editing and adding, a rename, a delete.
+/// A small history: a create, an agent's session editing and adding, a rename, a delete. Each
+/// step waits for the one before to be recorded, so that no step is folded into another (a
+/// rename over a create still held back would be its save).
 fn scenario(ws: &mut Workspace) {
     ws.mount();
+    let agent = |script: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(ws.path())
+            .env("REWIND_SESSION", "fix-42")
+            .env("REWIND_AGENT", "claude")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
     sh(
         &ws.path(),
-        "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs && printf 'notes\\n' > NOTES && sleep 0.7",
+        "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs && printf 'notes\\n' > NOTES",
     );
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg("sed -i 's/old/new/' src/main.rs && printf 'pub fn lib() {}\\n' > src/lib.rs && sleep 0.7 && mv NOTES README")
-        .current_dir(ws.path())
-        .env("REWIND_SESSION", "fix-42")
-        .env("REWIND_AGENT", "claude")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    wait_recorded(ws, 3);
+    agent("sed -i 's/old/new/' src/main.rs && printf 'pub fn lib() {}\\n' > src/lib.rs");
+    wait_recorded(ws, 5);
+    agent("mv NOTES README");
     sh(&ws.path(), "rm src/lib.rs");
-    std::thread::sleep(SETTLE);
+    wait_recorded(ws, 7);
 }
 
 #[test]
@@ -258,7 +266,7 @@ fn the_past_is_a_complete_read_only_tree() {
     let out = rw(&ws, &["checkpoint", "before-cleanup"]);
     assert!(check(&out).status.success());
     sh(&root, "rm -rf src && echo later > later.txt");
-    std::thread::sleep(SETTLE);
+    sync(&ws);
     // diff -r and cp -r work on a past tree.
     let diff = Command::new("diff")
         .args(["-r", ".rewind/at/before-cleanup", "."])
@@ -348,7 +356,11 @@ fn every_reader_of_events_gets_every_change() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let events = root.join(".rewind/events");
+    assert!(
+        wait_for(20, || readers.iter().all(|r| holds_open(r.id(), &events))),
+        "the readers did not open .rewind/events"
+    );
     sh(&root, "mkdir a b c");
     for r in readers {
         let out = r.wait_with_output().unwrap();
@@ -397,7 +409,7 @@ fn rollback_by_each_selector() {
     assert_eq!(fs::read_to_string(root.join("NOTES")).unwrap(), "notes\n");
     assert!(!root.join("README").exists() && !root.join("src/lib.rs").exists());
     // It is recorded as restores by rewind, and rolling it back brings the work back.
-    std::thread::sleep(SETTLE);
+    sync(&ws);
     let log = String::from_utf8_lossy(&check(&rw(&ws, &["log", "--session", &session])).stdout)
         .into_owned();
     assert!(
@@ -488,7 +500,7 @@ fn gc_runs_while_mounted_under_both_limits() {
         &ws.path(),
         "for i in 1 2 3 4 5; do echo \"version $i\" > f.txt; echo \"other $i\" > g.txt; done",
     );
-    std::thread::sleep(SETTLE);
+    wait_recorded(&ws, 10);
     let count = |ws: &Workspace| {
         // Change lines: after a gc, the log begins with a `note:` saying where it was cut.
         String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout)
@@ -511,7 +523,7 @@ fn gc_runs_while_mounted_under_both_limits() {
         b"version 5\n"
     );
     sh(&ws.path(), "echo 'version 6' > f.txt");
-    std::thread::sleep(SETTLE);
+    wait_recorded(&ws, 3);
     assert_eq!(count(&ws), 3);
     // By age.
     check(&rw(&ws, &["gc", "--keep", "0s"]));
@@ -558,13 +570,15 @@ fn retention_runs_in_the_background() {
         &ws.path(),
         "for i in 1 2 3; do echo \"v$i\" > a.txt; done; echo b > b.txt",
     );
+    // A test about time: the changes must be older than `keep` (3 s) when retention runs.
+    sync(&ws);
     std::thread::sleep(std::time::Duration::from_secs(4));
     sh(&ws.path(), "echo v4 > a.txt");
     let log =
         |ws: &Workspace| String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout).into_owned();
     // Left: b.txt's only change, and a.txt's newest.
     assert!(
-        crate::common::wait_for(10, || {
+        wait_for(10, || {
             log(&ws)
                 .lines()
                 .filter(|l| !l.starts_with("note: "))
@@ -619,7 +633,7 @@ fn retention_runs_in_the_background() {
         fs::write(ws.path().join("big.txt"), version(i)).unwrap();
     }
     assert!(
-        crate::common::wait_for(10, || {
+        wait_for(10, || {
             let l = log(&ws);
             !l.contains("create   big.txt") && l.contains("modify   big.txt")
         }),

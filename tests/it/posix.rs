@@ -435,6 +435,7 @@ fn renaming_updates_ctime_as_on_disk() {
             .collect();
         results.push((dir, before));
     }
+    // A test about time: ctime() is in whole seconds, so the renames come a second later.
     std::thread::sleep(Duration::from_millis(1100));
     let mut grew = Vec::new();
     for (dir, before) in results {

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{Workspace, rw_ok, sh};
+use crate::common::{Workspace, rw_ok, sh, sync, wait_recorded_of};
 use crate::record::log;
 
 /// `kind path` (or `kind path <- from`) of each change, with its agent when it is `external`.
@@ -49,15 +49,12 @@ const TAG: &str = "Signature: 8a477f597d28d172789f06886806bc55\\n# a cache\\n";
 fn a_save_that_changes_nothing_records_nothing() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(
-        &ws.path(),
-        "printf 'keep\\n' > f && chmod 640 f && sleep 0.8",
-    );
+    sh(&ws.path(), "printf 'keep\\n' > f && chmod 640 f");
+    wait_recorded_of(&ws, "f", 1);
     // `sed -i` writes a temporary copy and renames it over the file even when nothing matched.
-    sh(
-        &ws.path(),
-        "sed -i s/zzz/yyy/ f && sleep 0.8 && sed -i s/zzz/yyy/ f && sed -i s/keep/kept/ f",
-    );
+    sh(&ws.path(), "sed -i s/zzz/yyy/ f");
+    sync(&ws);
+    sh(&ws.path(), "sed -i s/zzz/yyy/ f && sed -i s/keep/kept/ f");
     assert_eq!(history(&ws), ["create f", "modify f"]);
     assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "kept\n");
 }
@@ -114,8 +111,13 @@ fn a_gitignored_folder_passes_through_but_a_gitignored_file_is_recorded() {
     ws.mount();
     sh(
         &ws.path(),
-        "printf 'build/\\n*.log\\n.env\\n' > .gitignore && mkdir -p web && printf 'out\\n' > web/.gitignore && sleep 0.8 \
-         && mkdir -p build/obj web/out && echo o > build/obj/a.o && echo j > web/out/app.js \
+        "printf 'build/\\n*.log\\n.env\\n' > .gitignore && mkdir -p web && printf 'out\\n' > web/.gitignore",
+    );
+    wait_recorded_of(&ws, ".gitignore", 1);
+    wait_recorded_of(&ws, "web/.gitignore", 1);
+    sh(
+        &ws.path(),
+        "mkdir -p build/obj web/out && echo o > build/obj/a.o && echo j > web/out/app.js \
          && echo l > debug.log && echo s > .env && mkdir __pycache__ && echo c > __pycache__/m.pyc",
     );
     let mut changes = history(&ws);
@@ -141,11 +143,16 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     let mut ws = Workspace::new();
     sh(&ws.path(), "mkdir docs && echo d > docs/d.md");
     ws.mount();
-    sh(&ws.path(), "printf 'dist/\\n' > .gitignore && sleep 0.8");
+    sh(&ws.path(), "printf 'dist/\\n' > .gitignore");
+    wait_recorded_of(&ws, ".gitignore", 1);
+    // Its files recorded, then the folder renamed to an ignored name.
     sh(
         &ws.path(),
-        "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js && sleep 0.8 && mv tmp.1 dist",
+        "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js",
     );
+    wait_recorded_of(&ws, "tmp.1/a.js", 1);
+    wait_recorded_of(&ws, "tmp.1/sub/b.js", 1);
+    sh(&ws.path(), "mv tmp.1 dist");
     assert_eq!(history(&ws), ["create .gitignore"]);
     assert_eq!(
         fs::read_to_string(ws.path().join("dist/sub/b.js")).unwrap(),
@@ -163,9 +170,12 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     // pytest's way: `mkdtemp`, chmod, files and a tag, rename to `.pytest_cache`.
     sh(
         &ws.path(),
-        &format!(
-            "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"
-        ),
+        "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md",
+    );
+    wait_recorded_of(&ws, "pc.1/README.md", 1);
+    sh(
+        &ws.path(),
+        &format!("printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"),
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
 

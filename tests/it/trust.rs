@@ -12,8 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    Disk, SmallFs, Workspace, daemon_pid, is_mounted, ok, python_command, sh, stderr, stdout,
-    wait_for,
+    Disk, SmallFs, Workspace, daemon_pid, holds_open, is_mounted, ok, python_command, sh, stderr,
+    stdout, wait_for,
 };
 
 const NOBODY: u32 = 65534;
@@ -250,18 +250,17 @@ fn a_hundred_events_readers_block_nothing_and_die_when_killed() {
         .unwrap();
     // Every reader has the file open (and soon sits in read).
     let events = root.join(".rewind/events");
-    let has_events_open = |pid: u32| {
-        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.filter_map(|f| fs::read_link(f.ok()?.path()).ok())
-                .any(|l| l == events)
-        })
-    };
     assert!(
-        wait_for(30, || readers.iter().all(|r| has_events_open(r.id()))
-            && has_events_open(watch.id())),
+        wait_for(30, || readers.iter().all(|r| holds_open(r.id(), &events))
+            && holds_open(watch.id(), &events)),
         "the readers did not all open .rewind/events"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // And waits: none of its threads is running (a reader with the file open waits in read).
+    let waiting = |pid: u32| task_states(pid).iter().all(|s| *s != 'R');
+    assert!(
+        wait_for(30, || readers.iter().all(|r| waiting(r.id()))),
+        "the readers did not all wait in read"
+    );
 
     // Ordinary work, each step with a deadline.
     let start = Instant::now();
@@ -619,7 +618,9 @@ fn race_symlink_swaps(as_nobody: bool) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Swapping already: u/d seen moved aside or replaced by the symlink.
+    let swapping = || root.join("u/d.real").exists() || root.join("u/d").is_symlink();
+    assert!(wait_for(30, swapping), "the swapper never swapped u/d");
     if as_nobody {
         // nobody cannot start the rollback itself: ctl is the owner's.
         let out = nobody(&root, &["sh", "-c", "echo 'sync' > .rewind/ctl"])
@@ -2562,7 +2563,11 @@ fn every_form_spec_shows_is_accepted() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let events = root.join(".rewind/events");
+    assert!(
+        wait_for(20, || holds_open(watch.id(), &events)),
+        "rewind watch did not open .rewind/events"
+    );
     sh(&root, "mkdir watched");
     let mut line = String::new();
     BufReader::new(watch.stdout.take().unwrap())

@@ -214,6 +214,45 @@ pub fn sync(ws: &Workspace) {
     rw_ok(ws, &["sync"]);
 }
 
+/// Wait (at most 20 s) until the history holds at least `n` changes, with `rewind sync` before
+/// each look. `sync` records everything whose end the daemon has seen, but the kernel sends a
+/// file's last RELEASE (the end of its write episode) after `close()` returned, so only a poll
+/// can order a later step after it.
+#[track_caller]
+pub fn wait_recorded(ws: &Workspace, n: usize) {
+    let count = || {
+        sync(ws);
+        rw_ok(ws, &["log", "--json"]).lines().count()
+    };
+    assert!(
+        wait_for(20, || count() >= n),
+        "fewer than {n} changes recorded:\n{}",
+        rw_ok(ws, &["log"])
+    );
+}
+
+/// [`wait_recorded`] for one path: at least `n` changes of `path` (relative to the workspace).
+#[track_caller]
+pub fn wait_recorded_of(ws: &Workspace, path: &str, n: usize) {
+    let count = || {
+        sync(ws);
+        rw_ok(ws, &["log", path, "--json"]).lines().count()
+    };
+    assert!(
+        wait_for(20, || count() >= n),
+        "fewer than {n} changes of {path} recorded:\n{}",
+        rw_ok(ws, &["log"])
+    );
+}
+
+/// Whether process `pid` holds `path` open (one of its descriptors names it).
+pub fn holds_open(pid: u32, path: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.filter_map(|f| std::fs::read_link(f.ok()?.path()).ok())
+            .any(|l| l == path)
+    })
+}
+
 /// A command's output, which must say it succeeded (exit 0); else the test fails with its
 /// status, stderr and stdout.
 #[track_caller]
