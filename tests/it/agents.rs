@@ -9,12 +9,12 @@
 //! standalone prototype; their fixtures are in `tests/it/fixtures/agents/AGENT/EVENT.json`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use rewind::agent::{Agent, is_rewind_command};
 use serde_json::Value;
 
-use crate::common::Workspace;
+use crate::common::{Workspace, ok, rw};
 
 /// A realistic payload of `agent`'s `event`, as the agent sends it.
 fn fixture(agent: Agent, event: &str) -> Vec<u8> {
@@ -43,25 +43,6 @@ fn data_home(ws: &Workspace) -> PathBuf {
 /// Where `rewind hook` logs what went wrong.
 fn hook_log(ws: &Workspace) -> String {
     std::fs::read_to_string(data_home(ws).join("rewind/hook.log")).unwrap_or_default()
-}
-
-/// `rewind ARGS` run from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-/// The stdout of a command that must succeed (exit 0).
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed ({}): {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// One JSON object a line.

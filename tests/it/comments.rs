@@ -3,29 +3,11 @@
 //! its process tree), and gone from the open list once resolved.
 
 use std::io::{Read, Write};
-use std::process::Output;
 
 use rmcp::{ServiceExt, model::CallToolRequestParams, transport::TokioChildProcess};
 use serde_json::{Value, json};
 
-use crate::common::{REWIND, Workspace};
-
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed ({}): {}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::common::{REWIND, Workspace, ok, rw};
 
 fn ctl(ws: &Workspace, line: &str) -> String {
     let mut f = std::fs::OpenOptions::new()

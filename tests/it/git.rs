@@ -41,41 +41,20 @@ use proptest::sample::Index;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 use serde_json::{Value, json};
 
-use crate::common::{REWIND, Workspace, sh, wait_for};
+use crate::common::{REWIND, Workspace, ok, ok_bytes, python_command, rw_env, sh, wait_for};
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-/// `rewind ARGS` from inside the workspace; stdout is a pipe, so never coloured.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    rw_env(ws, args, &[])
+/// `rewind ARGS` from inside the workspace with the fixed git identity and configuration of
+/// [`git_env`] (export runs git); stdout is a pipe, so never coloured.
+fn git_rw(ws: &Workspace, args: &[&str]) -> Output {
+    git_rw_env(ws, args, &[])
 }
 
-fn rw_env(ws: &Workspace, args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path())
-        .env_remove("COLUMNS")
-        .env_remove("NO_COLOR")
-        .envs(git_env())
-        .envs(envs.iter().copied());
-    cmd.output().unwrap()
-}
-
-/// stdout of a command that must succeed.
-#[track_caller]
-fn ok(out: &Output) -> Vec<u8> {
-    assert!(
-        out.status.success(),
-        "failed ({:?}):\nstderr: {}\nstdout: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out.stdout.clone()
-}
-
-#[track_caller]
-fn ok_text(out: &Output) -> String {
-    String::from_utf8(ok(out)).expect("output is UTF-8")
+fn git_rw_env(ws: &Workspace, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut all = git_env();
+    all.extend_from_slice(envs);
+    rw_env(ws, args, &all)
 }
 
 fn esc(b: &[u8]) -> String {
@@ -182,7 +161,7 @@ const HUMAN: &[(&str, &str)] = &[("REWIND_SESSION", "human"), ("REWIND_AGENT", "
 fn log_json(ws: &Workspace, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["log", "--json"];
     args.extend_from_slice(extra);
-    ok_text(&rw(ws, &args))
+    ok(git_rw(ws, &args))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -681,10 +660,7 @@ for line in sys.stdin:
 "#;
 
 fn run_steps(root: &Path, steps: &[Value], envs: &[(&str, &str)]) -> Result<(), String> {
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(RUNNER)
-        .current_dir(root)
+    let mut child = python_command(root, RUNNER)
         .env_remove("REWIND_SESSION")
         .env_remove("REWIND_AGENT")
         .envs(envs.iter().copied())
@@ -784,7 +760,7 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
     ws.mount();
     let root = ws.path();
     let cp = |name: &str| -> Result<(), String> {
-        let out = rw(&ws, &["checkpoint", name]);
+        let out = git_rw(&ws, &["checkpoint", name]);
         out.status
             .success()
             .then_some(())
@@ -798,7 +774,7 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
     // Record the new files still held back, as any rewind command does first: the past views
     // read below must not depend on that (`a_new_file_is_not_in_the_past_while_held_back`
     // tests it on its own).
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let (a, b, model) = (&trees[0], &trees[1], &trees[2]);
 
     // The model is the truth: the workspace now, and the past views.
@@ -814,7 +790,7 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
     let work = ws.plain();
     match check {
         Check::Range => {
-            let patch = ok(&rw(&ws, &["diff", "--from", "A", "--to", "B"]));
+            let patch = ok_bytes(&git_rw(&ws, &["diff", "--from", "A", "--to", "B"]));
             let show = || {
                 format!(
                     "the diff:\n{}",
@@ -863,7 +839,10 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
                     i += 2;
                 }
             }
-            let stat = ok(&rw(&ws, &["diff", "--from", "A", "--to", "B", "--stat"]));
+            let stat = ok_bytes(&git_rw(
+                &ws,
+                &["diff", "--from", "A", "--to", "B", "--stat"],
+            ));
             if stat != want {
                 return Err(format!(
                     "--stat is not git's:\nrewind:\n{}\ngit:\n{}\n{}",
@@ -891,7 +870,7 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
             }
         }
         Check::Session => {
-            let patch = ok(&rw(&ws, &["diff", "--session", "agent-s"]));
+            let patch = ok_bytes(&git_rw(&ws, &["diff", "--session", "agent-s"]));
             let show = || {
                 format!(
                     "the diff:\n{}",
@@ -1095,7 +1074,7 @@ for i in $(seq 1 30); do echo "line $i of the notes"; done > notes.txt
 printf '\000\001\002binary' > blob.bin
 mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     );
-    ok(&rw(&ws, &["checkpoint", "A"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "A"]));
     sh(&root, "sed -i 's/two/TWO/' crlf.txt");
     sh(&root, "chmod +x build.rs");
     sh(
@@ -1103,14 +1082,14 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
         "mv notes.txt NOTES.md && sed -i 's/line 15 of/line fifteen of/' NOTES.md",
     );
     sh(&root, r"printf '\000\001\003binary' > blob.bin");
-    ok(&rw(&ws, &["checkpoint", "B"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "B"]));
     let log = log_json(&ws, &["--since", "A"]);
 
     // A CRLF file's edit keeps its carriage returns, and both tools apply it.
     let crlf = id_of(&log, "modify", "crlf.txt").to_string();
-    let patch = ok(&rw(&ws, &["diff", &crlf]));
+    let patch = ok_bytes(&git_rw(&ws, &["diff", &crlf]));
     assert!(contains(&patch, b"-two\r\n+TWO\r\n"), "{}", esc(&patch));
-    let show = ok(&rw(&ws, &["show", &crlf]));
+    let show = ok_bytes(&git_rw(&ws, &["show", &crlf]));
     assert!(show.ends_with(&patch), "show:\n{}", esc(&show));
     for tool in ["patch", "git"] {
         let dir = ws.plain().join(format!("crlf-{tool}"));
@@ -1140,12 +1119,12 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     // A mode change.
     let chmod = id_of(&log, "chmod", "build.rs").to_string();
     let mode = b"diff --git a/build.rs b/build.rs\nold mode 100644\nnew mode 100755\n";
-    assert_eq!(ok(&rw(&ws, &["diff", &chmod])), mode);
-    assert!(ok(&rw(&ws, &["show", &chmod])).ends_with(mode));
+    assert_eq!(ok_bytes(&git_rw(&ws, &["diff", &chmod])), mode);
+    assert!(ok_bytes(&git_rw(&ws, &["show", &chmod])).ends_with(mode));
 
     // A rename (as it happened: the content moved whole).
     let rename = id_of(&log, "rename", "NOTES.md").to_string();
-    let show = ok(&rw(&ws, &["show", &rename]));
+    let show = ok_bytes(&git_rw(&ws, &["show", &rename]));
     assert!(
         contains(
             &show,
@@ -1156,7 +1135,7 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     );
     // A binary file.
     let blob = id_of(&log, "modify", "blob.bin").to_string();
-    let patch = ok(&rw(&ws, &["diff", &blob]));
+    let patch = ok_bytes(&git_rw(&ws, &["diff", &blob]));
     assert!(
         patch.ends_with(b"Binary files a/blob.bin and b/blob.bin differ\n"),
         "{}",
@@ -1170,7 +1149,7 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
         &root.join(".rewind/at/B"),
         &repo,
     );
-    let range = ok(&rw(&ws, &["diff", "--from", "A", "--to", "B"]));
+    let range = ok_bytes(&git_rw(&ws, &["diff", "--from", "A", "--to", "B"]));
     let git_diff = git_ok(&repo, &["diff", "--cached"]);
     assert_eq!(
         String::from_utf8_lossy(&range),
@@ -1183,8 +1162,11 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     ));
     assert!(contains(&range, b"similarity index "));
     assert!(contains(&range, b"old mode 100644\nnew mode 100755\n"));
-    assert_eq!(ok(&rw(&ws, &["diff", "--since", "A"])), git_diff);
-    let stat = ok(&rw(&ws, &["diff", "--from", "A", "--to", "B", "--stat"]));
+    assert_eq!(ok_bytes(&git_rw(&ws, &["diff", "--since", "A"])), git_diff);
+    let stat = ok_bytes(&git_rw(
+        &ws,
+        &["diff", "--from", "A", "--to", "B", "--stat"],
+    ));
     let git_stat = git_ok(&repo, &["diff", "--cached", "--stat"]);
     assert_eq!(
         String::from_utf8_lossy(&stat),
@@ -1193,7 +1175,7 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     assert!(contains(&stat, b" build.rs "), "{}", esc(&stat));
     // One change's --stat: the mode change is listed as git lists it.
     assert_eq!(
-        String::from_utf8_lossy(&ok(&rw(&ws, &["diff", &chmod, "--stat"]))),
+        String::from_utf8_lossy(&ok_bytes(&git_rw(&ws, &["diff", &chmod, "--stat"]))),
         String::from_utf8_lossy(&git_ok(
             &repo,
             &["diff", "--cached", "--stat", "--", "build.rs"]
@@ -1263,11 +1245,11 @@ fn a_session_diff_shows_what_the_session_did_and_nothing_else() {
         &root,
         "printf 'def f():\\n    return 1\\n\\ndef g():\\n    x = 2\\n    return x\\n\\ndef h():\\n    return 3\\n' > app.py && printf 'other\\n' > other.txt",
     );
-    ok(&rw(&ws, &["checkpoint", "start"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "start"]));
     let turn = |what: &[&str]| {
         let mut args = vec!["turn"];
         args.extend_from_slice(what);
-        ok(&rw(&ws, &args));
+        ok_bytes(&git_rw(&ws, &args));
     };
     turn(&[
         "begin",
@@ -1283,7 +1265,7 @@ fn a_session_diff_shows_what_the_session_did_and_nothing_else() {
         AGENT,
         "sed -i 's/return 1/return 2/' app.py && printf 'new\\n' > new.py",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     turn(&["end", "--session", "agent-session"]);
     sh_env(&root, HUMAN, "sed -i 's/^    /\\t/' app.py");
     turn(&[
@@ -1301,7 +1283,7 @@ fn a_session_diff_shows_what_the_session_did_and_nothing_else() {
         "sed -i 's/return 3/return 4/' app.py && printf 'other, edited\\n' > other.txt",
     );
     turn(&["end", "--session", "agent-session"]);
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let log = log_json(&ws, &[]);
     let human: Vec<u64> = log
         .iter()
@@ -1317,7 +1299,7 @@ fn a_session_diff_shows_what_the_session_did_and_nothing_else() {
         .max()
         .unwrap();
 
-    let diff = ok_text(&rw(&ws, &["diff", "--session", "agent-session"]));
+    let diff = ok(git_rw(&ws, &["diff", "--session", "agent-session"]));
     assert_eq!(
         changed_lines(&diff),
         [
@@ -1357,12 +1339,12 @@ fn a_session_diff_shows_what_the_session_did_and_nothing_else() {
 
     // The agent's diff is the session's (it had no other); each turn's applies on its own.
     assert_eq!(
-        ok_text(&rw(&ws, &["diff", "--agent", "claude"])),
+        ok(git_rw(&ws, &["diff", "--agent", "claude"])),
         diff,
         "--agent"
     );
-    let t1 = ok(&rw(&ws, &["diff", "--turn", "agent-session:1"]));
-    let t2 = ok(&rw(&ws, &["diff", "--turn", "agent-session:2"]));
+    let t1 = ok_bytes(&git_rw(&ws, &["diff", "--turn", "agent-session:1"]));
+    let t2 = ok_bytes(&git_rw(&ws, &["diff", "--turn", "agent-session:2"]));
     assert_eq!(t1, first.as_bytes());
     assert_eq!(t2, second.as_bytes());
 }
@@ -1389,7 +1371,7 @@ fn rolling_back_again_after_undoing_the_rollback_restores_again() {
         &root,
         "mkdir -p lib && printf 'a1\\n' > a.txt && printf 'b1\\n' > b.txt && chmod 640 b.txt && printf 'keep\\n' > keep.txt && printf 'c1\\n' > lib/c.txt",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let before = snapshot(&root);
     sh_env(
         &root,
@@ -1401,7 +1383,7 @@ fn rolling_back_again_after_undoing_the_rollback_restores_again() {
         HUMAN,
         "printf 'keep, edited by a person\\n' > keep.txt",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let after = snapshot(&root);
     // fix-1's paths as they were, the person's edit kept.
     let mut rolled = before.clone();
@@ -1413,22 +1395,25 @@ fn rolling_back_again_after_undoing_the_rollback_restores_again() {
             .join("\n")
     };
 
-    let out = rw(&ws, &["rollback", "--session", "fix-1"]);
-    let text = ok_text(&out);
+    let out = git_rw(&ws, &["rollback", "--session", "fix-1"]);
+    let text = ok(&out);
     assert!(!text.lines().any(|l| l.starts_with("skip")), "{text}");
     let first = rollback_session(&text);
     assert_eq!(show(&snapshot(&root)), show(&rolled), "{text}");
 
-    let text = ok_text(&rw(&ws, &["rollback", "--session", &first]));
+    let text = ok(git_rw(&ws, &["rollback", "--session", &first]));
     assert!(!text.lines().any(|l| l.starts_with("skip")), "{text}");
     assert_eq!(show(&snapshot(&root)), show(&after), "{text}");
 
-    let dry = ok_text(&rw(&ws, &["rollback", "--session", "fix-1", "--dry-run"]));
+    let dry = ok(git_rw(
+        &ws,
+        &["rollback", "--session", "fix-1", "--dry-run"],
+    ));
     assert!(
         !dry.lines().any(|l| l.starts_with("skip")) && dry.contains("dry run"),
         "{dry}"
     );
-    let text = ok_text(&rw(&ws, &["rollback", "--session", "fix-1"]));
+    let text = ok(git_rw(&ws, &["rollback", "--session", "fix-1"]));
     assert!(!text.lines().any(|l| l.starts_with("skip")), "{text}");
     assert_ne!(rollback_session(&text), first);
     assert_eq!(show(&snapshot(&root)), show(&rolled), "{text}");
@@ -1506,9 +1491,9 @@ fn log_watch_and_the_control_files_share_one_line_and_one_json_shape() {
         ),
     );
     sh_env(&root, AGENT, "printf 'agent\\n' > agent.txt");
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let since = base.to_string();
-    let log = ok(&rw(&ws, &["log", "--since", &since]));
+    let log = ok_bytes(&git_rw(&ws, &["log", "--since", &since]));
     let log_lines: Vec<Vec<u8>> = log
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -1579,9 +1564,10 @@ fn log_watch_and_the_control_files_share_one_line_and_one_json_shape() {
     assert_eq!(json_after(&watch_json), log_json, "watch --json");
     for c in &log_json {
         let id = c["id"].as_u64().unwrap().to_string();
-        let one: Value = serde_json::from_slice(&ok(&rw(&ws, &["show", &id, "--json"]))).unwrap();
+        let one: Value =
+            serde_json::from_slice(&ok_bytes(&git_rw(&ws, &["show", &id, "--json"]))).unwrap();
         assert_eq!(&one, c, "show {id} --json");
-        let shown = ok(&rw(&ws, &["show", &id]));
+        let shown = ok_bytes(&git_rw(&ws, &["show", &id]));
         assert!(!shown.contains(&0x1b), "show {id}: {}", esc(&shown));
     }
 
@@ -1625,7 +1611,7 @@ fn a_retracted_id_and_an_empty_rollback_say_so() {
     ws.mount();
     let root = ws.path();
     fs::write(root.join("notes.txt"), "hello\n").unwrap();
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     // `backupskip=` because vim skips its backup (the rename away) for files under /tmp.
     sh(
         &root,
@@ -1653,7 +1639,7 @@ fn a_retracted_id_and_an_empty_rollback_say_so() {
             vec!["show", &*gap.to_string()],
             vec!["show", &*gap.to_string(), "--json"],
         ] {
-            let out = rw(&ws, &args);
+            let out = git_rw(&ws, &args);
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "{args:?}: {out:?}");
             assert!(err.contains("taken back"), "{args:?}: {err}");
@@ -1661,7 +1647,7 @@ fn a_retracted_id_and_an_empty_rollback_say_so() {
         }
     }
     // Nothing after a point: nothing to roll back, and that is not an error.
-    ok(&rw(&ws, &["checkpoint", "end"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "end"]));
     let last = last.to_string();
     for args in [
         vec!["rollback", "--since", "end"],
@@ -1669,7 +1655,7 @@ fn a_retracted_id_and_an_empty_rollback_say_so() {
         vec!["rollback", "--since", "end", "--dry-run"],
         vec!["rollback", "--session", "no-such-session"],
     ] {
-        let out = rw(&ws, &args);
+        let out = git_rw(&ws, &args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
         assert!(
             String::from_utf8_lossy(&out.stdout).contains("nothing to roll back"),
@@ -1719,14 +1705,14 @@ fn past_views_show_what_was_recorded_with_honest_attributes() {
         &[],
         "git init -q . && mkdir -p node_modules/pkg target/debug vendor && printf 'Signature: 8a477f597d28d172789f06886806bc55\\n' > target/CACHEDIR.TAG && echo x > node_modules/x.js && echo y > node_modules/pkg/index.js && echo bin > target/debug/app && (cd vendor && git init -q lib) && printf 'hello\\n' > f.txt && printf '#!/bin/sh\\n' > run.sh && chmod 755 run.sh && printf 's\\n' > secret && chmod 600 secret && printf 'g\\n' > group.txt && chmod 640 group.txt && mkdir private && chmod 750 private && ln -s some/long/target/path lnk",
     );
-    ok(&rw(&ws, &["checkpoint", "P1"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "P1"]));
     // A second later, so that a wrong time shows.
     std::thread::sleep(Duration::from_millis(1100));
     sh(
         &root,
         "printf 'hello again\\n' > f.txt && rm lnk && ln -s x lnk && echo 'ref: refs/heads/other' > .git/HEAD && echo changed > node_modules/x.js && echo more > target/debug/app",
     );
-    ok(&rw(&ws, &["checkpoint", "P2"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "P2"]));
     let log = log_json(&ws, &[]);
 
     for point in ["P1", "P2"] {
@@ -1837,7 +1823,7 @@ fn a_new_file_is_not_in_the_past_while_held_back() {
     ws.mount();
     let root = ws.path();
     fs::write(root.join("old.txt"), "old\n").unwrap();
-    ok(&rw(&ws, &["checkpoint", "P"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "P"]));
     let at = root.join(".rewind/at/P");
     for i in 0..5 {
         let name = format!("fresh-{i}.txt");
@@ -1955,15 +1941,15 @@ fn export_writes_a_reviewable_branch_and_touches_nothing_else() {
     );
     // Not committed when the agent starts: the branch starts from it.
     sh_env(&root, HUMAN, "printf 'one, edited\\n' > keep.txt");
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     sh_env(
         &root,
         AGENT,
         "printf 'fn main() { println!(\"hi\"); }\\n' > main.rs && printf 'new\\n' > new.rs && rm old.txt && mv docs/guide.md docs/GUIDE.md && chmod +x tool.sh && printf 'agent log\\n' >> debug.log && printf 'one, edited, then by the agent\\n' > keep.txt && mkdir -p src && printf 'pub fn x() {}\\n' > src/x.rs",
     );
-    ok(&rw(&ws, &["checkpoint", "mid"]));
+    ok_bytes(&git_rw(&ws, &["checkpoint", "mid"]));
     sh_env(&root, AGENT, "printf 'pub fn y() {}\\n' >> src/x.rs");
-    ok(&rw(&ws, &["sync"]));
+    ok_bytes(&git_rw(&ws, &["sync"]));
     let session = log_json(&ws, &["--session", "agent-session"]);
     let touched: BTreeSet<Vec<u8>> = session
         .iter()
@@ -1978,10 +1964,10 @@ fn export_writes_a_reviewable_branch_and_touches_nothing_else() {
     let export = |args: &[&str]| {
         let mut all = vec!["export"];
         all.extend_from_slice(args);
-        rw(&ws, &all)
+        git_rw(&ws, &all)
     };
     let out = export(&["--session", "agent-session", "--branch", "review"]);
-    let said = ok_text(&out);
+    let said = ok(&out);
     assert!(said.contains("review"), "{said}");
     assert_eq!(repo_state(&root), state, "export moved something");
 
@@ -2031,12 +2017,12 @@ fn export_writes_a_reviewable_branch_and_touches_nothing_else() {
     );
 
     // By agent: the same work; since a point: only what came after.
-    ok(&export(&["--agent", "claude", "--branch", "review-agent"]));
+    ok_bytes(&export(&["--agent", "claude", "--branch", "review-agent"]));
     assert_eq!(
         git_ok(&root, &["rev-parse", "review^{tree}"]),
         git_ok(&root, &["rev-parse", "review-agent^{tree}"])
     );
-    ok(&export(&[
+    ok_bytes(&export(&[
         "--session",
         "agent-session",
         "--since",
@@ -2097,7 +2083,7 @@ fn export_writes_a_reviewable_branch_and_touches_nothing_else() {
 fn completions_and_the_manual_are_generated_from_the_commands() {
     let run = |args: &[&str]| {
         let out = Command::new(REWIND).args(args).output().unwrap();
-        ok(&out)
+        ok_bytes(&out)
     };
     for shell in ["bash", "zsh", "fish"] {
         let script = run(&["completions", shell]);

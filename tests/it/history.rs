@@ -7,16 +7,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::process::{Command, Output};
 
-use crate::common::{Workspace, sh};
-
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(1100);
-
-/// Run `rewind ARGS` from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
+use crate::common::{Workspace, check, holds_open, python_command, rw, sh, sync, wait_for};
 
 /// stdout with what differs between runs replaced by placeholders.
 fn redact(out: &Output) -> String {
@@ -67,16 +58,6 @@ fn regex_lite(text: &str) -> String {
     out
 }
 
-fn ok(out: &Output) -> &Output {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    out
-}
-
 /// A small history: a create, an agent's session editing and adding, a rename, a delete.
 /// Each step waits until the one before is recorded, so the ids are the same in every run
 /// (1 mkdir src, 2 create src/main.rs, 3 create NOTES, 4 modify src/main.rs, 5 create
@@ -91,9 +72,9 @@ fn scenario(ws: &mut Workspace) {
         &root,
         "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs",
     );
-    wait_recorded(ws, "src/main.rs", "create");
+    wait_kind(ws, "src/main.rs", "create");
     sh(&root, "printf 'notes\\n' > NOTES");
-    wait_recorded(ws, "NOTES", "create");
+    wait_kind(ws, "NOTES", "create");
     let fix_42 = |script: &str| {
         let out = Command::new("bash")
             .arg("-c")
@@ -106,23 +87,23 @@ fn scenario(ws: &mut Workspace) {
         assert!(out.status.success(), "{script}: {out:?}");
     };
     fix_42("sed -i 's/old/new/' src/main.rs");
-    wait_recorded(ws, "src/main.rs", "modify");
+    wait_kind(ws, "src/main.rs", "modify");
     fix_42("printf 'pub fn lib() {}\\n' > src/lib.rs");
-    wait_recorded(ws, "src/lib.rs", "create");
+    wait_kind(ws, "src/lib.rs", "create");
     fix_42("mv NOTES README");
     sh(&root, "rm src/lib.rs");
     // Deletes are written in batches: now.
-    ok(&rw(ws, &["sync"]));
+    sync(ws);
 }
 
 /// Wait until a change of `kind` to `path` is in the history. A new file's create is recorded
 /// a moment after its last RELEASE, which the kernel sends after close() returns: a test that
 /// needs it recorded before its next step waits for it (a sleep is a guess at the load).
-fn wait_recorded(ws: &Workspace, path: &str, kind: &str) {
+fn wait_kind(ws: &Workspace, path: &str, kind: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let out = rw(ws, &["log", "--json", path]);
-        let found = String::from_utf8_lossy(&ok(&out).stdout)
+        let found = String::from_utf8_lossy(&check(&out).stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .any(|c| c["path"] == path && c["kind"] == kind);
@@ -141,23 +122,23 @@ fn wait_recorded(ws: &Workspace, path: &str, kind: &str) {
 fn log_show_diff_and_sessions_read_as_people_expect() {
     let mut ws = Workspace::new();
     scenario(&mut ws);
-    insta::assert_snapshot!("log", redact(ok(&rw(&ws, &["log"]))));
+    insta::assert_snapshot!("log", redact(check(&rw(&ws, &["log"]))));
     insta::assert_snapshot!(
         "log_agent",
-        redact(ok(&rw(&ws, &["log", "--agent", "claude", "-n", "2"])))
+        redact(check(&rw(&ws, &["log", "--agent", "claude", "-n", "2"])))
     );
-    insta::assert_snapshot!("show", redact(ok(&rw(&ws, &["show", "4"]))));
+    insta::assert_snapshot!("show", redact(check(&rw(&ws, &["show", "4"]))));
     insta::assert_snapshot!(
         "diff_session",
-        redact(ok(&rw(&ws, &["diff", "--session", "fix-42"])))
+        redact(check(&rw(&ws, &["diff", "--session", "fix-42"])))
     );
     insta::assert_snapshot!(
         "diff_stat",
-        redact(ok(&rw(&ws, &["diff", "--from", "0", "--stat"])))
+        redact(check(&rw(&ws, &["diff", "--from", "0", "--stat"])))
     );
-    insta::assert_snapshot!("sessions", redact(ok(&rw(&ws, &["sessions"]))));
+    insta::assert_snapshot!("sessions", redact(check(&rw(&ws, &["sessions"]))));
     let json = String::from_utf8(
-        ok(&rw(&ws, &["log", "--json", "src/main.rs"]))
+        check(&rw(&ws, &["log", "--json", "src/main.rs"]))
             .stdout
             .clone(),
     )
@@ -185,18 +166,18 @@ fn log_show_diff_and_sessions_read_as_people_expect() {
     assert_eq!(before_it.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&before_it.stderr).contains("did not exist at that point"));
     assert_eq!(
-        ok(&rw(&ws, &["cat", "src/main.rs", "--at", "2"])).stdout,
+        check(&rw(&ws, &["cat", "src/main.rs", "--at", "2"])).stdout,
         b"fn main() {\n    old();\n}\n"
     );
     assert_eq!(
-        ok(&rw(&ws, &["cat", "NOTES", "--at", "4"])).stdout,
+        check(&rw(&ws, &["cat", "NOTES", "--at", "4"])).stdout,
         b"notes\n"
     );
     // The same history after unmounting, straight from the store.
     let before = redact(&rw(&ws, &["log"]));
     ws.unmount();
     let out = ws.rewind(&[OsStr::new("-C"), ws.path().as_os_str(), OsStr::new("log")]);
-    assert_eq!(redact(ok(&out)), before);
+    assert_eq!(redact(check(&out)), before);
 }
 
 #[test]
@@ -313,9 +294,9 @@ fn the_past_is_a_complete_read_only_tree() {
     scenario(&mut ws);
     let root = ws.path();
     let out = rw(&ws, &["checkpoint", "before-cleanup"]);
-    assert!(ok(&out).status.success());
+    assert!(check(&out).status.success());
     sh(&root, "rm -rf src && echo later > later.txt");
-    std::thread::sleep(SETTLE);
+    sync(&ws);
     // diff -r and cp -r work on a past tree.
     let diff = Command::new("diff")
         .args(["-r", ".rewind/at/before-cleanup", "."])
@@ -405,7 +386,11 @@ fn every_reader_of_events_gets_every_change() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let events = root.join(".rewind/events");
+    assert!(
+        wait_for(20, || readers.iter().all(|r| holds_open(r.id(), &events))),
+        "the readers did not open .rewind/events"
+    );
     sh(&root, "mkdir a b c");
     for r in readers {
         let out = r.wait_with_output().unwrap();
@@ -454,15 +439,15 @@ fn rollback_by_each_selector() {
     assert_eq!(fs::read_to_string(root.join("NOTES")).unwrap(), "notes\n");
     assert!(!root.join("README").exists() && !root.join("src/lib.rs").exists());
     // It is recorded as restores by rewind, and rolling it back brings the work back.
-    std::thread::sleep(SETTLE);
-    let log =
-        String::from_utf8_lossy(&ok(&rw(&ws, &["log", "--session", &session])).stdout).into_owned();
+    sync(&ws);
+    let log = String::from_utf8_lossy(&check(&rw(&ws, &["log", "--session", &session])).stdout)
+        .into_owned();
     assert!(
         log.lines()
             .all(|l| l.contains("restore") && l.contains(&format!("rewind@{session}"))),
         "{log}"
     );
-    ok(&rw(&ws, &["rollback", "--session", &session]));
+    check(&rw(&ws, &["rollback", "--session", &session]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
@@ -489,7 +474,7 @@ fn rollback_by_each_selector() {
         "{out:?}"
     );
     assert_eq!(sh(&root, "find . -type f | sort | xargs md5sum"), tree);
-    ok(&rw(&ws, &["rollback", "--agent", "claude", "--force"]));
+    check(&rw(&ws, &["rollback", "--agent", "claude", "--force"]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
@@ -500,20 +485,20 @@ fn rollback_by_each_selector() {
     let mut ws = Workspace::new();
     scenario(&mut ws);
     let root = ws.path();
-    ok(&rw(&ws, &["undo", "7"]));
+    check(&rw(&ws, &["undo", "7"]));
     assert_eq!(
         fs::read_to_string(root.join("src/lib.rs")).unwrap(),
         "pub fn lib() {}\n"
     );
-    ok(&rw(&ws, &["rollback", "--file", "src/main.rs"]));
+    check(&rw(&ws, &["rollback", "--file", "src/main.rs"]));
     assert!(
         fs::read_to_string(root.join("src/main.rs"))
             .unwrap()
             .contains("old();")
     );
-    ok(&rw(&ws, &["rollback", "--to", "2", "--force"]));
+    check(&rw(&ws, &["rollback", "--to", "2", "--force"]));
     assert_eq!(sh(&root, "find . -type f | sort"), "./src/main.rs\n");
-    ok(&rw(&ws, &["rollback", "--since", "0", "--force"]));
+    check(&rw(&ws, &["rollback", "--since", "0", "--force"]));
     assert_eq!(sh(&root, "find . | sort"), ".\n");
 
     // While unmounted: mounted for the occasion, and recorded the same way.
@@ -528,7 +513,7 @@ fn rollback_by_each_selector() {
         OsStr::new("claude"),
         OsStr::new("--force"),
     ]);
-    ok(&out);
+    check(&out);
     assert!(!crate::common::is_mounted(&ws.path()));
     assert!(
         fs::read_to_string(ws.path().join("src/main.rs"))
@@ -540,7 +525,7 @@ fn rollback_by_each_selector() {
 /// The number of changes `rewind log` lists (after a gc, the log begins with a `note:` saying
 /// where it was cut).
 fn count(ws: &Workspace) -> usize {
-    String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout)
+    String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout)
         .lines()
         .filter(|l| !l.starts_with("note: "))
         .count()
@@ -570,7 +555,7 @@ fn gc_runs_while_mounted_under_both_limits() {
     }
     assert_eq!(count(&ws), 10);
     // By size: the oldest go first, the newest change of each path always stays.
-    let out = ok(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
+    let out = check(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
     assert!(
         String::from_utf8_lossy(&out).starts_with("removed 8 changes"),
         "{}",
@@ -579,14 +564,14 @@ fn gc_runs_while_mounted_under_both_limits() {
     assert_eq!(count(&ws), 2);
     // The remaining history still reads, and the mount still records.
     assert_eq!(
-        ok(&rw(&ws, &["cat", "f.txt", "--at", "9"])).stdout,
+        check(&rw(&ws, &["cat", "f.txt", "--at", "9"])).stdout,
         b"version 5\n"
     );
     sh(&ws.path(), "echo 'version 6' > f.txt");
     wait_count(&ws, 3);
     assert_eq!(count(&ws), 3);
     // By age.
-    ok(&rw(&ws, &["gc", "--keep", "0s"]));
+    check(&rw(&ws, &["gc", "--keep", "0s"]));
     assert_eq!(count(&ws), 2);
     let bad = rw(&ws, &["gc", "--keep", "forever"]);
     assert_eq!(bad.status.code(), Some(2));
@@ -630,12 +615,15 @@ fn retention_runs_in_the_background() {
         &ws.path(),
         "for i in 1 2 3; do echo \"v$i\" > a.txt; done; echo b > b.txt",
     );
+    // A test about time: the changes must be older than `keep` (3 s) when retention runs.
+    sync(&ws);
     std::thread::sleep(std::time::Duration::from_secs(4));
     sh(&ws.path(), "echo v4 > a.txt");
-    let log = |ws: &Workspace| String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout).into_owned();
+    let log =
+        |ws: &Workspace| String::from_utf8_lossy(&check(&rw(ws, &["log"])).stdout).into_owned();
     // Left: b.txt's only change, and a.txt's newest.
     assert!(
-        crate::common::wait_for(10, || {
+        wait_for(10, || {
             log(&ws)
                 .lines()
                 .filter(|l| !l.starts_with("note: "))
@@ -664,7 +652,7 @@ fn retention_runs_in_the_background() {
         .next()
         .unwrap()
         .to_string();
-    ok(&rw(&ws, &["undo", &last]));
+    check(&rw(&ws, &["undo", &last]));
     assert_eq!(fs::read_to_string(ws.path().join("a.txt")).unwrap(), "v3\n");
     ws.unmount();
 
@@ -690,7 +678,7 @@ fn retention_runs_in_the_background() {
         fs::write(ws.path().join("big.txt"), version(i)).unwrap();
     }
     assert!(
-        crate::common::wait_for(10, || {
+        wait_for(10, || {
             let l = log(&ws);
             !l.contains("create   big.txt") && l.contains("modify   big.txt")
         }),
@@ -703,7 +691,7 @@ fn retention_runs_in_the_background() {
         "{status}"
     );
     assert_eq!(
-        ok(&rw(&ws, &["cat", "big.txt"])).stdout,
+        check(&rw(&ws, &["cat", "big.txt"])).stdout,
         version(5).as_bytes()
     );
 }
@@ -720,12 +708,7 @@ subprocess.run(["mkdir", "polled"])
 ready, _, _ = select.select([fd], [], [], 5)
 print(len(quiet), len(ready), b"polled" in os.read(fd, 65536))
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
+    let out = python_command(&ws.path(), script).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "0 1 True",

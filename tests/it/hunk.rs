@@ -4,17 +4,7 @@
 use std::io::{Read, Write};
 use std::process::Output;
 
-use crate::common::{Workspace, sh};
-
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::common::{Workspace, rw, sh, stderr, stdout};
 
 /// The stdout of a command that must exit with `code`.
 fn expect(o: Output, code: i32) -> String {
@@ -22,10 +12,10 @@ fn expect(o: Output, code: i32) -> String {
         o.status.code(),
         Some(code),
         "stdout:\n{}\nstderr:\n{}",
-        out(&o),
-        String::from_utf8_lossy(&o.stderr)
+        stdout(&o),
+        stderr(&o)
     );
-    out(&o)
+    stdout(&o)
 }
 
 fn numbered(n: usize) -> String {

@@ -47,21 +47,21 @@
 //! which has no time limit).
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::fmt;
 use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{FileFailurePersistence, TestCaseError};
 
-use crate::common::Workspace;
+use crate::common::{Workspace, python_command, rw};
 
 // ---- names -----------------------------------------------------------------------------------
 
@@ -772,9 +772,11 @@ fn two_at_once(root: &Path, jobs: [(String, &str, &[u8], usize); 2]) -> Result<(
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let mut children = Vec::new();
     for (path, mode, data, pieces) in &jobs {
-        let child = Command::new("python3")
-            .args(["-c", WRITER, path, mode, &hex(data), &pieces.to_string()])
-            .current_dir(root)
+        let child = python_command(root, WRITER)
+            .arg(path)
+            .arg(mode)
+            .arg(hex(data))
+            .arg(pieces.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -925,12 +927,6 @@ fn differences(want: &Tree, got: &Tree) -> String {
     out
 }
 
-fn rewind(ws: &Workspace, args: &[&str]) -> Output {
-    let mut all: Vec<OsString> = vec!["-C".into(), ws.path().into()];
-    all.extend(args.iter().map(OsString::from));
-    ws.rewind(&all)
-}
-
 fn text(out: &Output) -> String {
     format!(
         "exit {:?}\n{}{}",
@@ -942,7 +938,7 @@ fn text(out: &Output) -> String {
 
 /// The end of the history, for failure reports.
 fn history(ws: &Workspace) -> String {
-    let out = rewind(ws, &["log"]);
+    let out = rw(ws, &["log"]);
     let log = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(120)..].join("\n")
@@ -996,7 +992,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     let mut checkpoints: Vec<(String, Tree)> = Vec::new();
     let take = |ws: &Workspace, model: &Model, checkpoints: &mut Vec<(String, Tree)>| {
         let name = format!("cp{}", checkpoints.len());
-        let out = rewind(ws, &["checkpoint", &name]);
+        let out = rw(ws, &["checkpoint", &name]);
         if !out.status.success() {
             return Err(format!("checkpoint {name} failed: {}", text(&out)));
         }
@@ -1022,9 +1018,9 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             Step::Gc(size) => {
                 // Held-back creates are recorded first, so the dry run and the run see the
                 // same history.
-                let sync = rewind(&ws, &["sync"]);
-                let dry = rewind(&ws, &["gc", "--max-size", size, "--dry-run"]);
-                let real = rewind(&ws, &["gc", "--max-size", size]);
+                let sync = rw(&ws, &["sync"]);
+                let dry = rw(&ws, &["gc", "--max-size", size, "--dry-run"]);
+                let real = rw(&ws, &["gc", "--max-size", size]);
                 if !sync.status.success() || !dry.status.success() || !real.status.success() {
                     return Err(format!(
                         "{done}  {n}: gc --max-size {size} failed:\n{}{}{}",
@@ -1100,7 +1096,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     }
 
     // 2. The mount saw everything: nothing for the next mount's scan to record.
-    let external = rewind(&ws, &["log", "--agent", "external"]);
+    let external = rw(&ws, &["log", "--agent", "external"]);
     if !external.status.success() || !external.stdout.is_empty() {
         return Err(format!(
             "{done}changes recorded as external: {}",
@@ -1126,7 +1122,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     // an error naming the oldest point kept; every other one answers exactly.
     let mut answered: Vec<(String, Tree)> = Vec::new();
     for (i, (name, tree)) in checkpoints.iter().enumerate() {
-        let preview = rewind(&ws, &["rollback", "--to", name, "--dry-run"]);
+        let preview = rw(&ws, &["rollback", "--to", name, "--dry-run"]);
         let refused = preview.status.code() == Some(2)
             && String::from_utf8_lossy(&preview.stderr).contains("oldest point still kept");
         if !refused {
@@ -1152,7 +1148,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             ));
         }
         let (before, _) = walk(&root)?;
-        let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        let out = rw(&ws, &["rollback", "--to", name, "--force"]);
         let (after, _) = walk(&root)?;
         if out.status.code() != Some(2) || before != after {
             return Err(format!(
@@ -1160,7 +1156,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
                 text(&out)
             ));
         }
-        let cat = rewind(&ws, &["diff", "--from", name, "--stat"]);
+        let cat = rw(&ws, &["diff", "--from", name, "--stat"]);
         if cat.status.code() != Some(2) {
             return Err(format!(
                 "{done}{name} is refused, but diff --from {name}: {}",
@@ -1174,8 +1170,8 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     }
     for (name, tree) in &checkpoints {
         let (before, _) = walk(&root)?;
-        let dry = rewind(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
-        let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        let dry = rw(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
+        let out = rw(&ws, &["rollback", "--to", name, "--force"]);
         same_plan(&dry, &out)
             .map_err(|e| format!("{done}rollback --to {name}: {e}history:\n{}", history(&ws)))?;
         if !out.status.success() {
@@ -1210,8 +1206,8 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             continue;
         };
         stats.restored += restored(&stdout);
-        let dry = rewind(&ws, &["rollback", "--session", session, "--dry-run"]);
-        let undo = rewind(&ws, &["rollback", "--session", session]);
+        let dry = rw(&ws, &["rollback", "--session", session, "--dry-run"]);
+        let undo = rw(&ws, &["rollback", "--session", session]);
         same_plan(&dry, &undo).map_err(|e| {
             format!(
                 "{done}undoing {session} (the rollback to {name}): {e}history:\n{}",

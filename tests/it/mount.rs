@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{Workspace, is_mounted, sh, wait_for};
+use crate::common::{Workspace, daemon_pid, is_mounted, ok, python_command, sh, wait_for};
 
 fn errno_of(e: std::io::Error) -> String {
     format!("errno {}", e.raw_os_error().unwrap_or(-1))
@@ -454,19 +454,7 @@ with open(f, "wb") as h:
     h.write(b"new")
 print(caps())
 "#;
-    let run = |dir: &Path| {
-        let out = Command::new("python3")
-            .args(["-c", script])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |dir: &Path| ok(python_command(dir, script).arg(dir).output().unwrap());
     for extra in [&[][..], &["--no-passthrough"][..]] {
         let mut ws = Workspace::new();
         ws.mount_with(extra);
@@ -576,12 +564,7 @@ except OSError as e:
 print(child.stdout.strip())
 fcntl.lockf(f, fcntl.LOCK_UN)
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
+    let out = python_command(&ws.path(), script).output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "blocked 11",
@@ -671,19 +654,6 @@ fn sigterm_unmounts_cleanly() {
     assert_eq!(fs::read_to_string(ws.path().join("kept")).unwrap(), "kept");
 }
 
-/// The daemon's pid, from the registration `rewind mount` wrote.
-pub fn daemon_pid(ws: &Workspace) -> i32 {
-    let mounts = ws.path().parent().unwrap().join("data/rewind/mounts");
-    let entry = fs::read_dir(mounts)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let reg: serde_json::Value = serde_json::from_str(&fs::read_to_string(entry).unwrap()).unwrap();
-    reg["pid"].as_i64().unwrap() as i32
-}
-
 fn fsx() -> std::path::PathBuf {
     let candidates = [
         std::env::var_os("FSX").map(Into::into),
@@ -745,11 +715,8 @@ for i in range(300):
 "#;
     let children: Vec<_> = (0..4)
         .map(|w| {
-            Command::new("python3")
-                .arg("-c")
-                .arg(worker)
+            python_command(&ws.path(), worker)
                 .arg(w.to_string())
-                .current_dir(ws.path())
                 .spawn()
                 .unwrap()
         })

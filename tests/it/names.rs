@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rewind::agent::{Agent, reply};
 use serde_json::Value;
 
-use crate::common::{REWIND, Workspace};
+use crate::common::{REWIND, Workspace, daemon_pid, ok, rw};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -25,22 +25,6 @@ fn rw_in(ws: &Workspace, dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> Ou
     let mut cmd = ws.command(args);
     cmd.current_dir(dir).envs(envs.iter().copied());
     cmd.output().unwrap()
-}
-
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    rw_in(ws, &ws.path(), args, &[])
-}
-
-#[track_caller]
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed ({}): {}{}",
-        out.status,
-        text(&out.stderr),
-        text(&out.stdout)
-    );
-    text(&out.stdout)
 }
 
 #[track_caller]
@@ -354,23 +338,13 @@ impl Drop for Stopped {
     }
 }
 
-fn daemon_pid(ws: &Workspace) -> u32 {
-    let status = fs::read_to_string(ws.path().join(".rewind/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("daemon: "))
-        .and_then(|v| v.trim_start_matches("pid ").split_whitespace().next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no daemon pid in .rewind/status:\n{status}"))
-}
-
 /// A daemon that does not answer (stopped with SIGSTOP): the hook still gives the agent its
 /// reply and exits 0, and says on stderr that nothing was recorded. Stdin closed or left open.
 #[test]
 fn a_hook_returns_when_the_daemon_does_not_answer() {
     let mut ws = Workspace::new();
     ws.mount();
-    let pid = daemon_pid(&ws);
+    let pid = daemon_pid(&ws) as u32;
     let cases = [
         (Agent::Gemini, "BeforeTool", true),
         (Agent::Claude, "UserPromptSubmit", false),

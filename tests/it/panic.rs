@@ -5,12 +5,7 @@
 
 use std::io::ErrorKind;
 
-use crate::common::Workspace;
-
-/// `rewind ARGS` run inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> std::process::Output {
-    ws.command(args).current_dir(ws.path()).output().unwrap()
-}
+use crate::common::{Workspace, rw};
 
 fn eio(what: &str, r: std::io::Result<impl std::fmt::Debug>) {
     match r {

@@ -6,18 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::Workspace;
-
-/// Run `rewind ARGS` from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::common::{Workspace, python_command, rw, stdout, sync};
 
 /// Run a shell script in the workspace as a process of `session`.
 fn as_session(ws: &Workspace, session: &str, script: &str) {
@@ -113,23 +102,21 @@ fn a_folder_that_still_holds_others_entries_is_skipped_in_the_dry_run_and_the_ru
 /// A writer of session `second` that appends `v2` to w.txt and then waits for a line on its
 /// stdin before appending `v3` and closing.
 fn open_writer(ws: &Workspace) -> std::process::Child {
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import os, sys\n\
+    let mut child = python_command(
+        &ws.path(),
+        "import os, sys\n\
              f = os.open('w.txt', os.O_WRONLY | os.O_APPEND)\n\
              os.write(f, b'v2\\n')\n\
              print('open', flush=True)\n\
              sys.stdin.readline()\n\
              os.write(f, b'v3\\n')\n\
              os.close(f)\n",
-        )
-        .current_dir(ws.path())
-        .env("REWIND_SESSION", "second")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    )
+    .env("REWIND_SESSION", "second")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
@@ -151,7 +138,7 @@ fn a_file_open_for_writing_is_skipped_with_its_writer_unless_forced() {
     ws.mount();
     let root = ws.path();
     as_session(&ws, "first", "printf 'v1\\n' > w.txt");
-    ok_sync(&ws);
+    sync(&ws);
     let writer = open_writer(&ws);
     let pid = writer.id();
 
@@ -177,7 +164,7 @@ fn a_file_open_for_writing_is_skipped_with_its_writer_unless_forced() {
         fs::read_to_string(root.join("w.txt")).unwrap(),
         "v1\nv2\nv3\n"
     );
-    ok_sync(&ws);
+    sync(&ws);
     let log = stdout(&rw(&ws, &["log", "w.txt", "--session", "second"]));
     assert_eq!(log.lines().count(), 1, "{log}");
 }
@@ -188,9 +175,9 @@ fn a_forced_rollback_of_an_open_file_records_the_writer_first_and_keeps_its_late
     ws.mount();
     let root = ws.path();
     as_session(&ws, "first", "printf 'v1\\n' > w.txt");
-    ok_sync(&ws);
+    sync(&ws);
     as_session(&ws, "first", "printf 'v1 first edit\\n' > w.txt");
-    ok_sync(&ws);
+    sync(&ws);
     let writer = open_writer(&ws);
     let pid = writer.id();
     // Back to before first's edit (v1), in place: the writer goes on writing to the file.
@@ -223,7 +210,7 @@ fn a_forced_rollback_of_an_open_file_records_the_writer_first_and_keeps_its_late
     assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v1\n");
     finish(writer);
     assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v1\nv3\n");
-    ok_sync(&ws);
+    sync(&ws);
     // Three changes, each its own: the writer's v2, the rollback's restore, the writer's v3.
     let log = stdout(&rw(&ws, &["log", "w.txt", "--json"]));
     let lines: Vec<&str> = log.lines().collect();
@@ -254,7 +241,7 @@ fn a_forced_removal_of_an_open_file_says_where_its_writer_writes() {
     ws.mount();
     let root = ws.path();
     as_session(&ws, "first", "printf 'v1\\n' > w.txt");
-    ok_sync(&ws);
+    sync(&ws);
     let writer = open_writer(&ws);
     let pid = writer.id();
     let dry = rw(
@@ -276,14 +263,9 @@ fn a_forced_removal_of_an_open_file_says_where_its_writer_writes() {
     finish(writer);
     assert!(!root.join("w.txt").exists());
     // What it wrote before the rollback is its own change, and can be had back.
-    ok_sync(&ws);
+    sync(&ws);
     let log = stdout(&rw(&ws, &["log", "w.txt", "--session", "second", "--json"]));
     assert!(log.contains("\"kind\":\"modify\""), "{log}");
-}
-
-fn ok_sync(ws: &Workspace) {
-    let out = rw(ws, &["sync"]);
-    assert!(out.status.success(), "{out:?}");
 }
 
 /// FIFOs and device nodes come back with their type, mode and device number (the daemon is
@@ -299,11 +281,11 @@ fn special_files_are_restored_and_the_dry_run_says_so() {
         "first",
         "mkdir d && mkfifo -m 0640 d/pipe && mknod -m 0600 d/null c 1 3 && printf 'x\\n' > d/file",
     );
-    ok_sync(&ws);
+    sync(&ws);
     let out = rw(&ws, &["checkpoint", "before"]);
     assert!(out.status.success(), "{out:?}");
     as_session(&ws, "second", "rm -r d");
-    ok_sync(&ws);
+    sync(&ws);
     let dry = rw(&ws, &["rollback", "--to", "before", "--dry-run"]);
     let run = rw(&ws, &["rollback", "--to", "before"]);
     for out in [&dry, &run] {

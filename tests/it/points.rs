@@ -5,37 +5,8 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};
-use std::process::Output;
 
-use crate::common::{Workspace, sh, wait_for};
-
-/// Run `rewind ARGS` from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `rewind ARGS`, which must succeed; its stdout.
-fn ok(ws: &Workspace, args: &[&str]) -> String {
-    let out = rw(ws, args);
-    assert!(
-        out.status.success(),
-        "rewind {args:?} failed ({:?}):\n{}{}",
-        out.status.code(),
-        stdout(&out),
-        stderr(&out)
-    );
-    stdout(&out)
-}
+use crate::common::{Workspace, ok, python_command, rw, rw_ok, sh, stderr, stdout, wait_for};
 
 /// `rewind ARGS`, which must fail with exit status 2; its stderr.
 fn usage(ws: &Workspace, args: &[&str]) -> String {
@@ -69,15 +40,15 @@ fn now_and_printed_times_are_points() {
     ws.mount();
     let root = ws.path();
     fs::write(root.join("f"), "v1\n").unwrap();
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     next_second();
     fs::write(root.join("f"), "v2\n").unwrap();
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
 
     // `now` wherever a point is taken.
-    assert_eq!(ok(&ws, &["cat", "f", "--at", "now"]), "v2\n");
-    ok(&ws, &["diff", "--from", "1", "--to", "now", "--stat"]);
-    let out = ok(&ws, &["rollback", "--to", "now", "--dry-run"]);
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", "now"]), "v2\n");
+    rw_ok(&ws, &["diff", "--from", "1", "--to", "now", "--stat"]);
+    let out = rw_ok(&ws, &["rollback", "--to", "now", "--dry-run"]);
     assert!(out.contains("nothing to roll back"), "{out}");
     assert_eq!(
         fs::read_to_string(root.join(".rewind/at/now/f")).unwrap(),
@@ -87,7 +58,7 @@ fn now_and_printed_times_are_points() {
     assert!(usage(&ws, &["checkpoint", "now"]).contains("not allowed"));
 
     // The time `log` prints for the first change names the state right after it.
-    let log = ok(&ws, &["log", "f"]);
+    let log = rw_ok(&ws, &["log", "f"]);
     let first = log.lines().next().expect("a change to f");
     let printed: String = first
         .split_whitespace()
@@ -97,24 +68,24 @@ fn now_and_printed_times_are_points() {
         .join(" ");
     assert_eq!(printed.len(), 19, "{first}");
     assert_eq!(
-        ok(&ws, &["cat", "f", "--at", &printed]),
+        rw_ok(&ws, &["cat", "f", "--at", &printed]),
         "v1\n",
         "{printed}"
     );
-    let until = ok(&ws, &["log", "--until", &printed]);
+    let until = rw_ok(&ws, &["log", "--until", &printed]);
     assert_eq!(
         until.lines().filter(|l| l.contains("  f  ")).count(),
         1,
         "{until}"
     );
     // ... and so does the time `log --json` prints, to the nanosecond.
-    let json = ok(&ws, &["log", "f", "--json"]);
+    let json = rw_ok(&ws, &["log", "f", "--json"]);
     let first: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     let time = first["time"].as_str().unwrap();
-    assert_eq!(ok(&ws, &["cat", "f", "--at", time]), "v1\n", "{time}");
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", time]), "v1\n", "{time}");
     // Written as RFC 3339 to the second, it is that whole second, as `log` shows it.
     let whole = format!("{}Z", printed.replace(' ', "T"));
-    assert_eq!(ok(&ws, &["cat", "f", "--at", &whole]), "v1\n", "{whole}");
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", &whole]), "v1\n", "{whole}");
 }
 
 #[test]
@@ -127,14 +98,14 @@ fn a_folder_is_everything_below_it() {
         "mkdir -p src/deep && echo a > src/a.rs && echo c > src/deep/c.rs && echo r > README \
          && echo x > srcfile",
     );
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
 
-    let log = ok(&ws, &["log", "src"]);
+    let log = rw_ok(&ws, &["log", "src"]);
     for p in ["src/a.rs", "src/deep/c.rs", "src/deep "] {
         assert!(log.contains(p), "{p} missing from:\n{log}");
     }
     assert!(!log.contains("README") && !log.contains("srcfile"), "{log}");
-    let deep = ok(&ws, &["log", "src/deep"]);
+    let deep = rw_ok(&ws, &["log", "src/deep"]);
     assert!(
         deep.contains("src/deep/c.rs") && !deep.contains("src/a.rs"),
         "{deep}"
@@ -145,16 +116,16 @@ fn a_folder_is_everything_below_it() {
     let here = cmd.output().unwrap();
     assert_eq!(stdout(&here), deep);
     // A file is still just that file; -n counts what is shown.
-    let one = ok(&ws, &["log", "src/a.rs"]);
+    let one = rw_ok(&ws, &["log", "src/a.rs"]);
     assert_eq!(one.lines().count(), 1, "{one}");
-    assert_eq!(ok(&ws, &["log", "src", "-n", "1"]).lines().count(), 1);
+    assert_eq!(rw_ok(&ws, &["log", "src", "-n", "1"]).lines().count(), 1);
 
     // `cat` of a folder is a clear error, not empty output.
     let err = usage(&ws, &["cat", "src"]);
     assert!(err.contains("folder"), "{err}");
     let err = usage(&ws, &["cat", "."]);
     assert!(err.contains("folder"), "{err}");
-    assert_eq!(ok(&ws, &["cat", "src/a.rs"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "src/a.rs"]), "a\n");
 }
 
 /// A change made by `rewind run` in `session`.
@@ -164,7 +135,7 @@ fn change_in(ws: &Workspace, session: &str, script: &str) {
         &["run", "--session", session, "--", "bash", "-ec", script],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    ok(ws, &["sync"]);
+    rw_ok(ws, &["sync"]);
 }
 
 #[test]
@@ -178,7 +149,7 @@ fn a_unique_beginning_names_a_session() {
     );
     let a = "claude-7f3a0c11-2b4e-4f5a-9c1d-0123456789ab";
     let b = "claude-7f3b9e22-2b4e-4f5a-9c1d-0123456789ab";
-    ok(
+    rw_ok(
         &ws,
         &[
             "turn",
@@ -191,8 +162,8 @@ fn a_unique_beginning_names_a_session() {
         ],
     );
     change_in(&ws, a, "echo from-a > notes.txt");
-    ok(&ws, &["turn", "end", "--session", a]);
-    ok(
+    rw_ok(&ws, &["turn", "end", "--session", a]);
+    rw_ok(
         &ws,
         &[
             "turn",
@@ -205,21 +176,21 @@ fn a_unique_beginning_names_a_session() {
         ],
     );
     change_in(&ws, b, "echo from-b > other.txt");
-    ok(&ws, &["turn", "end", "--session", b]);
+    rw_ok(&ws, &["turn", "end", "--session", b]);
 
-    let log = ok(&ws, &["log", "--session", "claude-7f3a"]);
+    let log = rw_ok(&ws, &["log", "--session", "claude-7f3a"]);
     assert!(
         log.contains("notes.txt") && !log.contains("other.txt"),
         "{log}"
     );
-    let log = ok(&ws, &["log", "--turn", "claude-7f3a:1"]);
+    let log = rw_ok(&ws, &["log", "--turn", "claude-7f3a:1"]);
     assert!(log.contains("notes.txt"), "{log}");
-    let diff = ok(&ws, &["diff", "--session", "claude-7f3b", "--stat"]);
+    let diff = rw_ok(&ws, &["diff", "--session", "claude-7f3b", "--stat"]);
     assert!(
         diff.contains("other.txt") && !diff.contains("notes.txt"),
         "{diff}"
     );
-    assert!(ok(&ws, &["turns", "--session", "claude-7f3a"]).contains("add notes"));
+    assert!(rw_ok(&ws, &["turns", "--session", "claude-7f3a"]).contains("add notes"));
     // The control directory takes a unique beginning too; a shared one names nothing.
     let ctl = root.join(".rewind");
     let turn_log = fs::read_to_string(ctl.join("turns/claude-7f3a/1/log")).unwrap();
@@ -230,12 +201,12 @@ fn a_unique_beginning_names_a_session() {
     let session_log = fs::read_to_string(ctl.join("sessions/claude-7f3b/log")).unwrap();
     assert!(session_log.contains("other.txt"), "{session_log}");
     assert!(!ctl.join("turns/claude-7f/1/log").exists());
-    let export = ok(
+    let export = rw_ok(
         &ws,
         &["export", "--session", "claude-7f3b", "--branch", "b-work"],
     );
     assert!(export.contains("1 commit from 1 change"), "{export}");
-    let dry = ok(&ws, &["rollback", "--session", "claude-7f3b", "--dry-run"]);
+    let dry = rw_ok(&ws, &["rollback", "--session", "claude-7f3b", "--dry-run"]);
     assert!(dry.contains("1 path would be restored"), "{dry}");
 
     // A beginning shared by both is refused, naming both, wherever a session is taken.
@@ -252,7 +223,7 @@ fn a_unique_beginning_names_a_session() {
     }
 
     // A rolled-back turn says so, and by which rollback.
-    let undo = ok(&ws, &["rollback", "--turn", "claude-7f3a:1"]);
+    let undo = rw_ok(&ws, &["rollback", "--turn", "claude-7f3a:1"]);
     assert!(undo.contains("restored 1 path,"), "{undo}");
     let session = undo
         .lines()
@@ -261,12 +232,12 @@ fn a_unique_beginning_names_a_session() {
         .unwrap()
         .to_string();
     assert!(session.starts_with("rollback-"), "{undo}");
-    let turns = ok(&ws, &["turns"]);
+    let turns = rw_ok(&ws, &["turns"]);
     assert!(
         turns.contains(&format!("(rolled back by {session})")),
         "{turns}"
     );
-    let json = ok(&ws, &["turns", "--json"]);
+    let json = rw_ok(&ws, &["turns", "--json"]);
     let t: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     assert_eq!(t["rolled_back"], "whole", "{json}");
     assert_eq!(t["rolled_back_by"][0], session.as_str(), "{json}");
@@ -334,9 +305,9 @@ fn what_rewind_says_is_true() {
     ws.mount();
     let root = ws.path();
     // No turns: a hint where they come from.
-    assert!(ok(&ws, &["turns"]).contains("rewind agent install"));
+    assert!(rw_ok(&ws, &["turns"]).contains("rewind agent install"));
     // No checkpoints: no empty line.
-    let status = ok(&ws, &["status"]);
+    let status = rw_ok(&ws, &["status"]);
     assert!(status.contains("checkpoints: none"), "{status}");
 
     // ctl says "error: " once.
@@ -349,10 +320,10 @@ fn what_rewind_says_is_true() {
 
     // One of a thing is one, not "1 paths".
     fs::write(root.join("f"), "one\n").unwrap();
-    ok(&ws, &["sync"]);
-    let undo = ok(&ws, &["rollback", "--file", "f"]);
+    rw_ok(&ws, &["sync"]);
+    let undo = rw_ok(&ws, &["rollback", "--file", "f"]);
     assert!(undo.contains("restored 1 path,"), "{undo}");
-    let sessions = ok(&ws, &["sessions"]);
+    let sessions = rw_ok(&ws, &["sessions"]);
     assert!(
         sessions.lines().any(|l| l.contains(" 1 change ")),
         "{sessions}"
@@ -373,7 +344,7 @@ fn a_long_ctl_line_is_one_command() {
     ws.mount();
     let root = ws.path();
     fs::write(root.join("f"), "x\n").unwrap();
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     // Many paths: a line of some 20 kB, written by the shell's echo.
     let paths: Vec<String> = (0..2000).map(|i| format!("dir/p{i:05}")).collect();
     let line = format!("diff --stat --since 0 f {}", paths.join(" "));
@@ -448,16 +419,14 @@ subprocess.run([os.environ["REWIND"], "checkpoint", "cp"], check=True)
 f.write("second\n"); g.write("last\n")
 f.close(); g.close()
 "#;
-    let mut cmd = std::process::Command::new("python3");
-    cmd.args(["-c", script])
-        .current_dir(ws.path())
+    ok(python_command(&ws.path(), script)
         .env("REWIND", crate::common::REWIND)
-        .env("XDG_DATA_HOME", ws.path().join("../data"));
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "first\n");
-    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "mid\n");
-    assert_eq!(ok(&ws, &["cat", "f"]), "first\nsecond\n");
+        .env("XDG_DATA_HOME", ws.path().join("../data"))
+        .output()
+        .unwrap());
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", "cp"]), "first\n");
+    assert_eq!(rw_ok(&ws, &["cat", "g", "--at", "cp"]), "mid\n");
+    assert_eq!(rw_ok(&ws, &["cat", "f"]), "first\nsecond\n");
     let at = ws.path().join(".rewind/at/cp");
     assert_eq!(fs::read_to_string(at.join("f")).unwrap(), "first\n");
     assert_eq!(fs::read_to_string(at.join("g")).unwrap(), "mid\n");
@@ -474,18 +443,18 @@ fn unmounted_answers_are_exact_or_refused() {
         &ws.path(),
         "printf 'v1\\n' > f && printf 'g1\\n' > g && printf 'h1\\n' > h",
     );
-    ok(&ws, &["checkpoint", "cp"]);
+    rw_ok(&ws, &["checkpoint", "cp"]);
     sh(&ws.path(), "printf 'v2\\n' > f");
     ws.unmount();
-    assert_eq!(ok(&ws, &["cat", "f"]), "v2\n");
-    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
-    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    assert_eq!(rw_ok(&ws, &["cat", "f"]), "v2\n");
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    assert_eq!(rw_ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
     // Changed while unmounted: same size, so only the content tells.
     sh(
         &ws.path(),
         "printf 'v3\\n' > f && printf 'g9\\n' > g && rm h && printf 'n\\n' > new",
     );
-    assert_eq!(ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
+    assert_eq!(rw_ok(&ws, &["cat", "f", "--at", "cp"]), "v1\n");
     for args in [
         &["cat", "f"][..],
         &["cat", "g", "--at", "cp"],
@@ -501,9 +470,9 @@ fn unmounted_answers_are_exact_or_refused() {
     }
     // The next mount records what changed, and the answers are whole again.
     ws.mount();
-    assert_eq!(ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
-    assert_eq!(ok(&ws, &["cat", "h", "--at", "cp"]), "h1\n");
-    assert_eq!(ok(&ws, &["cat", "f"]), "v3\n");
+    assert_eq!(rw_ok(&ws, &["cat", "g", "--at", "cp"]), "g1\n");
+    assert_eq!(rw_ok(&ws, &["cat", "h", "--at", "cp"]), "h1\n");
+    assert_eq!(rw_ok(&ws, &["cat", "f"]), "v3\n");
 }
 
 /// `--since` with the time `log` printed for a change takes that change (and what came after
@@ -514,11 +483,11 @@ fn since_a_printed_time_includes_that_second() {
     ws.mount();
     let root = ws.path();
     fs::write(root.join("f"), "v1\n").unwrap();
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     next_second();
     fs::write(root.join("g"), "g1\n").unwrap();
-    ok(&ws, &["sync"]);
-    let log = ok(&ws, &["log", "g"]);
+    rw_ok(&ws, &["sync"]);
+    let log = rw_ok(&ws, &["log", "g"]);
     let line = log.lines().next().expect("a change to g");
     let printed: String = line
         .split_whitespace()
@@ -527,12 +496,12 @@ fn since_a_printed_time_includes_that_second() {
         .collect::<Vec<_>>()
         .join(" ");
     assert_eq!(printed.len(), 19, "{line}");
-    let since = ok(&ws, &["log", "--since", &printed]);
+    let since = rw_ok(&ws, &["log", "--since", &printed]);
     assert!(since.contains("  g  ") || since.contains(" g\n"), "{since}");
     assert!(!since.lines().any(|l| l.ends_with(" f")), "{since}");
-    let diff = ok(&ws, &["diff", "--since", &printed, "--stat"]);
+    let diff = rw_ok(&ws, &["diff", "--since", &printed, "--stat"]);
     assert!(diff.contains('g'), "{diff}");
-    let plan = ok(&ws, &["rollback", "--since", &printed, "--dry-run"]);
+    let plan = rw_ok(&ws, &["rollback", "--since", &printed, "--dry-run"]);
     assert!(plan.contains("remove") && plan.contains(" g\n"), "{plan}");
 }
 
@@ -542,9 +511,9 @@ fn status_unmounted_says_it_is_not_recording() {
     let mut ws = Workspace::new();
     ws.mount();
     sh(&ws.path(), "echo a > f");
-    let status = ok(&ws, &["status"]);
+    let status = rw_ok(&ws, &["status"]);
     assert!(!status.contains("recording: no"), "{status}");
     ws.unmount();
-    let status = ok(&ws, &["status"]);
+    let status = rw_ok(&ws, &["status"]);
     assert!(status.contains("recording: no (not mounted"), "{status}");
 }

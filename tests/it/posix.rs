@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{Workspace, is_mounted, sh};
+use crate::common::{Workspace, is_mounted, python, rw_ok, sh};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -47,7 +47,7 @@ fn mount(ws: &mut Workspace, data: Data, extra: &[&str]) {
         args.push("--no-passthrough");
     }
     ws.mount_with(&args);
-    let status = rw(ws, &["status"]);
+    let status = rw_ok(ws, &["status"]);
     let want = match data {
         Data::Passthrough => "data path: passthrough",
         Data::Writeback => "data path: writeback",
@@ -64,26 +64,11 @@ fn mounted(data: Data) -> Workspace {
     ws
 }
 
-/// `rewind -C WORKSPACE ARGS`, which must succeed: its stdout.
-fn rw(ws: &Workspace, args: &[&str]) -> String {
-    let mut all: Vec<OsString> = vec!["-C".into(), ws.path().into()];
-    all.extend(args.iter().map(OsString::from));
-    let out = ws.rewind(&all);
-    assert!(
-        out.status.success(),
-        "rewind {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `rewind log --json [NAME]`.
 fn log(ws: &Workspace, name: Option<&str>) -> Vec<Value> {
     let mut args = vec!["log", "--json"];
     args.extend(name);
-    rw(ws, &args)
+    rw_ok(ws, &args)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -417,7 +402,7 @@ fn pjdfstest_through_the_mount(data: Data) {
         !log(&ws, None).is_empty(),
         "the suite's changes should be in the history"
     );
-    assert!(rw(&ws, &["status"]).contains("state: mounted"));
+    assert!(rw_ok(&ws, &["status"]).contains("state: mounted"));
 }
 
 /// The whole of pjdfstest through a mount with FUSE passthrough (root's default). About two
@@ -450,6 +435,7 @@ fn renaming_updates_ctime_as_on_disk() {
             .collect();
         results.push((dir, before));
     }
+    // A test about time: ctime() is in whole seconds, so the renames come a second later.
     std::thread::sleep(Duration::from_millis(1100));
     let mut grew = Vec::new();
     for (dir, before) in results {
@@ -589,7 +575,7 @@ fn the_history_of_every_name_shows_changes_made_through_any() {
         let ws = mounted(data);
         let dir = ws.path();
         sh(&dir, "printf '1\\n' > a");
-        rw(&ws, &["sync"]);
+        rw_ok(&ws, &["sync"]);
         sh(&dir, "ln a b; mkdir sub; ln b sub/c");
         sh(&dir, "printf '2\\n' > a");
         sh(&dir, "printf '3\\n' >> b");
@@ -620,7 +606,7 @@ fn the_history_of_every_name_shows_changes_made_through_any() {
                 .iter()
                 .map(|c| c["id"].as_u64().unwrap())
                 .collect();
-            let at = |id: u64| rw(&ws, &["cat", name, "--at", &id.to_string()]);
+            let at = |id: u64| rw_ok(&ws, &["cat", name, "--at", &id.to_string()]);
             assert_eq!(at(modifies[0]), "2\n", "{data:?}: {name}");
             assert_eq!(at(modifies[2]), "2\n3\n4\n", "{data:?}: {name}");
         }
@@ -636,9 +622,9 @@ fn rollback_of_either_name_restores_the_content_of_both() {
         let dir = ws.path();
         let (a, c) = (dir.join("a"), dir.join("c"));
         sh(&dir, "printf 'v1\\n' > a");
-        rw(&ws, &["sync"]);
+        rw_ok(&ws, &["sync"]);
         sh(&dir, "ln a c; printf 'v2\\n' > c");
-        rw(&ws, &["rollback", "--file", "c"]);
+        rw_ok(&ws, &["rollback", "--file", "c"]);
         assert_eq!(
             (read(&a), read(&c)),
             ("v1\n".into(), "v1\n".into()),
@@ -649,7 +635,7 @@ fn rollback_of_either_name_restores_the_content_of_both() {
 
         sh(&dir, "printf 'v3\\n' >> a");
         assert_eq!(read(&c), "v1\nv3\n");
-        rw(&ws, &["rollback", "--file", "a"]);
+        rw_ok(&ws, &["rollback", "--file", "a"]);
         assert_eq!(
             (read(&a), read(&c)),
             ("v1\n".into(), "v1\n".into()),
@@ -677,17 +663,17 @@ fn rollback_of_a_session_restores_a_linked_file_for_every_name() {
         let ws = mounted(data);
         let dir = ws.path();
         sh(&dir, "printf 'base\\n' > a; ln a b; mkdir d; ln a d/x");
-        rw(&ws, &["sync"]);
+        rw_ok(&ws, &["sync"]);
         let work = format!(
             "cd '{}' && echo more >> b && echo again >> d/x && echo new > n",
             dir.display()
         );
-        rw(
+        rw_ok(
             &ws,
             &["run", "--session", "agent-work", "--", "bash", "-c", &work],
         );
         assert_eq!(read(&dir.join("a")), "base\nmore\nagain\n");
-        let out = rw(&ws, &["rollback", "--session", "agent-work"]);
+        let out = rw_ok(&ws, &["rollback", "--session", "agent-work"]);
         for name in ["a", "b", "d/x"] {
             assert_eq!(read(&dir.join(name)), "base\n", "{data:?}: {name}\n{out}");
         }
@@ -716,12 +702,12 @@ fn files_that_became_one_are_rolled_back_to_their_own_contents() {
             &dir,
             "printf 'c\\n' > c; printf 'b\\n' > b; ln b a; printf 'ab\\n' > a",
         );
-        rw(&ws, &["checkpoint", "before"]);
+        rw_ok(&ws, &["checkpoint", "before"]);
         // c is now a's file (and b is gone); a write through c shows through a.
         sh(&dir, "mv b c && printf 'new\\n' > c");
         assert_eq!(content(&["a", "b", "c"]), ["new\n", "(none)", "new\n"]);
 
-        let out = rw(&ws, &["rollback", "--to", "before"]);
+        let out = rw_ok(&ws, &["rollback", "--to", "before"]);
         assert_eq!(
             content(&["a", "b", "c"]),
             ["ab\n", "ab\n", "c\n"],
@@ -734,7 +720,7 @@ fn files_that_became_one_are_rolled_back_to_their_own_contents() {
             .nth(1)
             .and_then(|t| t.split('`').next())
             .unwrap_or_else(|| panic!("no undo in:\n{out}"));
-        let out = rw(&ws, &["rollback", "--session", undo]);
+        let out = rw_ok(&ws, &["rollback", "--session", undo]);
         assert_eq!(
             content(&["a", "b", "c"]),
             ["new\n", "(none)", "new\n"],
@@ -752,25 +738,16 @@ fn a_link_made_during_a_write_is_not_in_the_past() {
         let ws = mounted(data);
         let dir = ws.path();
         sh(&dir, "printf 'one two three\\n' > b; mkdir d");
-        rw(&ws, &["checkpoint", "before"]);
+        rw_ok(&ws, &["checkpoint", "before"]);
         let script = "import os\nf = open('b', 'r+')\nf.truncate(4)\nf.flush()\n\
                       os.link('b', 'd/b')\nf.write('x')\nf.close()\n";
-        let out = Command::new("python3")
-            .args(["-c", script])
-            .current_dir(&dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        rw(&ws, &["sync"]);
+        python(&dir, script);
+        rw_ok(&ws, &["sync"]);
         assert_eq!(read(&dir.join("d/b")), "xne ");
         assert!(
             !dir.join(".rewind/at/before/d/b").exists(),
             "{data:?}: d/b in the past:\n{}",
-            rw(&ws, &["log"])
+            rw_ok(&ws, &["log"])
         );
         assert_eq!(
             read(&dir.join(".rewind/at/before/b")),
@@ -816,8 +793,8 @@ fn links_made_before_the_mount_are_known() {
             assert_eq!(names(modifies[0]), all, "{data:?}: {name}");
             assert_eq!(after(modifies[0]), Some(hash(content).as_str()), "{data:?}");
         }
-        rw(&ws, &["rollback", "--file", "a"]);
-        rw(&ws, &["rollback", "--file", "t/y"]);
+        rw_ok(&ws, &["rollback", "--file", "a"]);
+        rw_ok(&ws, &["rollback", "--file", "t/y"]);
         for (name, content) in [
             ("a", "orig\n"),
             ("b", "orig\n"),
@@ -843,7 +820,7 @@ fn links_made_before_the_mount_are_known() {
                 "{data:?}: the change through z in `rewind log {name}`"
             );
         }
-        rw(&ws, &["rollback", "--file", "b"]);
+        rw_ok(&ws, &["rollback", "--file", "b"]);
         for name in ["a", "b", "z"] {
             assert_eq!(read(&dir.join(name)), "orig\n", "{data:?}: {name}");
         }
@@ -862,7 +839,7 @@ fn a_write_goes_on_and_is_recorded_when_a_name_is_removed_meanwhile() {
             let ws = mounted(data);
             let dir = ws.path();
             sh(&dir, "printf 'start\\n' > a");
-            rw(&ws, &["sync"]);
+            rw_ok(&ws, &["sync"]);
             sh(&dir, "ln a b");
             let mut w = OpenOptions::new()
                 .append(true)

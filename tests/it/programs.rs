@@ -18,14 +18,13 @@
 //! tools' messages; what else is ignored, and why, is said at each flow. The shorter checks
 //! (programs run, open flags) compare the mount with `Workspace::plain`, a folder beside it.
 
-use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{Workspace, sh, wait_for};
+use crate::common::{Workspace, daemon_pid, ok, python_command, rw_ok, sh, wait_for};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -46,7 +45,7 @@ fn mount(ws: &mut Workspace, data: Data) {
         Data::Passthrough => ws.mount(),
         Data::Writeback => ws.mount_with(&["--no-passthrough"]),
     }
-    let status = rewind_ok(ws, &["status"]);
+    let status = rw_ok(ws, &["status"]);
     let want = match data {
         Data::Passthrough => "data path: passthrough",
         Data::Writeback => "data path: writeback",
@@ -57,32 +56,9 @@ fn mount(ws: &mut Workspace, data: Data) {
     );
 }
 
-/// `rewind -C WORKSPACE ARGS`, which must succeed; its stdout.
-fn rewind_ok(ws: &Workspace, args: &[&str]) -> String {
-    let mut all: Vec<OsString> = vec!["-C".into(), ws.path().into()];
-    all.extend(args.iter().map(OsString::from));
-    let out = ws.rewind(&all);
-    assert!(
-        out.status.success(),
-        "rewind {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The pid of the daemon serving the workspace.
-fn daemon_pid(ws: &Workspace) -> i32 {
-    let status = rewind_ok(ws, &["status"]);
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("daemon: pid "))
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no daemon pid in `rewind status`:\n{status}"))
-}
-
 /// The changes `rewind log PATH --json` lists.
 fn log_of(ws: &Workspace, path: &str) -> Vec<serde_json::Value> {
-    rewind_ok(ws, &["log", path, "--json"])
+    rw_ok(ws, &["log", path, "--json"])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -824,9 +800,7 @@ os.close(fd)
 {then}
 "#
     );
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(&script)
+    let out = python_command(dir, &script)
         .arg(dir)
         .envs(env.iter().copied())
         .output()
@@ -1049,20 +1023,7 @@ with tempfile.TemporaryFile(dir=d) as f:
     print("TemporaryFile:", f.read().decode())
 print("left behind:", sorted(os.listdir(d)))
 "#;
-    let run = |dir: &Path| {
-        let out = Command::new("python3")
-            .arg("-c")
-            .arg(probe)
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let run = |dir: &Path| ok(python_command(dir, probe).arg(dir).output().unwrap());
     let mounted = run(&ws.path());
     let plain = run(&ws.plain());
     assert_eq!(
@@ -1083,7 +1044,7 @@ print("left behind:", sorted(os.listdir(d)))
     // write may reach the daemon after this: wait (bounded) for two changes, then compare.
     let mut log = String::new();
     wait_for(10, || {
-        log = rewind_ok(&ws, &["log", "--json"]);
+        log = rw_ok(&ws, &["log", "--json"]);
         log.lines().count() >= 2
     });
     let changes: Vec<serde_json::Value> = log
@@ -1099,7 +1060,7 @@ print("left behind:", sorted(os.listdir(d)))
         [("create", "file"), ("create", "named")],
         "{data:?}: the history of O_TMPFILEs:\n{log}"
     );
-    let shown = rewind_ok(&ws, &["cat", "named"]);
+    let shown = rw_ok(&ws, &["cat", "named"]);
     assert_eq!(shown, "before its name\nafter\n");
 }
 
@@ -1348,17 +1309,10 @@ fn venv_flow(data: Data) {
     require_venv();
     let tools = outside();
     let wheel = tools.path().join("greet-1.0-py3-none-any.whl");
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(MAKE_WHEEL)
+    ok(python_command(tools.path(), MAKE_WHEEL)
         .arg(&wheel)
         .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .unwrap());
     let install = format!(".venv/bin/pip install --no-index {}", wheel.display());
     let steps = [
         "python3 -m venv .venv",

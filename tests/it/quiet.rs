@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{Workspace, sh};
+use crate::common::{Workspace, rw_ok, sh, sync, wait_recorded_of};
 use crate::record::log;
 
 /// `kind path` (or `kind path <- from`) of each change, with its agent when it is `external`.
@@ -49,15 +49,12 @@ const TAG: &str = "Signature: 8a477f597d28d172789f06886806bc55\\n# a cache\\n";
 fn a_save_that_changes_nothing_records_nothing() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(
-        &ws.path(),
-        "printf 'keep\\n' > f && chmod 640 f && sleep 0.8",
-    );
+    sh(&ws.path(), "printf 'keep\\n' > f && chmod 640 f");
+    wait_recorded_of(&ws, "f", 1);
     // `sed -i` writes a temporary copy and renames it over the file even when nothing matched.
-    sh(
-        &ws.path(),
-        "sed -i s/zzz/yyy/ f && sleep 0.8 && sed -i s/zzz/yyy/ f && sed -i s/keep/kept/ f",
-    );
+    sh(&ws.path(), "sed -i s/zzz/yyy/ f");
+    sync(&ws);
+    sh(&ws.path(), "sed -i s/zzz/yyy/ f && sed -i s/keep/kept/ f");
     assert_eq!(history(&ws), ["create f", "modify f"]);
     assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "kept\n");
 }
@@ -114,8 +111,13 @@ fn a_gitignored_folder_passes_through_but_a_gitignored_file_is_recorded() {
     ws.mount();
     sh(
         &ws.path(),
-        "printf 'build/\\n*.log\\n.env\\n' > .gitignore && mkdir -p web && printf 'out\\n' > web/.gitignore && sleep 0.8 \
-         && mkdir -p build/obj web/out && echo o > build/obj/a.o && echo j > web/out/app.js \
+        "printf 'build/\\n*.log\\n.env\\n' > .gitignore && mkdir -p web && printf 'out\\n' > web/.gitignore",
+    );
+    wait_recorded_of(&ws, ".gitignore", 1);
+    wait_recorded_of(&ws, "web/.gitignore", 1);
+    sh(
+        &ws.path(),
+        "mkdir -p build/obj web/out && echo o > build/obj/a.o && echo j > web/out/app.js \
          && echo l > debug.log && echo s > .env && mkdir __pycache__ && echo c > __pycache__/m.pyc",
     );
     let mut changes = history(&ws);
@@ -141,11 +143,16 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     let mut ws = Workspace::new();
     sh(&ws.path(), "mkdir docs && echo d > docs/d.md");
     ws.mount();
-    sh(&ws.path(), "printf 'dist/\\n' > .gitignore && sleep 0.8");
+    sh(&ws.path(), "printf 'dist/\\n' > .gitignore");
+    wait_recorded_of(&ws, ".gitignore", 1);
+    // Its files recorded, then the folder renamed to an ignored name.
     sh(
         &ws.path(),
-        "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js && sleep 0.8 && mv tmp.1 dist",
+        "mkdir -p tmp.1/sub && echo a > tmp.1/a.js && echo b > tmp.1/sub/b.js",
     );
+    wait_recorded_of(&ws, "tmp.1/a.js", 1);
+    wait_recorded_of(&ws, "tmp.1/sub/b.js", 1);
+    sh(&ws.path(), "mv tmp.1 dist");
     assert_eq!(history(&ws), ["create .gitignore"]);
     assert_eq!(
         fs::read_to_string(ws.path().join("dist/sub/b.js")).unwrap(),
@@ -163,9 +170,12 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     // pytest's way: `mkdtemp`, chmod, files and a tag, rename to `.pytest_cache`.
     sh(
         &ws.path(),
-        &format!(
-            "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md && sleep 0.8 && printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"
-        ),
+        "mkdir -m 700 pc.1 && chmod 755 pc.1 && echo r > pc.1/README.md",
+    );
+    wait_recorded_of(&ws, "pc.1/README.md", 1);
+    sh(
+        &ws.path(),
+        &format!("printf '{TAG}' > pc.1/CACHEDIR.TAG && mv pc.1 .pytest_cache"),
     );
     assert_eq!(history(&ws), ["create .gitignore"]);
 
@@ -248,15 +258,6 @@ fn a_rename_made_while_unmounted_is_a_rename() {
     assert_eq!(fs::read_to_string(at.join("a.txt")).unwrap(), "a\n");
 }
 
-/// `rewind -C WS ARGS`, which must succeed; its output.
-fn ok(ws: &Workspace, args: &[&str]) -> String {
-    let mut all = vec!["-C".to_string(), ws.path().display().to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let out = ws.rewind(&all);
-    assert!(out.status.success(), "rewind {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// A recorded file moved into an ignored folder (`node_modules/`, a folder `.gitignore`
 /// names) keeps its past: what it held at each point is what it held then, under its old name
 /// and, from the move on, under the new one, where it goes on being recorded.
@@ -270,23 +271,26 @@ fn a_recorded_file_moved_into_an_ignored_folder_keeps_its_past() {
         "mkdir node_modules build && printf 'build/\\n' > .gitignore \
          && printf 'a\\n' > notes.txt && printf 'x\\n' > other.txt",
     );
-    ok(&ws, &["checkpoint", "cp1"]);
+    rw_ok(&ws, &["checkpoint", "cp1"]);
     sh(&p, "printf 'b\\n' > notes.txt");
-    ok(&ws, &["checkpoint", "cp2"]);
+    rw_ok(&ws, &["checkpoint", "cp2"]);
     sh(&p, "mv notes.txt node_modules/ && mv other.txt build/");
-    ok(&ws, &["checkpoint", "cp3"]);
+    rw_ok(&ws, &["checkpoint", "cp3"]);
     sh(
         &p,
         "printf 'c\\n' > node_modules/notes.txt && printf 'y\\n' > build/other.txt",
     );
-    assert_eq!(ok(&ws, &["cat", "notes.txt", "--at", "cp1"]), "a\n");
-    assert_eq!(ok(&ws, &["cat", "notes.txt", "--at", "cp2"]), "b\n");
-    assert_eq!(ok(&ws, &["cat", "other.txt", "--at", "cp2"]), "x\n");
+    assert_eq!(rw_ok(&ws, &["cat", "notes.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "notes.txt", "--at", "cp2"]), "b\n");
+    assert_eq!(rw_ok(&ws, &["cat", "other.txt", "--at", "cp2"]), "x\n");
     assert_eq!(
-        ok(&ws, &["cat", "node_modules/notes.txt", "--at", "cp3"]),
+        rw_ok(&ws, &["cat", "node_modules/notes.txt", "--at", "cp3"]),
         "b\n"
     );
-    assert_eq!(ok(&ws, &["cat", "build/other.txt", "--at", "cp3"]), "x\n");
+    assert_eq!(
+        rw_ok(&ws, &["cat", "build/other.txt", "--at", "cp3"]),
+        "x\n"
+    );
     let at = p.join(".rewind/at");
     assert_eq!(fs::read_to_string(at.join("cp1/notes.txt")).unwrap(), "a\n");
     assert_eq!(fs::read_to_string(at.join("cp2/other.txt")).unwrap(), "x\n");
@@ -296,7 +300,7 @@ fn a_recorded_file_moved_into_an_ignored_folder_keeps_its_past() {
     );
     assert!(!at.join("cp2/node_modules/notes.txt").exists());
     // A rollback to before the moves brings both back as they were.
-    ok(&ws, &["rollback", "--to", "cp2"]);
+    rw_ok(&ws, &["rollback", "--to", "cp2"]);
     assert_eq!(fs::read_to_string(p.join("notes.txt")).unwrap(), "b\n");
     assert_eq!(fs::read_to_string(p.join("other.txt")).unwrap(), "x\n");
     assert!(!p.join("node_modules/notes.txt").exists());
@@ -311,15 +315,15 @@ fn a_folder_that_becomes_ignored_keeps_the_past_of_what_it_held() {
     ws.mount();
     let p = ws.path();
     sh(&p, "mkdir build && printf 'a\\n' > build/out.txt");
-    ok(&ws, &["checkpoint", "cp1"]);
+    rw_ok(&ws, &["checkpoint", "cp1"]);
     sh(
         &p,
         "printf 'build/\\n' > .gitignore && printf 'b\\n' > build/out.txt \
          && printf 'n\\n' > build/new.txt",
     );
-    ok(&ws, &["checkpoint", "cp2"]);
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
+    rw_ok(&ws, &["checkpoint", "cp2"]);
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
     let at = p.join(".rewind/at");
     assert_eq!(
         fs::read_to_string(at.join("cp1/build/out.txt")).unwrap(),
@@ -333,13 +337,13 @@ fn a_folder_that_becomes_ignored_keeps_the_past_of_what_it_held() {
     assert_eq!(names, ["out.txt"]);
     assert!(!history(&ws).iter().any(|c| c.contains("new.txt")));
     ws.unmount();
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp1"]), "a\n");
     ws.mount();
     sh(&p, "printf 'c\\n' > build/out.txt");
-    ok(&ws, &["checkpoint", "cp3"]);
+    rw_ok(&ws, &["checkpoint", "cp3"]);
     sh(&p, "rm build/out.txt");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
-    assert_eq!(ok(&ws, &["cat", "build/out.txt", "--at", "cp3"]), "c\n");
-    let diff = ok(&ws, &["diff", "--from", "cp1", "--to", "cp3"]);
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp2"]), "b\n");
+    assert_eq!(rw_ok(&ws, &["cat", "build/out.txt", "--at", "cp3"]), "c\n");
+    let diff = rw_ok(&ws, &["diff", "--from", "cp1", "--to", "cp3"]);
     assert!(diff.contains("-a\n+c\n"), "{diff}");
 }

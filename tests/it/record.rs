@@ -14,34 +14,21 @@ use rewind::history::History;
 use rewind::store::{Hash, Query, Store};
 use serde_json::Value;
 
-use crate::common::{SmallFs, Workspace, sh, wait_for};
+use crate::common::{
+    SmallFs, Workspace, daemon_pid, is_mounted, python, python_command, rw, rw_ok, sh, stdout,
+    sync, wait_for, wait_recorded_of,
+};
 
 fn history(dir: &Path) -> History {
     History::new(Arc::new(Store::open(dir).unwrap()))
 }
 
-/// Long enough for held-back creates to be recorded (500 ms hold, 250 ms tick).
-const SETTLE: Duration = Duration::from_millis(1100);
-
-/// The history as `rewind log --json` prints it.
+/// The history as `rewind log --json` prints it, after `rewind sync` (held-back creates
+/// recorded) when mounted.
 pub fn log(ws: &Workspace) -> Vec<Value> {
-    std::thread::sleep(SETTLE);
-    log_now(ws)
-}
-
-/// Wait until the history holds `n` changes (for at most 30 s; the caller checks what it
-/// holds). A write is recorded at its file's last RELEASE, which the kernel sends after
-/// close() returns, and an open that comes before it joins the same write episode: a test that
-/// means two writes to be two changes waits for the first.
-fn wait_changes(ws: &Workspace, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while log_now(ws).len() < n && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+    if is_mounted(&ws.path()) {
+        sync(ws);
     }
-}
-
-/// [`log`] without waiting first.
-fn log_now(ws: &Workspace) -> Vec<Value> {
     let out = ws.rewind(&[
         "-C".as_ref(),
         ws.path().as_os_str(),
@@ -57,6 +44,16 @@ fn log_now(ws: &Workspace) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Wait until the history holds `n` changes (for at most 30 s; the caller checks what it
+/// holds). A write is recorded at its file's last RELEASE, which the kernel sends after
+/// close() returns: a test that needs a write recorded before its next step waits for it.
+fn wait_changes(ws: &Workspace, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log(ws).len() < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `kind path` (or `kind path <- from`) of each change.
@@ -170,12 +167,7 @@ os.remove("b.txt.orig")
 os.rename("b.txt", "c.txt")
 os.remove("c.txt")
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    python(&ws.path(), script);
     let changes = log(&ws);
     assert_eq!(
         summary(&changes),
@@ -220,7 +212,6 @@ fn untar_records_one_create_per_file_with_its_mode() {
     );
     ws.mount();
     sh(&ws.path(), "tar xf ../src.tar");
-    std::thread::sleep(Duration::from_millis(800));
     let changes = log(&ws);
     assert_eq!(summary(&changes), ["create key", "create run.sh"]);
     let mode = |c: &Value| c["after"]["mode"].as_str().unwrap().to_string();
@@ -250,7 +241,13 @@ fn every_kind_of_change_is_recorded_with_its_content() {
         ln -s dir/a.txt link
         ln dir/a.txt hard
         printf 'replacement\n' > b.txt
-        sleep 0.8
+    "#,
+    );
+    // b.txt's create recorded first, so that the mv is a rename, not its save.
+    wait_recorded_of(&ws, "b.txt", 1);
+    sh(
+        &ws.path(),
+        r#"
         mv b.txt dir/a.txt
         rm hard link
         rm -r dir
@@ -301,7 +298,8 @@ fn every_kind_of_change_is_recorded_with_its_content() {
 fn save_by_rename_is_one_modify_of_the_target() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(&ws.path(), "printf 'v0\\n' > conf.txt && sleep 0.8");
+    sh(&ws.path(), "printf 'v0\\n' > conf.txt");
+    wait_recorded_of(&ws, "conf.txt", 1);
     sh(
         &ws.path(),
         r#"
@@ -344,7 +342,8 @@ PY
 fn opening_for_writing_without_writing_records_nothing() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(&ws.path(), "printf 'same\\n' > f && sleep 0.8");
+    sh(&ws.path(), "printf 'same\\n' > f");
+    wait_recorded_of(&ws, "f", 1);
     sh(
         &ws.path(),
         r#"
@@ -391,10 +390,12 @@ fn ignored_paths_pass_through_unrecorded() {
     );
 
     // .rewindignore is re-read when it changes.
-    sh(
-        &ws.path(),
-        "echo 'src/' >> .rewindignore && sleep 0.8 && echo y > src/other.rs && echo y > debug.log",
-    );
+    let before = rw_ok(&ws, &["log", ".rewindignore", "--json"])
+        .lines()
+        .count();
+    sh(&ws.path(), "echo 'src/' >> .rewindignore");
+    wait_recorded_of(&ws, ".rewindignore", before + 1);
+    sh(&ws.path(), "echo y > src/other.rs && echo y > debug.log");
     let paths: Vec<String> = log(&ws)
         .iter()
         .map(|c| c["path"].as_str().unwrap().to_string())
@@ -476,11 +477,7 @@ fn a_new_file_reopened_at_once_begins_with_its_create() {
              fd = os.open(p, os.O_WRONLY | os.O_APPEND)\n    \
              os.write(fd, b'second'); os.close(fd)\n"
         );
-        Command::new("python3")
-            .args(["-c", &script])
-            .current_dir(ws.path())
-            .spawn()
-            .unwrap()
+        python_command(&ws.path(), &script).spawn().unwrap()
     };
     let mut writers = [writer("a"), writer("b"), writer("c")];
     for w in &mut writers {
@@ -565,7 +562,9 @@ fn rm_rf_keeps_the_content_of_the_whole_tree() {
         fs::write(ws.path().join(&rel), format!("file {i}\n").repeat(i + 1)).unwrap();
         files.insert(rel, format!("file {i}\n").repeat(i + 1));
     }
-    std::thread::sleep(SETTLE);
+    // Every create recorded before the rm (the last RELEASE may come after the last write).
+    let creates = |ws: &Workspace| log(ws).iter().filter(|c| c["kind"] == "create").count();
+    assert!(wait_for(20, || creates(&ws) == 30), "{:?}", log(&ws));
     sh(&ws.path(), "rm -rf tree");
     let changes = log(&ws);
     ws.unmount();
@@ -598,8 +597,13 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
         .current_dir(ws.path())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = crate::mount::daemon_pid(&ws);
+    // Killed mid-workload, once it has made a good many changes.
+    let changes = || stdout(&rw(&ws, &["log", "--json"])).lines().count();
+    assert!(
+        wait_for(60, || changes() >= 100),
+        "the workload made no changes"
+    );
+    let pid = daemon_pid(&ws);
     // SAFETY: kill(2) of the daemon we started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = busy.kill();
@@ -670,7 +674,11 @@ fn a_full_store_refuses_changes_instead_of_losing_them() {
     assert!(out.status.success(), "{out:?}");
     ws.mark_mounted();
     fs::write(ws.path().join("keep"), "precious\n").unwrap();
-    std::thread::sleep(SETTLE);
+    let kept = |ws: &Workspace| log(ws).iter().any(|c| c["path"] == "keep");
+    assert!(
+        wait_for(20, || kept(&ws)),
+        "the create of keep never recorded"
+    );
     // Incompressible files until the store cannot take more.
     let fill = r#"
 import os
@@ -685,12 +693,7 @@ for i in range(400):
     # New files are stored when their creation is recorded, half a second later.
     time.sleep(0.05)
 "#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(fill)
-        .current_dir(ws.path())
-        .output()
-        .unwrap();
+    let out = python_command(&ws.path(), fill).output().unwrap();
     let errno: i32 = String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
@@ -730,8 +733,11 @@ fn changes_made_while_unmounted_are_recorded_as_external() {
     ws.mount();
     sh(
         &ws.path(),
-        "mkdir -p src/sub && echo a > src/sub/a.rs && echo b > b.txt && sleep 0.8 && mv src lib",
+        "mkdir -p src/sub && echo a > src/sub/a.rs && echo b > b.txt",
     );
+    wait_recorded_of(&ws, "src/sub/a.rs", 1);
+    wait_recorded_of(&ws, "b.txt", 1);
+    sh(&ws.path(), "mv src lib");
     ws.unmount();
     sh(
         &ws.path(),

@@ -6,24 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{Workspace, sh};
-
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut all: Vec<std::ffi::OsString> = vec!["-C".into(), ws.path().into()];
-    all.extend(args.iter().map(std::ffi::OsString::from));
-    ws.rewind(&all)
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::common::{Workspace, ok, rw, sh};
 
 /// Exit 2 with a message containing `want` on stderr.
 fn refused(out: Output, want: &str) -> String {

@@ -10,24 +10,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use crate::common::Workspace;
-
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
-    let mut cmd = ws.command(args);
-    cmd.current_dir(ws.path());
-    cmd.output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{out:?}");
-    stdout(&out)
-}
+use crate::common::{Workspace, ok, python_command, rw, stdout};
 
 /// The per-path lines of a rollback's output, without its summary line.
 fn plan_lines(out: &Output) -> Vec<String> {
@@ -208,12 +193,9 @@ fn round_trip(seed: u64, links: bool) {
     let run = |seed: u64, procs: u64, ops: u32| {
         let children: Vec<_> = (0..procs)
             .map(|i| {
-                Command::new("python3")
-                    .arg("-c")
-                    .arg(&script)
+                python_command(&root, &script)
                     .arg((seed + i).to_string())
                     .arg(ops.to_string())
-                    .current_dir(&root)
                     .spawn()
                     .unwrap()
             })

@@ -10,25 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::{REWIND, Workspace, is_mounted, sh, wait_for};
+use crate::common::{REWIND, Workspace, is_mounted, rw_ok, sh, stderr, wait_for};
 
 const NOBODY: u32 = 65534;
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `rewind ARGS` from inside the workspace, failing the test if it does not succeed.
-#[track_caller]
-fn ok(ws: &Workspace, args: &[&str]) -> String {
-    let out = ws.command(args).current_dir(ws.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "rewind {args:?} failed: {}",
-        stderr(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// `rewind mount WS --store STORE` under umask 022, killed (and the test failed) if it takes
 /// more than a minute.
@@ -100,9 +84,9 @@ fn a_store_reached_through_a_symlink_into_the_workspace_is_refused() {
     // The file's last RELEASE reaches the daemon after the shell's close returned: under load
     // the create may come after this read. Wait for it (bounded).
     assert!(
-        wait_for(10, || ok(&ws, &["log"]).contains("a.txt")),
+        wait_for(10, || rw_ok(&ws, &["log"]).contains("a.txt")),
         "{}",
-        ok(&ws, &["log"])
+        rw_ok(&ws, &["log"])
     );
     assert!(top.join("elsewhere/CURRENT").exists());
 }
@@ -190,7 +174,7 @@ fn the_store_is_private_whatever_the_umask() {
          umask 022; for i in $(seq 1 50); do head -c 20000 /dev/urandom > blob$i; done
          mkdir -p sub; echo x > sub/y; rm blob1",
     );
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     assert_private(&ws.store());
     ws.unmount();
     // Unmounted commands that write the store, from a shell with umask 022.
@@ -211,7 +195,7 @@ fn the_store_is_private_whatever_the_umask() {
     assert!(out.status.success(), "{}", stderr(&out));
     ws.mark_mounted();
     sh(&ws.path(), "echo more >> .env");
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     let names: Vec<String> = fs::read_dir(ws.store())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -322,7 +306,7 @@ fn reading_the_history_never_splits_a_save() {
     let mut ws = Workspace::new();
     ws.mount();
     sh(&ws.path(), "echo 0 > f.txt");
-    ok(&ws, &["sync"]);
+    rw_ok(&ws, &["sync"]);
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = [vec!["status"], vec!["log", "-n", "3"], vec!["cat", "f.txt"]]
         .into_iter()
@@ -363,8 +347,8 @@ fn reading_the_history_never_splits_a_save() {
         reads.iter().all(|&n| n >= 3) && file_reads >= 3,
         "the readers ran: {reads:?} {file_reads}"
     );
-    ok(&ws, &["sync"]);
-    let log = ok(&ws, &["log", "--json"]);
+    rw_ok(&ws, &["sync"]);
+    let log = rw_ok(&ws, &["log", "--json"]);
     let changes: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -390,9 +374,9 @@ fn reading_the_history_never_splits_a_save() {
     sh(&ws.path(), "echo new > new.txt; rm f.txt");
     let mut log = String::new();
     wait_for(10, || {
-        log = ok(&ws, &["log", "-n", "2"]);
+        log = rw_ok(&ws, &["log", "-n", "2"]);
         log.contains("new.txt") && log.contains("f.txt")
     });
     assert!(log.contains("new.txt") && log.contains("f.txt"), "{log}");
-    assert_eq!(ok(&ws, &["cat", "new.txt"]), "new\n");
+    assert_eq!(rw_ok(&ws, &["cat", "new.txt"]), "new\n");
 }

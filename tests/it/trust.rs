@@ -11,35 +11,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Disk, SmallFs, Workspace, is_mounted, sh, wait_for};
+use crate::common::{
+    Disk, SmallFs, Workspace, daemon_pid, holds_open, is_mounted, ok, python_command, sh, stderr,
+    stdout, wait_for,
+};
 
 const NOBODY: u32 = 65534;
 
-/// Run `rewind ARGS` from inside the workspace.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
+/// `rewind ARGS` from inside the workspace, failed (and killed) if it takes more than a
+/// minute: these tests are about nothing hanging, so a hang says where it is.
+fn rw_within(ws: &Workspace, args: &[&str]) -> Output {
     let mut cmd = ws.command(args);
     cmd.current_dir(ws.path());
     run_within(cmd, 60, &format!("rewind {}", args.join(" ")))
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "failed ({:?}): {}\n{}",
-        out.status.code(),
-        stderr(out),
-        stdout(out)
-    );
-    stdout(out)
 }
 
 /// Run `cmd` to the end, but fail the test (and kill it) if it takes more than `secs`.
@@ -134,16 +118,6 @@ fn status_field(root: &Path, key: &str) -> String {
         .to_string()
 }
 
-fn daemon_pid(root: &Path) -> u32 {
-    status_field(root, "daemon")
-        .trim_start_matches("pid ")
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 fn last_id(root: &Path) -> u64 {
     status_field(root, "last change").parse().unwrap()
 }
@@ -163,7 +137,7 @@ fn ctl(root: &Path, cmd: &[u8]) -> (std::io::Result<()>, String) {
 
 /// Every change as JSON (`rewind log --json`).
 fn changes(ws: &Workspace) -> Vec<serde_json::Value> {
-    ok(&rw(ws, &["log", "--json"]))
+    ok(rw_within(ws, &["log", "--json"]))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
@@ -227,9 +201,7 @@ fn many_mkdirs(root: &Path, dir: &str, n: usize) {
     let script = format!(
         "import os\nos.mkdir('{dir}')\nfor i in range({n}):\n    os.mkdir('{dir}/%d' % i)\n"
     );
-    let mut cmd = Command::new("python3");
-    cmd.arg("-c").arg(script).current_dir(root);
-    let out = run_within(cmd, 150, "mkdir loop");
+    let out = run_within(python_command(root, &script), 150, "mkdir loop");
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
@@ -255,7 +227,7 @@ fn a_hundred_events_readers_block_nothing_and_die_when_killed() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     let mut readers: Vec<Child> = (0..100)
         .map(|_| {
@@ -278,18 +250,17 @@ fn a_hundred_events_readers_block_nothing_and_die_when_killed() {
         .unwrap();
     // Every reader has the file open (and soon sits in read).
     let events = root.join(".rewind/events");
-    let has_events_open = |pid: u32| {
-        fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.filter_map(|f| fs::read_link(f.ok()?.path()).ok())
-                .any(|l| l == events)
-        })
-    };
     assert!(
-        wait_for(30, || readers.iter().all(|r| has_events_open(r.id()))
-            && has_events_open(watch.id())),
+        wait_for(30, || readers.iter().all(|r| holds_open(r.id(), &events))
+            && holds_open(watch.id(), &events)),
         "the readers did not all open .rewind/events"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // And waits: none of its threads is running (a reader with the file open waits in read).
+    let waiting = |pid: u32| task_states(pid).iter().all(|s| *s != 'R');
+    assert!(
+        wait_for(30, || readers.iter().all(|r| waiting(r.id()))),
+        "the readers did not all wait in read"
+    );
 
     // Ordinary work, each step with a deadline.
     let start = Instant::now();
@@ -300,7 +271,7 @@ fn a_hundred_events_readers_block_nothing_and_die_when_killed() {
     );
     assert!(stdout(&out).starts_with("v2\n"), "{}", stdout(&out));
     assert!(stdout(&out).contains("sub"), "{}", stdout(&out));
-    let out = rw(&ws, &["rollback", "--session", "agent-1", "--force"]);
+    let out = rw_within(&ws, &["rollback", "--session", "agent-1", "--force"]);
     ok(&out);
     assert_eq!(fs::read_to_string(root.join("work/f5")).unwrap(), "v1\n");
     assert_eq!(fs::read_to_string(root.join("work/f2")).unwrap(), "v1\n");
@@ -340,7 +311,7 @@ fn a_hundred_events_readers_block_nothing_and_die_when_killed() {
         assert!(!status.success());
     }
     reap(&mut watch, 15, "rewind watch");
-    let daemon = daemon_pid(&root);
+    let daemon = daemon_pid(&ws) as u32;
     // Nothing holds the mount any more: a plain unmount works, and the daemon exits.
     ws.unmount();
     assert!(
@@ -445,9 +416,9 @@ fn write_files(dir: &str, n: usize, tag: &str) -> String {
     )
 }
 
-fn python(dir: &Path, script: &str, session: Option<&str>) {
-    let mut cmd = Command::new("python3");
-    cmd.arg("-c").arg(script).current_dir(dir);
+/// `python3 -c SCRIPT` in `dir` as a process of `session`, which must succeed within 150 s.
+fn python_as(dir: &Path, script: &str, session: Option<&str>) {
+    let mut cmd = python_command(dir, script);
     if let Some(s) = session {
         cmd.env("REWIND_SESSION", s);
     }
@@ -464,12 +435,12 @@ fn sigkill_of_the_daemon_mid_rollback_is_recovered_by_the_next_mount() {
     let mut ws = Workspace::new();
     ws.mount();
     let root = ws.path();
-    python(&root, &write_files("d", FILES, "old"), None);
-    ok(&rw(&ws, &["sync"]));
-    python(&root, &write_files("d", FILES, "new"), Some("agent"));
-    ok(&rw(&ws, &["sync"]));
+    python_as(&root, &write_files("d", FILES, "old"), None);
+    ok(rw_within(&ws, &["sync"]));
+    python_as(&root, &write_files("d", FILES, "new"), Some("agent"));
+    ok(rw_within(&ws, &["sync"]));
     let agent_last = last_id(&root);
-    let daemon = daemon_pid(&root);
+    let daemon = daemon_pid(&ws) as u32;
 
     let mut events = Events::open(&root);
     let mut rollback = ws
@@ -514,7 +485,7 @@ fn sigkill_of_the_daemon_mid_rollback_is_recovered_by_the_next_mount() {
             "{what}: the dead mount should say ENOTCONN: {err}"
         );
     }
-    let status = stdout(&rw(&ws, &["status"]));
+    let status = stdout(&rw_within(&ws, &["status"]));
     assert!(status.contains("stale"), "{status}");
 
     // Mount again, no manual step.
@@ -569,7 +540,10 @@ fn sigkill_of_the_daemon_mid_rollback_is_recovered_by_the_next_mount() {
         );
     }
     // And rolling the agent back again finishes the job.
-    ok(&rw(&ws, &["rollback", "--session", "agent", "--force"]));
+    ok(rw_within(
+        &ws,
+        &["rollback", "--session", "agent", "--force"],
+    ));
     for i in (0..FILES).step_by(97) {
         assert_eq!(
             fs::read_to_string(root.join(format!("d/f{i}"))).unwrap(),
@@ -605,9 +579,7 @@ fn race_symlink_swaps(as_nobody: bool) {
         let mut cmd = if as_nobody {
             nobody(&root, &["python3", "-c", script])
         } else {
-            let mut c = Command::new("python3");
-            c.arg("-c").arg(script).current_dir(&root);
-            c
+            python_command(&root, script)
         };
         if let Some(s) = session {
             cmd.env("REWIND_SESSION", s);
@@ -622,7 +594,7 @@ fn race_symlink_swaps(as_nobody: bool) {
     );
     let out = run_within(as_user(&setup, None), 120, "setup");
     assert!(out.status.success(), "{}", stderr(&out));
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let agent = format!(
         "import os, shutil\nfor i in range({FILES}):\n    p = 'u/d/f%d' % i\n    \
          if i % 3 == 0: open(p, 'w').write('agent')\n    elif i % 3 == 1: os.unlink(p)\n\
@@ -630,7 +602,7 @@ fn race_symlink_swaps(as_nobody: bool) {
     );
     let out = run_within(as_user(&agent, Some("agent")), 120, "agent");
     assert!(out.status.success(), "{}", stderr(&out));
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     let stop = ws.plain().join("stop");
     let swapper = format!(
@@ -646,7 +618,9 @@ fn race_symlink_swaps(as_nobody: bool) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Swapping already: u/d seen moved aside or replaced by the symlink.
+    let swapping = || root.join("u/d.real").exists() || root.join("u/d").is_symlink();
+    assert!(wait_for(30, swapping), "the swapper never swapped u/d");
     if as_nobody {
         // nobody cannot start the rollback itself: ctl is the owner's.
         let out = nobody(&root, &["sh", "-c", "echo 'sync' > .rewind/ctl"])
@@ -660,7 +634,7 @@ fn race_symlink_swaps(as_nobody: bool) {
     let met_swap = |outputs: &str| outputs.lines().any(|l| l.starts_with("failed   u/d/"));
     let mut outputs = String::new();
     for _ in 0..40 {
-        let out = rw(&ws, &["rollback", "--session", "agent", "--force"]);
+        let out = rw_within(&ws, &["rollback", "--session", "agent", "--force"]);
         assert!(
             matches!(out.status.code(), Some(0 | 1)),
             "the rollback failed as a whole: {}{}",
@@ -699,7 +673,7 @@ fn race_symlink_swaps(as_nobody: bool) {
         "no restore step ever met a swapped folder:\n{outputs}"
     );
     // Failed steps lost nothing: with the folder back, the agent's work is undone in full.
-    let out = rw(&ws, &["rollback", "--session", "agent", "--force"]);
+    let out = rw_within(&ws, &["rollback", "--session", "agent", "--force"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -763,7 +737,7 @@ fn a_folder_replaced_by_a_symlink_fails_only_its_own_paths() {
         &root,
         "mkdir d e d2 && for i in 1 2 3; do echo old$i > d/f$i; echo old$i > e/f$i; echo d2-$i > d2/f$i; done",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let out = Command::new("bash")
         .arg("-c")
         .arg("for i in 1 2 3; do echo new$i > d/f$i; echo new$i > e/f$i; echo new$i > d2/f$i; done; rm d/f3 d2/f3")
@@ -772,7 +746,7 @@ fn a_folder_replaced_by_a_symlink_fails_only_its_own_paths() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     // d now points out of the workspace, d2 at e.
     sh(
         &root,
@@ -787,7 +761,7 @@ fn a_folder_replaced_by_a_symlink_fails_only_its_own_paths() {
         if force {
             args.push("--force");
         }
-        let out = rw(&ws, &args);
+        let out = rw_within(&ws, &args);
         let text = stdout(&out);
         assert!(
             matches!(out.status.code(), Some(0 | 1)),
@@ -799,7 +773,7 @@ fn a_folder_replaced_by_a_symlink_fails_only_its_own_paths() {
         }
         assert_eq!(tree(&root), before, "a dry run changed the workspace");
     }
-    let out = rw(&ws, &["rollback", "--session", "agent", "--force"]);
+    let out = rw_within(&ws, &["rollback", "--session", "agent", "--force"]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{}{text}", stderr(&out));
     for i in 1..=3 {
@@ -882,7 +856,7 @@ fn a_restore_that_cannot_read_its_content_leaves_the_file_as_it_was() {
         fs::write(root.join(f), small(f)).unwrap();
     }
     fs::write(root.join("big.bin"), &big_old).unwrap();
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let out = Command::new("bash")
         .arg("-c")
         .arg("for f in a.txt b.txt c.txt; do echo agent > $f; done; echo agent >> big.bin; rm gone.txt")
@@ -891,7 +865,7 @@ fn a_restore_that_cannot_read_its_content_leaves_the_file_as_it_was() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let before = tree(&root);
     ws.unmount();
 
@@ -911,8 +885,8 @@ fn a_restore_that_cannot_read_its_content_leaves_the_file_as_it_was() {
     ws.mount();
     // The plan reads every content it needs first: what cannot be read whole is a skip, in the
     // dry run already.
-    let dry = rw(&ws, &["rollback", "--session", "agent", "--dry-run"]);
-    let out = rw(&ws, &["rollback", "--session", "agent"]);
+    let dry = rw_within(&ws, &["rollback", "--session", "agent", "--dry-run"]);
+    let out = rw_within(&ws, &["rollback", "--session", "agent"]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{}{text}", stderr(&out));
     for p in ["b.txt", "c.txt", "gone.txt", "big.bin"] {
@@ -984,7 +958,7 @@ fn dry_run_anywhere_on_the_line_changes_nothing() {
     ws.mount();
     let root = ws.path();
     sh(&root, "mkdir dir && echo a > a.txt && echo b > dir/b.txt");
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let out = Command::new("bash")
         .arg("-c")
         .arg("echo A > a.txt && echo B > dir/b.txt && echo c > dir/c.txt")
@@ -993,7 +967,7 @@ fn dry_run_anywhere_on_the_line_changes_nothing() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let id = last_id(&root).to_string();
     let lines = [
         "rollback --dry-run --session fz".to_string(),
@@ -1019,7 +993,7 @@ fn dry_run_anywhere_on_the_line_changes_nothing() {
             "ctl `{line}` changed something:\n{out}"
         );
         let words: Vec<&str> = line.split(' ').collect();
-        let out = rw(&ws, &words);
+        let out = rw_within(&ws, &words);
         assert!(out.status.success(), "rewind {line}: {}", stderr(&out));
         assert_eq!(observable(&ws), start, "rewind {line} changed something");
     }
@@ -1042,7 +1016,7 @@ fn fuzzed_ctl_lines_with_dry_run_never_change_anything() {
         &root,
         "mkdir dir d2 && echo a > a.txt && echo b > dir/b.txt && echo x > d2/x",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let agent_work = |n: usize| {
         let out = Command::new("bash")
             .arg("-c")
@@ -1057,7 +1031,7 @@ fn fuzzed_ctl_lines_with_dry_run_never_change_anything() {
         assert!(out.status.success());
     };
     agent_work(0);
-    ok(&rw(&ws, &["checkpoint", "c1"]));
+    ok(rw_within(&ws, &["checkpoint", "c1"]));
     agent_work(1);
     let (w, out) = ctl(
         &root,
@@ -1065,7 +1039,7 @@ fn fuzzed_ctl_lines_with_dry_run_never_change_anything() {
     );
     assert!(w.is_ok(), "{out}");
     agent_work(2);
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     let default_session = status_field(&root, "default session");
     let templates = [
@@ -1230,7 +1204,7 @@ fn fuzzed_ctl_lines_with_dry_run_never_change_anything() {
         // Now and then a real change, so there is always something a rollback would do.
         if n % 25 == 24 {
             agent_work(n);
-            ok(&rw(&ws, &["sync"]));
+            ok(rw_within(&ws, &["sync"]));
             snapshot = observable(&ws);
         }
     }
@@ -1240,7 +1214,7 @@ fn fuzzed_ctl_lines_with_dry_run_never_change_anything() {
     );
     // No `session start` slipped through: this process's own write is the default session's.
     fs::write(root.join("mine.txt"), "mine").unwrap();
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let mine: Vec<_> = changes(&ws)
         .into_iter()
         .filter(|c| c["path"] == "mine.txt")
@@ -1332,7 +1306,7 @@ fn with_allow_other_history_is_only_for_those_who_could_read_it() {
          && echo open > pub.txt && chmod 0644 pub.txt && mkdir -m 0755 docs \
          && echo doc > docs/a.md && echo hidden > docs/mine.txt && chmod 0600 docs/mine.txt",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let out = Command::new("bash")
         .arg("-c")
         .arg("echo secret2 > private/key.txt && echo open2 > pub.txt && echo doc2 > docs/a.md && echo hidden2 > docs/mine.txt")
@@ -1341,13 +1315,13 @@ fn with_allow_other_history_is_only_for_those_who_could_read_it() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(&ws, &["checkpoint", "k"]));
+    ok(rw_within(&ws, &["checkpoint", "k"]));
     let (w, out) = ctl(
         &root,
         b"turn begin --session s1 --agent claude --prompt 'secret plan'\n",
     );
     assert!(w.is_ok(), "{out}");
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let id_of =
         |path: &str| changes(&ws).iter().rfind(|c| c["path"] == path).unwrap()["id"].to_string();
     let key = format!(
@@ -1428,7 +1402,7 @@ fn with_allow_other_history_is_only_for_those_who_could_read_it() {
 /// Run `script` in the workspace as root, record it, and give the id of the last change.
 fn step(ws: &Workspace, script: &str, path: &str) -> u64 {
     sh(&ws.path(), script);
-    ok(&rw(ws, &["sync"]));
+    ok(rw_within(ws, &["sync"]));
     let all = changes(ws);
     let last = all.last().unwrap();
     assert_eq!(last["path"], path, "{last}");
@@ -1461,10 +1435,10 @@ fn a_version_written_private_stays_private_after_the_file_is_opened_up() {
     let root = ws.path();
     let created = step(&ws, "(umask 077 && echo secret > notes.txt)", "notes.txt");
     let rewritten = step(&ws, "echo secret2 > notes.txt", "notes.txt");
-    ok(&rw(&ws, &["checkpoint", "private"]));
+    ok(rw_within(&ws, &["checkpoint", "private"]));
     let opened = step(&ws, "chmod 0644 notes.txt", "notes.txt");
     let public = step(&ws, "echo public > notes.txt", "notes.txt");
-    ok(&rw(&ws, &["checkpoint", "public"]));
+    ok(rw_within(&ws, &["checkpoint", "public"]));
     let version = |id: u64| format!(".rewind/versions/notes.txt/{id}");
     let (created, rewritten, opened, public) = (
         version(created),
@@ -1511,10 +1485,10 @@ fn a_version_written_in_a_closed_folder_stays_private_after_the_folder_is_opened
         "vault/key.txt",
     );
     let rewritten = step(&ws, "echo key2 > vault/key.txt", "vault/key.txt");
-    ok(&rw(&ws, &["checkpoint", "closed"]));
+    ok(rw_within(&ws, &["checkpoint", "closed"]));
     step(&ws, "chmod 0755 vault", "vault");
     let open = step(&ws, "echo open > vault/key.txt", "vault/key.txt");
-    ok(&rw(&ws, &["checkpoint", "opened"]));
+    ok(rw_within(&ws, &["checkpoint", "opened"]));
     let version = |id: u64| format!(".rewind/versions/vault/key.txt/{id}");
     let (created, rewritten, open) = (version(created), version(rewritten), version(open));
     expect_as_nobody(
@@ -1552,12 +1526,12 @@ fn another_user_naming_a_session_gets_a_session_of_their_own() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let mut theirs = nobody(&root, &["sh", "-c", "echo theirs > shared/b.txt"]);
     theirs.env("REWIND_SESSION", "mine");
     let out = run_within(theirs, 60, "nobody's write");
     assert!(out.status.success(), "{}", stderr(&out));
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     let all = changes(&ws);
     let of = |path: &str| all.iter().rfind(|c| c["path"] == path).unwrap().clone();
@@ -1574,21 +1548,21 @@ fn another_user_naming_a_session_gets_a_session_of_their_own() {
         "{log_json}"
     );
     // `log` names the uid of changes the mounting user did not make.
-    let log = ok(&rw(&ws, &["log"]));
+    let log = ok(rw_within(&ws, &["log"]));
     let line = |path: &str| log.lines().find(|l| l.contains(path)).unwrap().to_string();
     assert!(
         line("shared/b.txt").ends_with(&format!("  uid {NOBODY}")),
         "{log}"
     );
     assert!(!line("shared/a.txt").contains("uid"), "{log}");
-    let sessions = ok(&rw(&ws, &["sessions"]));
+    let sessions = ok(rw_within(&ws, &["sessions"]));
     assert!(
         sessions.contains(&format!("mine~uid{NOBODY}")),
         "{sessions}"
     );
 
     // Rolling back `mine` undoes the owner's work only.
-    ok(&rw(&ws, &["rollback", "--session", "mine"]));
+    ok(rw_within(&ws, &["rollback", "--session", "mine"]));
     assert!(!root.join("shared/a.txt").exists());
     assert_eq!(
         fs::read_to_string(root.join("shared/b.txt")).unwrap(),
@@ -1598,7 +1572,7 @@ fn another_user_naming_a_session_gets_a_session_of_their_own() {
     let mut again = nobody(&root, &["sh", "-c", "echo more >> shared/b.txt"]);
     again.env("REWIND_SESSION", "mine");
     assert!(run_within(again, 60, "nobody again").status.success());
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     assert_eq!(
         of_last(&ws, "shared/b.txt")["session"],
         format!("mine~uid{NOBODY}")
@@ -1620,8 +1594,8 @@ fn a_process_that_changes_its_uid_is_recorded_under_each() {
         "import os\nos.mkdir('shared/as-root')\nos.setresuid({NOBODY}, {NOBODY}, 0)\n\
          os.mkdir('shared/as-nobody')\nos.setresuid(0, 0, 0)\nos.mkdir('shared/as-root-again')\n"
     );
-    python(&root, &script, None);
-    ok(&rw(&ws, &["sync"]));
+    python_as(&root, &script, None);
+    ok(rw_within(&ws, &["sync"]));
     let uid = |path: &str| of_last(&ws, path)["uid"].clone();
     assert_eq!(uid("shared/as-root"), 0);
     assert_eq!(uid("shared/as-nobody"), NOBODY);
@@ -1664,7 +1638,7 @@ fn a_checkpoint_right_after_a_large_append_includes_it() {
         &root,
         &format!("head -c {mb}M /dev/urandom > big && echo keep > other"),
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     // In one shell: the append returns, then the checkpoint is asked for at once.
     let mut cmd = Command::new("bash");
     cmd.arg("-ec")
@@ -1674,7 +1648,7 @@ fn a_checkpoint_right_after_a_large_append_includes_it() {
         .current_dir(&root);
     let out = run_within(cmd, 120, "append and checkpoint");
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = rw(&ws, &["rollback", "--to", "k", "--dry-run"]);
+    let out = rw_within(&ws, &["rollback", "--to", "k", "--dry-run"]);
     let text = stdout(&out);
     assert!(out.status.success(), "{}{text}", stderr(&out));
     assert!(
@@ -1726,7 +1700,7 @@ fn bad_names_are_refused_everywhere_and_existing_checkpoints_need_force() {
             vec!["run", "--session", name, "--", "true"],
             vec!["run", "--agent", name, "--", "true"],
         ] {
-            let out = rw(&ws, &args);
+            let out = rw_within(&ws, &args);
             assert_eq!(
                 out.status.code(),
                 Some(2),
@@ -1787,9 +1761,9 @@ fn bad_names_are_refused_everywhere_and_existing_checkpoints_need_force() {
     }
 
     // An existing checkpoint is refused unless --force, which moves it.
-    let first = ok(&rw(&ws, &["checkpoint", "c1"]));
+    let first = ok(rw_within(&ws, &["checkpoint", "c1"]));
     sh(&root, "echo b >> a.txt");
-    let out = rw(&ws, &["checkpoint", "c1"]);
+    let out = rw_within(&ws, &["checkpoint", "c1"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(stderr(&out).contains("c1"), "{}", stderr(&out));
     let (w, out) = ctl(&root, b"checkpoint c1\n");
@@ -1799,7 +1773,7 @@ fn bad_names_are_refused_everywhere_and_existing_checkpoints_need_force() {
         "a\n",
         "a refused checkpoint moved"
     );
-    let moved = ok(&rw(&ws, &["checkpoint", "c1", "--force"]));
+    let moved = ok(rw_within(&ws, &["checkpoint", "c1", "--force"]));
     assert_ne!(first, moved);
     assert_eq!(
         fs::read_to_string(root.join(".rewind/at/c1/a.txt")).unwrap(),
@@ -1821,7 +1795,7 @@ fn bad_names_are_refused_everywhere_and_existing_checkpoints_need_force() {
             .unwrap();
         assert!(out.status.success());
     }
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let mut sessions = std::collections::BTreeSet::new();
     for c in changes(&ws) {
         let path = c["path"].as_str().unwrap();
@@ -1833,7 +1807,7 @@ fn bad_names_are_refused_everywhere_and_existing_checkpoints_need_force() {
         }
     }
     assert_eq!(sessions.len(), 4, "one session per id: {sessions:?}");
-    let listed = ok(&rw(&ws, &["sessions"]));
+    let listed = ok(rw_within(&ws, &["sessions"]));
     assert!(listed.contains("a/b"), "the id as given is kept: {listed}");
 }
 
@@ -1863,7 +1837,7 @@ fn all_refuse(ws: &Workspace, what: &str, mounted: bool) {
     ];
     let mut wrong = Vec::new();
     for args in &commands {
-        let out = rw(ws, args);
+        let out = rw_within(ws, args);
         let err = stderr(&out);
         if out.status.code() != Some(2) || !says_damaged(&err) {
             wrong.push(format!(
@@ -1889,9 +1863,9 @@ fn history_in_table_files(ws: &mut Workspace) -> PathBuf {
     ws.mount();
     let root = ws.path();
     sh(&root, "mkdir d && echo a1 > a.txt");
-    ok(&rw(ws, &["sync"]));
+    ok(rw_within(ws, &["sync"]));
     sh(&root, "echo b1 > b.txt");
-    ok(&rw(ws, &["sync"]));
+    ok(rw_within(ws, &["sync"]));
     let out = Command::new("bash")
         .arg("-c")
         .arg("echo a2 > a.txt && rm b.txt && echo c > d/c.txt")
@@ -1900,7 +1874,7 @@ fn history_in_table_files(ws: &mut Workspace) -> PathBuf {
         .output()
         .unwrap();
     assert!(out.status.success());
-    ok(&rw(ws, &["checkpoint", "cp"]));
+    ok(rw_within(ws, &["checkpoint", "cp"]));
     ws.unmount();
     // Flush every family to table files (the daemon's close leaves some in the log).
     {
@@ -1951,9 +1925,9 @@ fn a_missing_or_truncated_table_file_is_a_clear_error_for_every_command() {
     assert!(files.len() >= 5, "table files: {files:?}");
     // Sanity: the pristine store reads fine.
     restore_store(&ws, &pristine);
-    assert!(ok(&rw(&ws, &["log"])).contains("a.txt"));
-    assert!(ok(&rw(&ws, &["show", "1"])).contains("mkdir"));
-    assert_eq!(ok(&rw(&ws, &["cat", "a.txt", "--at", "2"])), "a1\n");
+    assert!(ok(rw_within(&ws, &["log"])).contains("a.txt"));
+    assert!(ok(rw_within(&ws, &["show", "1"])).contains("mkdir"));
+    assert_eq!(ok(rw_within(&ws, &["cat", "a.txt", "--at", "2"])), "a1\n");
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let len = fs::metadata(file).unwrap().len();
@@ -2032,7 +2006,7 @@ fn refuses_unrecorded_operations_and_recovers(disk: Disk, mib: u32) {
     let store = small.path().join("store");
     let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
     cmd.arg("--store").arg(&store);
-    ok(&run_within(cmd, 60, "mount"));
+    ok(run_within(cmd, 60, "mount"));
     ws.mark_mounted();
     let root = ws.path();
     sh(
@@ -2040,7 +2014,7 @@ fn refuses_unrecorded_operations_and_recovers(disk: Disk, mib: u32) {
         "echo keep > existing && mkdir dir && echo x > dir/x && echo y > y && echo r > r \
          && echo m > m && mkdir gone",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let before = tree(&root);
     let last = last_id(&root);
 
@@ -2097,7 +2071,7 @@ fn refuses_unrecorded_operations_and_recovers(disk: Disk, mib: u32) {
             other => wrong.push(format!("{what}: {other:?}")),
         }
     }
-    let status = ok(&rw(&ws, &["status"]));
+    let status = ok(rw_within(&ws, &["status"]));
     let now_last = last_id(&root);
     let now = tree(&root);
     assert!(
@@ -2141,17 +2115,17 @@ fn refuses_unrecorded_operations_and_recovers(disk: Disk, mib: u32) {
     // Room again: recording resumes by itself.
     fs::remove_file(&filler).unwrap();
     assert!(
-        wait_for(20, || ok(&rw(&ws, &["status"]))
+        wait_for(20, || ok(rw_within(&ws, &["status"]))
             .contains("recording: recording")),
         "recording did not resume: {}",
-        ok(&rw(&ws, &["status"]))
+        ok(rw_within(&ws, &["status"]))
     );
     sh(
         &root,
         "echo new > new && mkdir newdir && rm dir/x && mv y y2",
     );
-    ok(&rw(&ws, &["sync"]));
-    let log = ok(&rw(&ws, &["log"]));
+    ok(rw_within(&ws, &["sync"]));
+    let log = ok(rw_within(&ws, &["log"]));
     for p in ["new", "newdir", "dir/x", "y2"] {
         assert!(
             log.lines().any(|l| l.split_whitespace().any(|w| w == p)),
@@ -2162,7 +2136,7 @@ fn refuses_unrecorded_operations_and_recovers(disk: Disk, mib: u32) {
     ws.unmount();
     let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
     cmd.arg("--store").arg(&store);
-    ok(&run_within(cmd, 60, "mount"));
+    ok(run_within(cmd, 60, "mount"));
     ws.mark_mounted();
     let external: Vec<_> = changes(&ws)
         .into_iter()
@@ -2214,7 +2188,7 @@ fn fills_mid_workload(disk: Disk, kill: bool) {
     let mount = |ws: &mut Workspace| {
         let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
         cmd.arg("--store").arg(&store);
-        ok(&run_within(cmd, 60, "mount"));
+        ok(run_within(cmd, 60, "mount"));
         ws.mark_mounted();
     };
     mount(&mut ws);
@@ -2225,7 +2199,7 @@ fn fills_mid_workload(disk: Disk, kill: bool) {
         "echo keep > keep && echo held > held.txt && mkdir d \
          && for i in $(seq 20); do echo $i > d/f$i; done",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     // Most of the disk goes to a file beside the store.
     let filler = small.path().join("filler");
@@ -2257,9 +2231,7 @@ for i in range(400):
         break
     time.sleep(0.02)
 "#;
-    let mut cmd = Command::new("python3");
-    cmd.arg("-c").arg(workload).current_dir(&root);
-    let out = run_within(cmd, 120, "workload");
+    let out = run_within(python_command(&root, workload), 120, "workload");
     let printed = stdout(&out);
     let errno: i32 = printed
         .split_whitespace()
@@ -2286,7 +2258,7 @@ for i in range(400):
     }
 
     // The CLI, reads, listings and the control directory answer.
-    let status = ok(&rw(&ws, &["status"]));
+    let status = ok(rw_within(&ws, &["status"]));
     assert!(
         status
             .lines()
@@ -2294,10 +2266,10 @@ for i in range(400):
             && status.contains("full"),
         "status does not say the store is full:\n{status}"
     );
-    ok(&rw(&ws, &["log"]));
-    assert_eq!(ok(&rw(&ws, &["cat", "d/f7"])), "7\n");
+    ok(rw_within(&ws, &["log"]));
+    assert_eq!(ok(rw_within(&ws, &["cat", "d/f7"])), "7\n");
     // Answers (it cannot record what is held back, so it may fail, but it must answer).
-    let sync = rw(&ws, &["sync"]);
+    let sync = rw_within(&ws, &["sync"]);
     eprintln!(
         "sync on a full store: {:?} {}",
         sync.status.code(),
@@ -2311,7 +2283,7 @@ for i in range(400):
     );
 
     if kill {
-        let pid = daemon_pid(&root);
+        let pid = daemon_pid(&ws) as u32;
         signal(pid, libc::SIGKILL);
         assert!(wait_for(30, || exited(pid)), "the daemon did not die");
     }
@@ -2321,11 +2293,11 @@ for i in range(400):
     } else {
         let freed = Instant::now();
         assert!(
-            wait_for(30, || ok(&rw(&ws, &["status"]))
+            wait_for(30, || ok(rw_within(&ws, &["status"]))
                 .lines()
                 .any(|l| l == "recording: recording")),
             "recording did not resume: {}",
-            ok(&rw(&ws, &["status"]))
+            ok(rw_within(&ws, &["status"]))
         );
         eprintln!(
             "recording resumed {:.1} s after space came back",
@@ -2333,7 +2305,7 @@ for i in range(400):
         );
     }
     sh_within(&root, 60, "echo after > after.txt && echo more >> keep");
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     every_file_is_in_the_history(&ws);
     ws.unmount();
 }
@@ -2373,7 +2345,7 @@ fn every_file_is_in_the_history(ws: &Workspace) {
                 "{path}: version {id} is not its content: {other:?}"
             )),
         }
-        let cat = rw(ws, &["cat", &path]);
+        let cat = rw_within(ws, &["cat", &path]);
         if !cat.status.success() || cat.stdout != content {
             wrong.push(format!("{path}: rewind cat differs: {}", stderr(&cat)));
         }
@@ -2413,9 +2385,9 @@ fn a_write_stall_fails_writes_promptly_and_recording_resumes_after_it() {
     ok(&run_within(cmd, 60, "mount"));
     ws.mark_mounted();
     let root = ws.path();
-    let mut daemon = KillOnFailure(Some(daemon_pid(&root)));
+    let mut daemon = KillOnFailure(Some(daemon_pid(&ws) as u32));
     sh_within(&root, 60, "echo keep > keep");
-    ok(&rw(&ws, &["sync"]));
+    ok(&rw_within(&ws, &["sync"]));
 
     // Incompressible files: the write buffers fill, their tables pile up uncompacted, and
     // RocksDB stops writes. New files are recorded a moment after they are made, so these all
@@ -2436,9 +2408,9 @@ for i in range(100):
             .any(|l| l.starts_with("recording: NOT RECORDING") && l.contains("stalled writes"))
     };
     assert!(
-        wait_for(60, || stalled(&ok(&rw(&ws, &["status"])))),
+        wait_for(60, || stalled(&ok(&rw_within(&ws, &["status"])))),
         "status does not say writes are stalled:\n{}",
-        ok(&rw(&ws, &["status"]))
+        ok(&rw_within(&ws, &["status"]))
     );
     // What would go unrecorded now fails at once; reads go on.
     let refused = run_within(
@@ -2458,7 +2430,7 @@ for i in range(100):
     );
     assert!(!root.join("refused").exists());
     assert_eq!(fs::read_to_string(root.join("keep")).unwrap(), "keep\n");
-    assert_eq!(ok(&rw(&ws, &["cat", "keep"])), "keep\n");
+    assert_eq!(ok(&rw_within(&ws, &["cat", "keep"])), "keep\n");
     sh_within(
         &root,
         60,
@@ -2468,14 +2440,14 @@ for i in range(100):
     // Compaction may run again: recording resumes by itself.
     fs::remove_file(&knob).unwrap();
     assert!(
-        wait_for(60, || ok(&rw(&ws, &["status"]))
+        wait_for(60, || ok(&rw_within(&ws, &["status"]))
             .lines()
             .any(|l| l == "recording: recording")),
         "recording did not resume: {}",
-        ok(&rw(&ws, &["status"]))
+        ok(&rw_within(&ws, &["status"]))
     );
     sh_within(&root, 60, "echo after > after.txt && echo more >> keep");
-    ok(&rw(&ws, &["sync"]));
+    ok(&rw_within(&ws, &["sync"]));
     every_file_is_in_the_history(&ws);
     daemon.0 = None;
     ws.unmount();
@@ -2486,7 +2458,7 @@ for i in range(100):
 /// `rewind ARGS` in the workspace, which must succeed; its stdout.
 #[track_caller]
 fn run_ok(ws: &Workspace, args: &[&str]) -> String {
-    let out = rw(ws, args);
+    let out = rw_within(ws, args);
     assert!(
         out.status.success(),
         "rewind {}: {:?} {}{}",
@@ -2622,20 +2594,20 @@ fn every_form_spec_shows_is_accepted() {
         &root,
         "mkdir src && echo 'a v1' > src/a.rs && echo 'b v1' > src/b.rs && echo readme > README",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     env_run(
         "echo 'a v2' > src/a.rs && echo c > src/c.rs",
         "s1",
         "claude",
     );
-    ok(&rw(&ws, &["checkpoint", "cp"]));
+    ok(rw_within(&ws, &["checkpoint", "cp"]));
     let (w, out) = ctl(
         &root,
         b"turn begin --session s2 --agent codex --prompt 'fix the readme'\n",
     );
     assert!(w.is_ok(), "{out}");
     env_run("echo 'readme v2' > README", "s2", "codex");
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     let (w, out) = ctl(&root, b"turn end --session s2\n");
     assert!(w.is_ok(), "{out}");
     let a_created = changes(&ws)
@@ -2656,7 +2628,7 @@ fn every_form_spec_shows_is_accepted() {
     ws.mount();
 
     // Forms that act.
-    let out = rw(&ws, &["checkpoint", "cp"]);
+    let out = rw_within(&ws, &["checkpoint", "cp"]);
     assert_eq!(out.status.code(), Some(2), "an existing checkpoint moved");
     run_ok(&ws, &["checkpoint", "cp", "--force"]);
     run_ok(&ws, &["gc", "--keep", "30d", "--max-size", "1G"]);
@@ -2691,7 +2663,11 @@ fn every_form_spec_shows_is_accepted() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let events = root.join(".rewind/events");
+    assert!(
+        wait_for(20, || holds_open(watch.id(), &events)),
+        "rewind watch did not open .rewind/events"
+    );
     sh(&root, "mkdir watched");
     let mut line = String::new();
     BufReader::new(watch.stdout.take().unwrap())

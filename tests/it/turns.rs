@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::common::{REWIND, Workspace};
+use crate::common::{REWIND, Workspace, ok, rw_env};
 
 /// Runs the steps of a plan: `hook` (every installed command of that event, its payload on
 /// stdin), `write` (a file, from this process), `signal` / `wait` (files in the plan's sync
@@ -109,24 +109,14 @@ impl Scene {
         )
     }
 
+    /// `rewind ARGS` in the workspace with the scene's home (where the agent's hooks are).
     fn rw(&self, args: &[&str]) -> Output {
-        let mut cmd = self.ws.command(args);
-        cmd.current_dir(self.ws.path())
-            .env("HOME", self.home())
-            .env("PATH", self.path_var());
-        cmd.output().unwrap()
+        let home = self.home();
+        rw_env(&self.ws, args, &[("HOME", home.to_str().unwrap())])
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.rw(args);
-        assert!(
-            out.status.success(),
-            "rewind {args:?} failed ({}): {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        ok(self.rw(args))
     }
 
     fn json(&self, args: &[&str]) -> Vec<Value> {

@@ -1,6 +1,8 @@
 //! Shared helpers: a temp workspace mounted through the real `rewind` binary (always unmounted
-//! on drop, lazily if need be), and small filesystems for full-disk tests.
+//! on drop, lazily if need be), running `rewind` and python in it, and small filesystems for
+//! full-disk tests. One definition each: a test file that needs a variant says how it differs.
 
+use std::borrow::Borrow;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -174,6 +176,158 @@ pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
+}
+
+/// `rewind ARGS` run from inside the workspace (the mount once mounted).
+pub fn rw(ws: &Workspace, args: &[&str]) -> Output {
+    rw_env(ws, args, &[])
+}
+
+/// `rewind ARGS` run from inside the workspace with `envs` added to its environment (and no
+/// terminal width or colour preference inherited from whoever runs the tests).
+pub fn rw_env(ws: &Workspace, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = ws.command(args);
+    cmd.current_dir(ws.path())
+        .env_remove("COLUMNS")
+        .env_remove("NO_COLOR")
+        .envs(envs.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// `rewind ARGS` from inside the workspace, which must succeed: its stdout.
+#[track_caller]
+pub fn rw_ok(ws: &Workspace, args: &[&str]) -> String {
+    let out = rw(ws, args);
+    assert!(
+        out.status.success(),
+        "rewind {args:?} failed ({}):\nstderr: {}\nstdout: {}",
+        out.status,
+        stderr(&out),
+        stdout(&out)
+    );
+    stdout(&out)
+}
+
+/// `rewind sync`, which must succeed: every change made before it is recorded when it returns.
+#[track_caller]
+pub fn sync(ws: &Workspace) {
+    rw_ok(ws, &["sync"]);
+}
+
+/// Wait (at most 20 s) until the history holds at least `n` changes, with `rewind sync` before
+/// each look. `sync` records everything whose end the daemon has seen, but the kernel sends a
+/// file's last RELEASE (the end of its write episode) after `close()` returned, so only a poll
+/// can order a later step after it.
+#[track_caller]
+pub fn wait_recorded(ws: &Workspace, n: usize) {
+    let count = || {
+        sync(ws);
+        rw_ok(ws, &["log", "--json"]).lines().count()
+    };
+    assert!(
+        wait_for(20, || count() >= n),
+        "fewer than {n} changes recorded:\n{}",
+        rw_ok(ws, &["log"])
+    );
+}
+
+/// [`wait_recorded`] for one path: at least `n` changes of `path` (relative to the workspace).
+#[track_caller]
+pub fn wait_recorded_of(ws: &Workspace, path: &str, n: usize) {
+    let count = || {
+        sync(ws);
+        rw_ok(ws, &["log", path, "--json"]).lines().count()
+    };
+    assert!(
+        wait_for(20, || count() >= n),
+        "fewer than {n} changes of {path} recorded:\n{}",
+        rw_ok(ws, &["log"])
+    );
+}
+
+/// Whether process `pid` holds `path` open (one of its descriptors names it).
+pub fn holds_open(pid: u32, path: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.filter_map(|f| std::fs::read_link(f.ok()?.path()).ok())
+            .any(|l| l == path)
+    })
+}
+
+/// A command's output, which must say it succeeded (exit 0); else the test fails with its
+/// status, stderr and stdout.
+#[track_caller]
+pub fn check(out: &Output) -> &Output {
+    assert!(
+        out.status.success(),
+        "failed ({}):\nstderr: {}\nstdout: {}",
+        out.status,
+        stderr(out),
+        stdout(out)
+    );
+    out
+}
+
+/// The stdout (as text) of a command that must have succeeded.
+#[track_caller]
+pub fn ok(out: impl Borrow<Output>) -> String {
+    stdout(check(out.borrow()))
+}
+
+/// The stdout (as bytes) of a command that must have succeeded.
+#[track_caller]
+pub fn ok_bytes(out: &Output) -> Vec<u8> {
+    check(out).stdout.clone()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The pid of the daemon serving the workspace, from the registry entry `rewind mount` wrote
+/// (so it answers while the daemon is stopped or busy).
+pub fn daemon_pid(ws: &Workspace) -> i32 {
+    let mounts = ws.root.path().join("data/rewind/mounts");
+    let want = [ws.path(), ws.path().canonicalize().unwrap_or_default()];
+    let entries: Vec<serde_json::Value> = std::fs::read_dir(&mounts)
+        .unwrap_or_else(|e| panic!("{}: {e}", mounts.display()))
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|t| serde_json::from_str(&t).ok())
+        .collect();
+    entries
+        .iter()
+        .find(|r| {
+            r["workspace"]
+                .as_str()
+                .is_some_and(|w| want.iter().any(|p| p == Path::new(w)))
+        })
+        .and_then(|r| r["pid"].as_i64())
+        .unwrap_or_else(|| panic!("no registry entry for {}: {entries:?}", ws.path().display()))
+        as i32
+}
+
+/// `python3 -c SCRIPT` in `dir`, not started yet: add arguments, environment and pipes.
+pub fn python_command(dir: &Path, script: &str) -> Command {
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(script).current_dir(dir);
+    cmd
+}
+
+/// Run `python3 -c SCRIPT` in `dir`, which must succeed: its stdout.
+#[track_caller]
+pub fn python(dir: &Path, script: &str) -> String {
+    let out = python_command(dir, script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "python failed in {} ({}):\n{script}\nstderr: {}",
+        dir.display(),
+        out.status,
+        stderr(&out)
+    );
+    stdout(&out)
 }
 
 /// The kinds of small filesystem a full-disk test puts a store on.
