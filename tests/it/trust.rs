@@ -2382,12 +2382,12 @@ fn a_write_stall_fails_writes_promptly_and_recording_resumes_after_it() {
     cmd.arg("--store")
         .arg(ws.store())
         .env("REWIND_TEST_STALL", &knob);
-    ok(&run_within(cmd, 60, "mount"));
+    ok(run_within(cmd, 60, "mount"));
     ws.mark_mounted();
     let root = ws.path();
     let mut daemon = KillOnFailure(Some(daemon_pid(&ws) as u32));
     sh_within(&root, 60, "echo keep > keep");
-    ok(&rw_within(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
 
     // Incompressible files: the write buffers fill, their tables pile up uncompacted, and
     // RocksDB stops writes. New files are recorded a moment after they are made, so these all
@@ -2408,9 +2408,9 @@ for i in range(100):
             .any(|l| l.starts_with("recording: NOT RECORDING") && l.contains("stalled writes"))
     };
     assert!(
-        wait_for(60, || stalled(&ok(&rw_within(&ws, &["status"])))),
+        wait_for(60, || stalled(&ok(rw_within(&ws, &["status"])))),
         "status does not say writes are stalled:\n{}",
-        ok(&rw_within(&ws, &["status"]))
+        ok(rw_within(&ws, &["status"]))
     );
     // What would go unrecorded now fails at once; reads go on.
     let refused = run_within(
@@ -2430,7 +2430,7 @@ for i in range(100):
     );
     assert!(!root.join("refused").exists());
     assert_eq!(fs::read_to_string(root.join("keep")).unwrap(), "keep\n");
-    assert_eq!(ok(&rw_within(&ws, &["cat", "keep"])), "keep\n");
+    assert_eq!(ok(rw_within(&ws, &["cat", "keep"])), "keep\n");
     sh_within(
         &root,
         60,
@@ -2440,14 +2440,14 @@ for i in range(100):
     // Compaction may run again: recording resumes by itself.
     fs::remove_file(&knob).unwrap();
     assert!(
-        wait_for(60, || ok(&rw_within(&ws, &["status"]))
+        wait_for(60, || ok(rw_within(&ws, &["status"]))
             .lines()
             .any(|l| l == "recording: recording")),
         "recording did not resume: {}",
-        ok(&rw_within(&ws, &["status"]))
+        ok(rw_within(&ws, &["status"]))
     );
     sh_within(&root, 60, "echo after > after.txt && echo more >> keep");
-    ok(&rw_within(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     every_file_is_in_the_history(&ws);
     daemon.0 = None;
     ws.unmount();

@@ -214,23 +214,6 @@ pub fn sync(ws: &Workspace) {
     rw_ok(ws, &["sync"]);
 }
 
-/// Wait (at most 20 s) until the history holds at least `n` changes, with `rewind sync` before
-/// each look. `sync` records everything whose end the daemon has seen, but the kernel sends a
-/// file's last RELEASE (the end of its write episode) after `close()` returned, so only a poll
-/// can order a later step after it.
-#[track_caller]
-pub fn wait_recorded(ws: &Workspace, n: usize) {
-    let count = || {
-        sync(ws);
-        rw_ok(ws, &["log", "--json"]).lines().count()
-    };
-    assert!(
-        wait_for(20, || count() >= n),
-        "fewer than {n} changes recorded:\n{}",
-        rw_ok(ws, &["log"])
-    );
-}
-
 /// [`wait_recorded`] for one path: at least `n` changes of `path` (relative to the workspace).
 #[track_caller]
 pub fn wait_recorded_of(ws: &Workspace, path: &str, n: usize) {
