@@ -2481,6 +2481,73 @@ for i in range(100):
     ws.unmount();
 }
 
+/// Observing never changes the record: `sed -i` (a temporary file renamed over the target) is
+/// one modify of the target however many reads run beside it. With `rewind sync` in the loop
+/// instead (which records what is held back at once), some seds show as a create of `sedXXXX`
+/// and a rename: the check below sees that.
+#[test]
+fn seds_beside_a_status_loop_are_each_one_modify() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    sh_within(&root, 60, "echo a0 > f");
+    ok(&rw(&ws, &["sync"]));
+    let before = changes(&ws).len();
+    let mut readers = Command::new("bash");
+    readers
+        .arg("-c")
+        .arg(
+            "while :; do rewind status && rewind log -n 1 && cat .rewind/status \
+             && echo round >&2; done",
+        )
+        .current_dir(&root)
+        .env("PATH", crate::common::path_with_rewind())
+        .env("XDG_DATA_HOME", ws.store().parent().unwrap().join("data"))
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(ws.plain().join("readers")).unwrap());
+    let mut readers = readers.spawn().unwrap();
+    let seds = 200;
+    let edited = sh_within(
+        &root,
+        300,
+        &format!("for i in $(seq {seds}); do sed -i \"s/a$((i-1))/a$i/\" f; done"),
+    );
+    let _ = readers.kill();
+    let _ = readers.wait();
+    assert!(edited.status.success());
+    let said = fs::read_to_string(ws.plain().join("readers")).unwrap();
+    assert!(
+        said.lines().filter(|l| *l == "round").count() >= 3,
+        "the readers did not run: {said}"
+    );
+    ok(&rw(&ws, &["sync"]));
+    let after: Vec<String> = changes(&ws)[before..]
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let modifies = after.iter().filter(|c| *c == "modify f").count();
+    assert_eq!(
+        (modifies, after.len()),
+        (seds, seds),
+        "not one modify per sed: {:?}",
+        after
+            .iter()
+            .filter(|c| *c != "modify f")
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("f")).unwrap(),
+        format!("a{seds}\n")
+    );
+    ws.unmount();
+}
+
 // 9. The CLI accepts every form SPEC.md shows.
 
 /// `rewind ARGS` in the workspace, which must succeed; its stdout.
