@@ -125,23 +125,38 @@ fn open_dir_path(dirfd: BorrowedFd<'_>, path: &[u8], flags: i32) -> io::Result<O
     open_dir_path(first.as_fd(), &path[cut + 1..], flags)
 }
 
-/// Make this thread create files with exactly the modes asked for. The kernel has already
-/// applied the caller's umask to the mode it sends; the daemon's own (022 from a shell) would
-/// take bits away a second time. The umask is per process, so the thread first takes its own
-/// copy of it (`unshare(CLONE_FS)`), and the daemon's other threads keep theirs.
-fn no_umask() {
+/// While the returned guard lives, this thread creates files with exactly the modes asked
+/// for. The kernel has already applied the caller's umask to the mode it sends; the daemon's
+/// own (077, for its store) would take bits away a second time. The umask is per process, so
+/// the thread first takes its own copy of it (`unshare(CLONE_FS)`), and the daemon's other
+/// threads keep theirs. The guard puts the thread's umask back, so that what the thread does
+/// afterwards (recording into the store, which may make a new log file; starting a thread,
+/// which shares its umask) creates private files again.
+fn exact_modes() -> ExactModes {
     thread_local! {
-        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static OWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
-    if DONE.get() {
-        return;
+    if !OWN.get() {
+        // SAFETY: unshare(CLONE_FS) gives this thread its own root, cwd and umask; nothing
+        // here depends on sharing them (every path is relative to a directory fd).
+        if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+            return ExactModes(None);
+        }
+        OWN.set(true);
     }
-    // SAFETY: unshare(CLONE_FS) gives this thread its own root, cwd and umask; nothing here
-    // depends on sharing them (every path is relative to a directory fd).
-    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
-        // SAFETY: umask cannot fail; after unshare it affects this thread only.
-        unsafe { libc::umask(0) };
-        DONE.set(true);
+    // SAFETY: umask cannot fail; after unshare it affects this thread only.
+    ExactModes(Some(unsafe { libc::umask(0) }))
+}
+
+/// This thread's umask before [`exact_modes`], put back on drop.
+struct ExactModes(Option<libc::mode_t>);
+
+impl Drop for ExactModes {
+    fn drop(&mut self) {
+        if let Some(mask) = self.0 {
+            // SAFETY: umask cannot fail; the thread has its own (see `exact_modes`).
+            unsafe { libc::umask(mask) };
+        }
     }
 }
 
@@ -240,9 +255,7 @@ impl Backing {
         let (parent, name) =
             split(path).ok_or_else(|| io::Error::from_raw_os_error(libc::EISDIR))?;
         let dir = self.dir(parent)?;
-        if flags & libc::O_CREAT != 0 {
-            no_umask();
-        }
+        let _exact = (flags & libc::O_CREAT != 0).then(exact_modes);
         let fd = openat2_beneath(dir.fd(), name.as_bytes(), flags | libc::O_NOFOLLOW, mode)?;
         Ok(File::from(fd))
     }
@@ -250,7 +263,7 @@ impl Backing {
     /// An unnamed regular file in folder `parent` (`O_TMPFILE`).
     pub fn open_tmpfile(&self, parent: &[u8], flags: i32, mode: u32) -> io::Result<File> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         // O_TMPFILE needs write access; the caller's flags carry it.
         let flags = (flags & !libc::O_TRUNC) | libc::O_TMPFILE;
         let fd = openat2_beneath(dir.fd(), b".", flags, mode)?;
@@ -280,14 +293,14 @@ impl Backing {
 
     pub fn mkdir(&self, parent: &[u8], name: &OsStr, mode: u32) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         rustix::fs::mkdirat(dir.fd(), name, rustix::fs::Mode::from_bits_truncate(mode))?;
         Ok(())
     }
 
     pub fn mknod(&self, parent: &[u8], name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         let name = cstr(name.as_bytes())?;
         // SAFETY: mknodat with a valid directory fd and a NUL-terminated name.
         check(unsafe { libc::mknodat(dir.raw(), name.as_ptr(), mode, rdev) })
