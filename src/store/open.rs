@@ -139,31 +139,28 @@ fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
 }
 
 /// The umask every file of a store is created under: only its owner may read it.
-const PRIVATE_UMASK: libc::mode_t = 0o077;
+const PRIVATE_UMASK: rustix::fs::Mode = rustix::fs::Mode::RWXG.union(rustix::fs::Mode::RWXO);
 
 /// Make every file this process creates from now on private to its owner (umask 077): for a
 /// process that keeps a store open for writing, whose database creates files (logs, tables,
 /// manifests) as long as it runs. The daemon's FUSE threads create the workspace's files with
 /// a umask of their own (`fs::backing`), so this does not change them.
 pub fn private_files() {
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(PRIVATE_UMASK) };
+    rustix::process::umask(PRIVATE_UMASK);
 }
 
 /// The umask set to 077 while a store is opened, and the caller's put back after.
-struct PrivateUmask(libc::mode_t);
+struct PrivateUmask(rustix::fs::Mode);
 
 impl PrivateUmask {
     fn set() -> PrivateUmask {
-        // SAFETY: umask cannot fail.
-        PrivateUmask(unsafe { libc::umask(PRIVATE_UMASK) })
+        PrivateUmask(rustix::process::umask(PRIVATE_UMASK))
     }
 }
 
 impl Drop for PrivateUmask {
     fn drop(&mut self) {
-        // SAFETY: umask cannot fail.
-        unsafe { libc::umask(self.0) };
+        rustix::process::umask(self.0);
     }
 }
 
