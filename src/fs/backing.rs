@@ -127,24 +127,39 @@ fn open_dir_path(dirfd: BorrowedFd<'_>, path: &[u8], flags: i32) -> io::Result<O
     open_dir_path(first.as_fd(), &path[cut + 1..], flags)
 }
 
-/// Make this thread create files with exactly the modes asked for. The kernel has already
-/// applied the caller's umask to the mode it sends; the daemon's own (022 from a shell) would
-/// take bits away a second time. The umask is per process, so the thread first takes its own
-/// copy of it (`unshare(CLONE_FS)`), and the daemon's other threads keep theirs.
-fn no_umask() {
+/// While the returned guard lives, this thread creates files with exactly the modes asked
+/// for. The kernel has already applied the caller's umask to the mode it sends; the daemon's
+/// own (077, for its store) would take bits away a second time. The umask is per process, so
+/// the thread first takes its own copy of it (`unshare(CLONE_FS)`), and the daemon's other
+/// threads keep theirs. The guard puts the thread's umask back, so that what the thread does
+/// afterwards (recording into the store, which may make a new log file; starting a thread,
+/// which shares its umask) creates private files again.
+fn exact_modes() -> ExactModes {
     thread_local! {
-        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static OWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
-    if DONE.get() {
-        return;
+    if !OWN.get() {
+        // SAFETY: unsharing CLONE_FS gives this thread its own root, cwd and umask; nothing
+        // here depends on sharing them (every path is relative to a directory fd). The fd
+        // table (CLONE_FILES, what makes rustix call this unsafe) stays shared.
+        if unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }.is_err() {
+            return ExactModes(None);
+        }
+        OWN.set(true);
     }
-    // SAFETY: unsharing CLONE_FS gives this thread its own root, cwd and umask; nothing here
-    // depends on sharing them (every path is relative to a directory fd). The fd table
-    // (CLONE_FILES, what makes rustix call this unsafe) stays shared.
-    if unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }.is_ok() {
-        // After unshare this affects this thread only.
-        rustix::process::umask(rustix::fs::Mode::empty());
-        DONE.set(true);
+    // After unshare this affects this thread only.
+    ExactModes(Some(rustix::process::umask(rustix::fs::Mode::empty())))
+}
+
+/// This thread's umask before [`exact_modes`], put back on drop.
+struct ExactModes(Option<rustix::fs::Mode>);
+
+impl Drop for ExactModes {
+    fn drop(&mut self) {
+        if let Some(mask) = self.0 {
+            // The thread has its own umask (see `exact_modes`).
+            rustix::process::umask(mask);
+        }
     }
 }
 
@@ -243,9 +258,7 @@ impl Backing {
         let (parent, name) =
             split(path).ok_or_else(|| io::Error::from_raw_os_error(libc::EISDIR))?;
         let dir = self.dir(parent)?;
-        if flags & libc::O_CREAT != 0 {
-            no_umask();
-        }
+        let _exact = (flags & libc::O_CREAT != 0).then(exact_modes);
         let fd = openat2_beneath(dir.fd(), name.as_bytes(), flags | libc::O_NOFOLLOW, mode)?;
         Ok(File::from(fd))
     }
@@ -253,7 +266,7 @@ impl Backing {
     /// An unnamed regular file in folder `parent` (`O_TMPFILE`).
     pub fn open_tmpfile(&self, parent: &[u8], flags: i32, mode: u32) -> io::Result<File> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         // O_TMPFILE needs write access; the caller's flags carry it.
         let flags = (flags & !libc::O_TRUNC) | libc::O_TMPFILE;
         let fd = openat2_beneath(dir.fd(), b".", flags, mode)?;
@@ -283,14 +296,14 @@ impl Backing {
 
     pub fn mkdir(&self, parent: &[u8], name: &OsStr, mode: u32) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         rustix::fs::mkdirat(dir.fd(), name, rustix::fs::Mode::from_bits_truncate(mode))?;
         Ok(())
     }
 
     pub fn mknod(&self, parent: &[u8], name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         let dir = self.dir(parent)?;
-        no_umask();
+        let _exact = exact_modes();
         rustix::fs::mknodat(
             dir.fd(),
             name,

@@ -2453,6 +2453,53 @@ for i in range(100):
     ws.unmount();
 }
 
+/// The store's files are private (0600) however they come to be made: RocksDB starts a new log
+/// file on the thread whose write fills the buffer, which may be a FUSE worker that has just
+/// created a workspace file with the caller's exact mode (its umask set to 0 for that). With
+/// tiny write buffers (`REWIND_TEST_STALL` naming a path that does not exist: no stall), edits
+/// recorded by those workers make many log files; every one is the owner's alone.
+#[test]
+fn store_files_made_while_recording_through_the_mount_are_private() {
+    let mut ws = Workspace::new();
+    let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_STALL", ws.plain().join("no-stall"));
+    ok(&run_within(cmd, 60, "mount"));
+    ws.mark_mounted();
+    let root = ws.path();
+    sh_within(
+        &root,
+        120,
+        "for i in $(seq 30); do head -c 65536 /dev/urandom > f$i; done",
+    );
+    ok(&rw(&ws, &["sync"]));
+    sh_within(
+        &root,
+        120,
+        "for i in $(seq 30); do head -c 65536 /dev/urandom >> f$i; mkdir d$i; done",
+    );
+    ok(&rw(&ws, &["sync"]));
+    ws.unmount();
+    let mut open = Vec::new();
+    let mut logs = 0;
+    for entry in fs::read_dir(ws.store()).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        logs += usize::from(name.ends_with(".log"));
+        let mode = meta.permissions().mode() & 0o7777;
+        let private = if meta.is_dir() { 0o700 } else { 0o600 };
+        if mode & !private != 0 {
+            open.push(format!("{name} {mode:04o}"));
+        }
+    }
+    assert!(logs >= 1);
+    assert!(open.is_empty(), "store files others may read: {open:?}");
+    let dir = fs::metadata(ws.store()).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(dir, 0o700);
+}
+
 // 9. The CLI accepts every form SPEC.md shows.
 
 /// `rewind ARGS` in the workspace, which must succeed; its stdout.
