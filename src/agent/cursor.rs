@@ -91,10 +91,22 @@ pub const HOOKS: Hooks = Hooks {
         ("preToolUse", Meaning::ToolStart(ToolName::Field)),
         ("postToolUse", Meaning::ToolEnd(ToolName::Field)),
         ("postToolUseFailure", Meaning::ToolEnd(ToolName::Field)),
-        ("beforeShellExecution", Meaning::ToolStart(ToolName::Fixed("Shell"))),
-        ("afterShellExecution", Meaning::ToolEnd(ToolName::Fixed("Shell"))),
-        ("beforeMCPExecution", Meaning::ToolStart(ToolName::FieldOr("MCP"))),
-        ("afterMCPExecution", Meaning::ToolEnd(ToolName::FieldOr("MCP"))),
+        (
+            "beforeShellExecution",
+            Meaning::ToolStart(ToolName::Fixed("Shell")),
+        ),
+        (
+            "afterShellExecution",
+            Meaning::ToolEnd(ToolName::Fixed("Shell")),
+        ),
+        (
+            "beforeMCPExecution",
+            Meaning::ToolStart(ToolName::FieldOr("MCP")),
+        ),
+        (
+            "afterMCPExecution",
+            Meaning::ToolEnd(ToolName::FieldOr("MCP")),
+        ),
         ("afterFileEdit", Meaning::ToolEnd(ToolName::Fixed("edit"))),
         ("stop", Meaning::Stop),
         ("sessionEnd", Meaning::SessionEnd),

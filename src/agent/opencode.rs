@@ -9,9 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Error;
 use super::fsutil::{read_opt, remove_empty_dirs, remove_file, write_atomic};
 use super::payload::{Hooks, Meaning, ToolName};
-use super::Error;
 
 pub const EVENTS: &[&str] = &[
     "session.created",

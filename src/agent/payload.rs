@@ -150,14 +150,10 @@ impl Hooks {
         let session_id = p.req(self.session)?;
         let tool = |name: ToolName| -> Result<(String, Option<String>), Error> {
             Ok(match name {
-                ToolName::Field => (
-                    p.req(&[self.tool])?,
-                    self.tool_id.and_then(|k| p.opt(&[k])),
-                ),
-                ToolName::FieldOr(default) => (
-                    p.opt(&[self.tool]).unwrap_or_else(|| default.into()),
-                    None,
-                ),
+                ToolName::Field => (p.req(&[self.tool])?, self.tool_id.and_then(|k| p.opt(&[k]))),
+                ToolName::FieldOr(default) => {
+                    (p.opt(&[self.tool]).unwrap_or_else(|| default.into()), None)
+                }
                 ToolName::Fixed(name) => (name.into(), None),
             })
         };

@@ -200,7 +200,10 @@ fn diff(a: &DiffArgs) -> Result<Words, NoWords> {
     } = a;
     // Positional words before `--` could be read as flags, and after it they would be taken
     // for paths: only a change id may stand there.
-    if words.iter().any(|w| w.to_str().and_then(|w| w.parse::<u64>().ok()).is_none()) {
+    if words
+        .iter()
+        .any(|w| w.to_str().and_then(|w| w.parse::<u64>().ok()).is_none())
+    {
         return Err(NoWords("diff"));
     }
     let mut w = Words::new("diff");
