@@ -1,6 +1,8 @@
 //! What `/proc` says of a process: the one place its files are read and parsed (`stat`,
-//! `status`, `environ`). Imports nothing of the crate; every answer is `None` when the process
-//! is gone or the file does not read as expected.
+//! `status`, `environ`, and this process's `mountinfo`). Imports nothing of the crate; every
+//! answer about a process is `None` when the process is gone or the file does not read as
+//! expected. `mountinfo` is an error when it cannot be read (whether a path is mounted must
+//! not be guessed).
 
 /// `/proc/PID/stat`: the parent, the start time (clock ticks after boot) and the name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +107,57 @@ pub fn environ(pid: u32) -> Option<Vec<Vec<u8>>> {
     )
 }
 
+/// One line of `/proc/self/mountinfo`: what is mounted where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// `major:minor`.
+    pub device: String,
+    /// Where it is mounted, unescaped.
+    pub point: String,
+    /// Its filesystem type (`fuse`, `fuse.NAME`, `ext4`, ...).
+    pub fstype: String,
+    /// Its source (for rewind, `rewind:<workspace>`), unescaped.
+    pub source: String,
+}
+
+/// This process's mounts, in the order mounted (the last one at a path is the visible one).
+pub fn mountinfo() -> std::io::Result<Vec<Mount>> {
+    Ok(std::fs::read_to_string("/proc/self/mountinfo")?
+        .lines()
+        .filter_map(parse_mount)
+        .collect())
+}
+
+/// `ID PARENT MAJOR:MINOR ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS`.
+fn parse_mount(line: &str) -> Option<Mount> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let sep = fields.iter().position(|f| *f == "-")?;
+    Some(Mount {
+        device: fields.get(2)?.to_string(),
+        point: unescape(fields.get(4)?),
+        fstype: fields.get(sep + 1).copied().unwrap_or("").to_string(),
+        source: fields.get(sep + 2).map(|s| unescape(s)).unwrap_or_default(),
+    })
+}
+
+/// mountinfo writes a space, tab, newline or backslash in a path as `\NNN` (octal).
+fn unescape(s: &str) -> String {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +172,22 @@ mod tests {
         assert_eq!(status.fs_uid(), Some(rustix::process::geteuid().as_raw()));
         assert!(environ(me).is_some());
         assert!(stat_of_a_name_with_parens().is_some());
+    }
+
+    #[test]
+    fn reads_a_mount_line_with_escaped_names() {
+        let line = "36 25 0:32 / /tmp/my\\040work rw,nosuid - fuse rewind:/tmp/my\\040work rw";
+        assert_eq!(
+            parse_mount(line),
+            Some(Mount {
+                device: "0:32".into(),
+                point: "/tmp/my work".into(),
+                fstype: "fuse".into(),
+                source: "rewind:/tmp/my work".into(),
+            })
+        );
+        assert_eq!(parse_mount("no separator here"), None);
+        assert!(mountinfo().unwrap().iter().any(|m| m.point == "/"));
     }
 
     fn stat_of_a_name_with_parens() -> Option<Stat> {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
-use super::payload::Payload;
+use super::payload::{Hooks, Meaning, Payload, ToolName};
 use super::{Agent, Error, HookEvent, hook_command};
 
 pub const EVENTS: &[&str] = &[
@@ -80,38 +80,28 @@ pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(done)
 }
 
+/// Claude Code's hook payloads.
+pub const HOOKS: Hooks = Hooks {
+    session: &["session_id"],
+    prompt_id: Some("prompt_id"),
+    tool: "tool_name",
+    tool_id: Some("tool_use_id"),
+    events: &[
+        ("SessionStart", Meaning::SessionStart),
+        ("UserPromptSubmit", Meaning::Prompt),
+        ("PreToolUse", Meaning::ToolStart(ToolName::Field)),
+        ("PostToolUse", Meaning::ToolEnd(ToolName::Field)),
+        ("PostToolUseFailure", Meaning::ToolEnd(ToolName::Field)),
+        ("Stop", Meaning::Stop),
+        ("SessionEnd", Meaning::SessionEnd),
+    ],
+};
+
 pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
     // Cursor can run Claude Code hooks from .claude/settings.json ("third-party
     // hooks"); such a run is Cursor's, not Claude's, and the Cursor hooks record it.
     if p.has("cursor_version") {
         return Ok(HookEvent::Ignored);
     }
-    let session = || p.req(&["session_id"]);
-    Ok(match p.event {
-        "SessionStart" => HookEvent::SessionStart {
-            session_id: session()?,
-        },
-        "UserPromptSubmit" => HookEvent::Prompt {
-            session_id: session()?,
-            prompt: p.req_allow_empty("prompt")?,
-            prompt_id: p.opt(&["prompt_id"]),
-        },
-        "PreToolUse" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "PostToolUse" | "PostToolUseFailure" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "Stop" => HookEvent::Stop {
-            session_id: session()?,
-        },
-        "SessionEnd" => HookEvent::SessionEnd {
-            session_id: session()?,
-        },
-        _ => HookEvent::Ignored,
-    })
+    HOOKS.event(p)
 }

@@ -10,8 +10,8 @@ use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, TableLike, Value as Tom
 use super::command::is_rewind_command;
 use super::fsutil::{exists, read_opt, remove_empty_dirs, remove_file, write_atomic};
 use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
-use super::payload::Payload;
-use super::{Agent, Error, HookEvent, hook_command};
+use super::payload::{Hooks, Meaning, ToolName};
+use super::{Agent, Error, hook_command};
 
 pub const EVENTS: &[&str] = &[
     "SessionStart",
@@ -116,36 +116,21 @@ pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(out)
 }
 
-pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
-    let session = || p.req(&["session_id"]);
-    Ok(match p.event {
-        "SessionStart" => HookEvent::SessionStart {
-            session_id: session()?,
-        },
-        "UserPromptSubmit" => HookEvent::Prompt {
-            session_id: session()?,
-            prompt: p.req_allow_empty("prompt")?,
-            prompt_id: p.opt(&["turn_id"]),
-        },
-        "PreToolUse" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "PostToolUse" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "Stop" => HookEvent::Stop {
-            session_id: session()?,
-        },
-        "SessionEnd" => HookEvent::SessionEnd {
-            session_id: session()?,
-        },
-        _ => HookEvent::Ignored,
-    })
-}
+/// Codex's hook payloads.
+pub const HOOKS: Hooks = Hooks {
+    session: &["session_id"],
+    prompt_id: Some("turn_id"),
+    tool: "tool_name",
+    tool_id: Some("tool_use_id"),
+    events: &[
+        ("SessionStart", Meaning::SessionStart),
+        ("UserPromptSubmit", Meaning::Prompt),
+        ("PreToolUse", Meaning::ToolStart(ToolName::Field)),
+        ("PostToolUse", Meaning::ToolEnd(ToolName::Field)),
+        ("Stop", Meaning::Stop),
+        ("SessionEnd", Meaning::SessionEnd),
+    ],
+};
 
 // ---------------------------------------------------------------------------
 // config.toml, edited with toml_edit so comments and layout survive.

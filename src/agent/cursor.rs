@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
-use super::payload::Payload;
-use super::{Agent, Error, HookEvent, hook_command};
+use super::payload::{Hooks, Meaning, ToolName};
+use super::{Agent, Error, hook_command};
 
 /// The generic tool hooks (preToolUse/postToolUse, Cursor >= 2.4) carry a
 /// `tool_use_id` and cover Shell, MCP, Read, Write, ...; the older
@@ -78,60 +78,37 @@ pub fn reply(event: &str) -> &'static str {
     }
 }
 
-pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
-    // conversation_id is stable across the conversation; generation_id changes
-    // with every user message.
-    let session = || p.req(&["conversation_id", "session_id"]);
-    Ok(match p.event {
-        "sessionStart" => HookEvent::SessionStart {
-            session_id: session()?,
-        },
-        "beforeSubmitPrompt" => HookEvent::Prompt {
-            session_id: session()?,
-            prompt: p.req_allow_empty("prompt")?,
-            prompt_id: p.opt(&["generation_id"]),
-        },
-        "preToolUse" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "postToolUse" | "postToolUseFailure" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: p.opt(&["tool_use_id"]),
-        },
-        "beforeShellExecution" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: "Shell".into(),
-            tool_id: None,
-        },
-        "afterShellExecution" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: "Shell".into(),
-            tool_id: None,
-        },
-        "beforeMCPExecution" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: p.opt(&["tool_name"]).unwrap_or_else(|| "MCP".into()),
-            tool_id: None,
-        },
-        "afterMCPExecution" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: p.opt(&["tool_name"]).unwrap_or_else(|| "MCP".into()),
-            tool_id: None,
-        },
-        "afterFileEdit" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: "edit".into(),
-            tool_id: None,
-        },
-        "stop" => HookEvent::Stop {
-            session_id: session()?,
-        },
-        "sessionEnd" => HookEvent::SessionEnd {
-            session_id: session()?,
-        },
-        _ => HookEvent::Ignored,
-    })
-}
+/// Cursor's hook payloads. conversation_id is stable across the conversation; generation_id
+/// changes with every user message.
+pub const HOOKS: Hooks = Hooks {
+    session: &["conversation_id", "session_id"],
+    prompt_id: Some("generation_id"),
+    tool: "tool_name",
+    tool_id: Some("tool_use_id"),
+    events: &[
+        ("sessionStart", Meaning::SessionStart),
+        ("beforeSubmitPrompt", Meaning::Prompt),
+        ("preToolUse", Meaning::ToolStart(ToolName::Field)),
+        ("postToolUse", Meaning::ToolEnd(ToolName::Field)),
+        ("postToolUseFailure", Meaning::ToolEnd(ToolName::Field)),
+        (
+            "beforeShellExecution",
+            Meaning::ToolStart(ToolName::Fixed("Shell")),
+        ),
+        (
+            "afterShellExecution",
+            Meaning::ToolEnd(ToolName::Fixed("Shell")),
+        ),
+        (
+            "beforeMCPExecution",
+            Meaning::ToolStart(ToolName::FieldOr("MCP")),
+        ),
+        (
+            "afterMCPExecution",
+            Meaning::ToolEnd(ToolName::FieldOr("MCP")),
+        ),
+        ("afterFileEdit", Meaning::ToolEnd(ToolName::Fixed("edit"))),
+        ("stop", Meaning::Stop),
+        ("sessionEnd", Meaning::SessionEnd),
+    ],
+};

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::jsonhooks::{Layout, Spec, install_file, uninstall_file};
-use super::payload::Payload;
-use super::{Agent, Error, HookEvent, hook_command};
+use super::payload::{Hooks, Meaning, ToolName};
+use super::{Agent, Error, hook_command};
 
 pub const EVENTS: &[&str] = &[
     "SessionStart",
@@ -63,35 +63,18 @@ pub fn uninstall(ws: &Path) -> Result<Vec<PathBuf>, Error> {
     )
 }
 
-pub fn parse(p: &Payload) -> Result<HookEvent, Error> {
-    let session = || p.req(&["session_id"]);
-    Ok(match p.event {
-        "SessionStart" => HookEvent::SessionStart {
-            session_id: session()?,
-        },
-        // Gemini has no prompt/turn id.
-        "BeforeAgent" => HookEvent::Prompt {
-            session_id: session()?,
-            prompt: p.req_allow_empty("prompt")?,
-            prompt_id: None,
-        },
-        // Gemini has no tool call id either.
-        "BeforeTool" => HookEvent::ToolStart {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: None,
-        },
-        "AfterTool" => HookEvent::ToolEnd {
-            session_id: session()?,
-            tool: p.req(&["tool_name"])?,
-            tool_id: None,
-        },
-        "AfterAgent" => HookEvent::Stop {
-            session_id: session()?,
-        },
-        "SessionEnd" => HookEvent::SessionEnd {
-            session_id: session()?,
-        },
-        _ => HookEvent::Ignored,
-    })
-}
+/// Gemini CLI's hook payloads: no prompt id, no tool call id.
+pub const HOOKS: Hooks = Hooks {
+    session: &["session_id"],
+    prompt_id: None,
+    tool: "tool_name",
+    tool_id: None,
+    events: &[
+        ("SessionStart", Meaning::SessionStart),
+        ("BeforeAgent", Meaning::Prompt),
+        ("BeforeTool", Meaning::ToolStart(ToolName::Field)),
+        ("AfterTool", Meaning::ToolEnd(ToolName::Field)),
+        ("AfterAgent", Meaning::Stop),
+        ("SessionEnd", Meaning::SessionEnd),
+    ],
+};

@@ -211,10 +211,10 @@ pub fn read_with_transcript(
 fn event_of(p: payload::Payload<'_>) -> Result<HookEvent, Error> {
     match p.agent {
         Agent::Claude => claude::parse(&p),
-        Agent::Codex => codex::parse(&p),
-        Agent::Gemini => gemini::parse(&p),
-        Agent::Cursor => cursor::parse(&p),
-        Agent::Opencode => opencode::parse(&p),
+        Agent::Codex => codex::HOOKS.event(&p),
+        Agent::Gemini => gemini::HOOKS.event(&p),
+        Agent::Cursor => cursor::HOOKS.event(&p),
+        Agent::Opencode => opencode::HOOKS.event(&p),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Agent, Error};
+use super::{Agent, Error, HookEvent};
 
 pub struct Payload<'a> {
     pub agent: Agent,
@@ -101,5 +101,87 @@ fn kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+/// How one agent's hook payloads read: which of its events mean what, and the fields that
+/// carry the session, prompt and tool ids. Each agent's module holds one; [`Hooks::event`]
+/// reads every agent's payloads alike.
+pub struct Hooks {
+    /// The session id: the first of these fields that holds one.
+    pub session: &'static [&'static str],
+    /// The agent's own id of a prompt (turn, generation, message), if it has one.
+    pub prompt_id: Option<&'static str>,
+    /// The tool's name and the tool call's id, for events that name the tool by a field.
+    pub tool: &'static str,
+    pub tool_id: Option<&'static str>,
+    /// What each event rewind acts on means; any other is ignored.
+    pub events: &'static [(&'static str, Meaning)],
+}
+
+/// What a hook event means to rewind.
+#[derive(Clone, Copy, Debug)]
+pub enum Meaning {
+    SessionStart,
+    Prompt,
+    ToolStart(ToolName),
+    ToolEnd(ToolName),
+    Stop,
+    SessionEnd,
+}
+
+/// Where a tool event's tool name comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum ToolName {
+    /// The [`Hooks::tool`] field (required), with its call id from [`Hooks::tool_id`].
+    Field,
+    /// The field if set, else this name; no call id.
+    FieldOr(&'static str),
+    /// Always this name (the event says which tool); no call id.
+    Fixed(&'static str),
+}
+
+impl Hooks {
+    /// The event a payload reports (`Ignored` for an event not in the table).
+    pub fn event(&self, p: &Payload<'_>) -> Result<HookEvent, Error> {
+        let Some(&(_, meaning)) = self.events.iter().find(|(name, _)| *name == p.event) else {
+            return Ok(HookEvent::Ignored);
+        };
+        let session_id = p.req(self.session)?;
+        let tool = |name: ToolName| -> Result<(String, Option<String>), Error> {
+            Ok(match name {
+                ToolName::Field => (p.req(&[self.tool])?, self.tool_id.and_then(|k| p.opt(&[k]))),
+                ToolName::FieldOr(default) => {
+                    (p.opt(&[self.tool]).unwrap_or_else(|| default.into()), None)
+                }
+                ToolName::Fixed(name) => (name.into(), None),
+            })
+        };
+        Ok(match meaning {
+            Meaning::SessionStart => HookEvent::SessionStart { session_id },
+            Meaning::Prompt => HookEvent::Prompt {
+                session_id,
+                prompt: p.req_allow_empty("prompt")?,
+                prompt_id: self.prompt_id.and_then(|k| p.opt(&[k])),
+            },
+            Meaning::ToolStart(name) => {
+                let (tool, tool_id) = tool(name)?;
+                HookEvent::ToolStart {
+                    session_id,
+                    tool,
+                    tool_id,
+                }
+            }
+            Meaning::ToolEnd(name) => {
+                let (tool, tool_id) = tool(name)?;
+                HookEvent::ToolEnd {
+                    session_id,
+                    tool,
+                    tool_id,
+                }
+            }
+            Meaning::Stop => HookEvent::Stop { session_id },
+            Meaning::SessionEnd => HookEvent::SessionEnd { session_id },
+        })
     }
 }

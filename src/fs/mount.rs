@@ -189,13 +189,14 @@ pub fn match_readahead(workspace: &Path, kb: &str) {
 /// The device number (`major:minor`) of the mount at `dir`, from /proc/self/mountinfo (a stat
 /// would ask our own filesystem, which is not serving yet).
 fn mount_device(dir: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = dir.to_string_lossy();
     // The last mount at a path is the visible one.
-    info.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (unescape(fields.get(4)?) == want).then(|| fields.get(2).map(|d| d.to_string()))?
-    })
+    crate::procfs::mountinfo()
+        .ok()?
+        .into_iter()
+        .rev()
+        .find(|m| m.point == want)
+        .map(|m| m.device)
 }
 
 /// Whether this process may pass files through (FUSE passthrough needs CAP_SYS_ADMIN: root,
@@ -234,21 +235,12 @@ pub fn filesystem(
 /// What is mounted exactly at `dir`, if it is a FUSE filesystem: its mount source (for rewind,
 /// `rewind:<workspace>`), from /proc/self/mountinfo. The last mount at a path is the visible one.
 pub fn mount_type(dir: &Path) -> Result<Option<String>> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").with_path("/proc/self/mountinfo")?;
+    let mounts = crate::procfs::mountinfo().with_path("/proc/self/mountinfo")?;
     let want = dir.to_string_lossy();
-    let mut found = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        if fields.get(4).map(|p| unescape(p)).as_deref() == Some(want.as_ref()) {
-            let fstype = fields.get(sep + 1).copied().unwrap_or("");
-            let source = fields.get(sep + 2).map(|s| unescape(s)).unwrap_or_default();
-            found = fstype.starts_with("fuse").then_some(source);
-        }
-    }
-    Ok(found)
+    Ok(mounts
+        .into_iter()
+        .rfind(|m| m.point == want)
+        .and_then(|m| m.fstype.starts_with("fuse").then_some(m.source)))
 }
 
 /// Whether a rewind mount is at `dir`.
@@ -263,22 +255,4 @@ pub fn is_rewind_mount(dir: &Path) -> bool {
 fn user_allow_other() -> bool {
     std::fs::read_to_string("/etc/fuse.conf")
         .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"))
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
-    let mut out = Vec::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
