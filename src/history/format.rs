@@ -156,6 +156,7 @@ pub fn change_from_json(v: &Value) -> Option<Change> {
         pid: v.get("pid")?.as_u64()? as u32,
         process: v.get("process")?.as_str()?.to_string(),
         links,
+        groups: Vec::new(),
         turn: v.get("turn").and_then(Value::as_u64).map(|n| n as u32),
         tool: v.get("tool").and_then(|t| {
             Some(Tool {
@@ -322,6 +323,7 @@ mod tests {
             pid: 7,
             process: "mv".into(),
             links: vec![b"other".to_vec()],
+            groups: Vec::new(),
             turn: Some(3),
             tool: Some(Tool {
                 name: "Bash".into(),
