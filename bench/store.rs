@@ -61,6 +61,7 @@ fn main() {
                     pid: 1,
                     process: "bench".into(),
                     links: Vec::new(),
+                    groups: Vec::new(),
                     turn: None,
                     tool: None,
                     uid: Some(1000),

@@ -171,6 +171,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
             now: Some(state(&current, Hash::of(&current))),
             moved_to: None,
             open_by: Vec::new(),
+            link_to: None,
         }],
         skipped: Vec::new(),
     };

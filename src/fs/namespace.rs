@@ -147,6 +147,33 @@ impl Core {
         self.record_new(ChangeKind::Symlink, &path, caller.by())
     }
 
+    /// Give what is at `target` (not a folder, and as `link(2)`, a symlink itself) the new
+    /// name `name` in `parent` (a rollback linking a file's names again), recorded as a link.
+    /// Returns the file as it is now.
+    pub(crate) fn link_at(
+        &self,
+        caller: &Caller,
+        target: &[u8],
+        parent: &[u8],
+        name: &OsStr,
+    ) -> Result<libc::stat> {
+        check_name(name)?;
+        let path = join(parent, name);
+        self.ready_for(&path, false)?;
+        let st = self.backing.stat(target)?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return Err(Errno::EPERM);
+        }
+        // As `link`: the file stays locked until its link is recorded.
+        let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+        self.backing.link(target, parent, name)?;
+        if let Some(rec) = &self.recorder {
+            rec.after_link(target, &path, caller.by())
+                .map_err(record_errno)?;
+        }
+        Ok(self.backing.stat(target)?)
+    }
+
     /// Remove `name` from `parent` (a folder with `dir`). Returns what it was.
     pub(crate) fn unlink_at(
         &self,

@@ -328,6 +328,26 @@ impl Apply for Restorer {
         Ok(())
     }
 
+    fn link(&self, target: &[u8], path: &[u8]) -> Result<()> {
+        let (parent, name) = self.parts(path)?;
+        let caller = self.caller_in(parent);
+        if let Ok(st) = self.core.backing.stat(path) {
+            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let st = self
+                .core
+                .unlink_at(&caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+        }
+        self.core
+            .link_at(&caller, target, parent, name)
+            .map_err(|e| failed(path, e))?;
+        self.entry_changed(parent, name, None);
+        // Its link count changed.
+        self.inode_changed(target);
+        Ok(())
+    }
+
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()> {
         self.chmod(path, mode)
     }
@@ -341,7 +361,7 @@ impl Apply for Restorer {
 
     fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)> {
         let st = self.core.backing.stat(path).ok()?;
-        (st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink > 1)
+        (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1)
             .then_some((st.st_dev, st.st_ino))
     }
 }

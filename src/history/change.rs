@@ -248,6 +248,10 @@ pub struct Change {
     pub process: String,
     /// The other names of a hard-linked file: the change is theirs too.
     pub links: Vec<Vec<u8>>,
+    /// The hard-linked files this change took a name from (a delete, a rename from or over a
+    /// name, a folder's rename), each as every name it had just before: what a rollback links
+    /// again. Not the change of those names (unlike `links`).
+    pub groups: Vec<Vec<Vec<u8>>>,
     /// The session's turn (agent prompt) that was open.
     pub turn: Option<u32>,
     pub tool: Option<Tool>,
@@ -409,6 +413,7 @@ impl From<&Change> for ChangeRecord {
             pid: c.pid,
             process: c.process.clone(),
             links: c.links.clone(),
+            groups: c.groups.clone(),
             turn: c.turn,
             tool: c.tool.as_ref().map(ToolRecord::from),
             uid: c.uid,
@@ -438,6 +443,7 @@ impl TryFrom<ChangeRecord> for Change {
             pid: c.pid,
             process: c.process,
             links: c.links,
+            groups: c.groups,
             turn: c.turn,
             tool: c.tool.map(Tool::from),
             uid: c.uid,

@@ -175,6 +175,7 @@ impl ChangeJson {
             pid: self.pid,
             process: self.process,
             links,
+            groups: Vec::new(),
             turn: self.turn,
             tool: self.tool.map(|t| Tool {
                 name: t.name,
@@ -350,6 +351,7 @@ mod tests {
             pid: 7,
             process: "mv".into(),
             links: vec![b"other".to_vec()],
+            groups: Vec::new(),
             turn: Some(3),
             tool: Some(Tool {
                 name: "Bash".into(),
@@ -393,6 +395,7 @@ mod tests {
             pid: 7,
             process: "mv".into(),
             links: vec![b"other".to_vec(), b"x\xff".to_vec()],
+            groups: Vec::new(),
             turn: Some(3),
             tool: Some(Tool {
                 name: "Bash".into(),

@@ -40,6 +40,9 @@ pub struct Step {
     /// Processes that hold the file open for writing (a forced rollback only: otherwise the
     /// path is skipped).
     pub open_by: Vec<Writer>,
+    /// Another name of the file this path was a name of (a hard link), which it becomes a name
+    /// of again instead of being written: a name restored before it, or left as it is.
+    pub link_to: Option<Vec<u8>>,
 }
 
 /// A process that holds a file open for writing through the mount (an open write episode).
@@ -196,11 +199,122 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer
             now,
             moved_to,
             open_by,
+            link_to: None,
         });
     }
     keep_tree_whole(view, &mut plan);
+    link_again(view, selected, &span, &mut plan)?;
     plan.skipped.sort();
     Ok(plan)
+}
+
+/// The other names `path`'s file had just before change `c` (which touches it), as far as the
+/// history knows: the groups of a change that took a name from a linked file, or the names a
+/// change to a linked file lists.
+fn names_before(c: &Change, path: &[u8]) -> Vec<Vec<u8>> {
+    let others = |names: &mut dyn Iterator<Item = &Vec<u8>>| -> Vec<Vec<u8>> {
+        names.filter(|n| n.as_slice() != path).cloned().collect()
+    };
+    if let Some(group) = c.groups.iter().find(|g| g.iter().any(|n| n == path)) {
+        return others(&mut group.iter());
+    }
+    if !c.links.is_empty() && (c.path == path || c.links.iter().any(|l| l == path)) {
+        return others(&mut std::iter::once(&c.path).chain(&c.links));
+    }
+    Vec::new()
+}
+
+/// Names that were one file (hard links) just before the selection are made one file again,
+/// not separate copies: of the steps that put back a file (a symlink, a special file), those
+/// whose names were linked, with the same type, content and mode, become links to one of them,
+/// which is put back first; or, when
+/// one of their names is left out of the plan and still holds that content, links to it.
+fn link_again(
+    view: &View<'_>,
+    selected: &[Change],
+    span: &BTreeMap<Vec<u8>, (u64, u64)>,
+    plan: &mut Plan,
+) -> Result<()> {
+    let by_id: HashMap<u64, &Change> = selected.iter().map(|c| (c.id, c)).collect();
+    // What can have several names: anything but a folder (a symlink and a device too, as
+    // `link(2)` does not follow).
+    let file = |st: &Option<FileState>| {
+        st.as_ref()
+            .filter(|f| match f.kind {
+                FileKind::Dir => false,
+                FileKind::File | FileKind::Symlink => f.hash.is_some(),
+                FileKind::Special(_) => true,
+            })
+            .cloned()
+    };
+    let alike =
+        |a: &FileState, b: &FileState| a.kind == b.kind && a.hash == b.hash && a.mode == b.mode;
+    let files: HashMap<Vec<u8>, usize> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| file(&s.target).is_some())
+        .map(|(i, s)| (s.path.clone(), i))
+        .collect();
+    let stepped: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
+    let skipped: HashSet<&[u8]> = plan.skipped.iter().map(|(p, _)| p.as_slice()).collect();
+    // Steps linked to each other (union-find by index), and names outside the plan to link to.
+    let mut root: Vec<usize> = (0..plan.steps.len()).collect();
+    fn find(root: &mut [usize], i: usize) -> usize {
+        let mut i = i;
+        while root[i] != i {
+            root[i] = root[root[i]];
+            i = root[i];
+        }
+        i
+    }
+    let mut outside: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+    let mut ordered: Vec<(&Vec<u8>, &usize)> = files.iter().collect();
+    ordered.sort();
+    for (path, &i) in ordered {
+        let Some(c) = span.get(path).and_then(|(first, _)| by_id.get(first)) else {
+            continue;
+        };
+        let target = file(&plan.steps[i].target).expect("a file step");
+        for other in names_before(c, path) {
+            if let Some(&j) = files.get(&other) {
+                if file(&plan.steps[j].target).is_some_and(|t| alike(&t, &target)) {
+                    let (a, b) = (find(&mut root, i), find(&mut root, j));
+                    root[a.max(b)] = a.min(b);
+                }
+            } else if !stepped.contains(other.as_slice())
+                && !skipped.contains(other.as_slice())
+                && !outside.contains_key(&i)
+                && file(&view.state_at(&other, u64::MAX)?.state().cloned())
+                    .is_some_and(|now| alike(&now, &target))
+            {
+                outside.insert(i, other);
+            }
+        }
+    }
+    // Each group links to a name outside the plan if it has one, else to its first name.
+    let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &i in files.values() {
+        groups.entry(find(&mut root, i)).or_default().push(i);
+    }
+    for members in groups.into_values() {
+        let anchor = members.iter().find_map(|i| outside.get(i).cloned());
+        let first = members
+            .iter()
+            .copied()
+            .min_by(|a, b| plan.steps[*a].path.cmp(&plan.steps[*b].path))
+            .expect("a group has a member");
+        if members.len() == 1 && anchor.is_none() {
+            continue;
+        }
+        let anchor = anchor.unwrap_or_else(|| plan.steps[first].path.clone());
+        for i in members {
+            if plan.steps[i].path != anchor {
+                plan.steps[i].link_to = Some(anchor.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why a target state cannot be put back, if it cannot: a special file whose type was not
@@ -430,6 +544,9 @@ pub fn describe(step: &Step) -> String {
 
 fn what(step: &Step) -> String {
     let path = super::format::escape_path(&step.path);
+    if let Some(to) = &step.link_to {
+        return format!("link     {path} (to {})", super::format::escape_path(to));
+    }
     match (&step.now, &step.target) {
         (_, None) => format!("remove   {path}"),
         (None, Some(t)) => format!("restore  {path} ({})", t.kind.as_str()),
@@ -456,7 +573,7 @@ pub trait Apply {
         detach: bool,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()>;
-    /// Which file a path is now (device, inode), if it is a regular file with other names.
+    /// Which file a path is now (device, inode), if it is not a folder and has other names.
     fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)>;
     /// The other names the file at a path has now.
     fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>>;
@@ -466,6 +583,9 @@ pub trait Apply {
     fn make_node(&self, path: &[u8], node: Node, mode: u32) -> Result<()>;
     /// Change a file's or folder's mode.
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()>;
+    /// Make the path another name of what is at `target` (a hard link: a file, a symlink or a
+    /// special file, never a folder), replacing what is at the path.
+    fn link(&self, target: &[u8], path: &[u8]) -> Result<()>;
 }
 
 /// Store the content of every target that is only in the workspace, under a folder's later
@@ -560,7 +680,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
     let mut puts: Vec<&Step> = plan
         .steps
         .iter()
-        .filter(|s| s.target.is_some() && !unreadable.contains(&s.path))
+        .filter(|s| s.target.is_some() && s.link_to.is_none() && !unreadable.contains(&s.path))
         .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
     let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
@@ -603,6 +723,39 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
             FileKind::Special(node) => apply.make_node(&s.path, node, t.mode),
         };
         if let Err(e) = result {
+            failed.push((s.path.clone(), e.to_string()));
+        }
+    }
+    // Last, the names linked again to a file now restored (or left as it was).
+    let mut links: Vec<(&Step, &Vec<u8>)> = plan
+        .steps
+        .iter()
+        .filter(|s| !unreadable.contains(&s.path))
+        .filter_map(|s| Some((s, s.link_to.as_ref()?)))
+        .collect();
+    links.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    for (s, to) in links {
+        if failed_under(&failed, &s.path) {
+            if !failed.iter().any(|(f, _)| *f == s.path) {
+                failed.push((s.path.clone(), "its folder could not be restored".into()));
+            }
+            continue;
+        }
+        if failed.iter().any(|(f, _)| f == to) {
+            failed.push((
+                s.path.clone(),
+                format!(
+                    "its other name {} could not be restored",
+                    super::format::escape_path(to)
+                ),
+            ));
+            continue;
+        }
+        // Already a name of that file (the file was written in place through its other name).
+        let one_file = apply
+            .shared_file(&s.path)
+            .is_some_and(|f| apply.shared_file(to) == Some(f));
+        if !one_file && let Err(e) = apply.link(to, &s.path) {
             failed.push((s.path.clone(), e.to_string()));
         }
     }

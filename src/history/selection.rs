@@ -303,6 +303,7 @@ mod tests {
                 pid: 1,
                 process: "sh".into(),
                 links: Vec::new(),
+                groups: Vec::new(),
                 turn,
                 tool: None,
                 uid: None,

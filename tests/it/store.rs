@@ -46,6 +46,7 @@ fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
         pid: 42,
         process: "test".into(),
         links: Vec::new(),
+        groups: Vec::new(),
         turn: None,
         tool: None,
         uid: Some(1000),

@@ -2465,7 +2465,7 @@ fn store_files_made_while_recording_through_the_mount_are_private() {
     cmd.arg("--store")
         .arg(ws.store())
         .env("REWIND_TEST_STALL", ws.plain().join("no-stall"));
-    ok(&run_within(cmd, 60, "mount"));
+    ok(run_within(cmd, 60, "mount"));
     ws.mark_mounted();
     let root = ws.path();
     sh_within(
@@ -2473,13 +2473,13 @@ fn store_files_made_while_recording_through_the_mount_are_private() {
         120,
         "for i in $(seq 30); do head -c 65536 /dev/urandom > f$i; done",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     sh_within(
         &root,
         120,
         "for i in $(seq 30); do head -c 65536 /dev/urandom >> f$i; mkdir d$i; done",
     );
-    ok(&rw(&ws, &["sync"]));
+    ok(rw_within(&ws, &["sync"]));
     ws.unmount();
     let mut open = Vec::new();
     let mut logs = 0;

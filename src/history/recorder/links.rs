@@ -64,6 +64,32 @@ impl Links {
             .unwrap_or_default()
     }
 
+    /// Every name of the file `key`, if it has several.
+    fn group(&self, key: Key) -> Option<Vec<Vec<u8>>> {
+        self.names
+            .get(&key)
+            .filter(|names| names.len() > 1)
+            .map(|names| names.iter().cloned().collect())
+    }
+
+    /// Every name of each file with several names that has a name below one of `dirs`.
+    fn groups_below(&self, dirs: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
+        let mut out: Vec<Vec<Vec<u8>>> = self
+            .names
+            .values()
+            .filter(|names| names.len() > 1)
+            .filter(|names| {
+                names.iter().any(|n| {
+                    dirs.iter()
+                        .any(|d| n.starts_with(d) && n.get(d.len()) == Some(&b'/'))
+                })
+            })
+            .map(|names| names.iter().cloned().collect())
+            .collect();
+        out.sort();
+        out
+    }
+
     fn contains(&self, key: Key, path: &[u8]) -> bool {
         self.names.get(&key).is_some_and(|n| n.contains(path))
     }
@@ -89,6 +115,41 @@ impl Recorder {
 
     pub(super) fn other_names(&self, key: Key, path: &[u8]) -> Vec<Vec<u8>> {
         lock(&self.links).others(key, path)
+    }
+
+    /// The hard-linked files a rename of `src` (`src_st`) to `dst` (`dst_st`, if it exists)
+    /// takes a name from, each with every name it has now (before the rename): a file leaves
+    /// `src` and one is replaced at `dst` (or moved, in an exchange); a folder takes every
+    /// name below it. What [`Change::groups`](crate::history::Change::groups) keeps.
+    pub(super) fn groups_renamed(
+        &self,
+        src: &[u8],
+        src_st: &libc::stat,
+        dst: &[u8],
+        dst_st: Option<&libc::stat>,
+        exchange: bool,
+    ) -> Vec<Vec<Vec<u8>>> {
+        let is_dir = |st: &libc::stat| st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let links = lock(&self.links);
+        let dst_dir = exchange && dst_st.is_some_and(is_dir);
+        if is_dir(src_st) || dst_dir {
+            let mut dirs = vec![src];
+            if exchange {
+                dirs.push(dst);
+            }
+            return links.groups_below(&dirs);
+        }
+        let src_key = super::key_of(src_st);
+        let dst_key = dst_st.filter(|st| !is_dir(st)).map(super::key_of);
+        if dst_key == Some(src_key) {
+            // Two names of one file: rename(2) leaves both.
+            return Vec::new();
+        }
+        [Some(src_key), dst_key]
+            .into_iter()
+            .flatten()
+            .filter_map(|k| links.group(k))
+            .collect()
     }
 
     /// Whether `a` and `b` are both names of the file `key`.

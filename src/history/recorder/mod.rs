@@ -237,6 +237,7 @@ impl Recorder {
             pid: who.pid,
             process: who.process.clone(),
             links: Vec::new(),
+            groups: Vec::new(),
             turn: who.turn,
             tool: who.tool.clone(),
             uid: who.uid,

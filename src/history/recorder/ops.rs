@@ -39,7 +39,8 @@ impl Recorder {
             self.cut_episode(key, path)?;
         }
         // Asked before this name is dropped: a file left with one name is no longer kept.
-        let other = self.other_names(key, path).into_iter().next();
+        let others = self.other_names(key, path);
+        let other = others.first().cloned();
         lock(&self.links).remove(key, path);
         {
             let mut episodes = lock(&self.episodes);
@@ -79,6 +80,13 @@ impl Recorder {
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Delete, path, &who);
         change.before = Some(before);
+        if !others.is_empty() {
+            // The names it leaves: a rollback links it to them again.
+            let mut group = others;
+            group.push(path.to_vec());
+            group.sort();
+            change.groups = vec![group];
+        }
         Ok(Some(Prepared {
             change,
             manifest: vec![(path.to_vec(), None)],
@@ -263,6 +271,7 @@ impl Recorder {
             Some(st) if dst_recorded => Some(self.capture(dst, st)?),
             _ => None,
         };
+        let groups = self.groups_renamed(src, src_st, dst, dst_st, exchange);
         self.rename_bookkeeping(src, src_st, dst, dst_st, exchange)?;
         // An episode still open on the source moves with it. If it created the file, this is a
         // save-by-rename still being written: its end records one change of the target.
@@ -305,6 +314,8 @@ impl Recorder {
             let mut change = self.change(kind, dst, &p.who);
             change.before = dst_before;
             change.after = Some(after);
+            // Saved by renaming over it: a linked file loses this name.
+            change.groups = groups;
             out.push(self.record_one(change, &[(dst.to_vec(), Some(seen))])?);
             return Ok(out);
         }
@@ -316,6 +327,7 @@ impl Recorder {
         change.from = src_recorded.then(|| src.to_vec());
         change.before = dst_before.clone();
         change.after = dst_recorded.then(|| src_state.clone());
+        change.groups = groups;
         let mut manifest = vec![(dst.to_vec(), dst_recorded.then(|| src_seen.clone()))];
         if exchange {
             if let Some(st) = dst_st {

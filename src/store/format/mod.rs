@@ -5,7 +5,8 @@
 //! change shape without changing what an old store means. [`v1`] is the layout written by the
 //! first releases; [`v2`] adds to a change the other names of a hard-linked file, the agent's
 //! turn and its tool call, and the same to an open-episode marker; [`v3`] adds the owner and
-//! group of each state and the uid that made a change or began an episode. Values are written
+//! group of each state and the uid that made a change or began an episode; a version 3 change may
+//! end with a trailer of the hard-link groups it took a name from. Values are written
 //! in the newest version and read in any. The golden-bytes tests below pin every record kind, so the
 //! format can only change on purpose.
 
@@ -98,9 +99,22 @@ pub fn corrupt(cf: &'static str, key: &[u8], reason: String) -> Error {
     }
 }
 
+/// The trailer tag of a change's hard-link groups.
+const GROUPS: u8 = 1;
+
 impl ChangeRecord {
+    /// Version 3, then (when the change took a name from a hard-linked file) a trailer: tag 1
+    /// and the groups in postcard. As with a turn's conversation, readers that predate it stop
+    /// at the end of the record and never see it (a rollback by them makes the names separate
+    /// files again, as it always did), so the store's format version stays as it was.
     pub fn encode(&self) -> Vec<u8> {
-        encode(CHANGE_VERSION, self)
+        let mut out = encode(CHANGE_VERSION, self);
+        if !self.groups.is_empty() {
+            out.push(GROUPS);
+            postcard::to_io(&self.groups, &mut out)
+                .expect("postcard encodes plain records into a Vec");
+        }
+        out
     }
 
     /// A change as stored in any version.
@@ -111,7 +125,15 @@ impl ChangeRecord {
                 Ok(v2.into())
             }
             (2, rest) => Ok(body::<v2::ChangeRecord>(cf, key, rest)?.into()),
-            (3, rest) => body(cf, key, rest),
+            (3, rest) => {
+                let (mut change, tail): (ChangeRecord, &[u8]) = postcard::take_from_bytes(rest)
+                    .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
+                // A trailer this version does not know is left alone.
+                if let [GROUPS, groups @ ..] = tail {
+                    change.groups = body(cf, key, groups)?;
+                }
+                Ok(change)
+            }
             (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
         }
     }

@@ -69,7 +69,7 @@ fn v2_change() -> v2::ChangeRecord {
 }
 
 #[test]
-fn changes_of_versions_1_and_2_read_and_version_3_written() {
+fn changes_of_versions_1_and_2_read_and_version_3_written_with_its_link_groups() {
     assert_eq!(encode(1, &v1_change()), hex(V1_CHANGE));
     let read = ChangeRecord::decode("changes", b"k", &hex(V1_CHANGE)).unwrap();
     assert_eq!(
@@ -92,6 +92,28 @@ fn changes_of_versions_1_and_2_read_and_version_3_written() {
         ChangeRecord::decode("changes", b"k", &hex(V3_CHANGE)).unwrap(),
         v3
     );
+
+    // With the hard-link groups it took a name from: the same bytes, then the trailer (tag
+    // `01`; one group `01` of two names `02`: "a" `0161`, "d/b" `03642f62`), which a reader
+    // that does not know it (postcard's own decoding of the record) ignores.
+    let linked = ChangeRecord {
+        groups: vec![vec![b"a".to_vec(), b"d/b".to_vec()]],
+        ..v3.clone()
+    };
+    let trailed = hex(&format!("{V3_CHANGE}010102016103642f62"));
+    assert_eq!(linked.encode(), trailed);
+    assert_eq!(
+        ChangeRecord::decode("changes", b"k", &trailed).unwrap(),
+        linked
+    );
+    let old_reader: ChangeRecord = postcard::from_bytes(&trailed[1..]).unwrap();
+    assert_eq!(old_reader, v3);
+    // A trailer of a later version is left alone; a damaged one is an error.
+    let mut unknown = hex(V3_CHANGE);
+    unknown.extend_from_slice(&[2, 9, 9]);
+    assert_eq!(ChangeRecord::decode("changes", b"k", &unknown).unwrap(), v3);
+    let damaged = hex(&format!("{V3_CHANGE}010102016103"));
+    assert!(ChangeRecord::decode("changes", b"k", &damaged).is_err());
 }
 
 #[test]

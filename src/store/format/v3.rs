@@ -49,6 +49,10 @@ pub struct ChangeRecord {
     pub tool: Option<ToolRecord>,
     /// The (filesystem) uid of the process that made the change.
     pub uid: Option<u32>,
+    /// Every name of each hard-linked file the change took a name from. Kept in a trailer
+    /// after the record (see [`ChangeRecord::encode`](super::ChangeRecord::encode)), not in it.
+    #[serde(skip)]
+    pub groups: Vec<Vec<Vec<u8>>>,
 }
 
 impl From<v2::ChangeRecord> for ChangeRecord {
@@ -69,6 +73,7 @@ impl From<v2::ChangeRecord> for ChangeRecord {
             turn: c.turn,
             tool: c.tool,
             uid: None,
+            groups: Vec::new(),
         }
     }
 }
