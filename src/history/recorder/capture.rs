@@ -111,7 +111,7 @@ impl Recorder {
                 }
                 let sweeps = store.sweeps();
                 let file = self.source.open_read(path).map_err(io_err)?;
-                let (hash, size) = store.put_blob_reader(file)?;
+                let (hash, size) = store.put_file_reader(path, file)?;
                 let state = FileState {
                     kind: FileKind::File,
                     size,
