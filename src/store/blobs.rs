@@ -484,6 +484,16 @@ impl Store {
         self.has_blob(hash)
     }
 
+    /// Write a blob's value as it is (for tests of stored bytes).
+    #[cfg(test)]
+    pub(crate) fn put_raw_blob(&self, hash: &Hash, value: &[u8]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
+        drop(db);
+        self.write("put blob", batch)
+    }
+
     /// Every blob's hash with the length of the delta chain it is read through (0: stored
     /// whole) and the size of its value, for benchmarks and checks.
     pub fn blob_depths(&self) -> Result<Vec<(Hash, u32, u64)>> {

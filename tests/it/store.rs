@@ -765,6 +765,13 @@ fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
     assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
     let id = modify(&history, "a", 2, b"old", b"new");
     assert_eq!(id, 8);
+    // Format 3: a new version may now be stored as a delta on the one before.
+    let first = version(&history, "src/a.rs", 3, &source(300, 0));
+    let second = version(&history, "src/a.rs", 4, &source(300, 1));
+    let depth = depths(history.store());
+    assert_eq!((depth[&first], depth[&second]), (0, 1));
+    assert!(history.store().read_blob(&second).unwrap() == source(300, 1));
+    assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
 }
 
 #[test]
@@ -945,4 +952,55 @@ fn gc_keeps_the_bases_of_kept_deltas_and_they_read_back() {
             store.store().verify_blob(&s.hash.unwrap()).unwrap();
         }
     }
+}
+
+/// A damaged delta base: reading a version stored on it is a clear error that names the
+/// version, the damaged base and the paths whose recorded content needs it; content that does
+/// not need it reads as before.
+#[test]
+fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (versions, other) = {
+        let history = open(dir.path());
+        let versions: Vec<Hash> = (0..5)
+            .map(|v| version(&history, "src/a.rs", v + 1, &source(300, v as usize)))
+            .collect();
+        let other = version(&history, "src/b.rs", 9, &source(200, 7));
+        let depth = depths(history.store());
+        assert_eq!(
+            versions.iter().map(|h| depth[h]).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        (versions, other)
+    };
+    {
+        // A bit flipped at the end of the second version's frame.
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let mut value = db.get_cf(blobs, versions[1].0).unwrap().unwrap();
+        let last = value.len() - 1;
+        value[last] ^= 0x40;
+        db.put_cf(blobs, versions[1].0, value).unwrap();
+    }
+    let history = open(dir.path());
+    let store = history.store();
+    let err = store.read_blob(&versions[3]).unwrap_err();
+    let msg = err.to_string();
+    assert!(err.is_damaged(), "{msg}");
+    assert!(msg.contains(&versions[3].to_hex()), "{msg}");
+    assert!(
+        msg.contains(&format!("delta base {}", versions[1].to_hex())),
+        "{msg}"
+    );
+    assert!(msg.contains("src/a.rs"), "{msg}");
+    assert!(!msg.contains("src/b.rs"), "{msg}");
+    assert_eq!(store.paths_needing(&versions[1]).unwrap(), [b"src/a.rs"]);
+    // The version itself is named as damaged, not as a base.
+    let err = store.read_blob(&versions[1]).unwrap_err().to_string();
+    assert!(!err.contains("delta base"), "{err}");
+    // What does not need it reads.
+    assert!(store.read_blob(&versions[0]).unwrap() == source(300, 0));
+    assert!(store.read_blob(&other).unwrap() == source(200, 7));
 }
