@@ -9,12 +9,15 @@
 //! - `gc`: what `rewind gc --max-size 1M` gives back on disk (`du` of the store) after a 256
 //!   MiB file written through a mount was overwritten twice (its 256 MiB now only history).
 //!
+//! - `delta`: the worst case of reading a version stored as a delta: versions of a text file
+//!   (64 KiB, 256 KiB, 1 MiB) until its chain is as long as it may be, then the deepest one
+//!   read back, beside a version of the same size stored whole.
 //! - `git`: a real repository's first-parent history replayed with `git checkout -f` in a
 //!   mount (this project's own, or `--repo PATH`; `--commits N` takes the newest N): the
 //!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
 //!   and how long the slowest version takes to read back.
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc,git] [--files N] [--mib N] [--repo PATH]
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,delta,git] [--files N] [--mib N] [--repo PATH]
 //! [--commits N]`. `mem`, `gc` and `git` need FUSE.
 
 use std::fs;
@@ -90,6 +93,23 @@ fn main() {
             ),
             "≥ 90 % of it",
         ));
+    }
+    if want("delta") {
+        for kib in [64, 256, 1024] {
+            let (depth, deepest, whole, per_version) = delta_read(&work.join("delta"), kib << 10);
+            rows.push((
+                format!(
+                    "read the deepest version of a {kib} KiB text file (a chain of {depth} \
+                     deltas; each version stored in {per_version} bytes)"
+                ),
+                format!(
+                    "{:.2} ms (a version stored whole: {:.2} ms)",
+                    deepest.as_secs_f64() * 1e3,
+                    whole.as_secs_f64() * 1e3
+                ),
+                "fast",
+            ));
+        }
     }
     if want("git") {
         let repo: PathBuf =
@@ -237,6 +257,92 @@ fn rewind(dir: &Path, data: &Path, args: &[&std::ffi::OsStr]) {
         "rewind {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Text of `len` bytes in 64-byte lines as of `version` (each version edits every 50th line).
+fn text(len: usize, version: usize) -> Vec<u8> {
+    let mut out = String::with_capacity(len);
+    for i in 0..len / 64 {
+        let edited = match version.checked_sub(i % 50) {
+            Some(since) => format!(" // v{}", version - since % 50),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "{:<63}\n",
+            format!("let v{i} = f({i:x});{edited}")
+        ));
+    }
+    out.into_bytes()
+}
+
+/// Store versions of a `len`-byte text file until its delta chain is as long as it may be;
+/// the time to read the deepest version (median of 5) and a version stored whole, the chain's
+/// length and the bytes stored per delta.
+fn delta_read(dir: &Path, len: usize) -> (u32, std::time::Duration, std::time::Duration, u64) {
+    use rewind::store::blobs::max_depth;
+    let _ = fs::remove_dir_all(dir);
+    let store = Store::open(dir).unwrap();
+    let depth = u32::from(max_depth(len));
+    let mut hashes = Vec::new();
+    for v in 0..=depth as usize {
+        let data = text(len, v);
+        let (hash, _) = store.put_file_reader(b"f.rs", &data[..]).unwrap();
+        record_version(&store, hash, data.len() as u64);
+        hashes.push(hash);
+    }
+    let depths: std::collections::HashMap<_, _> = store
+        .blob_depths()
+        .unwrap()
+        .into_iter()
+        .map(|(h, d, size)| (h, (d, size)))
+        .collect();
+    let (first, last) = (hashes[0], *hashes.last().unwrap());
+    assert_eq!(depths[&first].0, 0);
+    assert_eq!(depths[&last].0, depth, "the chain reaches its bound");
+    let per_version = depths[&last].1;
+    let time = |hash| {
+        let mut runs: Vec<_> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                store.verify_blob(&hash).unwrap();
+                t.elapsed()
+            })
+            .collect();
+        runs.sort();
+        runs[2]
+    };
+    (depth, time(last), time(first), per_version)
+}
+
+/// Record a change whose content is `hash`, so the next version of `f.rs` finds it.
+fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
+    use rewind::store::{ChangeRecord, Extra, StateRecord};
+    let change = ChangeRecord {
+        id: 0,
+        time_ns: 1,
+        kind: 1,
+        path: b"f.rs".to_vec(),
+        from: None,
+        before: None,
+        after: Some(StateRecord {
+            kind: 0,
+            size,
+            mode: 0o644,
+            hash: Some(hash.0),
+            owner: None,
+        }),
+        session: "bench".into(),
+        agent: "bench".into(),
+        pid: 1,
+        process: "bench".into(),
+        links: Vec::new(),
+        turn: None,
+        tool: None,
+        uid: None,
+    };
+    store
+        .record_many(vec![(change, &Extra::default())])
+        .unwrap();
 }
 
 /// What [`replay`] measured.

@@ -577,9 +577,8 @@ impl Store {
         let mut content: Option<Vec<u8>> = None;
         for i in (0..chain.len()).rev() {
             let (h, value) = &chain[i];
-            let frame = match parse(h, value) {
-                Ok(Stored::Frame(frame) | Stored::Delta { frame, .. }) => frame,
-                _ => unreachable!("parsed above"),
+            let Ok(Stored::Frame(frame) | Stored::Delta { frame, .. }) = parse(h, value) else {
+                unreachable!("parsed above")
             };
             let data = decompress(frame, content.as_deref())
                 .and_then(|data| {
