@@ -54,6 +54,9 @@ pub const CHAIN_BYTES: usize = 16 << 20;
 /// A delta is kept only if it is smaller than this share of the whole frame (in tenths): one
 /// that saves less is not worth a longer chain.
 const DELTA_PAYS: usize = 9;
+/// Content this short is stored whole without trying: a delta's header alone (35 bytes, and a
+/// frame's 9 or more) is about what its whole frame takes.
+const DELTA_MIN: usize = 64;
 /// The first bytes of a zstd dictionary: zstd would take content starting so as a dictionary
 /// of its own format, so it is never a base.
 const DICT_MAGIC: [u8; 4] = 0xEC30_A437u32.to_le_bytes();
@@ -332,6 +335,9 @@ impl Store {
     /// such content, its chain may grow, and the delta pays (is clearly smaller than the whole
     /// frame). Anything in the way (no base, a damaged one) is a reason to store it whole.
     fn delta_on_previous(&self, path: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+        if data.len() < DELTA_MIN {
+            return None;
+        }
         let base = self.latest_content(path).ok()??;
         // Noted before it is read, so a gc running meanwhile keeps it (see `keep_blob`): the
         // delta written next refers to it before any change does.
@@ -913,6 +919,10 @@ mod tests {
         }
         let edited = version(&store, "data.bin", &source(300, 2));
         assert_eq!(depth_of(&store, &edited), 1);
+        // Too short for a delta to pay: not even tried.
+        version(&store, "tiny", b"let x = 1;\n");
+        let tiny = version(&store, "tiny", b"let x = 2;\n");
+        assert_eq!(depth_of(&store, &tiny), 0);
     }
 
     #[test]
