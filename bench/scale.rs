@@ -9,8 +9,16 @@
 //! - `gc`: what `rewind gc --max-size 1M` gives back on disk (`du` of the store) after a 256
 //!   MiB file written through a mount was overwritten twice (its 256 MiB now only history).
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc] [--files N] [--mib N]`. `mem` and `gc`
-//! need FUSE.
+//! - `delta`: the worst case of reading a version stored as a delta: versions of a text file
+//!   (64 KiB, 256 KiB, 1 MiB) until its chain is as long as it may be, then the deepest one
+//!   read back, beside a version of the same size stored whole.
+//! - `git`: a real repository's first-parent history replayed with `git checkout -f` in a
+//!   mount (this project's own, or `--repo PATH`; `--commits N` takes the newest N): the
+//!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
+//!   and how long the slowest version takes to read back.
+//!
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,delta,git] [--files N] [--mib N] [--repo PATH]
+//! [--commits N]`. `mem`, `gc` and `git` need FUSE.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -84,6 +92,62 @@ fn main() {
                 after as f64 / MIB
             ),
             "≥ 90 % of it",
+        ));
+    }
+    if want("delta") {
+        for kib in [64, 256, 1024] {
+            let (depth, deepest, whole, per_version) = delta_read(&work.join("delta"), kib << 10);
+            rows.push((
+                format!(
+                    "read the deepest version of a {kib} KiB text file (a chain of {depth} \
+                     deltas; each version stored in {per_version} bytes)"
+                ),
+                format!(
+                    "{:.2} ms (a version stored whole: {:.2} ms)",
+                    deepest.as_secs_f64() * 1e3,
+                    whole.as_secs_f64() * 1e3
+                ),
+                "fast",
+            ));
+        }
+    }
+    if want("git") {
+        let repo: PathBuf =
+            arg(&args, "--repo").unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        let commits: usize = arg(&args, "--commits").unwrap_or(usize::MAX);
+        let r = replay(&work.join("git"), &repo, commits);
+        rows.push((
+            format!(
+                "{} commits of {} replayed with `git checkout -f` in the mount: stored content vs \
+                 `git gc --aggressive` of the same commits",
+                r.commits,
+                repo.display()
+            ),
+            format!(
+                "{:.2}× git ({:.2} MiB stored in {} blobs, {} of them deltas; git's pack {:.2} MiB \
+                 with {} blobs; store on disk {:.2} MiB)",
+                r.stored as f64 / r.pack as f64,
+                r.stored as f64 / MIB,
+                r.blobs,
+                r.deltas,
+                r.pack as f64 / MIB,
+                r.versions,
+                r.disk as f64 / MIB,
+            ),
+            "≤ 0.8× git",
+        ));
+        rows.push((
+            "reading every version stored in that replay: slowest (deepest delta chain)"
+                .to_string(),
+            format!(
+                "{:.2} ms ({} bytes, chain of {}); all {} in {:.2} s",
+                r.slowest.as_secs_f64() * 1e3,
+                r.slowest_size,
+                r.slowest_depth,
+                r.blobs,
+                r.read_all.as_secs_f64()
+            ),
+            "fast",
         ));
     }
     println!("| measured | now | target |");
@@ -193,6 +257,257 @@ fn rewind(dir: &Path, data: &Path, args: &[&std::ffi::OsStr]) {
         "rewind {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Text of `len` bytes in 64-byte lines as of `version` (each version edits every 50th line).
+fn text(len: usize, version: usize) -> Vec<u8> {
+    let mut out = String::with_capacity(len);
+    for i in 0..len / 64 {
+        let edited = match version.checked_sub(i % 50) {
+            Some(since) => format!(" // v{}", version - since % 50),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "{:<63}\n",
+            format!("let v{i} = f({i:x});{edited}")
+        ));
+    }
+    out.into_bytes()
+}
+
+/// Store versions of a `len`-byte text file until its delta chain is as long as it may be;
+/// the time to read the deepest version (median of 5) and a version stored whole, the chain's
+/// length and the bytes stored per delta.
+fn delta_read(dir: &Path, len: usize) -> (u32, std::time::Duration, std::time::Duration, u64) {
+    use rewind::store::blobs::max_depth;
+    let _ = fs::remove_dir_all(dir);
+    let store = Store::open(dir).unwrap();
+    let depth = u32::from(max_depth(len));
+    let mut hashes = Vec::new();
+    for v in 0..=depth as usize {
+        let data = text(len, v);
+        let (hash, _) = store.put_file_reader(b"f.rs", &data[..]).unwrap();
+        record_version(&store, hash, data.len() as u64);
+        hashes.push(hash);
+    }
+    let depths: std::collections::HashMap<_, _> = store
+        .blob_depths()
+        .unwrap()
+        .into_iter()
+        .map(|(h, d, size)| (h, (d, size)))
+        .collect();
+    let (first, last) = (hashes[0], *hashes.last().unwrap());
+    assert_eq!(depths[&first].0, 0);
+    assert_eq!(depths[&last].0, depth, "the chain reaches its bound");
+    let per_version = depths[&last].1;
+    let time = |hash| {
+        let mut runs: Vec<_> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                store.verify_blob(&hash).unwrap();
+                t.elapsed()
+            })
+            .collect();
+        runs.sort();
+        runs[2]
+    };
+    (depth, time(last), time(first), per_version)
+}
+
+/// Record a change whose content is `hash`, so the next version of `f.rs` finds it.
+fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
+    use rewind::store::{ChangeRecord, Extra, StateRecord};
+    let change = ChangeRecord {
+        id: 0,
+        time_ns: 1,
+        kind: 1,
+        path: b"f.rs".to_vec(),
+        from: None,
+        before: None,
+        after: Some(StateRecord {
+            kind: 0,
+            size,
+            mode: 0o644,
+            hash: Some(hash.0),
+            owner: None,
+        }),
+        session: "bench".into(),
+        agent: "bench".into(),
+        pid: 1,
+        process: "bench".into(),
+        links: Vec::new(),
+        turn: None,
+        tool: None,
+        uid: None,
+    };
+    store
+        .record_many(vec![(change, &Extra::default())])
+        .unwrap();
+}
+
+/// What [`replay`] measured.
+struct Replay {
+    commits: usize,
+    /// Stored content (the bytes of the store's blob values) and the store's files (`du`).
+    stored: u64,
+    disk: u64,
+    blobs: u64,
+    deltas: u64,
+    /// The pack of the same commits after `git gc --aggressive`, and how many file versions
+    /// (blobs) it holds.
+    pack: u64,
+    versions: usize,
+    /// The slowest blob to read back, its size and delta chain; all blobs read once.
+    slowest: std::time::Duration,
+    slowest_size: u64,
+    slowest_depth: u32,
+    read_all: std::time::Duration,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Replay the newest `limit` first-parent commits of `repo` in a mount, each checked out with
+/// `git checkout -f` (git's own directory outside the mount, so only the tracked files are
+/// written through it), and compare the content rewind stored with git's pack of the same
+/// commits (the same trees, in a linear history, `git gc --aggressive`).
+fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
+    let ws = work.join("ws");
+    let store = work.join("store");
+    let data = work.join("data");
+    let clone = work.join("clone");
+    fs::create_dir_all(&ws).unwrap();
+    git(
+        work,
+        &[
+            "clone",
+            "-q",
+            "--no-checkout",
+            repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    let mut commits: Vec<String> = git(&clone, &["rev-list", "--first-parent", "HEAD"])
+        .lines()
+        .take(limit)
+        .map(str::to_owned)
+        .collect();
+    commits.reverse();
+
+    rewind(
+        work,
+        &data,
+        &[
+            "mount".as_ref(),
+            ws.as_os_str(),
+            "--store".as_ref(),
+            store.as_os_str(),
+        ],
+    );
+    let git_dir = format!("--git-dir={}", clone.join(".git").display());
+    let work_tree = format!("--work-tree={}", ws.display());
+    let t = Instant::now();
+    for (i, commit) in commits.iter().enumerate() {
+        git(&ws, &[&git_dir, &work_tree, "checkout", "-q", "-f", commit]);
+        // Every commit's files recorded before the next checkout replaces them (a new file's
+        // create is held back for a moment, and one replaced meanwhile is never recorded).
+        rewind(&ws, &data, &["sync".as_ref()]);
+        if i % 20 == 19 {
+            eprintln!(
+                "replayed {} of {} commits at {:.0} s",
+                i + 1,
+                commits.len(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    let disk = du(&store);
+
+    let store = Store::open_read_only(&store).unwrap();
+    let stats = store.stats().unwrap();
+    let (mut slowest, mut slowest_size, mut slowest_depth) = (Default::default(), 0, 0);
+    let mut deltas = 0;
+    let t = Instant::now();
+    let mut delta_bytes = 0;
+    for (hash, depth, stored) in store.blob_depths().unwrap() {
+        deltas += u64::from(depth > 0);
+        if depth > 0 {
+            delta_bytes += stored;
+        }
+        let one = Instant::now();
+        let size = store.verify_blob(&hash).unwrap();
+        if one.elapsed() > slowest {
+            (slowest, slowest_size, slowest_depth) = (one.elapsed(), size, depth);
+        }
+    }
+    let read_all = t.elapsed();
+    eprintln!(
+        "{deltas} deltas: {:.2} MiB; the rest stored whole: {:.2} MiB",
+        delta_bytes as f64 / MIB,
+        (stats.blob_bytes - delta_bytes) as f64 / MIB
+    );
+
+    // The same trees as a linear history of their own, fetched alone into an empty repository.
+    let mut parent: Option<String> = None;
+    for (i, commit) in commits.iter().enumerate() {
+        let tree = format!("{commit}^{{tree}}");
+        let message = format!("replay {i}");
+        let mut args = vec!["commit-tree", &tree, "-m", &message];
+        if let Some(p) = &parent {
+            args.extend(["-p", p]);
+        }
+        parent = Some(git(&clone, &args).trim().to_owned());
+    }
+    let head = parent.unwrap();
+    git(&clone, &["update-ref", "refs/heads/replay", &head]);
+    let packed = work.join("packed");
+    git(work, &["init", "-q", "--bare", packed.to_str().unwrap()]);
+    git(
+        &packed,
+        &[
+            "fetch",
+            "-q",
+            clone.to_str().unwrap(),
+            "refs/heads/replay:refs/heads/replay",
+        ],
+    );
+    git(&packed, &["gc", "-q", "--aggressive", "--prune=now"]);
+    let versions = git(&packed, &["rev-list", "--objects", "--all"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|object| git(&packed, &["cat-file", "-t", object]).trim() == "blob")
+        .count();
+    let pack = fs::read_dir(packed.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    Replay {
+        commits: commits.len(),
+        stored: stats.blob_bytes,
+        disk,
+        blobs: stats.blobs,
+        deltas,
+        pack,
+        versions,
+        slowest,
+        slowest_size,
+        slowest_depth,
+        read_all,
+    }
 }
 
 /// The daemon's resident and peak resident memory after `5 * files` recorded changes.

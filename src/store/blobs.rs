@@ -9,8 +9,18 @@
 //! chunk's length either way, so both read alike. Neither writing nor reading ever holds more
 //! than a chunk or two in memory, and reading checks every byte against its hash.
 //!
-//! Value layout: `BLOB_VERSION`, then a tag: `INLINE` followed by a zstd frame, or `MANIFEST`
-//! followed by a postcard [`ManifestRecord`].
+//! Small content that is a new version of a path is stored as a *delta* when that pays: a zstd
+//! frame compressed with the path's previous content (its *base*) as the dictionary, so an
+//! edit of a few lines costs about those lines. The key is still the BLAKE3 hash of the whole
+//! content; only the stored encoding differs, and reading checks the whole against its hash as
+//! always. A base may itself be a delta: chains are bounded ([`max_depth`]) so that reading
+//! any version decompresses at most [`CHAIN_BYTES`] or so. A base is never deleted while a
+//! delta on it is kept (`gc` counts it as referred to).
+//!
+//! Value layout: `BLOB_VERSION`, then a tag: `INLINE` followed by a zstd frame, `MANIFEST`
+//! followed by a postcard [`ManifestRecord`], or `DELTA` followed by the chain's depth (one
+//! byte: 1 when the base is stored whole), the base's hash (32 bytes) and a zstd frame whose
+//! dictionary is the base's content.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,6 +45,21 @@ const CDC_MAX: u32 = CHUNK as u32;
 pub const BLOB_VERSION: u8 = 1;
 const INLINE: u8 = 0;
 const MANIFEST: u8 = 1;
+const DELTA: u8 = 2;
+/// The longest delta chain, whatever the size.
+pub const MAX_DEPTH: u8 = 50;
+/// About how many bytes reading the deepest version of a content may decompress: a chain is
+/// cut (the version stored whole) before `depth × size` passes it.
+pub const CHAIN_BYTES: usize = 16 << 20;
+/// A delta is kept only if it is smaller than this share of the whole frame (in tenths): one
+/// that saves less is not worth a longer chain.
+const DELTA_PAYS: usize = 9;
+/// Content this short is stored whole without trying: a delta's header alone (35 bytes, and a
+/// frame's 9 or more) is about what its whole frame takes.
+const DELTA_MIN: usize = 64;
+/// The first bytes of a zstd dictionary: zstd would take content starting so as a dictionary
+/// of its own format, so it is never a base.
+const DICT_MAGIC: [u8; 4] = 0xEC30_A437u32.to_le_bytes();
 /// zstd level: fast enough to run while an editor waits on `open`, still ~3x on source code.
 const LEVEL: i32 = 3;
 
@@ -73,6 +98,77 @@ pub enum Blob {
     Chunked(ManifestRecord),
 }
 
+/// A blob value as stored, before anything is decompressed.
+enum Stored<'a> {
+    Frame(&'a [u8]),
+    Manifest(ManifestRecord),
+    Delta {
+        depth: u8,
+        base: Hash,
+        frame: &'a [u8],
+    },
+}
+
+/// The longest chain a version of `len` bytes may be read through: reading it decompresses
+/// about `depth × len` bytes, kept near [`CHAIN_BYTES`].
+pub fn max_depth(len: usize) -> u8 {
+    (CHAIN_BYTES / len.max(1)).clamp(1, usize::from(MAX_DEPTH)) as u8
+}
+
+thread_local! {
+    // A compression context is costly to set up (more than compressing a small file): each
+    // thread keeps one of each.
+    static CCTX: std::cell::RefCell<zstd::zstd_safe::CCtx<'static>> =
+        std::cell::RefCell::new(zstd::zstd_safe::CCtx::create());
+    static DCTX: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> =
+        std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
+}
+
+/// `data` compressed with `dict`'s content as the dictionary: a frame that only `dict` decodes.
+fn compress_against(data: &[u8], dict: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+    CCTX.with_borrow_mut(|c| c.compress_using_dict(&mut out, data, dict, LEVEL))
+        .expect("zstd compresses into a buffer of its bound");
+    out
+}
+
+/// The delta value of `data` on `base` (stored at `depth - 1`).
+pub fn encode_delta(data: &[u8], base: &Hash, base_content: &[u8], depth: u8) -> Vec<u8> {
+    let frame = compress_against(data, base_content);
+    let mut out = Vec::with_capacity(35 + frame.len());
+    out.extend_from_slice(&[BLOB_VERSION, DELTA, depth]);
+    out.extend_from_slice(&base.0);
+    out.extend_from_slice(&frame);
+    out
+}
+
+/// Decompress a frame, with `dict` if it was compressed against one. At most [`CHUNK`] bytes:
+/// no stored content is larger, so a frame that says so is damaged.
+fn decompress(frame: &[u8], dict: Option<&[u8]>) -> std::result::Result<Vec<u8>, String> {
+    let size = match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(size)) if size <= CHUNK as u64 => size as usize,
+        Ok(Some(size)) => return Err(format!("the frame says {size} bytes, more than a chunk")),
+        // Frames written without their size (none rewind writes): decoded as a stream.
+        Ok(None) if dict.is_none() => {
+            return zstd::stream::decode_all(frame).map_err(|e| format!("bad zstd frame: {e}"));
+        }
+        Ok(None) | Err(_) => return Err("bad zstd frame header".into()),
+    };
+    let mut out = Vec::with_capacity(size);
+    let done = DCTX.with_borrow_mut(|d| match dict {
+        Some(dict) => d.decompress_using_dict(&mut out, frame, dict),
+        None => d.decompress(&mut out, frame),
+    });
+    match done {
+        Ok(n) if n == size => Ok(out),
+        Ok(n) => Err(format!("the frame holds {n} bytes, its header says {size}")),
+        Err(code) => Err(format!(
+            "bad zstd frame: {}",
+            zstd::zstd_safe::get_error_name(code)
+        )),
+    }
+}
+
 pub fn encode_inline(data: &[u8]) -> Vec<u8> {
     thread_local! {
         // A compression context is costly to set up (more than compressing a small file):
@@ -99,38 +195,68 @@ pub fn encode_manifest(manifest: &ManifestRecord) -> Vec<u8> {
     out
 }
 
-/// Decode a blob value; `hash` is its key, used to check inline content and to name it in errors.
-pub fn decode(hash: &Hash, value: &[u8]) -> Result<Blob> {
-    let corrupt = |reason: String| Error::Corrupt {
-        cf: CF_BLOBS,
-        key: keys::hex(&hash.0),
-        reason,
-    };
+/// Split a blob value into what it holds, decompressing nothing; `hash` names it in errors.
+fn parse<'a>(hash: &Hash, value: &'a [u8]) -> Result<Stored<'a>> {
     match value {
-        [BLOB_VERSION, INLINE, frame @ ..] => {
-            let data = zstd::stream::decode_all(frame)
-                .map_err(|e| corrupt(format!("bad zstd frame: {e}")))?;
-            if Hash::of(&data) != *hash {
-                return Err(corrupt("content does not match its hash".into()));
-            }
-            Ok(Blob::Inline(data))
-        }
+        [BLOB_VERSION, INLINE, frame @ ..] => Ok(Stored::Frame(frame)),
         [BLOB_VERSION, MANIFEST, body @ ..] => postcard::from_bytes(body)
-            .map(Blob::Chunked)
-            .map_err(|e| corrupt(format!("bad manifest: {e}"))),
-        [] | [_] => Err(corrupt("truncated value".into())),
-        [version, tag, ..] => Err(corrupt(format!("unknown blob version {version} tag {tag}"))),
+            .map(Stored::Manifest)
+            .map_err(|e| corrupt_blob(hash, &format!("bad manifest: {e}"))),
+        [BLOB_VERSION, DELTA, depth, rest @ ..] if rest.len() > 32 && *depth > 0 => {
+            let (base, frame) = rest.split_at(32);
+            Ok(Stored::Delta {
+                depth: *depth,
+                base: Hash(base.try_into().expect("32 bytes")),
+                frame,
+            })
+        }
+        [BLOB_VERSION, DELTA, ..] => Err(corrupt_blob(hash, "truncated delta")),
+        [] | [_] => Err(corrupt_blob(hash, "truncated value")),
+        [version, tag, ..] => Err(corrupt_blob(
+            hash,
+            &format!("unknown blob version {version} tag {tag}"),
+        )),
     }
 }
 
-/// The chunk list of a chunked blob's value; `None` for inline content, which is not read.
+/// Decode a blob value that needs no other blob (content stored whole, or a manifest); `hash`
+/// is its key, used to check inline content and to name it in errors. A delta is read through
+/// the store ([`Store::read_blob`]).
+pub fn decode(hash: &Hash, value: &[u8]) -> Result<Blob> {
+    match parse(hash, value)? {
+        Stored::Frame(frame) => {
+            let data = decompress(frame, None).map_err(|e| corrupt_blob(hash, &e))?;
+            if Hash::of(&data) != *hash {
+                return Err(corrupt_blob(hash, "content does not match its hash"));
+            }
+            Ok(Blob::Inline(data))
+        }
+        Stored::Manifest(m) => Ok(Blob::Chunked(m)),
+        Stored::Delta { base, .. } => Err(corrupt_blob(
+            hash,
+            &format!("a delta on {base} cannot be read without it"),
+        )),
+    }
+}
+
+/// The chunk list of a chunked blob's value; `None` for other content, which is not read.
 pub fn manifest_of(hash: &Hash, value: &[u8]) -> Result<Option<ManifestRecord>> {
     match value {
-        [BLOB_VERSION, MANIFEST, ..] => match decode(hash, value)? {
-            Blob::Chunked(m) => Ok(Some(m)),
-            Blob::Inline(_) => unreachable!("tagged as a manifest"),
+        [BLOB_VERSION, MANIFEST, ..] => match parse(hash, value)? {
+            Stored::Manifest(m) => Ok(Some(m)),
+            _ => unreachable!("tagged as a manifest"),
         },
         _ => Ok(None),
+    }
+}
+
+/// The base of a delta's value and its depth; `None` for other content.
+pub fn delta_base(value: &[u8]) -> Option<(Hash, u8)> {
+    match value {
+        [BLOB_VERSION, DELTA, depth, rest @ ..] if rest.len() > 32 => {
+            Some((Hash(rest[..32].try_into().ok()?), *depth))
+        }
+        _ => None,
     }
 }
 
@@ -185,24 +311,121 @@ impl Store {
             return self.put_blob_reader(data).map(|(hash, _)| hash);
         }
         let hash = Hash::of(data);
-        self.put_inline(&hash, data)?;
+        self.put_inline(&hash, data, None)?;
         Ok(hash)
     }
 
-    fn put_inline(&self, hash: &Hash, data: &[u8]) -> Result<()> {
+    /// Store `data` (at most a chunk) under `hash`, as a delta on `base` if that pays.
+    fn put_inline(&self, hash: &Hash, data: &[u8], base: Option<&[u8]>) -> Result<()> {
         if self.keep_blob(hash)? {
             return self.check_writable();
         }
+        let value = match base.and_then(|path| self.delta_on_previous(path, data)) {
+            Some(delta) => delta,
+            None => encode_inline(data),
+        };
         let db = self.db()?;
         let mut batch = WriteBatch::default();
-        batch.put_cf(db.cf(CF_BLOBS), hash.0, encode_inline(data));
+        batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
         drop(db);
         self.write("put blob", batch)
+    }
+
+    /// The value of `data` as a delta on the newest content recorded for `path`, if there is
+    /// such content, its chain may grow, and the delta pays (is clearly smaller than the whole
+    /// frame). Anything in the way (no base, a damaged one) is a reason to store it whole.
+    fn delta_on_previous(&self, path: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+        if data.len() < DELTA_MIN {
+            return None;
+        }
+        let base = self.latest_content(path).ok()??;
+        // Noted before it is read, so a gc running meanwhile keeps it (see `keep_blob`): the
+        // delta written next refers to it before any change does.
+        if !self.keep_blob(&base).ok()? {
+            return None;
+        }
+        let value = {
+            let db = self.db().ok()?;
+            db.get_pinned_cf(db.cf(CF_BLOBS), base.0).ok()??.to_vec()
+        };
+        let depth = match parse(&base, &value).ok()? {
+            Stored::Frame(_) => 1,
+            Stored::Delta { depth, .. } => depth.checked_add(1)?,
+            Stored::Manifest(_) => return None,
+        };
+        if depth > max_depth(data.len()) {
+            return None;
+        }
+        let base_content = match self.content(&base, value) {
+            Ok(content) => content,
+            Err(e) => {
+                tracing::warn!("storing a version of {path:?} whole: its previous content: {e}");
+                return None;
+            }
+        };
+        if base_content.starts_with(&DICT_MAGIC) {
+            return None;
+        }
+        let delta = encode_delta(data, &base, &base_content, depth);
+        // A delta an eighth of the content or less pays whatever the whole frame would be.
+        if delta.len() * 8 <= data.len() {
+            return Some(delta);
+        }
+        let whole = encode_inline(data);
+        (delta.len() * 10 < whole.len() * DELTA_PAYS).then_some(delta)
+    }
+
+    /// The newest content recorded for `path` (a file's, after the change or else before it),
+    /// looking at its few newest changes.
+    fn latest_content(&self, path: &[u8]) -> Result<Option<Hash>> {
+        let db = self.db()?;
+        let prefix = keys::named_prefix(path);
+        let end = keys::named(path, u64::MAX);
+        let iter = db.iterator_cf(
+            db.cf(super::CF_BY_PATH),
+            rocksdb::IteratorMode::From(&end, rocksdb::Direction::Reverse),
+        );
+        for item in iter.take(4) {
+            let (key, _) = item.map_err(Store::db_error("scan by path"))?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let Some(id) = keys::trailing_id(&key) else {
+                continue;
+            };
+            let Some(value) = db
+                .get_pinned_cf(db.cf(super::CF_CHANGES), keys::change(id))
+                .map_err(Store::db_error("read change"))?
+            else {
+                continue;
+            };
+            let change = super::ChangeRecord::decode(super::CF_CHANGES, &key, &value)?;
+            let file = |s: &Option<super::StateRecord>| {
+                s.as_ref()
+                    .filter(|s| s.kind == super::format::kind::FILE)
+                    .and_then(|s| s.hash)
+            };
+            if let Some(hash) = file(&change.after).or_else(|| file(&change.before)) {
+                return Ok(Some(Hash(hash)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Store what `reader` yields as a new version of the file at `path`: as
+    /// [`put_blob_reader`](Store::put_blob_reader), but small content is stored as a delta on
+    /// the path's newest recorded content when that pays.
+    pub fn put_file_reader(&self, path: &[u8], reader: impl Read) -> Result<(Hash, u64)> {
+        self.put_reader(reader, Some(path))
     }
 
     /// Store everything `reader` yields, a chunk or two in memory at a time. Returns hash and
     /// size.
     pub fn put_blob_reader(&self, reader: impl Read) -> Result<(Hash, u64)> {
+        self.put_reader(reader, None)
+    }
+
+    fn put_reader(&self, reader: impl Read, path: Option<&[u8]>) -> Result<(Hash, u64)> {
         // Most content is small: read it into a buffer of its own size, not a chunk's.
         let mut reader = reader;
         let mut first = Vec::new();
@@ -212,7 +435,7 @@ impl Store {
             .map_err(content_io)?;
         if first.len() <= CHUNK {
             let hash = Hash::of(&first);
-            self.put_inline(&hash, &first)?;
+            self.put_inline(&hash, &first, path)?;
             return Ok((hash, first.len() as u64));
         }
         let mut whole = blake3::Hasher::new();
@@ -225,7 +448,7 @@ impl Store {
             let chunk = chunk.map_err(|e| content_io(e.into()))?;
             whole.update(&chunk.data);
             let hash = Hash::of(&chunk.data);
-            self.put_inline(&hash, &chunk.data)?;
+            self.put_inline(&hash, &chunk.data, None)?;
             manifest.chunks.push((hash.0, chunk.length as u32));
             manifest.size += chunk.length as u64;
         }
@@ -267,6 +490,31 @@ impl Store {
         self.has_blob(hash)
     }
 
+    /// Write a blob's value as it is (for tests of stored bytes).
+    #[cfg(test)]
+    pub(crate) fn put_raw_blob(&self, hash: &Hash, value: &[u8]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
+        drop(db);
+        self.write("put blob", batch)
+    }
+
+    /// Every blob's hash with the length of the delta chain it is read through (0: stored
+    /// whole) and the size of its value, for benchmarks and checks.
+    pub fn blob_depths(&self) -> Result<Vec<(Hash, u32, u64)>> {
+        let db = self.db()?;
+        let mut out = Vec::new();
+        for item in db.iterator_cf(db.cf(CF_BLOBS), rocksdb::IteratorMode::Start) {
+            let (key, value) = item.map_err(Store::db_error("scan blobs"))?;
+            if let Ok(hash) = <[u8; 32]>::try_from(&key[..]) {
+                let depth = delta_base(&value).map_or(0, |(_, d)| u32::from(d));
+                out.push((Hash(hash), depth, value.len() as u64));
+            }
+        }
+        Ok(out)
+    }
+
     /// How many gcs so far have deleted blobs.
     pub fn sweeps(&self) -> u64 {
         self.sweeps.load(Ordering::SeqCst)
@@ -284,13 +532,154 @@ impl Store {
             .is_some())
     }
 
-    fn blob(&self, hash: &Hash) -> Result<Blob> {
+    /// A blob's stored value.
+    fn value(&self, hash: &Hash) -> Result<Vec<u8>> {
         let db = self.db()?;
         let value = db
             .get_pinned_cf(db.cf(CF_BLOBS), hash.0)
             .map_err(Store::db_error("read blob"))?
             .ok_or_else(|| corrupt_blob(hash, "blob is missing"))?;
-        decode(hash, &value)
+        Ok(value.to_vec())
+    }
+
+    fn blob(&self, hash: &Hash) -> Result<Blob> {
+        let value = self.value(hash)?;
+        match parse(hash, &value)? {
+            Stored::Manifest(m) => Ok(Blob::Chunked(m)),
+            _ => self.content(hash, value).map(Blob::Inline),
+        }
+    }
+
+    /// The content of a blob stored whole or as a delta, whose value is `value`: the chain of
+    /// bases is followed down to content stored whole, then decompressed back up, each
+    /// version checked against its hash. A damaged base is named, with the paths whose
+    /// recorded content needs it.
+    fn content(&self, hash: &Hash, value: Vec<u8>) -> Result<Vec<u8>> {
+        let mut chain = vec![(*hash, value)];
+        loop {
+            let (h, value) = chain.last().expect("not empty");
+            let base = match parse(h, value) {
+                Ok(Stored::Frame(_)) => break,
+                Ok(Stored::Delta { base, .. }) => base,
+                Ok(Stored::Manifest(_)) => {
+                    return Err(self.damaged_base(hash, &chain, "it is a chunk manifest"));
+                }
+                Err(e) => return Err(self.damaged_base(hash, &chain, &reason(e))),
+            };
+            if chain.len() > usize::from(MAX_DEPTH) {
+                return Err(corrupt_blob(
+                    hash,
+                    "its delta chain is longer than any written",
+                ));
+            }
+            match self.value(&base) {
+                Ok(value) => chain.push((base, value)),
+                Err(e) => {
+                    chain.push((base, Vec::new()));
+                    return Err(self.damaged_base(hash, &chain, &reason(e)));
+                }
+            }
+        }
+        let mut content: Option<Vec<u8>> = None;
+        for i in (0..chain.len()).rev() {
+            let (h, value) = &chain[i];
+            let Ok(Stored::Frame(frame) | Stored::Delta { frame, .. }) = parse(h, value) else {
+                unreachable!("parsed above")
+            };
+            let data = decompress(frame, content.as_deref())
+                .and_then(|data| {
+                    (Hash::of(&data) == *h)
+                        .then_some(data)
+                        .ok_or_else(|| "content does not match its hash".to_string())
+                })
+                .map_err(|why| {
+                    if i == 0 {
+                        corrupt_blob(hash, &why)
+                    } else {
+                        self.damaged_base(hash, &chain[..=i], &why)
+                    }
+                })?;
+            content = Some(data);
+        }
+        Ok(content.expect("the chain holds the blob itself"))
+    }
+
+    /// The error for a blob whose delta chain breaks at its last link: which base, and the
+    /// paths whose recorded content needs that base (a scan of the store: only on this path).
+    fn damaged_base(&self, hash: &Hash, chain: &[(Hash, Vec<u8>)], why: &str) -> Error {
+        let base = chain.last().expect("not empty").0;
+        let link = chain.len() - 1;
+        let paths = match self.paths_needing(&base) {
+            Ok(paths) if paths.is_empty() => "no recorded path".to_string(),
+            Ok(paths) => {
+                let shown: Vec<String> = paths
+                    .iter()
+                    .take(10)
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .collect();
+                let more = paths.len().saturating_sub(shown.len());
+                if more > 0 {
+                    format!("{} and {more} more", shown.join(", "))
+                } else {
+                    shown.join(", ")
+                }
+            }
+            Err(e) => format!("cannot tell ({e})"),
+        };
+        corrupt_blob(
+            hash,
+            &format!(
+                "its delta base {base} ({link} of {} down its chain) is damaged: {why}; content \
+                 stored on that base cannot be read, for: {paths}",
+                chain.len() - 1
+            ),
+        )
+    }
+
+    /// Every path a recorded change of which has content that needs the blob `base` to be
+    /// read (through deltas and chunk manifests), sorted.
+    pub fn paths_needing(&self, base: &Hash) -> Result<Vec<Vec<u8>>> {
+        let db = self.db()?;
+        // Who needs whom, from every blob's header (manifests decoded, frames not).
+        let mut needed_by: HashMap<Hash, Vec<Hash>> = HashMap::new();
+        for item in db.iterator_cf(db.cf(CF_BLOBS), rocksdb::IteratorMode::Start) {
+            let (key, value) = item.map_err(Store::db_error("scan blobs"))?;
+            let Ok(hash) = <[u8; 32]>::try_from(&key[..]).map(Hash) else {
+                continue;
+            };
+            if let Some((b, _)) = delta_base(&value) {
+                needed_by.entry(b).or_default().push(hash);
+            } else if let Ok(Some(m)) = manifest_of(&hash, &value) {
+                for (chunk, _) in m.chunks {
+                    needed_by.entry(Hash(chunk)).or_default().push(hash);
+                }
+            }
+        }
+        let mut affected = std::collections::HashSet::from([*base]);
+        let mut todo = vec![*base];
+        while let Some(h) = todo.pop() {
+            for &d in needed_by.get(&h).into_iter().flatten() {
+                if affected.insert(d) {
+                    todo.push(d);
+                }
+            }
+        }
+        let mut paths = std::collections::BTreeSet::new();
+        for item in db.iterator_cf(db.cf(super::CF_CHANGES), rocksdb::IteratorMode::Start) {
+            let (key, value) = item.map_err(Store::db_error("scan changes"))?;
+            let Ok(c) = super::ChangeRecord::decode(super::CF_CHANGES, &key, &value) else {
+                continue;
+            };
+            let needs = [&c.before, &c.after]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.hash)
+                .any(|h| affected.contains(&Hash(h)));
+            if needs {
+                paths.insert(c.path);
+            }
+        }
+        Ok(paths.into_iter().collect())
     }
 
     /// Write a blob's content to `out`, one chunk at a time, each checked against its hash and
@@ -353,6 +742,15 @@ impl Store {
         let mut out = Vec::new();
         self.read_blob_to(hash, &mut out)?;
         Ok(out)
+    }
+}
+
+/// What a store error says, without the family and key of the blob it is about (the caller
+/// names the blob).
+fn reason(e: Error) -> String {
+    match e {
+        Error::Corrupt { reason, .. } => reason,
+        e => e.to_string(),
     }
 }
 
@@ -420,6 +818,113 @@ mod tests {
         assert!(store.read_blob(&deleted).unwrap() == data);
     }
 
+    /// Source-like text of `lines` lines as of `version`: each version edits every 50th line.
+    pub(crate) fn source(lines: usize, version: usize) -> Vec<u8> {
+        let mut out = String::new();
+        for i in 0..lines {
+            let edited = match version.checked_sub(i % 50) {
+                Some(since) => format!(" // edited in version {}", version - since % 50),
+                None => String::new(),
+            };
+            out.push_str(&format!(
+                "    let value_{i} = compute({i}, \"{i:x}\");{edited}\n"
+            ));
+        }
+        out.into_bytes()
+    }
+
+    /// Record `data` as the new content of `path`, stored as [`Store::put_file_reader`] does.
+    pub(crate) fn version(store: &Store, path: &str, data: &[u8]) -> Hash {
+        use crate::store::format::{StateRecord, change_kind, kind};
+        let (hash, size) = store.put_file_reader(path.as_bytes(), data).unwrap();
+        let change = crate::store::ChangeRecord {
+            id: 0,
+            time_ns: 1,
+            kind: change_kind::MODIFY,
+            path: path.as_bytes().to_vec(),
+            from: None,
+            before: None,
+            after: Some(StateRecord {
+                kind: kind::FILE,
+                size,
+                mode: 0o644,
+                hash: Some(hash.0),
+                owner: None,
+            }),
+            session: "s".into(),
+            agent: "a".into(),
+            pid: 1,
+            process: "test".into(),
+            links: Vec::new(),
+            turn: None,
+            tool: None,
+            uid: None,
+        };
+        let extra = crate::store::Extra::default();
+        store.record_many(vec![(change, &extra)]).unwrap();
+        hash
+    }
+
+    fn depth_of(store: &Store, hash: &Hash) -> u32 {
+        let db = store.db().unwrap();
+        let value = db.get_cf(db.cf(CF_BLOBS), hash.0).unwrap().unwrap();
+        delta_base(&value).map_or(0, |(_, d)| u32::from(d))
+    }
+
+    /// Versions of a source file are stored as deltas on the version before, in chains no
+    /// longer than their bound, and every version reads back byte-exact.
+    #[test]
+    fn versions_are_deltas_in_bounded_chains_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut whole = 0;
+        let mut hashes = Vec::new();
+        for v in 0..120 {
+            let data = source(400, v);
+            whole += encode_inline(&data).len() as u64;
+            hashes.push((version(&store, "src/lib.rs", &data), data));
+        }
+        let stored = store.stats().unwrap().blob_bytes;
+        assert!(
+            stored * 5 < whole,
+            "{stored} bytes stored for versions of {whole} bytes compressed whole"
+        );
+        let depths: Vec<u32> = hashes.iter().map(|(h, _)| depth_of(&store, h)).collect();
+        assert_eq!(depths[0], 0, "the first version has no base");
+        assert_eq!(depths[1], 1);
+        let deepest = *depths.iter().max().unwrap();
+        assert_eq!(deepest, u32::from(MAX_DEPTH), "{depths:?}");
+        assert_eq!(depths[usize::from(MAX_DEPTH) + 1], 0, "the chain is cut");
+        for (hash, data) in &hashes {
+            assert!(store.read_blob(hash).unwrap() == *data);
+        }
+        // A large file's chain is shorter: reading its deepest version decompresses about
+        // CHAIN_BYTES.
+        assert_eq!(max_depth(CHUNK), (CHAIN_BYTES / CHUNK) as u8);
+        assert_eq!(max_depth(0), MAX_DEPTH);
+    }
+
+    /// Content that has nothing in common with the path's previous content is stored whole,
+    /// and so is content without a previous version or stored without a path.
+    #[test]
+    fn a_delta_that_does_not_pay_is_stored_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let first = version(&store, "data.bin", &noise(50_000, 1));
+        let second = version(&store, "data.bin", &noise(50_000, 2));
+        let text = version(&store, "data.bin", &source(300, 0));
+        let plain = store.put_blob(&source(300, 1)).unwrap();
+        for hash in [first, second, text, plain] {
+            assert_eq!(depth_of(&store, &hash), 0);
+        }
+        let edited = version(&store, "data.bin", &source(300, 2));
+        assert_eq!(depth_of(&store, &edited), 1);
+        // Too short for a delta to pay: not even tried.
+        version(&store, "tiny", b"let x = 1;\n");
+        let tiny = version(&store, "tiny", b"let x = 2;\n");
+        assert_eq!(depth_of(&store, &tiny), 0);
+    }
+
     #[test]
     fn garbage_is_a_corrupt_error() {
         let hash = Hash::of(b"x");
@@ -429,6 +934,8 @@ mod tests {
             &[1, 0, 1, 2, 3][..],
             &[9, 9][..],
             &[1, 1, 0xff][..],
+            &[1, 2, 1][..],
+            &[1, 2, 0, 1, 2][..],
         ] {
             assert!(matches!(decode(&hash, value), Err(Error::Corrupt { .. })));
         }

@@ -178,7 +178,8 @@ impl Store {
         let all = self.query(&Query::default())?;
         let protected = (plan.protect)(&all);
 
-        // Every blob's size, and the chunks of the chunked ones (only manifests are decoded).
+        // Every blob's size, and what reading it needs: the chunks of the chunked ones, the
+        // base of a delta (only manifests and delta headers are decoded).
         let mut sizes: HashMap<Hash, u64> = HashMap::new();
         let mut chunks_of: HashMap<Hash, Vec<Hash>> = HashMap::new();
         {
@@ -190,12 +191,29 @@ impl Store {
                 };
                 if let Some(m) = blobs::manifest_of(&hash, &value)? {
                     chunks_of.insert(hash, m.chunks.into_iter().map(|(h, _)| Hash(h)).collect());
+                } else if let Some((base, _)) = blobs::delta_base(&value) {
+                    chunks_of.insert(hash, vec![base]);
                 }
                 sizes.insert(hash, value.len() as u64);
             }
         }
+        // A blob and every blob reading it needs: its chunks, its delta base, that base's base
+        // (a base kept for a delta keeps its own), down to content stored whole.
+        // Each counted once per reference, so that a damaged header naming a blob that needs
+        // it cannot make this loop.
         let with_chunks = |hash: Hash| {
-            std::iter::once(hash).chain(chunks_of.get(&hash).into_iter().flatten().copied())
+            let mut out = vec![hash];
+            let mut seen = HashSet::from([hash]);
+            let mut i = 0;
+            while let Some(&h) = out.get(i) {
+                for &next in chunks_of.get(&h).into_iter().flatten() {
+                    if seen.insert(next) {
+                        out.push(next);
+                    }
+                }
+                i += 1;
+            }
+            out
         };
 
         // Reference counts: from every change, from write episodes still open (their content

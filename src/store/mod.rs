@@ -5,7 +5,7 @@
 //!
 //! | cf              | key                   | value                                    |
 //! |-----------------|-----------------------|------------------------------------------|
-//! | `blobs`         | BLAKE3 hash (32)      | zstd content or chunk manifest           |
+//! | `blobs`         | BLAKE3 hash (32)      | zstd content, delta, or chunk manifest   |
 //! | `changes`       | id (u64 BE)           | [`ChangeRecord`]                         |
 //! | `by_path`       | path NUL id           | empty (path, rename source, hard links)  |
 //! | `by_session`    | session NUL id        | empty                                    |
@@ -65,7 +65,9 @@ pub use write::{Extra, Room};
 /// 1. The first releases: version 1 records, fixed 1 MiB chunks.
 /// 2. Version 2 and 3 change and open-episode records (hard links, turns and tool calls,
 ///    owners), and the `turns` family.
-pub const FORMAT_VERSION: u8 = 2;
+/// 3. Blobs stored as deltas on an earlier version (`blobs` values tagged 2, see
+///    [`blobs`]): a rewind of format 2 could not read them.
+pub const FORMAT_VERSION: u8 = 3;
 
 const CF_BLOBS: &str = "blobs";
 const CF_CHANGES: &str = "changes";

@@ -657,6 +657,82 @@ fn sigkill_of_the_daemon_loses_no_recorded_change() {
     }
 }
 
+/// SIGKILL of the daemon while it stores new versions of text files as deltas (`sed -i`
+/// edits: each saved version a delta on the one before): every recorded version reads back
+/// whole through its chain, and after a remount each file's history ends at its content.
+#[test]
+fn sigkill_during_delta_writes_loses_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let text: String = (0..400)
+        .map(|i| format!("line {i} of a text file that is edited again and again\n"))
+        .collect();
+    for f in 0..8 {
+        fs::write(ws.path().join(format!("t{f}.txt")), &text).unwrap();
+    }
+    let sync = ws.rewind(&["-C".as_ref(), ws.path().as_os_str(), "sync".as_ref()]);
+    assert!(sync.status.success(), "{sync:?}");
+    let mut busy = Command::new("bash")
+        .arg("-c")
+        .arg(
+            "for i in $(seq 1 100000); do \
+             sed -i \"s/^line $((i % 400)) .*/line $((i % 400)) edited $i/\" t$((i % 8)).txt; \
+             done 2>/dev/null",
+        )
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    let pid = crate::mount::daemon_pid(&ws);
+    // SAFETY: kill(2) of the daemon we started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = busy.kill();
+    let _ = busy.wait();
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    assert!(wait_for(10, || unsafe { libc::kill(pid, 0) } != 0));
+
+    {
+        let store = history(&ws.store());
+        let all = store.query(&Query::default()).unwrap();
+        let deltas = store
+            .store()
+            .blob_depths()
+            .unwrap()
+            .iter()
+            .filter(|(_, depth, _)| *depth > 0)
+            .count();
+        assert!(
+            deltas >= 10,
+            "{deltas} deltas in {} changes before the kill",
+            all.len()
+        );
+        for (i, c) in all.iter().enumerate() {
+            assert_eq!(c.id, i as u64 + 1);
+            for s in [&c.before, &c.after].into_iter().flatten() {
+                let content = store.store().read_blob(&s.hash.unwrap()).unwrap();
+                assert_eq!(content.len() as u64, s.size, "change {}", c.id);
+            }
+        }
+    }
+    ws.mount();
+    ws.unmount();
+    let store = history(&ws.store());
+    for f in 0..8 {
+        let path = format!("t{f}.txt");
+        let now = fs::read(ws.path().join(&path)).unwrap();
+        let last = store
+            .last_change_until(path.as_bytes(), u64::MAX)
+            .unwrap()
+            .unwrap();
+        let after = last.after.unwrap().hash.unwrap();
+        assert_eq!(
+            store.store().read_blob(&after).unwrap(),
+            now,
+            "history of {path} does not end at its content"
+        );
+    }
+}
+
 #[test]
 fn a_full_store_refuses_changes_instead_of_losing_them() {
     let Some(small) = SmallFs::new(6) else {

@@ -766,6 +766,13 @@ fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
     assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
     let id = modify(&history, "a", 2, b"old", b"new");
     assert_eq!(id, 8);
+    // Format 3: a new version may now be stored as a delta on the one before.
+    let first = version(&history, "src/a.rs", 3, &source(300, 0));
+    let second = version(&history, "src/a.rs", 4, &source(300, 1));
+    let depth = depths(history.store());
+    assert_eq!((depth[&first], depth[&second]), (0, 1));
+    assert!(history.store().read_blob(&second).unwrap() == source(300, 1));
+    assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
 }
 
 #[test]
@@ -838,4 +845,163 @@ fn a_damaged_chunk_is_an_error_naming_it_and_the_content() {
     assert!(msg.contains(&hash.to_hex()), "{msg}");
     assert!(msg.contains("chunk 2 of"), "{msg}");
     assert!(msg.contains(&second.to_hex()), "{msg}");
+}
+
+/// Source-like text of `lines` lines of 64 bytes as of `version`: each version edits every
+/// 50th line.
+fn source(lines: usize, version: usize) -> Vec<u8> {
+    let mut out = String::new();
+    for i in 0..lines {
+        let edited = match version.checked_sub(i % 50) {
+            Some(since) => format!(" // v{}", version - since % 50),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "{:<63}\n",
+            format!("let v{i} = f({i:x});{edited}")
+        ));
+    }
+    out.into_bytes()
+}
+
+/// Record `after` as the new content of `path` (stored as the recorder stores a file's
+/// content: as a delta on the path's previous content when that pays). Returns its hash.
+fn version(h: &History, path: &str, t: u64, after: &[u8]) -> Hash {
+    let (hash, _) = h.store().put_file_reader(path.as_bytes(), after).unwrap();
+    let before = h
+        .last_change_until(path.as_bytes(), u64::MAX)
+        .unwrap()
+        .and_then(|c| c.after);
+    let mut c = change(path, t, "s1", "claude");
+    c.before = before;
+    c.after = Some(file(after, hash));
+    record(h, c).unwrap();
+    hash
+}
+
+fn depths(store: &Store) -> std::collections::HashMap<Hash, u32> {
+    store
+        .blob_depths()
+        .unwrap()
+        .into_iter()
+        .map(|(h, d, _)| (h, d))
+        .collect()
+}
+
+/// gc removes old versions of a file stored as deltas, but never a base a kept version's
+/// delta needs: the kept versions read back byte-exact, the bases below them stay (though no
+/// change refers to them any more), and what nothing needs goes.
+#[test]
+fn gc_keeps_the_bases_of_kept_deltas_and_they_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // Versions of almost a chunk: chains of max_depth(len) deltas, then a version stored whole.
+    let lines = CHUNK / 64;
+    let len = source(lines, 0).len();
+    assert_eq!(len, CHUNK);
+    let bound = store::blobs::max_depth(len) as usize;
+    let count = 2 * bound + 6;
+    let versions: Vec<(Hash, Vec<u8>)> = (0..count)
+        .map(|v| {
+            let data = source(lines, v);
+            (version(&store, "big.rs", v as u64 + 1, &data), data)
+        })
+        .collect();
+    let depth = depths(store.store());
+    let chain: Vec<u32> = versions.iter().map(|(h, _)| depth[h]).collect();
+    // 0 (whole), 1, 2, ..., bound, 0, 1, ...
+    let expected: Vec<u32> = (0..count).map(|v| (v % (bound + 1)) as u32).collect();
+    assert_eq!(chain, expected);
+    drop(store);
+
+    // Keep the last two changes (versions count-3 to count-1, before and after): deltas on
+    // the versions just before, down to the last one stored whole, `whole`, whose own change
+    // goes with every older one.
+    let store = open(dir.path());
+    let keep_from = count - 2;
+    let report = store
+        .gc(&GcPolicy {
+            older_than_ns: Some(keep_from as u64 + 1),
+            max_bytes: None,
+            dry_run: false,
+        })
+        .unwrap();
+    assert_eq!(report.changes_removed, keep_from as u64);
+    let whole = 2 * (bound + 1);
+    assert_eq!(chain[whole], 0);
+    assert!(
+        whole + 1 < keep_from,
+        "the kept deltas sit on a base no kept change names"
+    );
+    for (v, (hash, data)) in versions.iter().enumerate() {
+        let needed = v >= whole;
+        assert_eq!(
+            store.store().has_blob(hash).unwrap(),
+            needed,
+            "version {v} (depth {})",
+            chain[v]
+        );
+        if needed {
+            assert!(
+                store.store().read_blob(hash).unwrap() == *data,
+                "version {v}"
+            );
+        }
+    }
+    for c in store.query(&Query::default()).unwrap() {
+        for s in [c.before, c.after].into_iter().flatten() {
+            store.store().verify_blob(&s.hash.unwrap()).unwrap();
+        }
+    }
+}
+
+/// A damaged delta base: reading a version stored on it is a clear error that names the
+/// version, the damaged base and the paths whose recorded content needs it; content that does
+/// not need it reads as before.
+#[test]
+fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (versions, other) = {
+        let history = open(dir.path());
+        let versions: Vec<Hash> = (0..5)
+            .map(|v| version(&history, "src/a.rs", v + 1, &source(300, v as usize)))
+            .collect();
+        let other = version(&history, "src/b.rs", 9, &source(200, 7));
+        let depth = depths(history.store());
+        assert_eq!(
+            versions.iter().map(|h| depth[h]).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        (versions, other)
+    };
+    {
+        // A bit flipped at the end of the second version's frame.
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let mut value = db.get_cf(blobs, versions[1].0).unwrap().unwrap();
+        let last = value.len() - 1;
+        value[last] ^= 0x40;
+        db.put_cf(blobs, versions[1].0, value).unwrap();
+    }
+    let history = open(dir.path());
+    let store = history.store();
+    let err = store.read_blob(&versions[3]).unwrap_err();
+    let msg = err.to_string();
+    assert!(err.is_damaged(), "{msg}");
+    assert!(msg.contains(&versions[3].to_hex()), "{msg}");
+    assert!(
+        msg.contains(&format!("delta base {}", versions[1].to_hex())),
+        "{msg}"
+    );
+    assert!(msg.contains("src/a.rs"), "{msg}");
+    assert!(!msg.contains("src/b.rs"), "{msg}");
+    assert_eq!(store.paths_needing(&versions[1]).unwrap(), [b"src/a.rs"]);
+    // The version itself is named as damaged, not as a base.
+    let err = store.read_blob(&versions[1]).unwrap_err().to_string();
+    assert!(!err.contains("delta base"), "{err}");
+    // What does not need it reads.
+    assert!(store.read_blob(&versions[0]).unwrap() == source(300, 0));
+    assert!(store.read_blob(&other).unwrap() == source(200, 7));
 }

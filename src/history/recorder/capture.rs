@@ -67,19 +67,37 @@ pub(super) type Known = std::collections::HashMap<Key, (Sig, FileState, u64)>;
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
     pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, true)
+        self.capture_with(path, st, true, path)
     }
 
     /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
     /// too coarse to tell two versions of the same size apart.
     pub(super) fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, false)
+        self.capture_with(path, st, false, path)
+    }
+
+    /// [`capture_fresh`](Recorder::capture_fresh) of content that becomes the next version of
+    /// `version_of` (a file saved under a temporary name, about to be renamed over it): stored
+    /// as a delta on that path's content when that pays.
+    pub(super) fn capture_fresh_as(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        version_of: &[u8],
+    ) -> Result<FileState> {
+        self.capture_with(path, st, false, version_of)
     }
 
     /// The cache holds the content last read from a file with no write episode open, keyed by
     /// backing inode and (size, mtime, ctime). It answers only while no episode is open on the
     /// file: then nothing can have written to it since (every write needs an episode).
-    fn capture_with(&self, path: &[u8], st: &libc::stat, use_cache: bool) -> Result<FileState> {
+    fn capture_with(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        use_cache: bool,
+        version_of: &[u8],
+    ) -> Result<FileState> {
         let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
         let owner = Some(Owner::of(st));
@@ -111,7 +129,7 @@ impl Recorder {
                 }
                 let sweeps = store.sweeps();
                 let file = self.source.open_read(path).map_err(io_err)?;
-                let (hash, size) = store.put_blob_reader(file)?;
+                let (hash, size) = store.put_file_reader(version_of, file)?;
                 let state = FileState {
                     kind: FileKind::File,
                     size,

@@ -303,7 +303,7 @@ impl Recorder {
             } else {
                 ChangeKind::Create
             };
-            let Some((after, seen)) = self.pending_content(src, &p)? else {
+            let Some((after, seen)) = self.pending_content(src, &p, dst)? else {
                 return Ok(out);
             };
             if dst_before.as_ref() == Some(&after) {

@@ -73,15 +73,20 @@ impl Recorder {
         result
     }
 
-    /// The content of a held-back new file, captured now, and the stat it was captured under
-    /// (for the manifest: times may have moved since the create); `None` if it is gone.
+    /// The content of a held-back new file, captured now as the next version of `version_of`
+    /// (its own path, or the one it is saved over), and the stat it was captured under (for
+    /// the manifest: times may have moved since the create); `None` if it is gone.
     pub(super) fn pending_content(
         &self,
         path: &[u8],
         p: &Pending,
+        version_of: &[u8],
     ) -> Result<Option<(FileState, Seen)>> {
         match self.stat_if_same(path, p.key) {
-            Some(st) => Ok(Some((self.capture_fresh(path, &st)?, seen_of(&st)))),
+            Some(st) => Ok(Some((
+                self.capture_fresh_as(path, &st, version_of)?,
+                seen_of(&st),
+            ))),
             None => Ok(None),
         }
     }
@@ -97,7 +102,7 @@ impl Recorder {
         {
             p.replaces = Some(original);
         }
-        let Some((after, seen)) = self.pending_content(path, &p)? else {
+        let Some((after, seen)) = self.pending_content(path, &p, path)? else {
             self.release_id(p.id);
             return Ok(());
         };
