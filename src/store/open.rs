@@ -13,7 +13,7 @@ use rocksdb::{
 };
 
 use super::{
-    ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys,
+    ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, keys,
 };
 
 /// `meta` key of the store's format version (one byte).
@@ -374,7 +374,7 @@ impl Store {
             workspace: None,
             sessions_cache: Mutex::new(Default::default()),
             sweeps: AtomicU64::new(0),
-            recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
+            pins: Default::default(),
             pinned: AtomicU64::new(0),
         };
         match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
