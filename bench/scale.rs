@@ -9,8 +9,13 @@
 //! - `gc`: what `rewind gc --max-size 1M` gives back on disk (`du` of the store) after a 256
 //!   MiB file written through a mount was overwritten twice (its 256 MiB now only history).
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc] [--files N] [--mib N]`. `mem` and `gc`
-//! need FUSE.
+//! - `gc-mounted`: the same with the workspace mounted, gc run through the daemon.
+//! - `read`: reading commands (`log -n 5`, `status`, `cat --at`, `turns`, a file under
+//!   `.rewind/at/`) on a store with `--changes N` live changes and as many removed by gc,
+//!   beside the same on a store of 1,000 (500 live, 500 removed).
+//!
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read] [--files N] [--mib N]
+//! [--changes N]`. `mem`, `gc` and `read` need FUSE.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,12 +73,16 @@ fn main() {
             "≤ 100 MiB",
         ));
     }
-    if want("gc") {
-        let (before, after, history) = gc(&work.join("gc"), mib);
+    for mounted in [false, true] {
+        if !want(if mounted { "gc-mounted" } else { "gc" }) {
+            continue;
+        }
+        let (before, after, history) = gc(&work.join("gc"), mib, mounted);
         let freed = before as f64 - after as f64;
         rows.push((
             format!(
-                "delete {mib} MiB of history, then `gc --max-size 1M`: disk freed (`du` of the store)"
+                "delete {mib} MiB of history, then `gc --max-size 1M` {}: disk freed (`du` of the store)",
+                if mounted { "mounted" } else { "unmounted" }
             ),
             format!(
                 "{:.1} MiB of {:.0} MiB ({:.0} %; {:.1} → {:.1} MiB)",
@@ -85,6 +94,23 @@ fn main() {
             ),
             "≥ 90 % of it",
         ));
+    }
+    if want("read") {
+        let changes: usize = arg(&args, "--changes").unwrap_or(120_000);
+        let small = reading(&work.join("read-1k"), 500);
+        let large = reading(&work.join("read"), changes);
+        for ((what, t1), (_, tn)) in small.iter().zip(&large) {
+            rows.push((
+                format!("`{what}` after gc, {changes} live and {changes} removed changes"),
+                format!(
+                    "{:.1} ms (1k changes: {:.1} ms, {:.1}×)",
+                    tn * 1e3,
+                    t1 * 1e3,
+                    tn / t1
+                ),
+                "≤ 2× its time at 1k",
+            ));
+        }
     }
     println!("| measured | now | target |");
     println!("|---|---|---|");
@@ -135,7 +161,8 @@ fn cdc(dir: &Path, mib: usize) -> (u64, u64) {
 }
 
 /// `du` of the store before and after gc, and the bytes of history gc may remove.
-fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
+fn gc(work: &Path, mib: usize, mounted: bool) -> (u64, u64, u64) {
+    let _ = fs::remove_dir_all(work);
     let ws = work.join("ws");
     let store = work.join("store");
     let data = work.join("data");
@@ -158,9 +185,9 @@ fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
     rewind(&ws, &data, &["sync".as_ref()]);
     fs::write(ws.join("big.bin"), "smaller\n").unwrap();
     rewind(&ws, &data, &["sync".as_ref()]);
-    // Unmounted: a running daemon keeps content it stored within the hour from gc (a change
-    // may be about to use it), which would keep the big content here.
-    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    if !mounted {
+        rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    }
     let before = du(&store);
     rewind(
         &ws,
@@ -168,7 +195,158 @@ fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
         &["gc".as_ref(), "--max-size".as_ref(), "1M".as_ref()],
     );
     let after = du(&store);
+    if mounted {
+        rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    }
     (before, after, big.len() as u64)
+}
+
+/// Seconds each reading command takes (median of 5 runs, the first run not counted) on a
+/// store with `live` changes kept and as many removed by gc: `live` files each created, then
+/// modified, and gc told to remove everything older than the modifications.
+fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
+    use rewind::history::History;
+    use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
+    use rewind::history::db::{Extra, GcPolicy};
+    use std::sync::Arc;
+
+    let ws = work.join("ws");
+    let store_dir = work.join("store");
+    let data = work.join("data");
+    fs::create_dir_all(&ws).unwrap();
+    let mount = |ws: &Path| {
+        rewind(
+            work,
+            &data,
+            &[
+                "mount".as_ref(),
+                ws.as_os_str(),
+                "--store".as_ref(),
+                store_dir.as_os_str(),
+            ],
+        )
+    };
+    mount(&ws);
+    fs::write(ws.join("seed.txt"), "seed\n").unwrap();
+    rewind(&ws, &data, &["sync".as_ref()]);
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+
+    let t = Instant::now();
+    let history = History::new(Arc::new(Store::open(&store_dir).unwrap()));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let start = now - 3_600_000_000_000;
+    let state = |content: &[u8]| FileState {
+        kind: FileKind::File,
+        size: content.len() as u64,
+        mode: 0o644,
+        hash: Some(history.store().put_blob(content).unwrap()),
+        owner: None,
+    };
+    let mut split = 0;
+    for round in 0..2u64 {
+        for batch in (0..live).collect::<Vec<_>>().chunks(1000) {
+            let _pins = history.store().pin_scope();
+            let changes: Vec<Change> = batch
+                .iter()
+                .map(|&i| {
+                    let path = format!("d{}/f{i}.txt", i % 100);
+                    let after = format!("round {round} of file {i}\n");
+                    Change {
+                        id: 0,
+                        time_ns: start + (round * live as u64 + i as u64) * 1000,
+                        kind: if round == 0 {
+                            ChangeKind::Create
+                        } else {
+                            ChangeKind::Modify
+                        },
+                        path: path.into_bytes(),
+                        from: None,
+                        before: (round == 1)
+                            .then(|| state(format!("round 0 of file {i}\n").as_bytes())),
+                        after: Some(state(after.as_bytes())),
+                        session: format!("s{}", i % 10),
+                        agent: "bench".into(),
+                        pid: 1,
+                        process: "bench".into(),
+                        links: Vec::new(),
+                        turn: None,
+                        tool: None,
+                        uid: None,
+                    }
+                })
+                .collect();
+            let extra = Extra::default();
+            history
+                .record_many(changes.into_iter().map(|c| (c, &extra)).collect())
+                .unwrap();
+        }
+        if round == 0 {
+            split = start + live as u64 * 1000;
+        }
+    }
+    let report = history
+        .gc(&GcPolicy {
+            older_than_ns: Some(split),
+            max_bytes: None,
+            dry_run: false,
+        })
+        .unwrap();
+    let last = history.store().stats().unwrap().last_id;
+    drop(history);
+    eprintln!(
+        "{live} live changes: recorded and gc'd ({} removed) in {:.0} s",
+        report.changes_removed,
+        t.elapsed().as_secs_f64()
+    );
+
+    let at = (last - live as u64 / 2).to_string();
+    let probe = format!("d{}/f{}.txt", (live / 2) % 100, live / 2);
+    let commands: Vec<(String, Vec<String>)> = vec![
+        ("log -n 5".into(), vec!["log".into(), "-n".into(), "5".into()]),
+        ("status".into(), vec!["status".into()]),
+        (
+            "cat --at".into(),
+            vec!["cat".into(), "--at".into(), at.clone(), probe.clone()],
+        ),
+        ("turns".into(), vec!["turns".into()]),
+    ];
+    let time = |dir: &Path, args: &[String]| -> f64 {
+        let mut runs: Vec<f64> = (0..6)
+            .map(|_| {
+                let t = Instant::now();
+                let a: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+                rewind(dir, &data, &a);
+                t.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let mut out = Vec::new();
+    for (name, args) in &commands {
+        out.push((format!("rewind {name}"), time(&ws, args)));
+    }
+    mount(&ws);
+    for (name, args) in &commands[..1] {
+        out.push((format!("rewind {name}, mounted"), time(&ws, args)));
+    }
+    let file = ws.join(".rewind/at").join(&at).join(&probe);
+    let mut runs: Vec<f64> = (0..6)
+        .map(|_| {
+            let t = Instant::now();
+            fs::read(&file).unwrap();
+            t.elapsed().as_secs_f64()
+        })
+        .skip(1)
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    out.push(("read .rewind/at/ID/FILE".into(), runs[runs.len() / 2]));
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    out
 }
 
 /// What `du` counts: allocated blocks of every file below `dir`.
