@@ -224,10 +224,14 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
                 "--store".as_ref(),
                 store_dir.as_os_str(),
             ],
-        )
+        );
     };
     mount(&ws);
     fs::write(ws.join("seed.txt"), "seed\n").unwrap();
+    // The folders are made through the mount, so views of the past have them.
+    for d in 0..100 {
+        fs::create_dir(ws.join(format!("d{d}"))).unwrap();
+    }
     rewind(&ws, &data, &["sync".as_ref()]);
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
 
@@ -305,7 +309,10 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
     let at = (last - live as u64 / 2).to_string();
     let probe = format!("d{}/f{}.txt", (live / 2) % 100, live / 2);
     let commands: Vec<(String, Vec<String>)> = vec![
-        ("log -n 5".into(), vec!["log".into(), "-n".into(), "5".into()]),
+        (
+            "log -n 5".into(),
+            vec!["log".into(), "-n".into(), "5".into()],
+        ),
         ("status".into(), vec!["status".into()]),
         (
             "cat --at".into(),
@@ -329,6 +336,7 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for (name, args) in &commands {
         out.push((format!("rewind {name}"), time(&ws, args)));
+        eprintln!("{live}: {:?}", out.last().unwrap());
     }
     mount(&ws);
     for (name, args) in &commands[..1] {

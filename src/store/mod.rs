@@ -55,8 +55,8 @@ pub use format::{
     StateRecord, ToolRecord, TurnRecord,
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
-pub use pins::{PinScope, Pins};
 pub use open::{check_outside, private_files, resolve};
+pub use pins::{PinScope, Pins};
 pub use query::{Order, Query};
 pub use write::{Extra, Room};
 

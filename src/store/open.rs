@@ -12,9 +12,7 @@ use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBufferManager,
 };
 
-use super::{
-    ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, keys,
-};
+use super::{ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, keys};
 
 /// `meta` key of the store's format version (one byte).
 pub(super) const FORMAT_KEY: &[u8] = b"format";

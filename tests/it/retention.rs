@@ -442,7 +442,10 @@ fn gc_while_mounted_gives_back_deleted_history() {
         "gc gave back {freed} of {} bytes ({before} -> {after}):\n{out}",
         big.len()
     );
-    assert_eq!(std::fs::read(ws.path().join("big.bin")).unwrap(), b"smaller\n");
+    assert_eq!(
+        std::fs::read(ws.path().join("big.bin")).unwrap(),
+        b"smaller\n"
+    );
     assert_eq!(ok(rw(&ws, &["cat", "big.bin"])), "smaller\n");
     // The newest content of every file stays, chunks and all.
     let kept = rw(&ws, &["cat", "kept.bin"]);

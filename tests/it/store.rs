@@ -604,7 +604,10 @@ fn gc_keeps_content_in_flight() {
     drop(capture);
     assert_eq!(store.store().pinned_blobs(), 1);
     store.gc(&everything).unwrap();
-    assert!(store.store().has_blob(&orphan).unwrap(), "pins carried away");
+    assert!(
+        store.store().has_blob(&orphan).unwrap(),
+        "pins carried away"
+    );
     drop(carried);
     assert_eq!(store.store().pinned_blobs(), 0);
     store.gc(&everything).unwrap();
