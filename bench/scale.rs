@@ -1,8 +1,8 @@
 //! Scale benchmark: the figures of "history at scale" that depend on how much was recorded, not
 //! on how fast, each printed beside its target.
 //!
-//! - `mem`: the daemon's resident memory after 5 rounds of writing 20,000 small files through
-//!   a mount (100,000 recorded changes).
+//! - `mem`: the daemon's resident memory after 5 rounds (`--rounds N`) of writing 20,000 small
+//!   files (`--files N`) through a mount (100,000 recorded changes).
 //! - `cdc`: stored content growth when 10 bytes are inserted in the middle of a 256 MiB file,
 //!   and when 2 bytes are appended to it three times.
 //!
@@ -14,8 +14,8 @@
 //!   `.rewind/at/`) on a store with `--changes N` live changes and as many removed by gc,
 //!   beside the same on a store of 1,000 (500 live, 500 removed).
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read] [--files N] [--mib N]
-//! [--changes N]`. `mem`, `gc` and `read` need FUSE.
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read] [--files N] [--rounds N]
+//! [--mib N] [--changes N]`. `mem`, `gc` and `read` need FUSE.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,7 @@ fn main() {
     let only: Option<String> = arg(&args, "--only");
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let files: usize = arg(&args, "--files").unwrap_or(20_000);
+    let rounds: usize = arg(&args, "--rounds").unwrap_or(5);
     let mib: usize = arg(&args, "--mib").unwrap_or(256);
     let work = std::env::var_os("REWIND_BENCH_DIR")
         .map(PathBuf::from)
@@ -59,11 +60,11 @@ fn main() {
         ));
     }
     if want("mem") {
-        let (rss, peak) = memory(&work.join("mem"), files);
+        let (rss, peak) = memory(&work.join("mem"), files, rounds);
         rows.push((
             format!(
-                "daemon RSS after {} recorded changes (5 × {files} small files)",
-                5 * files
+                "daemon RSS after {} recorded changes ({rounds} × {files} small files)",
+                rounds * files
             ),
             format!(
                 "{:.0} MiB (peak {:.0} MiB)",
@@ -381,8 +382,8 @@ fn rewind(dir: &Path, data: &Path, args: &[&std::ffi::OsStr]) {
     );
 }
 
-/// The daemon's resident and peak resident memory after `5 * files` recorded changes.
-fn memory(work: &Path, files: usize) -> (u64, u64) {
+/// The daemon's resident and peak resident memory after `rounds * files` recorded changes.
+fn memory(work: &Path, files: usize, rounds: usize) -> (u64, u64) {
     let ws = work.join("ws");
     let store = work.join("store");
     let data = work.join("data");
@@ -399,7 +400,7 @@ fn memory(work: &Path, files: usize) -> (u64, u64) {
     );
     let pid = daemon_pid(&data);
     let t = Instant::now();
-    for round in 0..5 {
+    for round in 0..rounds {
         for i in 0..files {
             let dir = ws.join(format!("d{}", i % 100));
             if round == 0 && i < 100 {
