@@ -1,14 +1,16 @@
 //! Scale benchmark: the figures of "history at scale" that depend on how much was recorded, not
 //! on how fast, each printed beside its target.
 //!
-//! - `mem`: the daemon's resident memory after 5 rounds of writing 20,000 small files through
-//!   a mount (100,000 recorded changes).
+//! - `mem`: the daemon's resident memory after 5 rounds (`--rounds N`) of writing 20,000 small
+//!   files (`--files N`) through a mount (100,000 recorded changes).
 //! - `cdc`: stored content growth when 10 bytes are inserted in the middle of a 256 MiB file,
 //!   and when 2 bytes are appended to it three times.
-//!
 //! - `gc`: what `rewind gc --max-size 1M` gives back on disk (`du` of the store) after a 256
 //!   MiB file written through a mount was overwritten twice (its 256 MiB now only history).
-//!
+//! - `gc-mounted`: the same with the workspace mounted, gc run through the daemon.
+//! - `read`: reading commands (`log -n 5`, `status`, `cat --at`, `turns`, a file under
+//!   `.rewind/at/`) on a store with `--changes N` live changes and as many removed by gc,
+//!   beside the same on a store of 1,000 (500 live, 500 removed).
 //! - `delta`: the worst case of reading a version stored as a delta: versions of a text file
 //!   (64 KiB, 256 KiB, 1 MiB) until its chain is as long as it may be, then the deepest one
 //!   read back, beside a version of the same size stored whole.
@@ -17,8 +19,9 @@
 //!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
 //!   and how long the slowest version takes to read back.
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc,delta,git] [--files N] [--mib N] [--repo PATH]
-//! [--commits N]`. `mem`, `gc` and `git` need FUSE.
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read,delta,git] [--files N]
+//! [--rounds N] [--mib N] [--changes N] [--repo PATH] [--commits N]`. `mem`, `gc`, `read`
+//! and `git` need FUSE.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,7 @@ fn main() {
     let only: Option<String> = arg(&args, "--only");
     let want = |w: &str| only.as_ref().is_none_or(|o| o.split(',').any(|x| x == w));
     let files: usize = arg(&args, "--files").unwrap_or(20_000);
+    let rounds: usize = arg(&args, "--rounds").unwrap_or(5);
     let mib: usize = arg(&args, "--mib").unwrap_or(256);
     let work = std::env::var_os("REWIND_BENCH_DIR")
         .map(PathBuf::from)
@@ -62,11 +66,11 @@ fn main() {
         ));
     }
     if want("mem") {
-        let (rss, peak) = memory(&work.join("mem"), files);
+        let (rss, peak) = memory(&work.join("mem"), files, rounds);
         rows.push((
             format!(
-                "daemon RSS after {} recorded changes (5 × {files} small files)",
-                5 * files
+                "daemon RSS after {} recorded changes ({rounds} × {files} small files)",
+                rounds * files
             ),
             format!(
                 "{:.0} MiB (peak {:.0} MiB)",
@@ -76,12 +80,16 @@ fn main() {
             "≤ 100 MiB",
         ));
     }
-    if want("gc") {
-        let (before, after, history) = gc(&work.join("gc"), mib);
+    for mounted in [false, true] {
+        if !want(if mounted { "gc-mounted" } else { "gc" }) {
+            continue;
+        }
+        let (before, after, history) = gc(&work.join("gc"), mib, mounted);
         let freed = before as f64 - after as f64;
         rows.push((
             format!(
-                "delete {mib} MiB of history, then `gc --max-size 1M`: disk freed (`du` of the store)"
+                "delete {mib} MiB of history, then `gc --max-size 1M` {}: disk freed (`du` of the store)",
+                if mounted { "mounted" } else { "unmounted" }
             ),
             format!(
                 "{:.1} MiB of {:.0} MiB ({:.0} %; {:.1} → {:.1} MiB)",
@@ -93,6 +101,23 @@ fn main() {
             ),
             "≥ 90 % of it",
         ));
+    }
+    if want("read") {
+        let changes: usize = arg(&args, "--changes").unwrap_or(120_000);
+        let small = reading(&work.join("read-1k"), 500);
+        let large = reading(&work.join("read"), changes);
+        for ((what, t1), (_, tn)) in small.iter().zip(&large) {
+            rows.push((
+                format!("`{what}` after gc, {changes} live and {changes} removed changes"),
+                format!(
+                    "{:.1} ms (1k changes: {:.1} ms, {:.1}×)",
+                    tn * 1e3,
+                    t1 * 1e3,
+                    tn / t1
+                ),
+                "≤ 2× its time at 1k",
+            ));
+        }
     }
     if want("delta") {
         for kib in [64, 256, 1024] {
@@ -199,7 +224,8 @@ fn cdc(dir: &Path, mib: usize) -> (u64, u64) {
 }
 
 /// `du` of the store before and after gc, and the bytes of history gc may remove.
-fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
+fn gc(work: &Path, mib: usize, mounted: bool) -> (u64, u64, u64) {
+    let _ = fs::remove_dir_all(work);
     let ws = work.join("ws");
     let store = work.join("store");
     let data = work.join("data");
@@ -222,9 +248,9 @@ fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
     rewind(&ws, &data, &["sync".as_ref()]);
     fs::write(ws.join("big.bin"), "smaller\n").unwrap();
     rewind(&ws, &data, &["sync".as_ref()]);
-    // Unmounted: a running daemon keeps content it stored within the hour from gc (a change
-    // may be about to use it), which would keep the big content here.
-    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    if !mounted {
+        rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    }
     let before = du(&store);
     rewind(
         &ws,
@@ -232,7 +258,167 @@ fn gc(work: &Path, mib: usize) -> (u64, u64, u64) {
         &["gc".as_ref(), "--max-size".as_ref(), "1M".as_ref()],
     );
     let after = du(&store);
+    if mounted {
+        rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    }
     (before, after, big.len() as u64)
+}
+
+/// Seconds each reading command takes (median of 5 runs, the first run not counted) on a
+/// store with `live` changes kept and as many removed by gc: `live` files each created, then
+/// modified, and gc told to remove everything older than the modifications.
+fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
+    use rewind::history::History;
+    use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
+    use rewind::history::db::{Extra, GcPolicy};
+    use std::sync::Arc;
+
+    let ws = work.join("ws");
+    let store_dir = work.join("store");
+    let data = work.join("data");
+    fs::create_dir_all(&ws).unwrap();
+    let mount = |ws: &Path| {
+        rewind(
+            work,
+            &data,
+            &[
+                "mount".as_ref(),
+                ws.as_os_str(),
+                "--store".as_ref(),
+                store_dir.as_os_str(),
+            ],
+        );
+    };
+    mount(&ws);
+    fs::write(ws.join("seed.txt"), "seed\n").unwrap();
+    // The folders are made through the mount, so views of the past have them.
+    for d in 0..100 {
+        fs::create_dir(ws.join(format!("d{d}"))).unwrap();
+    }
+    rewind(&ws, &data, &["sync".as_ref()]);
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+
+    let t = Instant::now();
+    let history = History::new(Arc::new(Store::open(&store_dir).unwrap()));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let start = now - 3_600_000_000_000;
+    let state = |content: &[u8]| FileState {
+        kind: FileKind::File,
+        size: content.len() as u64,
+        mode: 0o644,
+        hash: Some(history.store().put_blob(content).unwrap()),
+        owner: None,
+    };
+    let mut split = 0;
+    for round in 0..2u64 {
+        for batch in (0..live).collect::<Vec<_>>().chunks(1000) {
+            let _pins = history.store().pin_scope();
+            let changes: Vec<Change> = batch
+                .iter()
+                .map(|&i| {
+                    let path = format!("d{}/f{i}.txt", i % 100);
+                    let after = format!("round {round} of file {i}\n");
+                    Change {
+                        id: 0,
+                        time_ns: start + (round * live as u64 + i as u64) * 1000,
+                        kind: if round == 0 {
+                            ChangeKind::Create
+                        } else {
+                            ChangeKind::Modify
+                        },
+                        path: path.into_bytes(),
+                        from: None,
+                        before: (round == 1)
+                            .then(|| state(format!("round 0 of file {i}\n").as_bytes())),
+                        after: Some(state(after.as_bytes())),
+                        session: format!("s{}", i % 10),
+                        agent: "bench".into(),
+                        pid: 1,
+                        process: "bench".into(),
+                        links: Vec::new(),
+                        groups: Vec::new(),
+                        turn: None,
+                        tool: None,
+                        uid: None,
+                    }
+                })
+                .collect();
+            let extra = Extra::default();
+            history
+                .record_many(changes.into_iter().map(|c| (c, &extra)).collect())
+                .unwrap();
+        }
+        if round == 0 {
+            split = start + live as u64 * 1000;
+        }
+    }
+    let report = history
+        .gc(&GcPolicy {
+            older_than_ns: Some(split),
+            max_bytes: None,
+            dry_run: false,
+        })
+        .unwrap();
+    let last = history.store().stats().unwrap().last_id;
+    drop(history);
+    eprintln!(
+        "{live} live changes: recorded and gc'd ({} removed) in {:.0} s",
+        report.changes_removed,
+        t.elapsed().as_secs_f64()
+    );
+
+    let at = (last - live as u64 / 2).to_string();
+    let probe = format!("d{}/f{}.txt", (live / 2) % 100, live / 2);
+    let commands: Vec<(String, Vec<String>)> = vec![
+        (
+            "log -n 5".into(),
+            vec!["log".into(), "-n".into(), "5".into()],
+        ),
+        ("status".into(), vec!["status".into()]),
+        (
+            "cat --at".into(),
+            vec!["cat".into(), "--at".into(), at.clone(), probe.clone()],
+        ),
+        ("turns".into(), vec!["turns".into()]),
+    ];
+    let time = |dir: &Path, args: &[String]| -> f64 {
+        let mut runs: Vec<f64> = (0..6)
+            .map(|_| {
+                let t = Instant::now();
+                let a: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+                rewind(dir, &data, &a);
+                t.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let mut out = Vec::new();
+    for (name, args) in &commands {
+        out.push((format!("rewind {name}"), time(&ws, args)));
+        eprintln!("{live}: {:?}", out.last().unwrap());
+    }
+    mount(&ws);
+    for (name, args) in &commands[..1] {
+        out.push((format!("rewind {name}, mounted"), time(&ws, args)));
+    }
+    let file = ws.join(".rewind/at").join(&at).join(&probe);
+    let mut runs: Vec<f64> = (0..6)
+        .map(|_| {
+            let t = Instant::now();
+            fs::read(&file).unwrap();
+            t.elapsed().as_secs_f64()
+        })
+        .skip(1)
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    out.push(("read .rewind/at/ID/FILE".into(), runs[runs.len() / 2]));
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    out
 }
 
 /// What `du` counts: allocated blocks of every file below `dir`.
@@ -336,6 +522,7 @@ fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
         pid: 1,
         process: "bench".into(),
         links: Vec::new(),
+        groups: Vec::new(),
         turn: None,
         tool: None,
         uid: None,
@@ -510,8 +697,8 @@ fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
     }
 }
 
-/// The daemon's resident and peak resident memory after `5 * files` recorded changes.
-fn memory(work: &Path, files: usize) -> (u64, u64) {
+/// The daemon's resident and peak resident memory after `rounds * files` recorded changes.
+fn memory(work: &Path, files: usize, rounds: usize) -> (u64, u64) {
     let ws = work.join("ws");
     let store = work.join("store");
     let data = work.join("data");
@@ -528,7 +715,7 @@ fn memory(work: &Path, files: usize) -> (u64, u64) {
     );
     let pid = daemon_pid(&data);
     let t = Instant::now();
-    for round in 0..5 {
+    for round in 0..rounds {
         for i in 0..files {
             let dir = ws.join(format!("d{}", i % 100));
             if round == 0 && i < 100 {

@@ -222,6 +222,8 @@ impl Turns {
     /// Keep `conversation` (the agent's transcript as of the end of turn `number` of
     /// `session`) with that turn, content-addressed like file content.
     pub fn keep_conversation(&self, session: &str, number: u32, conversation: &[u8]) -> Result<()> {
+        // Pinned until the turn names it.
+        let _pins = self.history.store().pin_scope();
         let hash = self.history.store().put_blob(conversation)?;
         // Under the table's lock, so a turn being ended or begun meanwhile is not overwritten
         // with an older copy.

@@ -27,7 +27,6 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use rocksdb::WriteBatch;
 
@@ -260,43 +259,6 @@ pub fn delta_base(value: &[u8]) -> Option<(Hash, u8)> {
     }
 }
 
-/// How long content stored or reused stays safe from gc without a recorded change using it.
-/// Long enough for any capture to reach its record (chunks of a huge file are written one by
-/// one before the change that names them), short enough that gc frees space the same day.
-pub(super) const IN_FLIGHT: Duration = Duration::from_secs(3600);
-
-/// Hashes noted by [`Store::keep_blob`], with when; pruned as it grows.
-pub(super) struct RecentBlobs {
-    noted: HashMap<Hash, Instant>,
-    prune_at: usize,
-}
-
-impl Default for RecentBlobs {
-    fn default() -> RecentBlobs {
-        RecentBlobs {
-            noted: HashMap::new(),
-            prune_at: 4096,
-        }
-    }
-}
-
-impl RecentBlobs {
-    fn note(&mut self, hash: Hash) {
-        self.noted.insert(hash, Instant::now());
-        if self.noted.len() >= self.prune_at {
-            self.noted.retain(|_, t| t.elapsed() < IN_FLIGHT);
-            self.prune_at = (self.noted.len() * 2).max(4096);
-        }
-    }
-
-    pub(super) fn in_flight(&self) -> impl Iterator<Item = Hash> + '_ {
-        self.noted
-            .iter()
-            .filter(|(_, t)| t.elapsed() < IN_FLIGHT)
-            .map(|(h, _)| *h)
-    }
-}
-
 fn content_io(source: std::io::Error) -> Error {
     Error::Io {
         path: PathBuf::from("<content being stored>"),
@@ -463,16 +425,13 @@ impl Store {
         Ok((hash, manifest.size))
     }
 
-    /// Whether the blob `hash` is stored, and if so keep it from the next gc: for a change about
-    /// to refer to content stored earlier (gc removes blobs no recorded change refers to).
-    /// A chunked blob's chunks are kept through it.
+    /// Whether the blob `hash` is stored, and if so keep it from gc until the thread's pin
+    /// scope ends (`pins.rs`): for a change about to refer to content stored earlier (gc
+    /// removes blobs no recorded change refers to). A chunked blob's chunks are kept through it.
     pub fn keep_blob(&self, hash: &Hash) -> Result<bool> {
-        // Noted before looking, so a gc either sees the note or has already deleted the blob
-        // (and we store it again).
-        self.recent_blobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note(*hash);
+        // Pinned before looking, so a gc either sees the pin or has already deleted the blob
+        // (and we store it again). The pin lasts as long as the thread's pin scope.
+        self.pin_for_scope(*hash);
         self.has_blob(hash)
     }
 
@@ -480,10 +439,7 @@ impl Store {
     /// [`sweeps`](Store::sweeps) was `sweeps`: unless a gc has deleted blobs since, it still is,
     /// and there is nothing to look up.
     pub fn keep_blob_since(&self, hash: &Hash, sweeps: u64) -> Result<bool> {
-        self.recent_blobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .note(*hash);
+        self.pin_for_scope(*hash);
         if self.sweeps() == sweeps {
             return Ok(true);
         }
@@ -856,6 +812,7 @@ mod tests {
             pid: 1,
             process: "test".into(),
             links: Vec::new(),
+            groups: Vec::new(),
             turn: None,
             tool: None,
             uid: None,

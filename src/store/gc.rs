@@ -269,11 +269,11 @@ impl Store {
             doomed.push(c);
         }
 
-        // Blobs stored or reused lately may belong to a change not recorded yet: keep them.
-        // The lock is held until the batch is written, so `keep_blob` either noted its hash
-        // in time or finds the blob gone (and it is stored again).
-        let recent = self.recent_blobs.lock().unwrap_or_else(|e| e.into_inner());
-        let kept: HashSet<Hash> = recent.in_flight().flat_map(with_chunks).collect();
+        // Blobs pinned by an operation in progress belong to a record not written yet: keep
+        // them (`pins.rs`). The lock is held until the batch is written, so `keep_blob` either
+        // pinned its hash in time or finds the blob gone (and it is stored again).
+        let pinned = self.pins.lock();
+        let kept: HashSet<Hash> = pinned.keys().copied().flat_map(with_chunks).collect();
         unreferenced.retain(|h| !kept.contains(h));
         unreferenced.sort();
         unreferenced.dedup();
@@ -282,7 +282,7 @@ impl Store {
                 .iter()
                 .filter_map(|h| sizes.get(h))
                 .sum::<u64>();
-        // What stays: the newest change of every path, and content stored within the hour.
+        // What stays: the newest change of every path, and content pinned by captures in flight.
         let over_target = plan.max_bytes.is_some_and(|max| bytes_after > max);
 
         // What this gc takes from each session and agent, and the new horizon.
@@ -355,7 +355,7 @@ impl Store {
             // Before the note table is unlocked: a capture that notes after this sees it.
             self.sweeps.fetch_add(1, Ordering::SeqCst);
         }
-        drop(recent);
+        drop(pinned);
         self.rebuild_sessions()?;
         if !doomed.is_empty() || !unreferenced.is_empty() {
             self.give_back_space()?;

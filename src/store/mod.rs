@@ -25,7 +25,7 @@
 //! writes go to the WAL without fsync, so they survive the death of the process, and
 //! [`Store::sync`] makes them survive the machine's.
 //!
-//! Lock order (see docs/design.md): `writer` before `recent_blobs`; `db` (a read lock for
+//! Lock order (see docs/design.md): `writer` before `pins`; `db` (a read lock for
 //! every operation, the write lock only to reopen) is taken last and never held while
 //! waiting for another lock.
 
@@ -36,6 +36,7 @@ pub mod format;
 mod gc;
 pub mod keys;
 mod open;
+mod pins;
 mod query;
 mod sessions;
 mod write;
@@ -55,6 +56,7 @@ pub use format::{
 };
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
+pub use pins::{PinScope, Pins};
 pub use query::{Order, Query};
 pub use write::{Extra, Room};
 
@@ -124,8 +126,8 @@ pub struct Store {
     workspace: Option<PathBuf>,
     /// Session summaries as last written, so recording a change does not read them back.
     sessions_cache: Mutex<HashMap<String, SessionRecord>>,
-    /// Blobs stored or reused lately (see [`Store::keep_blob`]).
-    recent_blobs: Mutex<blobs::RecentBlobs>,
+    /// Blobs stored or reused for records not written yet (see `pins.rs`).
+    pins: std::sync::Arc<pins::PinTable>,
     /// How many gcs have deleted blobs: content known to be stored before the last one still is.
     sweeps: AtomicU64,
     /// The newest id a checkpoint named: an id set aside at or below it is never handed out

@@ -12,9 +12,7 @@ use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBufferManager,
 };
 
-use super::{
-    ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, blobs, keys,
-};
+use super::{ALL_CFS, CF_BLOBS, CF_CHANGES, CF_META, Error, FORMAT_VERSION, Result, Store, keys};
 
 /// `meta` key of the store's format version (one byte).
 pub(super) const FORMAT_KEY: &[u8] = b"format";
@@ -393,7 +391,7 @@ impl Store {
             workspace: None,
             sessions_cache: Mutex::new(Default::default()),
             sweeps: AtomicU64::new(0),
-            recent_blobs: Mutex::new(blobs::RecentBlobs::default()),
+            pins: Default::default(),
             pinned: AtomicU64::new(0),
         };
         match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {

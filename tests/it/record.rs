@@ -683,7 +683,7 @@ fn sigkill_during_delta_writes_loses_nothing() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(2000));
-    let pid = crate::mount::daemon_pid(&ws);
+    let pid = daemon_pid(&ws);
     // SAFETY: kill(2) of the daemon we started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = busy.kill();

@@ -55,6 +55,8 @@ fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
 
 /// Record a modify of `path` from `before` to `after` content, storing both blobs first.
 fn modify(store: &History, path: &str, t: u64, before: &[u8], after: &[u8]) -> u64 {
+    // As the recorder does: what it stores is pinned until its change is written.
+    let _pins = store.store().pin_scope();
     let b = store.store().put_blob(before).unwrap();
     let a = store.store().put_blob(after).unwrap();
     let mut c = change(path, t, "s1", "claude");
@@ -558,9 +560,10 @@ fn gc_by_size_removes_oldest_history_first() {
     }
 }
 
-/// Content stored for a change that is not recorded yet (the recorder stores blobs first), or
-/// held by a write episode still open, survives a gc that runs in between; content that no
-/// change came to use is swept by a later gc of a store with nothing in flight.
+/// Content stored for a change that is not recorded yet (the recorder stores blobs first, in
+/// a pin scope it drops once the change is written), or held by a write episode still open,
+/// survives a gc that runs in between; once the scope is over, content that no change came to
+/// use is swept by the next gc of the same store (no hour to wait, no reopening).
 #[test]
 fn gc_keeps_content_in_flight() {
     let dir = tempfile::tempdir().unwrap();
@@ -571,13 +574,18 @@ fn gc_keeps_content_in_flight() {
         max_bytes: Some(0),
         dry_run: false,
     };
+    let capture = store.store().pin_scope();
     // Stored, then a gc, then the change that uses it.
     let pending = store.store().put_blob(b"about to be recorded").unwrap();
     let big: Vec<u8> = (0..CHUNK * 2 + 7).map(|i| (i * 31 % 251) as u8).collect();
     let big_hash = store.store().put_blob(&big).unwrap();
     let orphan = store.store().put_blob(b"never used").unwrap();
+    // Reusing content already stored (the recorder's cache) pins it as well.
+    assert!(store.store().keep_blob(&Hash::of(b"a0")).unwrap());
     store.gc(&everything).unwrap();
     assert!(store.store().has_blob(&pending).unwrap());
+    assert!(store.store().has_blob(&orphan).unwrap());
+    assert!(store.store().has_blob(&Hash::of(b"a0")).unwrap());
     assert_eq!(store.store().read_blob(&big_hash).unwrap(), big);
     let mut c = change("a", 2, "s1", "claude");
     c.before = Some(file(b"a1", Hash::of(b"a1")));
@@ -589,8 +597,20 @@ fn gc_keeps_content_in_flight() {
         ..file(&big, big_hash)
     });
     record(&store, c).unwrap();
-    drop(store);
-    let store = open(dir.path());
+    // Change 1 (a0 -> a1) may go now; a0, reused in the scope, stays while the scope lives.
+    store.gc(&everything).unwrap();
+    assert!(store.store().has_blob(&Hash::of(b"a0")).unwrap());
+    // A delete written by another thread carries pins of its own.
+    let carried = store.store().pin([orphan]);
+    drop(capture);
+    assert_eq!(store.store().pinned_blobs(), 1);
+    store.gc(&everything).unwrap();
+    assert!(
+        store.store().has_blob(&orphan).unwrap(),
+        "pins carried away"
+    );
+    drop(carried);
+    assert_eq!(store.store().pinned_blobs(), 0);
     store.gc(&everything).unwrap();
     assert_eq!(
         store.store().read_blob(&pending).unwrap(),
@@ -599,10 +619,12 @@ fn gc_keeps_content_in_flight() {
     assert_eq!(store.store().read_blob(&big_hash).unwrap(), big);
     assert!(
         !store.store().has_blob(&orphan).unwrap(),
-        "unused content is swept"
+        "unused content is swept once no capture holds it"
     );
+    assert!(!store.store().has_blob(&Hash::of(b"a0")).unwrap());
 
     // A write episode's content from before, stored when the file was opened for writing.
+    let scope = store.store().pin_scope();
     let held = store.store().put_blob(b"open for writing").unwrap();
     store
         .put_open_episode(
@@ -620,8 +642,7 @@ fn gc_keeps_content_in_flight() {
             },
         )
         .unwrap();
-    drop(store);
-    let store = open(dir.path());
+    drop(scope);
     store.gc(&everything).unwrap();
     assert!(store.store().has_blob(&held).unwrap());
 }

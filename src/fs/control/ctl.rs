@@ -146,6 +146,9 @@ impl Job {
             self.recorder.settle_for_reading();
         }
         let actor = DaemonActor { job: self };
+        // Content a command stores for what it does next (a hunk to put back, a file's content
+        // kept across a rollback) stays until the command is over (`store/pins.rs`).
+        let _pins = self.recorder.history().store().pin_scope();
         let ignored = |path: &[u8], dir: bool| self.recorder.ignores(path, dir);
         let mut out = Vec::new();
         let result = {

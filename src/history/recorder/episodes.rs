@@ -60,6 +60,7 @@ impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
     pub fn begin_write(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
+        let _pins = self.pin_scope();
         if kind_of(st) != FileKind::File || !self.records(path, false) {
             return Ok(None);
         }
@@ -96,6 +97,7 @@ impl Recorder {
 
     /// A regular file was just created (and opened).
     pub fn begin_create(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
+        let _pins = self.pin_scope();
         if !self.records(path, false) {
             return Ok(None);
         }
@@ -167,6 +169,7 @@ impl Recorder {
 
     /// A handle that began an episode was released. At the last one, record what changed.
     pub fn end_write(&self, key: Key) -> Result<()> {
+        let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
         let ep = {
@@ -328,6 +331,7 @@ impl Recorder {
     /// A rollback is about to rewrite `path` in place while another process holds it open for
     /// writing: what that process wrote so far is recorded first, as its own change.
     pub fn cut_for_restore(&self, path: &[u8], st: &libc::stat) -> Result<()> {
+        let _pins = self.pin_scope();
         let key = key_of(st);
         let _held = self.hold(&[key]);
         self.cut_episode_by(key, path, None)
@@ -338,6 +342,7 @@ impl Recorder {
     /// the writer's, and the episode goes on from the restored content, so what the writer
     /// writes next is its own change again.
     pub fn restored_in_place(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
+        let _pins = self.pin_scope();
         let key = key_of(st);
         let _held = self.hold(&[key]);
         let by = self.who(by);
@@ -348,6 +353,7 @@ impl Recorder {
     /// point named right after this (a checkpoint) answers with every file as it is, not as it
     /// was before a write still in progress began, nor without a new file still being written.
     pub fn cut_open_episodes(&self) -> Result<()> {
+        let _pins = self.pin_scope();
         let open: Vec<Key> = lock(&self.episodes)
             .iter()
             .filter(|(_, ep)| !ep.orphaned && ep.opens > 0)

@@ -27,6 +27,8 @@ pub const QUEUE: usize = 10_000;
 pub struct Prepared {
     pub(super) change: Change,
     pub(super) manifest: Vec<(Vec<u8>, Option<Seen>)>,
+    /// The content it names, kept from gc until it is written (or dropped).
+    pub(super) _pins: crate::store::Pins,
 }
 
 /// One watcher's queue.

@@ -159,6 +159,12 @@ impl Recorder {
         Ok(())
     }
 
+    /// Keep what this operation stores from gc until its record is written: every public
+    /// entry point that may capture content opens one (`store/pins.rs`).
+    fn pin_scope(&self) -> crate::store::PinScope {
+        self.history.store().pin_scope()
+    }
+
     /// The store takes writes, and its disk has room for what is about to be recorded.
     fn check_writable(&self) -> Result<()> {
         Ok(self.history.store().check_room()?)

@@ -19,6 +19,7 @@ impl Recorder {
     /// the delete to hand to [`defer`](Recorder::defer) once the unlink has succeeded. The
     /// caller holds the file until the unlink is done.
     pub fn before_unlink(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Prepared>> {
+        let _pins = self.pin_scope();
         let key = key_of(st);
         {
             let mut episodes = lock(&self.episodes);
@@ -87,9 +88,15 @@ impl Recorder {
             group.sort();
             change.groups = vec![group];
         }
+        // Written by the writer thread, after this operation's pin scope ends.
+        let pins = self
+            .history
+            .store()
+            .pin(change.before.as_ref().and_then(|b| b.hash));
         Ok(Some(Prepared {
             change,
             manifest: vec![(path.to_vec(), None)],
+            _pins: pins,
         }))
     }
 
@@ -116,6 +123,7 @@ impl Recorder {
 
     /// `path` was removed by `rmdir`; `st` is how it was.
     pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
+        let _pins = self.pin_scope();
         if !self.records(path, true) {
             return Ok(());
         }
@@ -128,6 +136,7 @@ impl Recorder {
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
     pub fn after_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
+        let _pins = self.pin_scope();
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
@@ -145,6 +154,7 @@ impl Recorder {
     /// `path` is a new name of the file at `target` (a hard link): record it, and know the
     /// file by both names from now on. The caller holds the file ([`hold`](Recorder::hold)).
     pub fn after_link(&self, target: &[u8], path: &[u8], by: By) -> Result<()> {
+        let _pins = self.pin_scope();
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
         };
@@ -178,6 +188,7 @@ impl Recorder {
         mode: u32,
         by: By,
     ) -> Result<Option<Change>> {
+        let _pins = self.pin_scope();
         let is_dir = kind_of(st) == FileKind::Dir;
         if st.st_mode & 0o7777 == mode & 0o7777 || !self.records(path, is_dir) {
             return Ok(None);
@@ -228,6 +239,7 @@ impl Recorder {
         exchange: bool,
         by: By,
     ) -> Result<Vec<Change>> {
+        let _pins = self.pin_scope();
         let src_dir = kind_of(src_st) == FileKind::Dir;
         // A folder exchanged for the source moves too.
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);

@@ -137,6 +137,7 @@ impl Recorder {
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`), after the
     /// queued deletes and episode ends the store could not take before.
     pub fn flush_pending_older(&self, all: bool) -> Result<()> {
+        let _pins = self.pin_scope();
         // What the store could not take before (a full disk) comes first: queued deletes and
         // the ends of episodes.
         self.drain()?;
@@ -147,6 +148,7 @@ impl Recorder {
     /// Record the held-back creates of `session` now, and the queued deletes. Other sessions'
     /// stay held back: one of them may be a temporary file about to be renamed over its target.
     pub fn flush_pending_of(&self, session: &str) -> Result<()> {
+        let _pins = self.pin_scope();
         self.drain()?;
         self.flush_pending_where(|p| p.who.session == session)
     }

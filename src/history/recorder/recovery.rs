@@ -27,6 +27,7 @@ impl Recorder {
     /// Before mounting: finish episodes a crash cut short, and record what changed in the
     /// workspace while it was not mounted (compared with the manifest the mount left).
     pub fn recover(&self) -> Result<Recovery> {
+        let _pins = self.pin_scope();
         let mut report = Recovery::default();
         for (path, ep) in self.history.open_episodes()? {
             // A rollback's write cut short is still the rollback's (a restore).
