@@ -130,3 +130,38 @@ fn a_file_changed_while_unmounted_is_read_when_deleted_even_with_its_size_and_mt
         "left alone\n"
     );
 }
+
+#[test]
+fn a_rollback_of_many_paths_lists_the_first_ten_and_a_summary_unless_verbose() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    sh(
+        &ws.path(),
+        "mkdir t && for i in $(seq 150); do echo $i > t/f$i; done",
+    );
+    ok(&rw(&ws, &["sync"]));
+    ok(&rw(&ws, &["checkpoint", "full"]));
+    sh(&ws.path(), "rm -rf t");
+    let out = ok(&rw(&ws, &["rollback", "--to", "full"]));
+    let lines: Vec<&str> = out.lines().collect();
+    // 151 paths: the folder and its files.
+    assert_eq!(lines.len(), 12, "{out}");
+    assert_eq!(lines[10], "... and 141 more paths (-v lists them)", "{out}");
+    assert!(lines[11].contains("restored 151 paths"), "{out}");
+    for i in 1..=150 {
+        assert_eq!(
+            fs::read_to_string(ws.path().join(format!("t/f{i}"))).unwrap(),
+            format!("{i}\n")
+        );
+    }
+
+    // Undone again, listed in full.
+    sh(&ws.path(), "rm -rf t");
+    let out = ok(&rw(&ws, &["rollback", "--to", "full", "-v"]));
+    assert_eq!(out.lines().count(), 152, "{out}");
+    assert!(!out.contains("more paths"), "{out}");
+    assert_eq!(
+        fs::read_to_string(ws.path().join("t/f150")).unwrap(),
+        "150\n"
+    );
+}
