@@ -1152,7 +1152,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             ));
         }
         let (before, _) = walk(&root)?;
-        let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        let out = rewind(&ws, &["rollback", "--to", name, "--force", "-v"]);
         let (after, _) = walk(&root)?;
         if out.status.code() != Some(2) || before != after {
             return Err(format!(
@@ -1175,7 +1175,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     for (name, tree) in &checkpoints {
         let (before, _) = walk(&root)?;
         let dry = rewind(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
-        let out = rewind(&ws, &["rollback", "--to", name, "--force"]);
+        let out = rewind(&ws, &["rollback", "--to", name, "--force", "-v"]);
         same_plan(&dry, &out)
             .map_err(|e| format!("{done}rollback --to {name}: {e}history:\n{}", history(&ws)))?;
         if !out.status.success() {
@@ -1211,7 +1211,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
         };
         stats.restored += restored(&stdout);
         let dry = rewind(&ws, &["rollback", "--session", session, "--dry-run"]);
-        let undo = rewind(&ws, &["rollback", "--session", session]);
+        let undo = rewind(&ws, &["rollback", "--session", session, "-v"]);
         same_plan(&dry, &undo).map_err(|e| {
             format!(
                 "{done}undoing {session} (the rollback to {name}): {e}history:\n{}",
