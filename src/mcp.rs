@@ -2,14 +2,15 @@
 //! stdio.
 //!
 //! The MCP layer knows nothing of rewind's internals: every tool call becomes one rewind
-//! command given as CLI words (`["log", "--session", "s1", "-n", "20", "--json"]`), run by a
-//! [`Backend`]. The words are exactly what `rewind` would take on its command line, so the
-//! backend can hand them to the CLI's own parser.
+//! [`Command`], the same value clap fills from a command line (`rewind log --session s1 -n 20
+//! --json`), run by a [`Backend`]. A tool's arguments are checked as they become the command;
+//! what the command means is the command's business, as on the command line.
 //!
 //! Nothing in this process may print to stdout but the MCP transport: stdout *is* the
 //! protocol. A backend must capture the command's output and return it, and logs go to
 //! stderr.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::{
@@ -21,13 +22,15 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::command::{self, Command, select::SelectArgs};
+use crate::history::Name;
+
 pub mod wire;
 
 /// What the MCP server calls into.
 pub trait Backend: Send + Sync + 'static {
-    /// Run one rewind command given as CLI words (e.g. `["log","--session","s1","-n","20"]`);
-    /// returns its text output or an error message.
-    fn run(&self, words: Vec<String>) -> Result<String, String>;
+    /// Run one rewind command; returns its text output.
+    fn run(&self, command: Command) -> Result<String, RunError>;
 }
 
 /// Why [`serve_stdio`] stopped serving.
@@ -228,71 +231,128 @@ pub struct UndoArgs {
     pub apply: bool,
 }
 
-// ---- tool arguments to CLI words ----------------------------------------------------------
+// ---- tool arguments to commands -----------------------------------------------------------
 
 /// The longest argument taken: no path (`PATH_MAX`), name or point is longer. A longer one is
 /// refused by name, before it could reach a command line (where the kernel refuses a word over
 /// 128 KiB with "Argument list too long").
 pub const MAX_ARGUMENT: usize = 4096;
 
-fn check_length(what: &str, v: &str) -> Result<(), String> {
+/// Why a tool's arguments make no command: said to the model as the tool's error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadArguments {
+    #[error(
+        "`{what}` is {len} bytes long; rewind takes at most {MAX_ARGUMENT} (no path, name or \
+         point is longer)"
+    )]
+    TooLong { what: &'static str, len: usize },
+    #[error("`{0}` is empty")]
+    Empty(&'static str),
+    #[error("`{what}` must not start with '-': {value:?}")]
+    LooksLikeAFlag { what: &'static str, value: String },
+    #[error("`{what}` must be one word without spaces: {value:?}")]
+    NotOneWord { what: &'static str, value: String },
+    #[error("`{what}` must be a non-empty path: {value:?}")]
+    NotAPath { what: &'static str, value: String },
+    #[error("`limit` must be from 1 to {MAX_HISTORY_LIMIT}")]
+    Limit,
+    #[error(
+        "give at most one of id, session, agent, turn, since, from; got {}",
+        .0.join(", ")
+    )]
+    DiffSelectors(Vec<&'static str>),
+    #[error("`to` needs `from`")]
+    ToWithoutFrom,
+    #[error("say what to roll back: one of session, agent, turn, to_turn, since, to, file, change")]
+    NothingToRollBack,
+    #[error(
+        "give exactly one of session, agent, turn, to_turn, since, to, file, change (`to` may \
+         go with `file`); got {}",
+        .0.join(", ")
+    )]
+    RollbackSelectors(Vec<&'static str>),
+    #[error("`path` goes with `hunk`")]
+    PathWithoutHunk,
+    #[error(transparent)]
+    Name(#[from] crate::history::BadName),
+    #[error("`offset` {offset} is past the end: the content is {len} bytes")]
+    PastTheEnd { offset: usize, len: usize },
+}
+
+/// Why a command built from good arguments gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    NoWords(#[from] command::words::NoWords),
+    #[error("the arguments are too long to run rewind with")]
+    TooLong,
+    #[error("cannot run rewind: {0}")]
+    Spawn(std::io::Error),
+    /// rewind refused or failed: what it said (its output, then its message).
+    #[error("{0}")]
+    Refused(String),
+    #[error("rewind failed unexpectedly: {0}")]
+    Panicked(#[from] tokio::task::JoinError),
+}
+
+/// A tool's error, as the model reads it.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error(transparent)]
+    Arguments(#[from] BadArguments),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+fn check_length(what: &'static str, v: &str) -> Result<(), BadArguments> {
     if v.len() > MAX_ARGUMENT {
-        return Err(format!(
-            "`{what}` is {} bytes long; rewind takes at most {MAX_ARGUMENT} (no path, name or \
-             point is longer)",
-            v.len()
-        ));
+        return Err(BadArguments::TooLong {
+            what,
+            len: v.len(),
+        });
     }
     Ok(())
 }
 
 /// A value given as an option's argument must be one non-empty word that cannot be taken for a
 /// flag.
-fn check_value(what: &str, v: &str) -> Result<(), String> {
+fn value(what: &'static str, v: &Option<String>) -> Result<Option<String>, BadArguments> {
+    let Some(v) = v else { return Ok(None) };
     check_length(what, v)?;
     if v.is_empty() {
-        return Err(format!("`{what}` is empty"));
+        return Err(BadArguments::Empty(what));
     }
+    let value = || v.clone();
     if v.starts_with('-') {
-        return Err(format!("`{what}` must not start with '-': {v:?}"));
+        return Err(BadArguments::LooksLikeAFlag {
+            what,
+            value: value(),
+        });
     }
     if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("`{what}` must be one word without spaces: {v:?}"));
+        return Err(BadArguments::NotOneWord {
+            what,
+            value: value(),
+        });
     }
-    Ok(())
+    Ok(Some(value()))
 }
 
-/// Paths go after `--`, so they may start with '-'; they must still be non-empty and one line.
-fn check_path(what: &str, v: &str) -> Result<(), String> {
+/// Paths may start with '-' (they never stand where a flag could); they must still be
+/// non-empty and one line.
+fn path(what: &'static str, v: &str) -> Result<PathBuf, BadArguments> {
     check_length(what, v)?;
     if v.is_empty() || v.chars().any(|c| c.is_control()) {
-        return Err(format!("`{what}` must be a non-empty path: {v:?}"));
+        return Err(BadArguments::NotAPath {
+            what,
+            value: v.to_string(),
+        });
     }
-    Ok(())
+    Ok(PathBuf::from(v))
 }
 
-struct Words(Vec<String>);
-
-impl Words {
-    fn new(cmd: &str) -> Words {
-        Words(vec![cmd.to_string()])
-    }
-    fn opt(&mut self, flag: &str, what: &str, v: &Option<String>) -> Result<(), String> {
-        if let Some(v) = v {
-            check_value(what, v)?;
-            self.0.push(flag.to_string());
-            self.0.push(v.clone());
-        }
-        Ok(())
-    }
-    fn flag(&mut self, flag: &str, on: bool) {
-        if on {
-            self.0.push(flag.to_string());
-        }
-    }
-    fn push(&mut self, w: impl Into<String>) {
-        self.0.push(w.into());
-    }
+fn optional_path(what: &'static str, v: &Option<String>) -> Result<Option<PathBuf>, BadArguments> {
+    v.as_deref().map(|v| path(what, v)).transpose()
 }
 
 /// The names of the given fields that are set.
@@ -304,31 +364,37 @@ fn set(fields: &[(&'static str, bool)]) -> Vec<&'static str> {
         .collect()
 }
 
-/// `log ... --json`.
-pub fn history_words(a: &HistoryArgs) -> Result<Vec<String>, String> {
-    let mut w = Words::new("log");
-    w.opt("--session", "session", &a.session)?;
-    w.opt("--agent", "agent", &a.agent)?;
-    w.opt("--turn", "turn", &a.turn)?;
-    w.opt("--since", "since", &a.since)?;
-    w.opt("--until", "until", &a.until)?;
-    let limit = a.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
-    if limit == 0 || limit > MAX_HISTORY_LIMIT {
-        return Err(format!("`limit` must be from 1 to {MAX_HISTORY_LIMIT}"));
-    }
-    w.push("-n");
-    w.push(limit.to_string());
-    w.push("--json");
-    if let Some(p) = &a.path {
-        check_path("path", p)?;
-        w.push("--");
-        w.push(p.clone());
-    }
-    Ok(w.0)
+fn select(
+    session: &Option<String>,
+    agent: &Option<String>,
+    turn: &Option<String>,
+    since: &Option<String>,
+) -> Result<SelectArgs, BadArguments> {
+    Ok(SelectArgs {
+        session: value("session", session)?,
+        agent: value("agent", agent)?,
+        turn: value("turn", turn)?,
+        since: value("since", since)?,
+    })
 }
 
-/// `diff [ID] [--session S|--agent A|--turn T|--since P|--from P [--to P]] [--stat] [-- PATHS]`.
-pub fn diff_words(a: &DiffArgs) -> Result<Vec<String>, String> {
+/// `log --json`, at most `limit` changes.
+pub fn history_command(a: &HistoryArgs) -> Result<Command, BadArguments> {
+    let limit = a.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
+    if limit == 0 || limit > MAX_HISTORY_LIMIT {
+        return Err(BadArguments::Limit);
+    }
+    Ok(Command::Log(command::log::LogArgs {
+        path: optional_path("path", &a.path)?,
+        select: select(&a.session, &a.agent, &a.turn, &a.since)?,
+        until: value("until", &a.until)?,
+        limit: Some(limit),
+        json: true,
+    }))
+}
+
+/// `diff`: one change, a session's, agent's or turn's net effect, or a range.
+pub fn diff_command(a: &DiffArgs) -> Result<Command, BadArguments> {
     let chosen = set(&[
         ("id", a.id.is_some()),
         ("session", a.session.is_some()),
@@ -338,33 +404,23 @@ pub fn diff_words(a: &DiffArgs) -> Result<Vec<String>, String> {
         ("from", a.from.is_some()),
     ]);
     if chosen.len() > 1 {
-        return Err(format!(
-            "give at most one of id, session, agent, turn, since, from; got {}",
-            chosen.join(", ")
-        ));
+        return Err(BadArguments::DiffSelectors(chosen));
     }
     if a.to.is_some() && a.from.is_none() {
-        return Err("`to` needs `from`".into());
+        return Err(BadArguments::ToWithoutFrom);
     }
-    let mut w = Words::new("diff");
-    if let Some(id) = a.id {
-        w.push(id.to_string());
-    }
-    w.opt("--session", "session", &a.session)?;
-    w.opt("--agent", "agent", &a.agent)?;
-    w.opt("--turn", "turn", &a.turn)?;
-    w.opt("--since", "since", &a.since)?;
-    w.opt("--from", "from", &a.from)?;
-    w.opt("--to", "to", &a.to)?;
-    w.flag("--stat", a.stat);
-    if !a.paths.is_empty() {
-        w.push("--");
-        for p in &a.paths {
-            check_path("paths", p)?;
-            w.push(p.clone());
-        }
-    }
-    Ok(w.0)
+    Ok(Command::Diff(command::diff::DiffArgs {
+        words: a.id.map(|id| PathBuf::from(id.to_string())).into_iter().collect(),
+        select: select(&a.session, &a.agent, &a.turn, &a.since)?,
+        from: value("from", &a.from)?,
+        to: value("to", &a.to)?,
+        stat: a.stat,
+        paths: a
+            .paths
+            .iter()
+            .map(|p| path("paths", p))
+            .collect::<Result<_, _>>()?,
+    }))
 }
 
 /// One change of `log --json` as the compact history gives it: id, time, kind, path (and
@@ -415,24 +471,22 @@ pub fn compact_history(text: &str) -> String {
     out
 }
 
-/// `cat [--at P] -- PATH`.
-pub fn cat_words(a: &CatArgs) -> Result<Vec<String>, String> {
-    let mut w = Words::new("cat");
-    w.opt("--at", "at", &a.at)?;
-    check_path("path", &a.path)?;
-    w.push("--");
-    w.push(a.path.clone());
-    Ok(w.0)
+/// `cat`, the whole file: [`page`] cuts it.
+pub fn cat_command(a: &CatArgs) -> Result<Command, BadArguments> {
+    Ok(Command::Cat(command::cat::CatArgs {
+        path: path("path", &a.path)?,
+        at: value("at", &a.at)?,
+    }))
 }
 
 /// One page of `text` from byte `offset`, at most [`CAT_PAGE`] bytes (on character
 /// boundaries), with a last line saying where the next page starts when there is more.
-pub fn page(text: &str, offset: usize) -> Result<String, String> {
+pub fn page(text: &str, offset: usize) -> Result<String, BadArguments> {
     if offset > text.len() {
-        return Err(format!(
-            "`offset` {offset} is past the end: the content is {} bytes",
-            text.len()
-        ));
+        return Err(BadArguments::PastTheEnd {
+            offset,
+            len: text.len(),
+        });
     }
     let mut start = offset;
     while !text.is_char_boundary(start) {
@@ -452,24 +506,27 @@ pub fn page(text: &str, offset: usize) -> Result<String, String> {
     Ok(out)
 }
 
-/// `turns [--session S]`.
-pub fn turns_words(a: &TurnsArgs) -> Result<Vec<String>, String> {
-    let mut w = Words::new("turns");
-    w.opt("--session", "session", &a.session)?;
-    Ok(w.0)
+/// `turns`, of one session or all.
+pub fn turns_command(a: &TurnsArgs) -> Result<Command, BadArguments> {
+    Ok(Command::Turns(command::turns::TurnsArgs {
+        session: value("session", &a.session)?,
+        json: false,
+        show: None,
+    }))
 }
 
-/// `checkpoint NAME [--force]`.
-pub fn checkpoint_words(a: &CheckpointArgs) -> Result<Vec<String>, String> {
-    check_value("name", &a.name)?;
-    let mut w = Words::new("checkpoint");
-    w.push(a.name.clone());
-    w.flag("--force", a.force);
-    Ok(w.0)
+/// `checkpoint NAME`.
+pub fn checkpoint_command(a: &CheckpointArgs) -> Result<Command, BadArguments> {
+    let name = value("name", &Some(a.name.clone()))?.unwrap_or_default();
+    Ok(Command::Checkpoint(command::checkpoint::CheckpointArgs {
+        name: Name::parse("checkpoint", &name)?,
+        force: a.force,
+        dry_run: false,
+    }))
 }
 
-/// `rollback <selector> [--force] [--dry-run]`; `--dry-run` unless `apply`.
-pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
+/// `rollback` of exactly one selection; a dry run unless `apply`.
+pub fn rollback_command(a: &RollbackArgs) -> Result<Command, BadArguments> {
     let chosen = set(&[
         ("session", a.session.is_some()),
         ("agent", a.agent.is_some()),
@@ -482,69 +539,45 @@ pub fn rollback_words(a: &RollbackArgs) -> Result<Vec<String>, String> {
         ("to", a.to.is_some() && a.file.is_none()),
     ]);
     match chosen.len() {
-        0 => {
-            return Err(
-                "say what to roll back: one of session, agent, turn, to_turn, since, \
-                        to, file, change"
-                    .into(),
-            );
-        }
+        0 => return Err(BadArguments::NothingToRollBack),
         1 => {}
-        _ => {
-            return Err(format!(
-                "give exactly one of session, agent, turn, to_turn, since, to, file, change \
-                 (`to` may go with `file`); got {}",
-                chosen.join(", ")
-            ));
-        }
-    }
-    let mut w = Words::new("rollback");
-    w.opt("--session", "session", &a.session)?;
-    w.opt("--agent", "agent", &a.agent)?;
-    w.opt("--turn", "turn", &a.turn)?;
-    w.opt("--to-turn", "to_turn", &a.to_turn)?;
-    w.opt("--since", "since", &a.since)?;
-    if let Some(f) = &a.file {
-        // `--file=PATH` keeps a path that starts with '-' from being read as a flag.
-        check_path("file", f)?;
-        w.push(format!("--file={f}"));
-    }
-    w.opt("--to", "to", &a.to)?;
-    if let Some(id) = a.change {
-        w.push("--change");
-        w.push(id.to_string());
+        _ => return Err(BadArguments::RollbackSelectors(chosen)),
     }
     if a.path.is_some() && a.hunk.is_none() {
-        return Err("`path` goes with `hunk`".into());
+        return Err(BadArguments::PathWithoutHunk);
     }
-    if let Some(k) = a.hunk {
-        w.push("--hunk");
-        w.push(k.to_string());
-    }
-    if let Some(p) = &a.path {
-        check_path("path", p)?;
-        w.push(format!("--path={p}"));
-    }
-    w.flag("--force", a.force);
-    w.flag("--dry-run", !a.apply);
-    Ok(w.0)
+    Ok(Command::Rollback(command::rollback::RollbackArgs {
+        select: select(&a.session, &a.agent, &a.turn, &a.since)?,
+        to_turn: value("to_turn", &a.to_turn)?,
+        to: value("to", &a.to)?,
+        file: optional_path("file", &a.file)?,
+        change: a.change,
+        hunk: a.hunk,
+        path: optional_path("path", &a.path)?,
+        dry_run: !a.apply,
+        force: a.force,
+    }))
 }
 
-/// `comment list --mine`, or `comment list` for every session.
-pub fn comments_words(a: &CommentsArgs) -> Result<Vec<String>, String> {
-    let mut w = Words::new("comment");
-    w.push("list");
-    w.flag("--mine", !a.all_sessions);
-    Ok(w.0)
+/// `comment list`: the asking session's open comments, or every session's.
+pub fn comments_command(a: &CommentsArgs) -> Command {
+    Command::Comment(command::comment::CommentArgs {
+        action: command::comment::CommentAction::List(command::comment::CommentListArgs {
+            session: None,
+            all: false,
+            json: false,
+            mine: !a.all_sessions,
+        }),
+    })
 }
 
-/// `undo ID [--force] [--dry-run]`; `--dry-run` unless `apply`.
-pub fn undo_words(a: &UndoArgs) -> Result<Vec<String>, String> {
-    let mut w = Words::new("undo");
-    w.push(a.id.to_string());
-    w.flag("--force", a.force);
-    w.flag("--dry-run", !a.apply);
-    Ok(w.0)
+/// `undo ID`; a dry run unless `apply`.
+pub fn undo_command(a: &UndoArgs) -> Command {
+    Command::Undo(command::rollback::UndoArgs {
+        id: a.id,
+        dry_run: !a.apply,
+        force: a.force,
+    })
 }
 
 // ---- the server ---------------------------------------------------------------------------
@@ -564,37 +597,44 @@ impl RewindMcp {
         }
     }
 
-    /// Runs the words on the backend off the async thread (a rewind command may block on disk
-    /// for a while) and turns the outcome into a tool result: an error from the backend is a
-    /// tool error (`isError: true`) the model can read, not a protocol error.
-    async fn run(&self, words: Result<Vec<String>, String>, dry_run: bool) -> CallToolResult {
-        let shape = move |out: String| -> Result<String, String> {
+    /// Runs the command on the backend off the async thread (a rewind command may block on
+    /// disk for a while) and turns the outcome into a tool result: bad arguments or an error
+    /// from the backend are a tool error (`isError: true`) the model can read, not a protocol
+    /// error.
+    async fn run(&self, command: Result<Command, BadArguments>, dry_run: bool) -> CallToolResult {
+        let shape = move |out: String| -> Result<String, ToolError> {
             Ok(if dry_run {
                 format!("{DRY_RUN_BANNER}{out}")
             } else {
                 out
             })
         };
-        self.run_then(words, shape).await
+        self.run_then(command, shape).await
     }
 
     /// Like [`run`](Self::run), the output passed through `shape` (which may refuse it).
     async fn run_then(
         &self,
-        words: Result<Vec<String>, String>,
-        shape: impl FnOnce(String) -> Result<String, String> + Send + 'static,
+        command: Result<Command, BadArguments>,
+        shape: impl FnOnce(String) -> Result<String, ToolError> + Send + 'static,
     ) -> CallToolResult {
-        let words = match words {
-            Ok(w) => w,
-            Err(e) => return CallToolResult::error(vec![ContentBlock::text(e)]),
+        let command = match command {
+            Ok(c) => c,
+            Err(e) => return CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         };
         let backend = Arc::clone(&self.backend);
-        match tokio::task::spawn_blocking(move || backend.run(words).and_then(shape)).await {
-            Ok(Ok(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
-            Ok(Err(e)) => CallToolResult::error(vec![ContentBlock::text(e)]),
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "rewind failed unexpectedly: {e}"
-            ))]),
+        let ran = tokio::task::spawn_blocking(move || {
+            backend
+                .run(command)
+                .map_err(ToolError::from)
+                .and_then(shape)
+        })
+        .await
+        .map_err(|e| ToolError::from(RunError::from(e)))
+        .and_then(|outcome| outcome);
+        match ran {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
 }
@@ -612,7 +652,7 @@ impl RewindMcp {
     ))]
     async fn history(&self, Parameters(a): Parameters<HistoryArgs>) -> CallToolResult {
         let full = a.full;
-        self.run_then(history_words(&a), move |out| {
+        self.run_then(history_command(&a), move |out| {
             Ok(if full { out } else { compact_history(&out) })
         })
         .await
@@ -623,8 +663,7 @@ impl RewindMcp {
     /// turn's prompt and the tool call in progress. Needs the project mounted.
     #[tool(annotations(title = "Who am I", read_only_hint = true, open_world_hint = false))]
     async fn whoami(&self, Parameters(_): Parameters<WhoamiArgs>) -> CallToolResult {
-        self.run(Ok(vec!["whoami".into(), "--json".into()]), false)
-            .await
+        self.run(Ok(Command::Whoami { json: true }), false).await
     }
 
     /// One change: who made it, when, and what it did, as a git diff.
@@ -634,8 +673,11 @@ impl RewindMcp {
         open_world_hint = false
     ))]
     async fn show(&self, Parameters(a): Parameters<ShowArgs>) -> CallToolResult {
-        self.run(Ok(vec!["show".into(), a.id.to_string()]), false)
-            .await
+        let show = command::show::ShowArgs {
+            id: a.id,
+            json: false,
+        };
+        self.run(Ok(Command::Show(show)), false).await
     }
 
     /// A file's content at a point (a change id, checkpoint, time or duration ago; default
@@ -648,7 +690,7 @@ impl RewindMcp {
     ))]
     async fn cat(&self, Parameters(a): Parameters<CatArgs>) -> CallToolResult {
         let offset = a.offset;
-        self.run_then(cat_words(&a), move |out| page(&out, offset))
+        self.run_then(cat_command(&a), move |out| Ok(page(&out, offset)?))
             .await
     }
 
@@ -657,13 +699,13 @@ impl RewindMcp {
     /// id, session, agent, turn, since, from; none means everything.
     #[tool(annotations(title = "Diff", read_only_hint = true, open_world_hint = false))]
     async fn diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
-        self.run(diff_words(&a), false).await
+        self.run(diff_command(&a), false).await
     }
 
     /// The turns recorded, with their sessions and agents.
     #[tool(annotations(title = "Turns", read_only_hint = true, open_world_hint = false))]
     async fn turns(&self, Parameters(a): Parameters<TurnsArgs>) -> CallToolResult {
-        self.run(turns_words(&a), false).await
+        self.run(turns_command(&a), false).await
     }
 
     /// Name the current end of the history, to diff against or roll back to later.
@@ -675,7 +717,7 @@ impl RewindMcp {
         open_world_hint = false
     ))]
     async fn checkpoint(&self, Parameters(a): Parameters<CheckpointArgs>) -> CallToolResult {
-        self.run(checkpoint_words(&a), false).await
+        self.run(checkpoint_command(&a), false).await
     }
 
     /// Put files back as they were before a selection of changes. Select with exactly one of
@@ -690,7 +732,7 @@ impl RewindMcp {
         open_world_hint = false
     ))]
     async fn rollback(&self, Parameters(a): Parameters<RollbackArgs>) -> CallToolResult {
-        self.run(rollback_words(&a), !a.apply).await
+        self.run(rollback_command(&a), !a.apply).await
     }
 
     /// The open review comments a person left on your session's work: on its changes, turns,
@@ -705,7 +747,7 @@ impl RewindMcp {
         open_world_hint = false
     ))]
     async fn comments(&self, Parameters(a): Parameters<CommentsArgs>) -> CallToolResult {
-        self.run(comments_words(&a), false).await
+        self.run(Ok(comments_command(&a)), false).await
     }
 
     /// Undo one change, by id. PREVIEWS ONLY unless "apply": true.
@@ -717,7 +759,7 @@ impl RewindMcp {
         open_world_hint = false
     ))]
     async fn undo(&self, Parameters(a): Parameters<UndoArgs>) -> CallToolResult {
-        self.run(undo_words(&a), !a.apply).await
+        self.run(Ok(undo_command(&a)), !a.apply).await
     }
 }
 
@@ -730,15 +772,16 @@ impl ServerHandler for RewindMcp {
     }
 }
 
-/// Runs each command as `rewind -C DIR WORDS...`, exactly as in a shell: through the daemon
-/// while the workspace is mounted, on the store otherwise.
+/// Runs each command as `rewind -C DIR WORDS...` ([`Command::words`]), exactly as in a shell:
+/// through the daemon while the workspace is mounted, on the store otherwise.
 pub struct ProcessBackend {
-    pub exe: std::path::PathBuf,
-    pub dir: std::path::PathBuf,
+    pub exe: PathBuf,
+    pub dir: PathBuf,
 }
 
 impl Backend for ProcessBackend {
-    fn run(&self, words: Vec<String>) -> Result<String, String> {
+    fn run(&self, command: Command) -> Result<String, RunError> {
+        let words = command.words()?;
         let out = std::process::Command::new(&self.exe)
             .arg("-C")
             .arg(&self.dir)
@@ -747,8 +790,8 @@ impl Backend for ProcessBackend {
             .stdin(std::process::Stdio::null())
             .output()
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::E2BIG) => "the arguments are too long to run rewind with".to_string(),
-                _ => format!("cannot run rewind: {e}"),
+                Some(libc::E2BIG) => RunError::TooLong,
+                _ => RunError::Spawn(e),
             })?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -759,11 +802,11 @@ impl Backend for ProcessBackend {
                 Ok(format!("{stdout}(nothing done: exit status 1)\n"))
             }
             Some(1) if !stdout.is_empty() => Ok(format!("{stdout}(done in part: exit status 1)\n")),
-            _ => Err(format!(
+            _ => Err(RunError::Refused(format!(
                 "{}{}",
                 stdout,
                 stderr.trim().trim_start_matches("rewind: ")
-            )),
+            ))),
         }
     }
 }
@@ -815,49 +858,140 @@ mod tests {
 
     use super::*;
 
+    /// What rewind's own parser makes of the command's words.
+    fn parsed(command: &Command) -> Command {
+        let words = command.words().unwrap();
+        command::Cli::try_parse_from(std::iter::once("rewind".into()).chain(words))
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"))
+            .command
+    }
+
     #[test]
     fn a_hunk_goes_with_its_change_or_turn_and_previews_unless_applied() {
-        let words = rollback_words(&RollbackArgs {
+        let command = rollback_command(&RollbackArgs {
             change: Some(7),
             hunk: Some(2),
             path: Some("-odd name".into()),
             ..RollbackArgs::default()
         })
         .unwrap();
-        assert_eq!(
-            words,
-            [
-                "rollback",
-                "--change",
-                "7",
-                "--hunk",
-                "2",
-                "--path=-odd name",
-                "--dry-run"
-            ]
-        );
-        let cli =
-            crate::command::Cli::try_parse_from(std::iter::once("rewind".into()).chain(words));
-        let Ok(crate::command::Cli {
-            command: crate::command::Command::Rollback(a),
-            ..
-        }) = cli
-        else {
-            panic!("the CLI takes the words")
+        let Command::Rollback(a) = parsed(&command) else {
+            panic!("a rollback")
         };
         assert_eq!((a.change, a.hunk, a.dry_run), (Some(7), Some(2), true));
-        assert!(
-            rollback_words(&RollbackArgs {
+        assert_eq!(a.path.as_deref(), Some(std::path::Path::new("-odd name")));
+        assert_eq!(
+            rollback_command(&RollbackArgs {
                 path: Some("a".into()),
                 turn: Some("s:1".into()),
                 ..RollbackArgs::default()
             })
-            .is_err(),
-            "a path without a hunk"
+            .unwrap_err(),
+            BadArguments::PathWithoutHunk,
+        );
+        let Command::Comment(c) = parsed(&comments_command(&CommentsArgs::default())) else {
+            panic!("a comment list")
+        };
+        assert!(matches!(
+            c.action,
+            command::comment::CommentAction::List(ref l) if l.mine && !l.all
+        ));
+    }
+
+    #[test]
+    fn every_tool_makes_a_command_rewind_parses_back_unchanged() {
+        let commands = [
+            history_command(&HistoryArgs {
+                path: Some("-x/y z".into()),
+                session: Some("s1".into()),
+                until: Some("40".into()),
+                ..HistoryArgs::default()
+            }),
+            diff_command(&DiffArgs {
+                id: Some(3),
+                paths: vec!["--".into(), "a b".into()],
+                stat: true,
+                ..DiffArgs::default()
+            }),
+            diff_command(&DiffArgs {
+                from: Some("before".into()),
+                to: Some("10m".into()),
+                ..DiffArgs::default()
+            }),
+            cat_command(&CatArgs {
+                path: "--help".into(),
+                at: Some("2".into()),
+                offset: 0,
+            }),
+            turns_command(&TurnsArgs {
+                session: Some("s".into()),
+            }),
+            checkpoint_command(&CheckpointArgs {
+                name: "lunch".into(),
+                force: true,
+            }),
+            rollback_command(&RollbackArgs {
+                file: Some("-f".into()),
+                to: Some("12".into()),
+                apply: true,
+                ..RollbackArgs::default()
+            }),
+            Ok(undo_command(&UndoArgs {
+                id: 4,
+                force: false,
+                apply: false,
+            })),
+        ];
+        for command in commands {
+            let command = command.unwrap();
+            assert_eq!(format!("{:?}", parsed(&command)), format!("{command:?}"));
+        }
+    }
+
+    #[test]
+    fn arguments_that_make_no_command_say_why() {
+        let history = |a: HistoryArgs| history_command(&a).unwrap_err();
+        assert_eq!(
+            history(HistoryArgs {
+                session: Some("--force".into()),
+                ..HistoryArgs::default()
+            })
+            .to_string(),
+            "`session` must not start with '-': \"--force\""
         );
         assert_eq!(
-            comments_words(&CommentsArgs::default()).unwrap(),
-            ["comment", "list", "--mine"]
+            history(HistoryArgs {
+                limit: Some(0),
+                ..HistoryArgs::default()
+            }),
+            BadArguments::Limit
+        );
+        assert_eq!(
+            history(HistoryArgs {
+                path: Some("x".repeat(MAX_ARGUMENT + 1)),
+                ..HistoryArgs::default()
+            }),
+            BadArguments::TooLong {
+                what: "path",
+                len: MAX_ARGUMENT + 1
+            }
+        );
+        assert!(matches!(
+            checkpoint_command(&CheckpointArgs {
+                name: "12".into(),
+                force: false
+            }),
+            Err(BadArguments::Name(_))
+        ));
+        assert_eq!(
+            diff_command(&DiffArgs {
+                id: Some(1),
+                session: Some("s".into()),
+                ..DiffArgs::default()
+            })
+            .unwrap_err()
+            .to_string(),
+            "give at most one of id, session, agent, turn, since, from; got id, session"
         );
     }
 }

@@ -6,28 +6,17 @@
 
 use super::Agent;
 
-/// Characters that never need quoting in a POSIX shell word.
-fn is_safe(c: char) -> bool {
-    c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c)
-}
-
-/// Quote `s` as one POSIX shell word (single quotes, `'\''` for embedded quotes).
-/// Also valid in fish, whose single quotes treat `\'` outside quotes the same way.
+/// Quote `s` as one POSIX shell word, as `shlex` does: unquoted when every character is safe,
+/// else in single quotes, and a stretch holding a `'` in double quotes (never with `$` or a
+/// backquote in them): `/a'b/$x` is `"/a'b/"'$x'`. Also valid in fish, whose quotes read those
+/// the same way. A NUL, which no path or JSON reply holds and no
+/// shell word can carry, is left out.
 pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(is_safe) {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
+    let s = s.replace('\0', "");
+    // shlex refuses only a NUL, and none is left.
+    shlex::try_quote(&s)
+        .map(std::borrow::Cow::into_owned)
+        .unwrap_or_default()
 }
 
 /// The exact command string written into the agent's hook config for `event`.
@@ -54,78 +43,14 @@ pub fn hook_command(agent: Agent, rewind: &str, event: &str) -> String {
     }
 }
 
-/// Split a command line into words the way a POSIX shell would for simple
-/// quoting (single quotes, double quotes, backslash). Operators are not
-/// special-cased: `a||b` stays one word, `a || b` gives `||` as its own word.
-pub fn split_words(cmd: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = cmd.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                for c in chars.by_ref() {
-                    if c == '\'' {
-                        break;
-                    }
-                    cur.push(c);
-                }
-            }
-            '"' => {
-                in_word = true;
-                while let Some(c) = chars.next() {
-                    match c {
-                        '"' => break,
-                        '\\' => {
-                            if let Some(n) = chars.next() {
-                                if !matches!(n, '"' | '\\' | '$' | '`') {
-                                    cur.push('\\');
-                                }
-                                cur.push(n);
-                            }
-                        }
-                        _ => cur.push(c),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                if let Some(n) = chars.next() {
-                    cur.push(n);
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            ';' | '&' | '|' => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-                words.push(c.to_string());
-            }
-            _ => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    words
-}
-
 /// Is `cmd` a rewind hook command for `agent` (any rewind path, any event)?
 ///
-/// Recognised shape: `... <path whose file name contains "rewind"> hook <agent> ...`.
+/// Recognised shape: `... <path whose file name contains "rewind"> hook <agent> ...`, the words
+/// split as a POSIX shell would (`shlex`); a command whose quotes do not balance is not ours.
 pub fn is_rewind_command(cmd: &str, agent: Agent) -> bool {
-    let words = split_words(cmd);
+    let Some(words) = shlex::split(cmd) else {
+        return false;
+    };
     words.windows(3).any(|w| {
         w[1] == "hook" && w[2] == agent.as_str() && {
             let name = w[0].rsplit(['/', '\\']).next().unwrap_or("");
@@ -145,27 +70,48 @@ mod tests {
             shell_quote("/opt/my tools/rewind"),
             "'/opt/my tools/rewind'"
         );
-        assert_eq!(shell_quote("/a'b/rewind"), "'/a'\\''b/rewind'");
+        assert_eq!(shell_quote("/a'b/rewind"), "\"/a'b/rewind\"");
+        assert_eq!(shell_quote("/a'b/$x"), "\"/a'b/\"'$x'");
         assert_eq!(shell_quote(""), "''");
         assert_eq!(shell_quote("$HOME/rewind"), "'$HOME/rewind'");
     }
 
     #[test]
-    fn split_roundtrips_quoting() {
+    fn quoted_words_split_back_unchanged() {
         for p in [
             "/usr/bin/rewind",
             "/opt/my tools/rewind",
             "/a'b/re wind",
             "x\"y$z",
+            "/opt/a=b,c%d/rewind",
+            "it's \\ \"$HOME\" `x`",
         ] {
             let cmd = format!("{} hook claude Stop || true", shell_quote(p));
-            let w = split_words(&cmd);
-            assert_eq!(w, vec![p, "hook", "claude", "Stop", "|", "|", "true"]);
+            let w = shlex::split(&cmd).unwrap();
+            assert_eq!(w, vec![p, "hook", "claude", "Stop", "||", "true"]);
         }
-        assert_eq!(
-            split_words(r#"a "b \" c" 'd e'"#),
-            vec!["a", "b \" c", "d e"]
-        );
+        assert_eq!(shell_quote("a\0b"), "ab");
+    }
+
+    #[test]
+    fn a_real_shell_reads_each_quoted_word_back() {
+        let words = [
+            "/opt/my tools/rewind",
+            "/a'b/re wind",
+            "it's \\ \"$HOME\" `x` $(y) !z *",
+            "/opt/a=b,c%d/{e}/rewind",
+            "{\"continue\": true, \"why\": \"it's\"}",
+        ];
+        for shell in ["sh", "bash"] {
+            for w in words {
+                let out = std::process::Command::new(shell)
+                    .arg("-c")
+                    .arg(format!("printf '%s' {}", shell_quote(w)))
+                    .output()
+                    .unwrap();
+                assert_eq!(String::from_utf8_lossy(&out.stdout), w, "{shell}");
+            }
+        }
     }
 
     #[test]

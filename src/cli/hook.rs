@@ -32,13 +32,46 @@ const PAYLOAD_MAX: u64 = 4 << 20;
 /// answers the agent and exits, whatever is still waiting (SPEC: within 1 s).
 const DEADLINE: Duration = Duration::from_millis(800);
 
-/// Why a hook recorded nothing.
+/// Why a hook recorded nothing, or may not have recorded all it was to.
 enum Missed {
     /// The payload was not what the agent should send: logged.
     Payload(String),
-    /// No daemon took the event (no workspace, not mounted, gone, or no answer in time):
-    /// logged, and said on stderr.
+    /// The daemon did not take (or did not confirm) the event: no workspace, not mounted,
+    /// gone, or no answer in time. Logged, and said on stderr; the message ends with what is
+    /// known to be recorded (see [`Told`]).
     Daemon(String),
+}
+
+/// What the exchange child (see [`tell`]) says on its stdout, one byte per step, so that the
+/// hook knows how far it got even when it has to leave it behind: a request about to be made,
+/// and one answered.
+const SENDING: u8 = 0x01;
+const ANSWERED: u8 = 0x06;
+
+/// How far the exchange got: requests handed to the daemon, and answered.
+struct Told {
+    sent: usize,
+    answered: usize,
+    of: usize,
+}
+
+impl Told {
+    /// `why`, and what is known to be recorded: only what was answered, and possibly a
+    /// request still unanswered (the daemon may have taken it, or it was withdrawn when the
+    /// exchange was killed: the hook cannot tell which).
+    fn missed(&self, why: &str) -> Missed {
+        let done = match (self.answered, self.sent > self.answered) {
+            (0, false) => "nothing recorded".to_string(),
+            (0, true) => "not confirmed: the daemon may still record it".to_string(),
+            (n, false) => format!("recorded in part ({n} of {} requests)", self.of),
+            (n, true) => format!(
+                "recorded in part ({n} of {} requests); not confirmed: the daemon may still \
+                 record the next",
+                self.of
+            ),
+        };
+        Missed::Daemon(format!("{why}; {done}"))
+    }
 }
 
 pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
@@ -48,12 +81,7 @@ pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
     let agent = super::agent::agent_of(args.agent);
     let started = Instant::now();
     let deadline = started + DEADLINE;
-    let gave_up = || {
-        Missed::Daemon(format!(
-            "no payload and answer within {} ms; gave up",
-            DEADLINE.as_millis()
-        ))
-    };
+    let late = || format!("no answer within {} ms; gave up", DEADLINE.as_millis());
     // The payload is read beside, so that an input that never ends cannot hold the agent: at
     // the deadline this thread answers and the process exits, the reader with it.
     let (tx, rx) = mpsc::channel();
@@ -66,9 +94,12 @@ pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
     let result = match reader {
         Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Ok(lines)) if lines.is_empty() => Ok(()),
-            Ok(Ok(lines)) => tell(&lines, deadline).and_then(|done| done.ok_or_else(gave_up)),
+            Ok(Ok(lines)) => tell(&lines, deadline, &late()),
             Ok(Err(missed)) => Err(missed),
-            Err(_) => Err(gave_up()),
+            Err(_) => Err(Missed::Daemon(format!(
+                "no payload within {} ms; gave up; nothing recorded",
+                DEADLINE.as_millis()
+            ))),
         },
         Err(e) => Err(Missed::Daemon(format!("cannot start: {e}"))),
     };
@@ -82,7 +113,7 @@ pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
         Ok(()) => None,
         Err(Missed::Payload(m)) => Some(m),
         Err(Missed::Daemon(m)) => {
-            let _ = writeln!(std::io::stderr(), "rewind hook: {m}; nothing recorded");
+            let _ = writeln!(std::io::stderr(), "rewind hook: {m}");
             Some(m)
         }
     };
@@ -241,21 +272,44 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
     })
 }
 
-/// Send `lines` to the daemon from a child process and wait for it until `deadline`:
-/// `Ok(None)` if it had not finished by then. A request the daemon took and never answers
-/// holds the process that made it in an uninterruptible wait, which even its exit waits for;
-/// so it must not be the hook, which the agent waits on. The child is killed at the deadline
-/// (a request not yet taken is then withdrawn) and left to end when the daemon answers.
-fn tell(lines: &[String], deadline: Instant) -> Result<Option<()>, Missed> {
-    let cannot = |e: std::io::Error| Missed::Daemon(format!("cannot start the exchange: {e}"));
+/// Send `lines` to the daemon from a child process and wait for it until `deadline`, then
+/// give up with `late`. A request the daemon took and never answers holds the process that
+/// made it in an uninterruptible wait, which even its exit waits for; so it must not be the
+/// hook, which the agent waits on. The child is killed at the deadline (a request not yet
+/// taken is then withdrawn) and left to end when the daemon answers. Whether the daemon had
+/// taken it cannot be known, and the message says so (see [`Told`]).
+fn tell(lines: &[String], deadline: Instant, late: &str) -> Result<(), Missed> {
+    let cannot = |e: std::io::Error| {
+        Missed::Daemon(format!("cannot start the exchange: {e}; nothing recorded"))
+    };
     let mut child = Command::new("/proc/self/exe")
         .args(std::env::args_os().skip(1))
         .arg("--exchange")
         .stdin(Stdio::piped())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(cannot)?;
+    let mut steps = child.stdout.take();
+    // Read without waiting: a child left behind keeps its end of the pipe open.
+    if let Some(out) = &steps
+        && let Err(e) = rustix::fs::fcntl_setfl(out, rustix::fs::OFlags::NONBLOCK)
+    {
+        let _ = child.kill();
+        return Err(cannot(e.into()));
+    }
+    let told = |steps: &mut Option<std::process::ChildStdout>| {
+        let mut said = Vec::new();
+        if let Some(out) = steps {
+            // What is there now, up to the end or to what would block.
+            let _ = out.read_to_end(&mut said);
+        }
+        Told {
+            sent: said.iter().filter(|b| **b == SENDING).count(),
+            answered: said.iter().filter(|b| **b == ANSWERED).count(),
+            of: lines.len(),
+        }
+    };
     if let Some(mut stdin) = child.stdin.take() {
         // The child reads all of it before it touches the mount, so this cannot block for long.
         let _ = stdin.write_all(lines.join("\0").as_bytes());
@@ -267,20 +321,30 @@ fn tell(lines: &[String], deadline: Instant) -> Result<Option<()>, Missed> {
                 if let Some(mut err) = child.stderr.take() {
                     let _ = err.read_to_string(&mut why);
                 }
-                return match status.success() {
-                    true => Ok(Some(())),
-                    false if why.trim().is_empty() => {
-                        Err(Missed::Daemon(format!("the exchange ended with {status}")))
-                    }
-                    false => Err(Missed::Daemon(why.trim().to_string())),
+                if status.success() {
+                    return Ok(());
+                }
+                let told = told(&mut steps);
+                // The child said why, and a request that failed was answered (not recorded).
+                let told = Told {
+                    sent: told.answered,
+                    ..told
                 };
+                return Err(match why.trim() {
+                    "" => told.missed(&format!("the exchange ended with {status}")),
+                    why => told.missed(why),
+                });
             }
             Ok(None) if Instant::now() >= deadline => {
+                // Killed first, then read: what it said before the kill is all there.
                 let _ = child.kill();
-                return Ok(None);
+                return Err(told(&mut steps).missed(late));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(Missed::Daemon(format!("cannot wait for the exchange: {e}"))),
+            Err(e) => {
+                let _ = child.kill();
+                return Err(told(&mut steps).missed(&format!("cannot wait for the exchange: {e}")));
+            }
         }
     }
 }
@@ -301,8 +365,12 @@ fn exchange(cwd: &Path, event: &str) -> CliResult {
                     ctx.workspace.display()
                 )));
             }
+            let mut steps = std::io::stdout();
             for line in input.split('\0').filter(|l| !l.is_empty()) {
+                // Said before the request is made, so the hook knows one may be in flight.
+                let _ = steps.write_all(&[SENDING]).and_then(|()| steps.flush());
                 let answer = ctx.ctl(line)?;
+                let _ = steps.write_all(&[ANSWERED]).and_then(|()| steps.flush());
                 // Another agent process holds this session id: ours was recorded apart (the
                 // daemon said so); worth a line in the log, not a failure.
                 let said = String::from_utf8_lossy(&answer.output);
@@ -318,5 +386,34 @@ fn exchange(cwd: &Path, event: &str) -> CliResult {
             let _ = writeln!(std::io::stderr(), "{}", f.message);
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(sent: usize, answered: usize, of: usize) -> String {
+        match (Told { sent, answered, of }).missed("why") {
+            Missed::Daemon(m) => m,
+            Missed::Payload(m) => panic!("not a daemon's miss: {m}"),
+        }
+    }
+
+    /// The message never says more than was done: nothing recorded only when no request was
+    /// made or every one made failed; a request in flight is "not confirmed".
+    #[test]
+    fn a_hooks_message_says_what_is_known_to_be_recorded() {
+        assert_eq!(said(0, 0, 2), "why; nothing recorded");
+        assert_eq!(
+            said(1, 0, 2),
+            "why; not confirmed: the daemon may still record it"
+        );
+        assert_eq!(said(1, 1, 2), "why; recorded in part (1 of 2 requests)");
+        assert_eq!(
+            said(2, 1, 2),
+            "why; recorded in part (1 of 2 requests); not confirmed: the daemon may still \
+             record the next"
+        );
     }
 }

@@ -22,6 +22,7 @@ pub mod select;
 pub mod sessions;
 pub mod show;
 pub mod turns;
+pub mod words;
 
 use std::path::PathBuf;
 

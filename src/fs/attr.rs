@@ -18,15 +18,18 @@ pub fn file_type(mode: u32) -> FileType {
     }
 }
 
-pub fn dirent_type(d_type: u8) -> FileType {
+/// A directory entry's type for FUSE (a type the directory does not report is read as a
+/// regular file: readdir's type is a hint, and lookup gives the real one).
+pub fn dirent_type(d_type: rustix::fs::FileType) -> FileType {
+    use rustix::fs::FileType as T;
     match d_type {
-        libc::DT_DIR => FileType::Directory,
-        libc::DT_LNK => FileType::Symlink,
-        libc::DT_FIFO => FileType::NamedPipe,
-        libc::DT_SOCK => FileType::Socket,
-        libc::DT_CHR => FileType::CharDevice,
-        libc::DT_BLK => FileType::BlockDevice,
-        _ => FileType::RegularFile,
+        T::Directory => FileType::Directory,
+        T::Symlink => FileType::Symlink,
+        T::Fifo => FileType::NamedPipe,
+        T::Socket => FileType::Socket,
+        T::CharacterDevice => FileType::CharDevice,
+        T::BlockDevice => FileType::BlockDevice,
+        T::RegularFile | T::Unknown => FileType::RegularFile,
     }
 }
 

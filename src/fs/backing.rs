@@ -9,7 +9,9 @@
 //! became a symlink fails with `ELOOP`.
 //!
 //! Longer than most files (about 700 lines) on purpose: it is the one place with raw fd
-//! syscalls and `unsafe`, and keeping them together keeps every SAFETY argument in one room.
+//! syscalls, and keeping them together keeps every SAFETY argument in one room. Every syscall
+//! goes through rustix but `fstat`/`fstatat`, which must give `libc::stat`, the type the
+//! recorder, the history and FUSE attributes all read (see docs/design.md, "Syscalls").
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -136,11 +138,12 @@ fn no_umask() {
     if DONE.get() {
         return;
     }
-    // SAFETY: unshare(CLONE_FS) gives this thread its own root, cwd and umask; nothing here
-    // depends on sharing them (every path is relative to a directory fd).
-    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
-        // SAFETY: umask cannot fail; after unshare it affects this thread only.
-        unsafe { libc::umask(0) };
+    // SAFETY: unsharing CLONE_FS gives this thread its own root, cwd and umask; nothing here
+    // depends on sharing them (every path is relative to a directory fd). The fd table
+    // (CLONE_FILES, what makes rustix call this unsafe) stays shared.
+    if unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }.is_ok() {
+        // After unshare this affects this thread only.
+        rustix::process::umask(rustix::fs::Mode::empty());
         DONE.set(true);
     }
 }
@@ -288,9 +291,14 @@ impl Backing {
     pub fn mknod(&self, parent: &[u8], name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
         let dir = self.dir(parent)?;
         no_umask();
-        let name = cstr(name.as_bytes())?;
-        // SAFETY: mknodat with a valid directory fd and a NUL-terminated name.
-        check(unsafe { libc::mknodat(dir.raw(), name.as_ptr(), mode, rdev) })
+        rustix::fs::mknodat(
+            dir.fd(),
+            name,
+            rustix::fs::FileType::from_raw_mode(mode),
+            rustix::fs::Mode::from_raw_mode(mode),
+            rdev,
+        )?;
+        Ok(())
     }
 
     pub fn symlink(&self, parent: &[u8], name: &OsStr, target: &[u8]) -> io::Result<()> {
@@ -384,16 +392,12 @@ impl Backing {
 
     pub fn utimens(&self, path: &[u8], times: &[libc::timespec; 2]) -> io::Result<()> {
         self.at(path, |dir, name| {
-            // SAFETY: utimensat with a valid directory fd, a NUL-terminated name and two
-            // timespecs.
-            check(unsafe {
-                libc::utimensat(
-                    dir.raw(),
-                    name.as_ptr(),
-                    times.as_ptr(),
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })
+            Ok(rustix::fs::utimensat(
+                dir.fd(),
+                name,
+                &timestamps(times),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )?)
         })
     }
 
@@ -413,56 +417,42 @@ impl Backing {
 
     /// `size == 0` asks only for the size the value (or name list) would take.
     pub fn getxattr(&self, path: &[u8], name: &OsStr, size: usize) -> io::Result<Xattr> {
-        let name = cstr(name.as_bytes())?;
         self.proc_path(path, |p| {
+            if size == 0 {
+                return Xattr::size(rustix::fs::lgetxattr_query(p, name)?);
+            }
             let mut buf = vec![0u8; size];
-            // SAFETY: lgetxattr writes at most `size` bytes into buf, which has that many.
-            let n = unsafe {
-                libc::lgetxattr(p.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), size)
-            };
-            Xattr::from_ret(n, buf, size)
+            let n = rustix::fs::lgetxattr(p, name, &mut buf[..])?;
+            buf.truncate(n);
+            Ok(Xattr::Data(buf))
         })
     }
 
     pub fn listxattr(&self, path: &[u8], size: usize) -> io::Result<Xattr> {
         self.proc_path(path, |p| {
+            if size == 0 {
+                return Xattr::size(rustix::fs::llistxattr_query(p)?);
+            }
             let mut buf = vec![0u8; size];
-            // SAFETY: llistxattr writes at most `size` bytes into buf, which has that many.
-            let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), size) };
-            Xattr::from_ret(n, buf, size)
+            let n = rustix::fs::llistxattr(p, &mut buf[..])?;
+            buf.truncate(n);
+            Ok(Xattr::Data(buf))
         })
     }
 
     pub fn setxattr(&self, path: &[u8], name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
-        let name = cstr(name.as_bytes())?;
         self.proc_path(path, |p| {
-            // SAFETY: lsetxattr reads `value.len()` bytes from value; both strings end in NUL.
-            check(unsafe {
-                libc::lsetxattr(
-                    p.as_ptr(),
-                    name.as_ptr(),
-                    value.as_ptr().cast(),
-                    value.len(),
-                    flags,
-                )
-            })
+            let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+            Ok(rustix::fs::lsetxattr(p, name, value, flags)?)
         })
     }
 
     pub fn removexattr(&self, path: &[u8], name: &OsStr) -> io::Result<()> {
-        let name = cstr(name.as_bytes())?;
-        self.proc_path(path, |p| {
-            // SAFETY: lremovexattr of two NUL-terminated strings.
-            check(unsafe { libc::lremovexattr(p.as_ptr(), name.as_ptr()) })
-        })
+        self.proc_path(path, |p| Ok(rustix::fs::lremovexattr(p, name)?))
     }
 
-    pub fn statfs(&self) -> io::Result<libc::statvfs> {
-        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-        // SAFETY: fstatvfs writes a full statvfs on success, and only then is it read.
-        check(unsafe { libc::fstatvfs(self.root.as_raw_fd(), st.as_mut_ptr()) })?;
-        // SAFETY: fstatvfs returned 0, so `st` is initialized.
-        Ok(unsafe { st.assume_init() })
+    pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {
+        Ok(rustix::fs::fstatvfs(&self.root)?)
     }
 }
 
@@ -482,8 +472,20 @@ pub fn set_fd_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Resu
 }
 
 pub fn futimens(file: &File, times: &[libc::timespec; 2]) -> io::Result<()> {
-    // SAFETY: futimens on an fd we own with two valid timespecs.
-    check(unsafe { libc::futimens(file.as_raw_fd(), times.as_ptr()) })
+    Ok(rustix::fs::futimens(file, &timestamps(times))?)
+}
+
+/// Access and modification times as FUSE's setattr gives them (`UTIME_NOW` and `UTIME_OMIT`
+/// included: rustix's are the kernel's same values).
+fn timestamps([atime, mtime]: &[libc::timespec; 2]) -> rustix::fs::Timestamps {
+    let ts = |t: &libc::timespec| rustix::fs::Timespec {
+        tv_sec: t.tv_sec,
+        tv_nsec: t.tv_nsec,
+    };
+    rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    }
 }
 
 pub fn fallocate(file: &File, mode: i32, offset: u64, length: u64) -> io::Result<()> {
@@ -547,15 +549,11 @@ pub enum Xattr {
 }
 
 impl Xattr {
-    fn from_ret(n: isize, mut buf: Vec<u8>, size: usize) -> io::Result<Xattr> {
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if size == 0 {
-            return Ok(Xattr::Size(n as u32));
-        }
-        buf.truncate(n as usize);
-        Ok(Xattr::Data(buf))
+    fn size(n: usize) -> io::Result<Xattr> {
+        // The kernel keeps a value or name list under 64 KiB.
+        u32::try_from(n)
+            .map(Xattr::Size)
+            .map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))
     }
 }
 
@@ -581,44 +579,20 @@ pub fn join(parent: &[u8], name: &OsStr) -> Vec<u8> {
     p
 }
 
-/// Read the entries of an open directory (without `.` and `..`): name, inode, `d_type`.
-pub fn read_dir_entries(dir: &File) -> io::Result<Vec<(Vec<u8>, u64, u8)>> {
+/// Read the entries of an open directory (without `.` and `..`): name, inode, type (from
+/// `getdents64`, as the directory reports it; `Unknown` where it does not say).
+pub fn read_dir_entries(dir: &File) -> io::Result<Vec<(Vec<u8>, u64, rustix::fs::FileType)>> {
     let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: getdents64 writes at most buf.len() bytes of dirents into buf.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                dir.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Ok(out);
-        }
-        let mut off = 0usize;
-        while off < n as usize {
-            // linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name NUL-terminated.
-            let ino = u64::from_ne_bytes(buf[off..off + 8].try_into().expect("8 bytes"));
-            let reclen = u16::from_ne_bytes(buf[off + 16..off + 18].try_into().expect("2 bytes"));
-            let d_type = buf[off + 18];
-            let name_start = off + 19;
-            let name_end = buf[name_start..off + reclen as usize]
-                .iter()
-                .position(|&b| b == 0)
-                .map_or(off + reclen as usize, |p| name_start + p);
-            let name = &buf[name_start..name_end];
-            if name != b"." && name != b".." {
-                out.push((name.to_vec(), ino, d_type));
-            }
-            off += reclen as usize;
+    let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 64 * 1024];
+    let mut entries = rustix::fs::RawDir::new(dir, &mut buf);
+    while let Some(entry) = entries.next() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push((name.to_vec(), entry.ino(), entry.file_type()));
         }
     }
+    Ok(out)
 }
 
 impl crate::history::Source for Backing {

@@ -96,16 +96,15 @@ impl Mounted {
 /// Unmount the rewind mount at `dir`. Busy (files still open) is `EBUSY` unless `lazy`, which
 /// detaches the mount now and lets the open files finish.
 pub fn unmount(dir: &Path, lazy: bool) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    let flags = if lazy { libc::MNT_DETACH } else { 0 };
-    // SAFETY: umount2 of a NUL-terminated path.
-    if unsafe { libc::umount2(path.as_ptr(), flags) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EPERM) {
-        return Err(err);
+    let flags = if lazy {
+        rustix::mount::UnmountFlags::DETACH
+    } else {
+        rustix::mount::UnmountFlags::empty()
+    };
+    match rustix::mount::unmount(dir, flags) {
+        Ok(()) => return Ok(()),
+        Err(rustix::io::Errno::PERM) => {}
+        Err(e) => return Err(e.into()),
     }
     // Not root: the setuid helper may unmount our own mounts.
     let out = std::process::Command::new("fusermount3")

@@ -10,100 +10,91 @@
 //! `links_bytes` likewise).
 
 use base64::Engine;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::change::{Change, FileState};
 use super::time;
 
-fn state_json(s: &Option<FileState>) -> Value {
-    match s {
-        None => Value::Null,
-        Some(s) => json!({
-            "type": s.kind.as_str(),
-            "size": s.size,
-            "mode": format!("{:o}", s.mode),
-            "hash": s.hash.map(|h| h.to_hex()),
-        }),
+/// A change as JSON, field for field in the order printed; `change_json` and
+/// `change_from_json` are its two directions. A name is its readable text, plus its exact
+/// bytes in base64 (`*_bytes`) when it is not UTF-8.
+#[derive(Serialize, Deserialize)]
+struct ChangeJson {
+    id: u64,
+    time: String,
+    kind: String,
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_bytes: Option<String>,
+    from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from_bytes: Option<String>,
+    session: String,
+    agent: String,
+    pid: u32,
+    process: String,
+    before: Option<StateJson>,
+    after: Option<StateJson>,
+    #[serde(default)]
+    links: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    links_bytes: Option<Vec<String>>,
+    turn: Option<u32>,
+    tool: Option<ToolJson>,
+    uid: Option<u32>,
+}
+
+/// What a path held: its type, size, mode (octal) and content hash (hex).
+#[derive(Serialize, Deserialize)]
+struct StateJson {
+    #[serde(rename = "type")]
+    kind: String,
+    size: u64,
+    mode: String,
+    hash: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ToolJson {
+    name: String,
+    id: Option<String>,
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `bytes` in base64 when they are not UTF-8 (their text then lost some).
+fn exact(bytes: &[u8]) -> Option<String> {
+    std::str::from_utf8(bytes)
+        .is_err()
+        .then(|| base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// The exact bytes of a name: from base64 when given, else its text.
+fn name_bytes(text: String, exact: Option<String>) -> Option<Vec<u8>> {
+    match exact {
+        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
+        None => Some(text.into_bytes()),
     }
 }
 
-/// Put `bytes` under `key` as text, and under `key_bytes` as base64 when it is not UTF-8.
-fn put_path(obj: &mut Map<String, Value>, key: &str, bytes: &[u8]) {
-    obj.insert(
-        key.into(),
-        Value::String(String::from_utf8_lossy(bytes).into_owned()),
-    );
-    if std::str::from_utf8(bytes).is_err() {
-        obj.insert(
-            format!("{key}_bytes"),
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
-    }
-}
-
-/// The one JSON shape of a change.
-pub fn change_json(c: &Change) -> Value {
-    let mut obj = Map::new();
-    obj.insert("id".into(), json!(c.id));
-    obj.insert("time".into(), json!(time::rfc3339(c.time_ns)));
-    obj.insert("kind".into(), json!(c.kind.as_str()));
-    put_path(&mut obj, "path", &c.path);
-    match &c.from {
-        Some(from) => put_path(&mut obj, "from", from),
-        None => {
-            obj.insert("from".into(), Value::Null);
+impl From<&FileState> for StateJson {
+    fn from(s: &FileState) -> StateJson {
+        StateJson {
+            kind: s.kind.as_str().to_string(),
+            size: s.size,
+            mode: format!("{:o}", s.mode),
+            hash: s.hash.map(|h| h.to_hex()),
         }
     }
-    obj.insert("session".into(), json!(c.session));
-    obj.insert("agent".into(), json!(c.agent));
-    obj.insert("pid".into(), json!(c.pid));
-    obj.insert("process".into(), json!(c.process));
-    obj.insert("before".into(), state_json(&c.before));
-    obj.insert("after".into(), state_json(&c.after));
-    obj.insert(
-        "links".into(),
-        Value::Array(
-            c.links
-                .iter()
-                .map(|l| Value::String(String::from_utf8_lossy(l).into_owned()))
-                .collect(),
-        ),
-    );
-    if c.links.iter().any(|l| std::str::from_utf8(l).is_err()) {
-        obj.insert(
-            "links_bytes".into(),
-            Value::Array(
-                c.links
-                    .iter()
-                    .map(|l| Value::String(base64::engine::general_purpose::STANDARD.encode(l)))
-                    .collect(),
-            ),
-        );
-    }
-    obj.insert("turn".into(), json!(c.turn));
-    obj.insert(
-        "tool".into(),
-        match &c.tool {
-            Some(t) => json!({"name": t.name, "id": t.id}),
-            None => Value::Null,
-        },
-    );
-    obj.insert("uid".into(), json!(c.uid));
-    Value::Object(obj)
 }
 
-/// A change back from its JSON shape (for `rewind watch`, which reads `.rewind/events`).
-pub fn change_from_json(v: &Value) -> Option<Change> {
-    use super::change::{ChangeKind, FileKind, Hash, Node, Tool};
-    let bytes = |key: &str| -> Option<Vec<u8>> {
-        match v.get(format!("{key}_bytes")).and_then(Value::as_str) {
-            Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
-            None => v.get(key)?.as_str().map(|s| s.as_bytes().to_vec()),
-        }
-    };
-    let state = |key: &str| -> Option<FileState> {
-        let s = v.get(key)?;
-        let kind = match s.get("type")?.as_str()? {
+impl StateJson {
+    fn state(self) -> Option<FileState> {
+        use super::change::{FileKind, Hash, Node};
+        let kind = match self.kind.as_str() {
             "file" => FileKind::File,
             "dir" => FileKind::Dir,
             "symlink" => FileKind::Symlink,
@@ -114,57 +105,94 @@ pub fn change_from_json(v: &Value) -> Option<Change> {
         };
         Some(FileState {
             kind,
-            size: s.get("size")?.as_u64()?,
-            mode: u32::from_str_radix(s.get("mode")?.as_str()?, 8).ok()?,
-            hash: s
-                .get("hash")
-                .and_then(Value::as_str)
-                .and_then(Hash::from_hex),
+            size: self.size,
+            mode: u32::from_str_radix(&self.mode, 8).ok()?,
+            hash: self.hash.as_deref().and_then(Hash::from_hex),
             owner: None,
         })
-    };
-    let links_bytes = v.get("links_bytes").and_then(Value::as_array);
-    let links = match links_bytes {
-        Some(all) => all
-            .iter()
-            .filter_map(Value::as_str)
-            .filter_map(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .collect(),
-        None => v
-            .get("links")
-            .and_then(Value::as_array)
-            .map(|all| {
-                all.iter()
-                    .filter_map(Value::as_str)
-                    .map(|s| s.as_bytes().to_vec())
+    }
+}
+
+impl From<&Change> for ChangeJson {
+    fn from(c: &Change) -> ChangeJson {
+        let links_exact = c.links.iter().any(|l| std::str::from_utf8(l).is_err());
+        ChangeJson {
+            id: c.id,
+            time: time::rfc3339(c.time_ns),
+            kind: c.kind.as_str().to_string(),
+            path: text(&c.path),
+            path_bytes: exact(&c.path),
+            from: c.from.as_deref().map(text),
+            from_bytes: c.from.as_deref().and_then(exact),
+            session: c.session.clone(),
+            agent: c.agent.clone(),
+            pid: c.pid,
+            process: c.process.clone(),
+            before: c.before.as_ref().map(StateJson::from),
+            after: c.after.as_ref().map(StateJson::from),
+            links: c.links.iter().map(|l| text(l)).collect(),
+            links_bytes: links_exact.then(|| {
+                c.links
+                    .iter()
+                    .map(|l| base64::engine::general_purpose::STANDARD.encode(l))
                     .collect()
-            })
-            .unwrap_or_default(),
-    };
-    Some(Change {
-        id: v.get("id")?.as_u64()?,
-        time_ns: time::parse_rfc3339(v.get("time")?.as_str()?)?,
-        kind: ChangeKind::ALL
-            .into_iter()
-            .find(|k| Some(k.as_str()) == v.get("kind").and_then(Value::as_str))?,
-        path: bytes("path")?,
-        from: bytes("from"),
-        before: state("before"),
-        after: state("after"),
-        session: v.get("session")?.as_str()?.to_string(),
-        agent: v.get("agent")?.as_str()?.to_string(),
-        pid: v.get("pid")?.as_u64()? as u32,
-        process: v.get("process")?.as_str()?.to_string(),
-        links,
-        turn: v.get("turn").and_then(Value::as_u64).map(|n| n as u32),
-        tool: v.get("tool").and_then(|t| {
-            Some(Tool {
-                name: t.get("name")?.as_str()?.to_string(),
-                id: t.get("id").and_then(Value::as_str).map(str::to_string),
-            })
-        }),
-        uid: v.get("uid").and_then(Value::as_u64).map(|n| n as u32),
-    })
+            }),
+            turn: c.turn,
+            tool: c.tool.as_ref().map(|t| ToolJson {
+                name: t.name.clone(),
+                id: t.id.clone(),
+            }),
+            uid: c.uid,
+        }
+    }
+}
+
+impl ChangeJson {
+    fn change(self) -> Option<Change> {
+        use super::change::{ChangeKind, Tool};
+        let links = match self.links_bytes {
+            Some(all) => all
+                .into_iter()
+                .filter_map(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .collect(),
+            None => self.links.into_iter().map(String::into_bytes).collect(),
+        };
+        Some(Change {
+            id: self.id,
+            time_ns: time::parse_rfc3339(&self.time)?,
+            kind: ChangeKind::ALL
+                .into_iter()
+                .find(|k| k.as_str() == self.kind)?,
+            path: name_bytes(self.path, self.path_bytes)?,
+            from: match self.from {
+                Some(from) => Some(name_bytes(from, self.from_bytes)?),
+                None => None,
+            },
+            before: self.before.and_then(StateJson::state),
+            after: self.after.and_then(StateJson::state),
+            session: self.session,
+            agent: self.agent,
+            pid: self.pid,
+            process: self.process,
+            links,
+            turn: self.turn,
+            tool: self.tool.map(|t| Tool {
+                name: t.name,
+                id: t.id,
+            }),
+            uid: self.uid,
+        })
+    }
+}
+
+/// The one JSON shape of a change.
+pub fn change_json(c: &Change) -> Value {
+    serde_json::to_value(ChangeJson::from(c)).unwrap_or(Value::Null)
+}
+
+/// A change back from its JSON shape (for `rewind watch`, which reads `.rewind/events`).
+pub fn change_from_json(v: &Value) -> Option<Change> {
+    ChangeJson::deserialize(v).ok()?.change()
 }
 
 /// A line for people:
@@ -337,14 +365,76 @@ mod tests {
         assert!(change_line_for(&c, 65534).ends_with("mv[7]"));
     }
 
+    /// A change with every field set, its names not UTF-8.
+    fn full_change() -> Change {
+        use crate::history::change::{ChangeKind, FileKind, Hash, Tool};
+        Change {
+            id: 42,
+            time_ns: 1_700_000_000_123_456_789,
+            kind: ChangeKind::Rename,
+            path: b"new\xff name".to_vec(),
+            from: Some(b"old\xfe\nname".to_vec()),
+            before: Some(FileState {
+                kind: FileKind::Symlink,
+                size: 0,
+                mode: 0o777,
+                hash: None,
+                owner: None,
+            }),
+            after: Some(FileState {
+                kind: FileKind::File,
+                size: 3,
+                mode: 0o644,
+                hash: Some(Hash::of(b"abc")),
+                owner: None,
+            }),
+            session: "s1".into(),
+            agent: "claude".into(),
+            pid: 7,
+            process: "mv".into(),
+            links: vec![b"other".to_vec(), b"x\xff".to_vec()],
+            turn: Some(3),
+            tool: Some(Tool {
+                name: "Bash".into(),
+                id: None,
+            }),
+            uid: None,
+        }
+    }
+
+    /// The JSON shape is a contract (`--json`, `.rewind/log.json`, `.rewind/events`): these
+    /// are its bytes, key order included, as they were when it was built by hand.
+    #[test]
+    fn the_json_shape_is_kept_byte_for_byte() {
+        assert_eq!(
+            change_json(&full_change()).to_string(),
+            r#"{"id":42,"time":"2023-11-14T22:13:20.123456789Z","kind":"rename","path":"newFFFD name","path_bytes":"bmV3/yBuYW1l","from":"oldFFFD\nname","from_bytes":"b2xk/gpuYW1l","session":"s1","agent":"claude","pid":7,"process":"mv","before":{"type":"symlink","size":0,"mode":"777","hash":null},"after":{"type":"file","size":3,"mode":"644","hash":"6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"},"links":["other","xFFFD"],"links_bytes":["b3RoZXI=","eP8="],"turn":3,"tool":{"name":"Bash","id":null},"uid":null}"#
+                .replace("FFFD", "\u{fffd}")
+        );
+        let mut plain = full_change();
+        plain.path = b"a".to_vec();
+        plain.from = None;
+        plain.before = None;
+        plain.links = Vec::new();
+        plain.tool = None;
+        plain.turn = None;
+        assert_eq!(
+            change_json(&plain).to_string(),
+            r#"{"id":42,"time":"2023-11-14T22:13:20.123456789Z","kind":"rename","path":"a","from":null,"session":"s1","agent":"claude","pid":7,"process":"mv","before":null,"after":{"type":"file","size":3,"mode":"644","hash":"6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85"},"links":[],"turn":null,"tool":null,"uid":null}"#
+        );
+        for c in [full_change(), plain] {
+            assert_eq!(change_from_json(&change_json(&c)), Some(c));
+        }
+    }
+
     #[test]
     fn json_keeps_the_exact_bytes_of_names_that_are_not_utf8() {
-        let mut obj = Map::new();
-        put_path(&mut obj, "path", b"a\xffb");
-        assert_eq!(obj["path"], "a\u{fffd}b");
-        assert_eq!(obj["path_bytes"], "Yf9i");
-        let mut obj = Map::new();
-        put_path(&mut obj, "path", b"plain");
-        assert!(!obj.contains_key("path_bytes"));
+        let mut c = full_change();
+        c.path = b"a\xffb".to_vec();
+        let v = change_json(&c);
+        assert_eq!(v["path"], "a\u{fffd}b");
+        assert_eq!(v["path_bytes"], "Yf9i");
+        c.path = b"plain".to_vec();
+        assert!(change_json(&c).get("path_bytes").is_none());
     }
 }

@@ -67,8 +67,30 @@ impl Memory {
         };
         opts.set_write_buffer_size(buffer.max(1 << 20));
         opts.set_max_write_buffer_number(2);
+        test_stall(&mut opts);
         opts
     }
+}
+
+/// Tests only: with `REWIND_TEST_STALL=PATH` set, RocksDB's write stall is easy to reach, to
+/// show that no write waits in it: tiny write buffers, writes slowed after three tables wait
+/// in level 0 and stopped after four, and every compaction waits while PATH exists (so the
+/// tables pile up). Removing PATH lets compaction finish, which ends the stall. PATH must lie
+/// outside the workspace.
+fn test_stall(opts: &mut Options) {
+    let Some(path) = std::env::var_os("REWIND_TEST_STALL").map(PathBuf::from) else {
+        return;
+    };
+    opts.set_write_buffer_size(64 << 10);
+    opts.set_level_zero_file_num_compaction_trigger(2);
+    opts.set_level_zero_slowdown_writes_trigger(3);
+    opts.set_level_zero_stop_writes_trigger(4);
+    opts.set_compaction_filter("rewind-test-stall", move |_, _, _| {
+        while path.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        rocksdb::CompactionDecision::Keep
+    });
 }
 
 fn options(memory: &Memory) -> Options {
@@ -117,31 +139,28 @@ fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
 }
 
 /// The umask every file of a store is created under: only its owner may read it.
-const PRIVATE_UMASK: libc::mode_t = 0o077;
+const PRIVATE_UMASK: rustix::fs::Mode = rustix::fs::Mode::RWXG.union(rustix::fs::Mode::RWXO);
 
 /// Make every file this process creates from now on private to its owner (umask 077): for a
 /// process that keeps a store open for writing, whose database creates files (logs, tables,
 /// manifests) as long as it runs. The daemon's FUSE threads create the workspace's files with
 /// a umask of their own (`fs::backing`), so this does not change them.
 pub fn private_files() {
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(PRIVATE_UMASK) };
+    rustix::process::umask(PRIVATE_UMASK);
 }
 
 /// The umask set to 077 while a store is opened, and the caller's put back after.
-struct PrivateUmask(libc::mode_t);
+struct PrivateUmask(rustix::fs::Mode);
 
 impl PrivateUmask {
     fn set() -> PrivateUmask {
-        // SAFETY: umask cannot fail.
-        PrivateUmask(unsafe { libc::umask(PRIVATE_UMASK) })
+        PrivateUmask(rustix::process::umask(PRIVATE_UMASK))
     }
 }
 
 impl Drop for PrivateUmask {
     fn drop(&mut self) {
-        // SAFETY: umask cannot fail.
-        unsafe { libc::umask(self.0) };
+        rustix::process::umask(self.0);
     }
 }
 
@@ -449,8 +468,11 @@ impl Store {
             .map_err(Store::db_error("read meta"))
     }
 
-    /// After a failed write: close the database and open it again, which replays what its log
-    /// holds and clears RocksDB's own error state. Tried only when the disk has room for what
+    /// After a failed write: write again, and if that fails for a reason of RocksDB's own (not
+    /// a write stall, which ends by itself once compaction catches up, and closing the
+    /// database would wait for that compaction with every reader held behind it), close the
+    /// database and open it again, which replays what its log holds and clears RocksDB's own
+    /// error state. The reopen is tried only when the disk has room for what
     /// the replay writes (about the size of the log) and the reserve: RocksDB's own recovery
     /// waits for a whole write buffer (64 MiB) more than that, too much for a small disk.
     /// Writes are accepted again only if the reopen works and a test write succeeds; otherwise
@@ -459,6 +481,26 @@ impl Store {
     pub fn recover(&self) -> Result<()> {
         if self.read_only || self.writable() || self.halted.get().is_some() {
             return Ok(());
+        }
+        let no_space = matches!(
+            &*self.unwritable.lock().unwrap_or_else(|e| e.into_inner()),
+            Some((_, true))
+        );
+        if !no_space {
+            let probed = probe(&*self.db()?);
+            match probed {
+                Ok(()) => {
+                    self.writes_again();
+                    return Ok(());
+                }
+                Err(source) if source.kind() == rocksdb::ErrorKind::Incomplete => {
+                    return Err(Error::Db {
+                        context: "test write",
+                        source,
+                    });
+                }
+                Err(_) => {}
+            }
         }
         if let Some(room) = self.room() {
             let need = room.reserve + log_bytes(&self.dir);
@@ -498,21 +540,30 @@ impl Store {
                 return Err(e);
             }
         };
-        let mut probe = rocksdb::WriteBatch::default();
-        probe.put_cf(
-            db.cf_handle(CF_META)
-                .expect("column family created at open"),
-            b"probe",
-            b"",
-        );
-        let probe = db.write_opt(probe, &super::write::write_options());
+        let probe = probe(&db);
         *slot = Some(db);
         drop(slot);
         probe.map_err(Store::db_error("test write"))?;
-        *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        tracing::info!("the store accepts writes again");
+        self.writes_again();
         Ok(())
     }
+
+    fn writes_again(&self) {
+        *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        tracing::info!("the store accepts writes again");
+    }
+}
+
+/// A test write, never waiting in a write stall.
+fn probe(db: &DB) -> std::result::Result<(), rocksdb::Error> {
+    let mut batch = rocksdb::WriteBatch::default();
+    batch.put_cf(
+        db.cf_handle(CF_META)
+            .expect("column family created at open"),
+        b"probe",
+        b"",
+    );
+    db.write_opt(batch, &super::write::write_options())
 }
 
 /// The size of the store's write-ahead logs: what reopening it replays into new table files.

@@ -146,8 +146,17 @@ impl Store {
 
     /// Note a failed write: nothing more is written until [`recover`](Store::recover) works.
     pub(super) fn fail(&self, context: &'static str, source: &rocksdb::Error) {
-        let why = source.to_string();
         let no_space = super::error::is_no_space(source) || self.below_reserve();
+        // A stall with room on the disk outlasted `STALL_LIMIT` (see `write`).
+        let why = if source.kind() == rocksdb::ErrorKind::Incomplete && !no_space {
+            format!(
+                "RocksDB stalled writes for more than {} s ({source}): it is behind with \
+                 compacting its files; recording resumes by itself once it catches up",
+                STALL_LIMIT.as_secs()
+            )
+        } else {
+            source.to_string()
+        };
         tracing::error!("store write failed ({context}): {why}; refusing writes until one works");
         *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = Some((why, no_space));
     }

@@ -78,23 +78,63 @@ fn ok(out: &Output) -> &Output {
 }
 
 /// A small history: a create, an agent's session editing and adding, a rename, a delete.
+/// Each step waits until the one before is recorded, so the ids are the same in every run
+/// (1 mkdir src, 2 create src/main.rs, 3 create NOTES, 4 modify src/main.rs, 5 create
+/// src/lib.rs, 6 rename NOTES to README, 7 delete src/lib.rs): sleeping instead left it to the
+/// machine's load whether src/lib.rs's create, held back for a moment, was recorded before
+/// its delete (a file deleted while its create is held back leaves no history, as SPEC.md
+/// says), and in which order two creates' RELEASEs were taken.
 fn scenario(ws: &mut Workspace) {
     ws.mount();
+    let root = ws.path();
     sh(
-        &ws.path(),
-        "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs && printf 'notes\\n' > NOTES && sleep 0.7",
+        &root,
+        "mkdir src && printf 'fn main() {\\n    old();\\n}\\n' > src/main.rs",
     );
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg("sed -i 's/old/new/' src/main.rs && printf 'pub fn lib() {}\\n' > src/lib.rs && sleep 0.7 && mv NOTES README")
-        .current_dir(ws.path())
-        .env("REWIND_SESSION", "fix-42")
-        .env("REWIND_AGENT", "claude")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    sh(&ws.path(), "rm src/lib.rs");
-    std::thread::sleep(SETTLE);
+    wait_recorded(ws, "src/main.rs", "create");
+    sh(&root, "printf 'notes\\n' > NOTES");
+    wait_recorded(ws, "NOTES", "create");
+    let fix_42 = |script: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&root)
+            .env("REWIND_SESSION", "fix-42")
+            .env("REWIND_AGENT", "claude")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+    };
+    fix_42("sed -i 's/old/new/' src/main.rs");
+    wait_recorded(ws, "src/main.rs", "modify");
+    fix_42("printf 'pub fn lib() {}\\n' > src/lib.rs");
+    wait_recorded(ws, "src/lib.rs", "create");
+    fix_42("mv NOTES README");
+    sh(&root, "rm src/lib.rs");
+    // Deletes are written in batches: now.
+    ok(&rw(ws, &["sync"]));
+}
+
+/// Wait until a change of `kind` to `path` is in the history. A new file's create is recorded
+/// a moment after its last RELEASE, which the kernel sends after close() returns: a test that
+/// needs it recorded before its next step waits for it (a sleep is a guess at the load).
+fn wait_recorded(ws: &Workspace, path: &str, kind: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = rw(ws, &["log", "--json", path]);
+        let found = String::from_utf8_lossy(&ok(&out).stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|c| c["path"] == path && c["kind"] == kind);
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} of {path} recorded within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -497,22 +537,37 @@ fn rollback_by_each_selector() {
     );
 }
 
+/// The number of changes `rewind log` lists (after a gc, the log begins with a `note:` saying
+/// where it was cut).
+fn count(ws: &Workspace) -> usize {
+    String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout)
+        .lines()
+        .filter(|l| !l.starts_with("note: "))
+        .count()
+}
+
+/// Wait until the log lists `n` changes (for at most 30 s; it may list more, which the caller
+/// then finds).
+fn wait_count(ws: &Workspace, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while count(ws) < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn gc_runs_while_mounted_under_both_limits() {
     let mut ws = Workspace::new();
     ws.mount();
-    sh(
-        &ws.path(),
-        "for i in 1 2 3 4 5; do echo \"version $i\" > f.txt; echo \"other $i\" > g.txt; done",
-    );
-    std::thread::sleep(SETTLE);
-    let count = |ws: &Workspace| {
-        // Change lines: after a gc, the log begins with a `note:` saying where it was cut.
-        String::from_utf8_lossy(&ok(&rw(ws, &["log"])).stdout)
-            .lines()
-            .filter(|l| !l.starts_with("note: "))
-            .count()
-    };
+    // Each write waits for the one before to be recorded: an open that comes before the
+    // kernel's RELEASE of the file's previous handle joins that write episode (one change for
+    // both), and when the RELEASE comes is the machine's load to say.
+    for i in 1..=5 {
+        sh(&ws.path(), &format!("echo 'version {i}' > f.txt"));
+        wait_count(&ws, 2 * i - 1);
+        sh(&ws.path(), &format!("echo 'other {i}' > g.txt"));
+        wait_count(&ws, 2 * i);
+    }
     assert_eq!(count(&ws), 10);
     // By size: the oldest go first, the newest change of each path always stays.
     let out = ok(&rw(&ws, &["gc", "--max-size", "1"])).stdout.clone();
@@ -528,7 +583,7 @@ fn gc_runs_while_mounted_under_both_limits() {
         b"version 5\n"
     );
     sh(&ws.path(), "echo 'version 6' > f.txt");
-    std::thread::sleep(SETTLE);
+    wait_count(&ws, 3);
     assert_eq!(count(&ws), 3);
     // By age.
     ok(&rw(&ws, &["gc", "--keep", "0s"]));

@@ -26,6 +26,22 @@ const SETTLE: Duration = Duration::from_millis(1100);
 /// The history as `rewind log --json` prints it.
 pub fn log(ws: &Workspace) -> Vec<Value> {
     std::thread::sleep(SETTLE);
+    log_now(ws)
+}
+
+/// Wait until the history holds `n` changes (for at most 30 s; the caller checks what it
+/// holds). A write is recorded at its file's last RELEASE, which the kernel sends after
+/// close() returns, and an open that comes before it joins the same write episode: a test that
+/// means two writes to be two changes waits for the first.
+fn wait_changes(ws: &Workspace, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while log_now(ws).len() < n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`log`] without waiting first.
+fn log_now(ws: &Workspace) -> Vec<Value> {
     let out = ws.rewind(&[
         "-C".as_ref(),
         ws.path().as_os_str(),
@@ -220,11 +236,13 @@ fn untar_records_one_create_per_file_with_its_mode() {
 fn every_kind_of_change_is_recorded_with_its_content() {
     let mut ws = Workspace::new();
     ws.mount();
+    sh(&ws.path(), "printf 'one\\n' > a.txt");
+    wait_changes(&ws, 1);
+    sh(&ws.path(), "printf 'two\\n' >> a.txt");
+    wait_changes(&ws, 2);
     sh(
         &ws.path(),
         r#"
-        printf 'one\n' > a.txt
-        printf 'two\n' >> a.txt
         sed -i 's/one/ONE/' a.txt
         mkdir dir
         mv a.txt dir/a.txt

@@ -2381,6 +2381,106 @@ fn every_file_is_in_the_history(ws: &Workspace) {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// Kills the daemon (SIGKILL) when dropped armed: a test that fails while a FUSE worker may be
+/// stuck must not leave a daemon that never answers (the workspace's drop then unmounts).
+struct KillOnFailure(Option<u32>);
+
+impl Drop for KillOnFailure {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            signal(pid, libc::SIGKILL);
+            wait_for(30, || exited(pid));
+        }
+    }
+}
+
+/// No FUSE worker waits in RocksDB's write stall. With the stall made easy to reach
+/// (`REWIND_TEST_STALL`: tiny write buffers, no compaction, writes stopped after a few
+/// tables), files written through the mount succeed or fail promptly, never block; `rewind
+/// status` answers and says why; reads go on; and once compaction may run again (the knob
+/// removed, the store reopened by the daemon's recovery) recording resumes by itself and every
+/// file in the workspace is in the history with its content. Without `no_slowdown` the first
+/// write that meets the stall waits in it for good, and this test fails under its guards.
+#[test]
+fn a_write_stall_fails_writes_promptly_and_recording_resumes_after_it() {
+    let mut ws = Workspace::new();
+    let knob = ws.plain().join("stall");
+    fs::write(&knob, "").unwrap();
+    let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_STALL", &knob);
+    ok(&run_within(cmd, 60, "mount"));
+    ws.mark_mounted();
+    let root = ws.path();
+    let mut daemon = KillOnFailure(Some(daemon_pid(&root)));
+    sh_within(&root, 60, "echo keep > keep");
+    ok(&rw(&ws, &["sync"]));
+
+    // Incompressible files: the write buffers fill, their tables pile up uncompacted, and
+    // RocksDB stops writes. New files are recorded a moment after they are made, so these all
+    // go ahead; recording them is what meets the stall.
+    let workload = r#"
+import os
+for i in range(100):
+    with open(f"w{i}", "wb") as f:
+        f.write(os.urandom(64 * 1024))
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c").arg(workload).current_dir(&root);
+    let out = run_within(cmd, 60, "writes into a stalled store");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stalled = |status: &str| {
+        status
+            .lines()
+            .any(|l| l.starts_with("recording: NOT RECORDING") && l.contains("stalled writes"))
+    };
+    assert!(
+        wait_for(60, || stalled(&ok(&rw(&ws, &["status"])))),
+        "status does not say writes are stalled:\n{}",
+        ok(&rw(&ws, &["status"]))
+    );
+    // What would go unrecorded now fails at once; reads go on.
+    let refused = run_within(
+        {
+            let mut cmd = Command::new("bash");
+            cmd.arg("-c").arg("echo x > refused").current_dir(&root);
+            cmd
+        },
+        30,
+        "a create while writes are stalled",
+    );
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("Input/output error"),
+        "a create while writes are stalled: {:?} {}",
+        refused.status.code(),
+        stderr(&refused)
+    );
+    assert!(!root.join("refused").exists());
+    assert_eq!(fs::read_to_string(root.join("keep")).unwrap(), "keep\n");
+    assert_eq!(ok(&rw(&ws, &["cat", "keep"])), "keep\n");
+    sh_within(
+        &root,
+        60,
+        "ls -la >/dev/null && cat .rewind/status >/dev/null",
+    );
+
+    // Compaction may run again: recording resumes by itself.
+    fs::remove_file(&knob).unwrap();
+    assert!(
+        wait_for(60, || ok(&rw(&ws, &["status"]))
+            .lines()
+            .any(|l| l == "recording: recording")),
+        "recording did not resume: {}",
+        ok(&rw(&ws, &["status"]))
+    );
+    sh_within(&root, 60, "echo after > after.txt && echo more >> keep");
+    ok(&rw(&ws, &["sync"]));
+    every_file_is_in_the_history(&ws);
+    daemon.0 = None;
+    ws.unmount();
+}
+
 // 9. The CLI accepts every form SPEC.md shows.
 
 /// `rewind ARGS` in the workspace, which must succeed; its stdout.
