@@ -306,10 +306,7 @@ pub enum ToolError {
 
 fn check_length(what: &'static str, v: &str) -> Result<(), BadArguments> {
     if v.len() > MAX_ARGUMENT {
-        return Err(BadArguments::TooLong {
-            what,
-            len: v.len(),
-        });
+        return Err(BadArguments::TooLong { what, len: v.len() });
     }
     Ok(())
 }
@@ -410,7 +407,11 @@ pub fn diff_command(a: &DiffArgs) -> Result<Command, BadArguments> {
         return Err(BadArguments::ToWithoutFrom);
     }
     Ok(Command::Diff(command::diff::DiffArgs {
-        words: a.id.map(|id| PathBuf::from(id.to_string())).into_iter().collect(),
+        words: a
+            .id
+            .map(|id| PathBuf::from(id.to_string()))
+            .into_iter()
+            .collect(),
         select: select(&a.session, &a.agent, &a.turn, &a.since)?,
         from: value("from", &a.from)?,
         to: value("to", &a.to)?,
@@ -556,6 +557,8 @@ pub fn rollback_command(a: &RollbackArgs) -> Result<Command, BadArguments> {
         path: optional_path("path", &a.path)?,
         dry_run: !a.apply,
         force: a.force,
+        // A large rollback tells the model its first paths and how many more.
+        verbose: false,
     }))
 }
 

@@ -200,7 +200,10 @@ fn diff(a: &DiffArgs) -> Result<Words, NoWords> {
     } = a;
     // Positional words before `--` could be read as flags, and after it they would be taken
     // for paths: only a change id may stand there.
-    if words.iter().any(|w| w.to_str().and_then(|w| w.parse::<u64>().ok()).is_none()) {
+    if words
+        .iter()
+        .any(|w| w.to_str().and_then(|w| w.parse::<u64>().ok()).is_none())
+    {
         return Err(NoWords("diff"));
     }
     let mut w = Words::new("diff");
@@ -226,6 +229,7 @@ fn rollback(a: &RollbackArgs) -> Words {
         path,
         dry_run,
         force,
+        verbose,
     } = a;
     let mut w = Words::new("rollback");
     w.select(select);
@@ -237,6 +241,7 @@ fn rollback(a: &RollbackArgs) -> Words {
     w.path("path", path.as_deref());
     w.flag("dry-run", *dry_run);
     w.flag("force", *force);
+    w.flag("verbose", *verbose);
     w
 }
 
@@ -324,6 +329,7 @@ mod tests {
             path: None,
             dry_run: true,
             force: false,
+            verbose: false,
         }));
         round_trip(Command::Rollback(RollbackArgs {
             select: SelectArgs::default(),
@@ -335,6 +341,7 @@ mod tests {
             path: Some(PathBuf::from("-odd name")),
             dry_run: false,
             force: true,
+            verbose: true,
         }));
         round_trip(Command::Undo(UndoArgs {
             id: 9,
