@@ -7,6 +7,8 @@
 //! - W2 2,000 small-file edits (open, read, modify, write, close): total, p50 and p99.
 //! - W3 create, stat and unlink 20,000 empty files.
 //! - W4 sequential write, then read (page cache dropped), of 1 GiB.
+//! - W5 npm-like: W1's tree untarred into `node_modules/` (ignored, not recorded), read back
+//!   with `grep -r`, `rm -rf`: what passing through ignored paths costs.
 //!
 //! `cargo bench --bench fs [-- --quick] [--only W1,W2] [--runs N]` (median of N runs, default 3,
 //! interleaved across targets). Needs root (drop_caches, mounts).
@@ -71,6 +73,20 @@ fn w1(dir: &Path, tar: &Path) -> Duration {
     );
     sh(dir, "grep -r -c kept w1 > /dev/null");
     sh(dir, "rm -rf w1");
+    t.elapsed()
+}
+
+fn w5(dir: &Path, tar: &Path) -> Duration {
+    let t = Instant::now();
+    sh(
+        dir,
+        &format!(
+            "mkdir -p node_modules/w5 && tar xf {} -C node_modules/w5",
+            tar.display()
+        ),
+    );
+    sh(dir, "grep -r -c keep node_modules/w5 > /dev/null");
+    sh(dir, "rm -rf node_modules/w5");
     t.elapsed()
 }
 
@@ -296,6 +312,13 @@ fn main() {
                 let (write, read) = w4(&t.dir, mib);
                 r.push((format!("W4 write {mib} MiB, MiB/s"), write));
                 r.push((format!("W4 read {mib} MiB, MiB/s"), read));
+            }
+            if want("W5") {
+                drop_caches();
+                r.push((
+                    format!("W5 npm-like, {files} files in node_modules/, s"),
+                    w5(&t.dir, &tar).as_secs_f64(),
+                ));
             }
             if labels.is_empty() {
                 labels = r.iter().map(|(l, _)| l.clone()).collect();

@@ -19,9 +19,12 @@
 //!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
 //!   and how long the slowest version takes to read back.
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read,delta,git] [--files N]
-//! [--rounds N] [--mib N] [--changes N] [--repo PATH] [--commits N]`. `mem`, `gc`, `read`
-//! and `git` need FUSE.
+//! - `tree`: `rm -rf` of a tree of 50,000 small files through a mount, and its rollback, beside
+//!   a native `cp -a` of the same tree (caches dropped before each).
+//!
+//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read,delta,git,tree] [--files N]
+//! [--rounds N] [--mib N] [--changes N] [--repo PATH] [--commits N] [--tree N]`. `mem`, `gc`,
+//! `read`, `git` and `tree` need FUSE (`tree` root, to drop caches).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -173,6 +176,18 @@ fn main() {
                 r.read_all.as_secs_f64()
             ),
             "fast",
+        ));
+    }
+    if want("tree") {
+        let n: usize = arg(&args, "--tree").unwrap_or(50_000);
+        let (rm, rollback, cp) = tree(&work.join("tree"), n);
+        rows.push((
+            format!("`rm -rf` of a {n}-file tree through the mount, then its rollback, vs `cp -a`"),
+            format!(
+                "rm -rf {rm:.2} s; rollback {rollback:.2} s; cp -a {cp:.2} s: {:.2}× cp -a",
+                rollback / cp
+            ),
+            "rollback ≤ 3× cp -a",
         ));
     }
     println!("| measured | now | target |");
@@ -741,6 +756,75 @@ fn memory(work: &Path, files: usize, rounds: usize) -> (u64, u64) {
     );
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
     figures
+}
+
+fn drop_caches() {
+    let _ = Command::new("sync").status();
+    let _ = fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+fn timed(dir: &Path, script: &str) -> f64 {
+    let t = Instant::now();
+    let ok = Command::new("bash")
+        .arg("-ec")
+        .arg(script)
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "failed in {}: {script}", dir.display());
+    t.elapsed().as_secs_f64()
+}
+
+/// Seconds for `rm -rf` of an `n`-file tree (100 folders) recorded through a mount, for its
+/// rollback, and for a native `cp -a` of the same tree.
+fn tree(work: &Path, n: usize) -> (f64, f64, f64) {
+    let ws = work.join("ws");
+    let store = work.join("store");
+    let data = work.join("data");
+    let native = work.join("native");
+    fs::create_dir_all(&ws).unwrap();
+    fs::create_dir_all(native.join("t")).unwrap();
+    for d in 0..100 {
+        fs::create_dir(native.join(format!("t/d{d}"))).unwrap();
+    }
+    for i in 0..n {
+        fs::write(
+            native.join(format!("t/d{}/f{i}.txt", i % 100)),
+            format!("file {i}\n").repeat(1 + i % 50),
+        )
+        .unwrap();
+    }
+    drop_caches();
+    let cp = timed(work, "cp -a native/t native/copy");
+    rewind(
+        work,
+        &data,
+        &[
+            "mount".as_ref(),
+            ws.as_os_str(),
+            "--store".as_ref(),
+            store.as_os_str(),
+        ],
+    );
+    timed(work, "cp -a native/t ws/t");
+    rewind(&ws, &data, &["sync".as_ref()]);
+    rewind(&ws, &data, &["checkpoint".as_ref(), "tree".as_ref()]);
+    drop_caches();
+    let rm = timed(&ws, "rm -rf t");
+    rewind(&ws, &data, &["sync".as_ref()]);
+    drop_caches();
+    let t = Instant::now();
+    rewind(
+        &ws,
+        &data,
+        &["rollback".as_ref(), "--to".as_ref(), "tree".as_ref()],
+    );
+    let rollback = t.elapsed().as_secs_f64();
+    // Every file is back.
+    timed(&ws, &format!("test $(find t -type f | wc -l) = {n}"));
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    (rm, rollback, cp)
 }
 
 /// The daemon's pid, from the registration `rewind mount` wrote.

@@ -557,6 +557,8 @@ pub fn rollback_command(a: &RollbackArgs) -> Result<Command, BadArguments> {
         path: optional_path("path", &a.path)?,
         dry_run: !a.apply,
         force: a.force,
+        // A large rollback tells the model its first paths and how many more.
+        verbose: false,
     }))
 }
 

@@ -48,7 +48,14 @@ pub struct RollbackArgs {
     /// Also put back paths changed later by others.
     #[arg(long)]
     pub force: bool,
+    /// List every path restored (a rollback of more than 100 paths lists the first 10).
+    #[arg(short, long)]
+    pub verbose: bool,
 }
+
+/// A rollback of more paths than this lists only the first [`LISTED`] unless `-v`.
+const LIST_ALL_UP_TO: usize = 100;
+const LISTED: usize = 10;
 
 /// Undo one change.
 #[derive(Debug, Args)]
@@ -88,7 +95,7 @@ pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
         return super::hunk::run(args, k, env);
     }
     let selection = args.selection(env)?;
-    roll_back(env, &selection, args.dry_run, args.force)
+    roll_back(env, &selection, args.dry_run, args.force, args.verbose)
 }
 
 pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
@@ -96,10 +103,16 @@ pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
         change: Some(args.id),
         ..Selection::default()
     };
-    roll_back(env, &selection, args.dry_run, args.force)
+    roll_back(env, &selection, args.dry_run, args.force, true)
 }
 
-fn roll_back(env: &mut Env<'_>, selection: &Selection, dry: bool, force: bool) -> Result<Outcome> {
+fn roll_back(
+    env: &mut Env<'_>,
+    selection: &Selection,
+    dry: bool,
+    force: bool,
+    verbose: bool,
+) -> Result<Outcome> {
     // Everything done so far belongs in the rollback's view. A dry run is a reading command:
     // where it runs in the daemon, what has happened was waited for (not recorded early).
     if !dry {
@@ -151,10 +164,25 @@ fn roll_back(env: &mut Env<'_>, selection: &Selection, dry: bool, force: bool) -
     }
     rollback::keep_moved_content(&env.view(), &plan)?;
     let applied = env.actor("rollback")?.rollback(&plan)?;
-    for s in &plan.steps {
-        if !applied.failed.iter().any(|(p, _)| *p == s.path) {
+    let failed: std::collections::HashSet<&[u8]> =
+        applied.failed.iter().map(|(p, _)| p.as_slice()).collect();
+    let restored = plan.steps.iter().filter(|s| !failed.contains(&s.path[..]));
+    let listed = if verbose || plan.steps.len() <= LIST_ALL_UP_TO {
+        usize::MAX
+    } else {
+        LISTED
+    };
+    let mut unlisted = 0;
+    for (i, s) in restored.enumerate() {
+        if i < listed {
             out += &format!("{}\n", rollback::describe(s));
+        } else {
+            unlisted += 1;
         }
+    }
+    if unlisted > 0 {
+        // Always many: only a rollback of more than `LIST_ALL_UP_TO` paths leaves any out.
+        out += &format!("... and {unlisted} more paths (-v lists them)\n");
     }
     for (p, e) in &applied.failed {
         out += &format!("failed   {}: {e}\n", escape_path(p));

@@ -229,6 +229,7 @@ fn rollback(a: &RollbackArgs) -> Words {
         path,
         dry_run,
         force,
+        verbose,
     } = a;
     let mut w = Words::new("rollback");
     w.select(select);
@@ -240,6 +241,7 @@ fn rollback(a: &RollbackArgs) -> Words {
     w.path("path", path.as_deref());
     w.flag("dry-run", *dry_run);
     w.flag("force", *force);
+    w.flag("verbose", *verbose);
     w
 }
 
@@ -327,6 +329,7 @@ mod tests {
             path: None,
             dry_run: true,
             force: false,
+            verbose: false,
         }));
         round_trip(Command::Rollback(RollbackArgs {
             select: SelectArgs::default(),
@@ -338,6 +341,7 @@ mod tests {
             path: Some(PathBuf::from("-odd name")),
             dry_run: false,
             force: true,
+            verbose: true,
         }));
         round_trip(Command::Undo(UndoArgs {
             id: 9,

@@ -126,6 +126,9 @@ impl Daemon {
         let served = mounted.run();
         if let Some(rec) = &recorder {
             rec.sync()?;
+            if let Err(e) = rec.save_known() {
+                tracing::warn!("the next mount reads recorded files again: {e}");
+            }
         }
         store.sync()?;
         // Keep the registration (commands find the store through it while unmounted); only

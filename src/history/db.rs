@@ -3,7 +3,7 @@
 //! must keep, when a checkpoint may be moved).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::change::{Change, Checkpoint, OpenEpisode, Seen, SessionInfo, Turn};
 use super::name::Name;
@@ -32,6 +32,64 @@ pub struct GcPolicy {
 #[derive(Clone)]
 pub struct History {
     store: Arc<Store>,
+    /// Folders the manifest has nothing at or below (see [`Bare`]).
+    bare: Arc<Mutex<Bare>>,
+}
+
+/// Folders found to have nothing at or below them in the manifest, so that asking again for a
+/// path below one (every operation on an ignored path asks whether the history keeps it: all of
+/// `npm install` under `node_modules/`) costs a hash lookup per folder above it instead of a
+/// store read. Every manifest write that adds entries forgets the folders above them (below an
+/// ignored folder only a rename into it does), and bumps `writes`, so that a look-up that began
+/// before a write never caches what it saw.
+#[derive(Default)]
+struct Bare {
+    folders: HashSet<Vec<u8>>,
+    writes: u64,
+}
+
+/// How many folders [`Bare`] holds at most; past it, it starts again.
+const BARE_MAX: usize = 100_000;
+
+impl Bare {
+    /// `path` or a folder above it is known to have nothing in the manifest.
+    fn covers(&self, path: &[u8]) -> bool {
+        !self.folders.is_empty() && folders_at_or_above(path).any(|f| self.folders.contains(f))
+    }
+
+    /// The manifest may have gained entries at `paths`, and anywhere below `moved_to` (the
+    /// folders a rename moved a subtree to).
+    fn gained<'p>(
+        &mut self,
+        paths: impl Iterator<Item = &'p [u8]>,
+        moved_to: impl Iterator<Item = &'p [u8]>,
+    ) {
+        self.writes += 1;
+        if self.folders.is_empty() {
+            return;
+        }
+        for p in paths {
+            for f in folders_at_or_above(p) {
+                self.folders.remove(f);
+            }
+        }
+        for to in moved_to {
+            for f in folders_at_or_above(to) {
+                self.folders.remove(f);
+            }
+            let mut below = to.to_vec();
+            below.push(b'/');
+            self.folders.retain(|f| !f.starts_with(&below));
+        }
+    }
+}
+
+/// `path` and each folder above it (`a/b/c`, `a/b`, `a`).
+fn folders_at_or_above(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::successors(Some(path), |p| {
+        p.iter().rposition(|b| *b == b'/').map(|i| &p[..i])
+    })
+    .filter(|p| !p.is_empty())
 }
 
 fn change(r: ChangeRecord) -> Result<Change> {
@@ -40,7 +98,10 @@ fn change(r: ChangeRecord) -> Result<Change> {
 
 impl History {
     pub fn new(store: Arc<Store>) -> History {
-        History { store }
+        History {
+            store,
+            bare: Arc::default(),
+        }
     }
 
     /// The store underneath: content blobs, and writability.
@@ -159,11 +220,30 @@ impl History {
             .zip(&extras)
             .map(|((c, _, id), e)| (ChangeRecord::from(c), e, *id))
             .collect();
-        self.store
-            .record_with_ids(records)?
-            .into_iter()
-            .map(change)
-            .collect()
+        let recorded = self.store.record_with_ids(records);
+        self.gained(
+            items.iter().flat_map(|(_, e, _)| {
+                let added = e.manifest.iter().filter(|(_, s)| s.is_some());
+                added.map(|(p, _)| p.as_slice())
+            }),
+            // A folder exchange moves both ways.
+            items
+                .iter()
+                .flat_map(|(_, e, _)| e.move_under.into_iter().flat_map(|(a, b)| [a, b])),
+        );
+        recorded?.into_iter().map(change).collect()
+    }
+
+    /// The manifest may have gained entries: see [`Bare`].
+    fn gained<'p>(
+        &self,
+        paths: impl Iterator<Item = &'p [u8]>,
+        moved_to: impl Iterator<Item = &'p [u8]>,
+    ) {
+        self.bare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .gained(paths, moved_to);
     }
 
     pub fn record(&self, c: Change, extra: &Extra<'_>) -> Result<Change> {
@@ -284,13 +364,45 @@ impl History {
     /// Whether `path`, or for a folder anything below it, is in the manifest: a folder that
     /// holds what the history has is kept with it.
     pub fn in_manifest_at_or_under(&self, path: &[u8], is_dir: bool) -> Result<bool> {
-        if self.in_manifest(path)? {
+        let writes = {
+            let bare = self.bare.lock().unwrap_or_else(|e| e.into_inner());
+            if bare.covers(path) {
+                return Ok(false);
+            }
+            bare.writes
+        };
+        // A file is asked about through its folder: one look-up answers for all its files.
+        let folder = if is_dir {
+            Some(path)
+        } else {
+            path.iter().rposition(|b| *b == b'/').map(|i| &path[..i])
+        };
+        if let Some(folder) = folder.filter(|f| !f.is_empty()) {
+            if self.has_at_or_under(folder)? {
+                if is_dir {
+                    return Ok(true);
+                }
+            } else {
+                let mut bare = self.bare.lock().unwrap_or_else(|e| e.into_inner());
+                if bare.writes == writes {
+                    if bare.folders.len() >= BARE_MAX {
+                        bare.folders.clear();
+                    }
+                    bare.folders.insert(folder.to_vec());
+                }
+                return Ok(false);
+            }
+        }
+        // A file in a folder the manifest has entries in, a file at the top, or the top.
+        self.in_manifest(path)
+    }
+
+    /// The manifest has `folder` or something below it.
+    fn has_at_or_under(&self, folder: &[u8]) -> Result<bool> {
+        if self.in_manifest(folder)? {
             return Ok(true);
         }
-        if !is_dir || path.is_empty() {
-            return Ok(false);
-        }
-        let mut below = path.to_vec();
+        let mut below = folder.to_vec();
         below.push(b'/');
         Ok(self.store.manifest_has_prefix(&below)?)
     }
@@ -300,12 +412,22 @@ impl History {
             .iter()
             .map(|(p, s)| (p.clone(), s.as_ref().map(SeenRecord::from)))
             .collect();
-        Ok(self.store.put_manifest(&records)?)
+        let written = self.store.put_manifest(&records);
+        self.gained(
+            entries
+                .iter()
+                .filter(|(_, s)| s.is_some())
+                .map(|(p, _)| p.as_slice()),
+            std::iter::empty(),
+        );
+        Ok(written?)
     }
 
     /// Swap the manifest entries below two folders (undoes a folder rename's, which swaps them).
     pub fn swap_manifest_under(&self, a: &[u8], b: &[u8]) -> Result<()> {
-        Ok(self.store.swap_manifest_under(a, b)?)
+        let written = self.store.swap_manifest_under(a, b);
+        self.gained(std::iter::empty(), [a, b].into_iter());
+        Ok(written?)
     }
 
     pub fn replace_manifest(&self, entries: &[(Vec<u8>, Seen)]) -> Result<()> {
@@ -313,7 +435,13 @@ impl History {
             .iter()
             .map(|(p, s)| (p.clone(), SeenRecord::from(s)))
             .collect();
-        Ok(self.store.replace_manifest(&records)?)
+        let written = self.store.replace_manifest(&records);
+        {
+            let mut bare = self.bare.lock().unwrap_or_else(|e| e.into_inner());
+            bare.folders.clear();
+            bare.writes += 1;
+        }
+        Ok(written?)
     }
 
     /// Remove history `policy` lets go, but never the newest change of any path (counting
@@ -455,5 +583,48 @@ mod tests {
             e.contains("claude-7f3a01") && e.contains("claude-7f3b02"),
             "{e}"
         );
+    }
+
+    /// The cache of folders with nothing in the manifest answers as the store would, through
+    /// the writes that add entries below such a folder: a file put there, a folder renamed in.
+    #[test]
+    fn folders_known_bare_follow_the_manifest() {
+        use super::History;
+        use crate::history::change::{FileKind, Seen};
+        use crate::store::Store;
+
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::new(std::sync::Arc::new(Store::open(dir.path()).unwrap()));
+        let seen = Some(Seen {
+            kind: FileKind::File,
+            size: 1,
+            mode: 0o644,
+            mtime_ns: 0,
+        });
+        let kept = |p: &str, dir: bool| history.in_manifest_at_or_under(p.as_bytes(), dir).unwrap();
+        assert!(!kept("node_modules/a/x.js", false));
+        assert!(!kept("node_modules/a", true));
+        assert!(
+            !kept("node_modules/a/b/y.js", false),
+            "below a folder known bare"
+        );
+        history
+            .put_manifest(&[(b"node_modules/a/b/y.js".to_vec(), seen.clone())])
+            .unwrap();
+        assert!(kept("node_modules/a/b/y.js", false));
+        assert!(kept("node_modules/a", true));
+        assert!(!kept("node_modules/a/b/z.js", false));
+
+        // A rename moves entries below a folder cached as bare.
+        assert!(!kept("node_modules/c/d", true));
+        history
+            .put_manifest(&[(b"src/m/f".to_vec(), seen.clone())])
+            .unwrap();
+        history
+            .swap_manifest_under(b"src/m", b"node_modules/c")
+            .unwrap();
+        assert!(kept("node_modules/c/f", false));
+        assert!(kept("node_modules/c", true));
+        assert!(!kept("node_modules/c/d", true));
     }
 }

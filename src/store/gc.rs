@@ -341,6 +341,10 @@ impl Store {
             for h in &unreferenced {
                 batch.delete_cf(db.cf(CF_BLOBS), h.0);
             }
+            if !unreferenced.is_empty() {
+                // What the last mount knew to be stored may not be any more.
+                batch.delete_cf(db.cf(CF_META), super::KNOWN_KEY);
+            }
             if horizon != old_horizon
                 && let Some(h) = horizon
             {

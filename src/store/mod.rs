@@ -51,9 +51,13 @@ use rocksdb::{ColumnFamily, DB};
 pub use blobs::{CHUNK, Hash};
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, SeenRecord, SessionRecord,
-    StateRecord, ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, KnownFileRecord, KnownRecord,
+    SeenRecord, SessionRecord, StateRecord, ToolRecord, TurnRecord,
 };
+/// The `meta` key of the files whose content the last mount knew to be stored
+/// ([`KnownRecord`]); a gc that deletes blobs deletes it in the same batch.
+pub const KNOWN_KEY: &[u8] = b"known";
+
 pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
 pub use pins::{PinScope, Pins};

@@ -199,6 +199,14 @@ impl Store {
         }
     }
 
+    pub fn delete_meta(&self, key: &[u8]) -> Result<()> {
+        let db = self.db()?;
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(db.cf(CF_META), key);
+        drop(db);
+        self.write("meta", batch)
+    }
+
     pub fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let db = self.db()?;
         let mut batch = WriteBatch::default();

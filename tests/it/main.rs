@@ -18,6 +18,7 @@ mod quiet;
 mod record;
 mod retention;
 mod roundtrip;
+mod scale;
 mod service;
 mod store;
 mod store_place;

@@ -1148,7 +1148,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
             ));
         }
         let (before, _) = walk(&root)?;
-        let out = rw(&ws, &["rollback", "--to", name, "--force"]);
+        let out = rw(&ws, &["rollback", "--to", name, "--force", "-v"]);
         let (after, _) = walk(&root)?;
         if out.status.code() != Some(2) || before != after {
             return Err(format!(
@@ -1171,7 +1171,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
     for (name, tree) in &checkpoints {
         let (before, _) = walk(&root)?;
         let dry = rw(&ws, &["rollback", "--to", name, "--force", "--dry-run"]);
-        let out = rw(&ws, &["rollback", "--to", name, "--force"]);
+        let out = rw(&ws, &["rollback", "--to", name, "--force", "-v"]);
         same_plan(&dry, &out)
             .map_err(|e| format!("{done}rollback --to {name}: {e}history:\n{}", history(&ws)))?;
         if !out.status.success() {
@@ -1207,7 +1207,7 @@ fn run_case(initial: &[Op], ops: &[Op], stats: &mut Stats) -> Result<(), String>
         };
         stats.restored += restored(&stdout);
         let dry = rw(&ws, &["rollback", "--session", session, "--dry-run"]);
-        let undo = rw(&ws, &["rollback", "--session", session]);
+        let undo = rw(&ws, &["rollback", "--session", session, "-v"]);
         same_plan(&dry, &undo).map_err(|e| {
             format!(
                 "{done}undoing {session} (the rollback to {name}): {e}history:\n{}",

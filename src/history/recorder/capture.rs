@@ -7,6 +7,10 @@ use std::io;
 use super::{Key, Recorder, lock};
 use crate::history::change::{FileKind, FileState, Owner, Seen};
 use crate::history::{Error, Result, show_path};
+use crate::store::{Hash, KNOWN_KEY, KnownFileRecord, KnownRecord};
+
+/// How many files the cache knows at most (about 200 bytes each); past it, it starts again.
+const KNOWN_MAX: usize = 100_000;
 
 /// Read access to the workspace underneath the mount.
 pub trait Source: Send + Sync {
@@ -138,7 +142,7 @@ impl Recorder {
                     owner,
                 };
                 let mut known = lock(&self.known);
-                if known.len() > 100_000 {
+                if known.len() > KNOWN_MAX {
                     known.clear();
                 }
                 known.insert(key, (sig, state.clone(), sweeps));
@@ -163,6 +167,70 @@ impl Recorder {
                 owner,
             }),
         }
+    }
+
+    /// Leave what the cache knows for the next mount (at unmount): a file whose inode, size,
+    /// mtime and ctime are then still the same has the same content, so deleting or overwriting
+    /// it is recorded without reading it. A ctime cannot be set back, so whatever changed the
+    /// file while it was not mounted (an editor, `touch -r`, a restore from a backup) misses.
+    pub fn save_known(&self) -> Result<()> {
+        let files: Vec<KnownFileRecord> = lock(&self.known)
+            .iter()
+            .filter(|(_, (_, state, _))| state.kind == FileKind::File)
+            .filter_map(|(key, (sig, state, _))| {
+                Some(KnownFileRecord {
+                    dev: key.0,
+                    ino: key.1,
+                    size: sig.size,
+                    mtime: sig.mtime,
+                    ctime: sig.ctime,
+                    hash: state.hash?.0,
+                })
+            })
+            .collect();
+        if files.is_empty() {
+            return Ok(());
+        }
+        let value = KnownRecord { files }.encode();
+        Ok(self.history.store().put_meta(KNOWN_KEY, &value)?)
+    }
+
+    /// Take what the last mount left ([`save_known`](Self::save_known)) into the cache. It is
+    /// taken once: a mount that ends without saving (a crash) leaves nothing stale behind. Its
+    /// content is still stored: a gc that deletes blobs deletes the record in the same batch
+    /// (and checking each blob would read it whole from its table file).
+    pub(super) fn load_known(&self) -> Result<()> {
+        let store = self.history.store();
+        let Some(value) = store.meta(KNOWN_KEY)? else {
+            return Ok(());
+        };
+        store.delete_meta(KNOWN_KEY)?;
+        let record = match KnownRecord::decode("meta", KNOWN_KEY, &value) {
+            Ok(r) => r,
+            Err(e) => {
+                // Only a cache: the files are read again.
+                tracing::warn!("{e}");
+                return Ok(());
+            }
+        };
+        let sweeps = store.sweeps();
+        let mut known = lock(&self.known);
+        for f in record.files.into_iter().take(KNOWN_MAX) {
+            let state = FileState {
+                kind: FileKind::File,
+                size: f.size as u64,
+                mode: 0,
+                hash: Some(Hash(f.hash)),
+                owner: None,
+            };
+            let sig = Sig {
+                size: f.size,
+                mtime: f.mtime,
+                ctime: f.ctime,
+            };
+            known.insert((f.dev, f.ino), (sig, state, sweeps));
+        }
+        Ok(())
     }
 
     /// Forget what was captured of a file whose inode number may now be reused.

@@ -103,7 +103,7 @@ impl Recorder {
             Ok(f) => io::read_to_string(f).unwrap_or_default(),
             Err(_) => String::new(),
         };
-        Ok(Recorder {
+        let recorder = Recorder {
             turns: Turns::load(history.clone())?,
             history,
             source,
@@ -124,7 +124,9 @@ impl Recorder {
             panic_on: std::env::var_os("REWIND_TEST_PANIC")
                 .map(|n| n.into_encoded_bytes())
                 .filter(|n| !n.is_empty()),
-        })
+        };
+        recorder.load_known()?;
+        Ok(recorder)
     }
 
     pub fn history(&self) -> &History {

@@ -22,7 +22,9 @@ use super::Error;
 use super::keys;
 
 pub use comment::CommentRecord;
-pub use v1::{CheckpointRecord, ManifestRecord, SeenRecord, SessionRecord};
+pub use v1::{
+    CheckpointRecord, KnownFileRecord, KnownRecord, ManifestRecord, SeenRecord, SessionRecord,
+};
 pub use v2::{ToolRecord, TurnRecord};
 pub use v3::{ChangeRecord, EpisodeRecord, StateRecord};
 
@@ -171,7 +173,13 @@ macro_rules! v1_only {
     )*};
 }
 
-v1_only!(SessionRecord, CheckpointRecord, SeenRecord, CommentRecord);
+v1_only!(
+    SessionRecord,
+    CheckpointRecord,
+    SeenRecord,
+    CommentRecord,
+    KnownRecord
+);
 
 /// The trailer tag of a turn's conversation hash.
 const CONVERSATION: u8 = 1;

@@ -156,6 +156,23 @@ fn sessions_checkpoints_seen_and_turns() {
     assert_eq!(seen.encode(), pinned);
     assert_eq!(SeenRecord::decode("manifest", b"p", &pinned).unwrap(), seen);
 
+    let known = KnownRecord {
+        files: vec![KnownFileRecord {
+            dev: 2049,
+            ino: 7,
+            size: 3,
+            mtime: (1, 2),
+            ctime: (3, -4),
+            hash: [9; 32],
+        }],
+    };
+    let pinned = hex(&format!("01018110070602040607{}", "09".repeat(32)));
+    assert_eq!(known.encode(), pinned);
+    assert_eq!(
+        KnownRecord::decode("meta", b"known", &pinned).unwrap(),
+        known
+    );
+
     let turn = TurnRecord {
         session: "claude-ab12".into(),
         number: 3,

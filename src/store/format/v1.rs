@@ -69,6 +69,25 @@ pub struct SeenRecord {
     pub mtime_ns: i128,
 }
 
+/// The files whose content the store held when the mount ended (`meta` `known`), so that the
+/// next mount can capture one again without reading it while its inode, size, mtime and ctime
+/// are still these (nothing can set a ctime back, so nothing outside the mount changed it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownRecord {
+    pub files: Vec<KnownFileRecord>,
+}
+
+/// One file of a [`KnownRecord`]: its backing identity and stat fields, and its content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownFileRecord {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: i64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+    pub hash: [u8; 32],
+}
+
 /// The chunk list of content stored in chunks (the value of its whole hash in `blobs`, after
 /// the blob version byte and the manifest tag).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
