@@ -88,6 +88,11 @@ impl InodeTable {
         self.nodes.get(&ino).map(|n| n.key)
     }
 
+    /// The inode of the backing file `key`, under whichever of its names the kernel knows it.
+    pub fn of_key(&self, key: BackingKey) -> Option<u64> {
+        self.by_key.get(&key).copied()
+    }
+
     /// The inode known by `name` in `parent`, if the kernel has looked it up.
     pub fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
         self.by_link.get(&(parent, name.to_vec())).copied()

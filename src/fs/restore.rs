@@ -104,8 +104,35 @@ impl Restorer {
     }
 
     /// Tell the kernel a file's content or attributes changed.
+    /// Take away whatever `path` (`name` in `parent`) is now, so that something new can be
+    /// made there.
+    fn clear(&self, caller: &Caller, parent: &[u8], name: &OsStr, path: &[u8]) -> Result<()> {
+        if let Ok(st) = self.core.backing.stat(path) {
+            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let st = self
+                .core
+                .unlink_at(caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+        }
+        Ok(())
+    }
+
+    /// The inode the kernel knows `path`'s file by: through `path`, or, for a file with
+    /// several names, through another name the kernel looked up (its pages are the file's,
+    /// whichever name they were read through).
+    fn known_ino(&self, path: &[u8]) -> Option<u64> {
+        if let Some(ino) = self.core.inodes().find(path) {
+            return Some(ino);
+        }
+        let st = self.core.backing.stat(path).ok()?;
+        (st.st_nlink > 1)
+            .then(|| self.core.inodes().of_key(key(&st)))
+            .flatten()
+    }
+
     fn inode_changed(&self, path: &[u8]) {
-        let ino = self.core.inodes().find(path);
+        let ino = self.known_ino(path);
         if let (Some(ino), Some(notifier)) = (ino, self.core.notifier.get())
             && let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0)
             && e.raw_os_error() != Some(libc::ENOENT)
@@ -123,13 +150,10 @@ impl Restorer {
         if self.core.passthrough() {
             return;
         }
-        let names = {
-            let mut inodes = self.core.inodes();
-            match inodes.find(path) {
-                Some(ino) => inodes.renumber(ino),
-                None => return,
-            }
+        let Some(ino) = self.known_ino(path) else {
+            return;
         };
+        let names = self.core.inodes().renumber(ino);
         let Some(notifier) = self.core.notifier.get() else {
             return;
         };
@@ -289,14 +313,7 @@ impl Apply for Restorer {
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()> {
         let (parent, name) = self.parts(path)?;
         let caller = self.caller_in(parent);
-        if let Ok(st) = self.core.backing.stat(path) {
-            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            let st = self
-                .core
-                .unlink_at(&caller, parent, name, dir)
-                .map_err(|e| failed(path, e))?;
-            self.entry_changed(parent, name, Some(&st));
-        }
+        self.clear(&caller, parent, name, path)?;
         self.core
             .symlink_at(&caller, parent, name, target)
             .map_err(|e| failed(path, e))?;
@@ -313,14 +330,7 @@ impl Apply for Restorer {
                 show_path(path)
             )));
         };
-        if let Ok(st) = self.core.backing.stat(path) {
-            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            let st = self
-                .core
-                .unlink_at(&caller, parent, name, dir)
-                .map_err(|e| failed(path, e))?;
-            self.entry_changed(parent, name, Some(&st));
-        }
+        self.clear(&caller, parent, name, path)?;
         self.core
             .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
             .map_err(|e| failed(path, e))?;
@@ -331,14 +341,7 @@ impl Apply for Restorer {
     fn link(&self, target: &[u8], path: &[u8]) -> Result<()> {
         let (parent, name) = self.parts(path)?;
         let caller = self.caller_in(parent);
-        if let Ok(st) = self.core.backing.stat(path) {
-            let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            let st = self
-                .core
-                .unlink_at(&caller, parent, name, dir)
-                .map_err(|e| failed(path, e))?;
-            self.entry_changed(parent, name, Some(&st));
-        }
+        self.clear(&caller, parent, name, path)?;
         self.core
             .link_at(&caller, target, parent, name)
             .map_err(|e| failed(path, e))?;

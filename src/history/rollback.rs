@@ -755,21 +755,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         let one_file = apply
             .shared_file(&s.path)
             .is_some_and(|f| apply.shared_file(to) == Some(f));
-        let result = match (one_file, s.target.as_ref()) {
-            (false, _) => apply.link(to, &s.path),
-            // Already one file, written in place through its other name: written once more
-            // through this name too, so that what the kernel holds of this name (its pages
-            // and attributes) is the restored content, not what was there before.
-            (true, Some(t)) if t.kind == FileKind::File && t.hash.is_some() => {
-                let hash = t.hash.expect("checked");
-                apply.write_file(&s.path, t.mode, false, &mut |out| {
-                    let mut out = out;
-                    Ok(store.read_blob_to(&hash, &mut out)?)
-                })
-            }
-            (true, _) => Ok(()),
-        };
-        if let Err(e) = result {
+        if !one_file && let Err(e) = apply.link(to, &s.path) {
             failed.push((s.path.clone(), e.to_string()));
         }
     }
