@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{Workspace, ok, rw, sh};
+use crate::common::{Workspace, noise, ok, rw, sh};
 
 /// Exit 2 with a message containing `want` on stderr.
 fn refused(out: Output, want: &str) -> String {
@@ -358,15 +358,7 @@ fn du(dir: &Path) -> u64 {
 fn status_reports_the_size_on_disk_and_gc_gives_back_deleted_history() {
     let mut ws = Workspace::new();
     ws.mount();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let big: Vec<u8> = (0..16 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let big = noise(16 << 20, 0x9E37_79B9_7F4A_7C15u64);
     write(&ws, "big.bin", &big);
     write(&ws, "big.bin", b"small\n");
     write(&ws, "big.bin", b"smaller\n");
@@ -402,15 +394,7 @@ fn status_reports_the_size_on_disk_and_gc_gives_back_deleted_history() {
 fn gc_while_mounted_gives_back_deleted_history() {
     let mut ws = Workspace::new();
     ws.mount();
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let big: Vec<u8> = (0..16 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let big = noise(16 << 20, 0x2545_F491_4F6C_DD1Du64);
     write(&ws, "big.bin", &big);
     write(&ws, "big.bin", b"small\n");
     write(&ws, "big.bin", b"smaller\n");

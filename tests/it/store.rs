@@ -10,6 +10,8 @@ use rewind::history::db::{Extra, GcPolicy};
 use rewind::history::{Error, History, Name};
 use rewind::store::{self, ALL_CFS, CHUNK, Hash, Order, Query, Store, keys};
 
+use crate::common::noise;
+
 /// The history over a store opened (or created) in `dir`.
 fn open(dir: &std::path::Path) -> History {
     History::new(Arc::new(Store::open(dir).unwrap()))
@@ -513,17 +515,7 @@ fn gc_by_size_removes_oldest_history_first() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     // Incompressible 64 KiB versions of one file.
-    let version = |i: u64| -> Vec<u8> {
-        let mut x = i.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        (0..65536)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
+    let version = |i: u64| noise(65536, i.wrapping_mul(0x9E3779B97F4A7C15) | 1);
     for i in 0..10 {
         modify(&store, "big", i, &version(i), &version(i + 1));
     }
@@ -702,19 +694,6 @@ fn a_full_disk_refuses_writes_until_there_is_room_again() {
 /// A change record as the first releases wrote it (version 1): change 7, a rename of `old` to
 /// `new \xff name` by claude in session s1 (the golden bytes of `store/format/tests.rs`).
 const V1_CHANGE: &str = "01078080a8b1e39fe7cb17030a6e657720ff206e616d6501036f6c640001000ca40301000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f02733106636c61756465d20903736564";
-
-/// Deterministic incompressible bytes (xorshift).
-fn noise(len: usize, mut seed: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        out.extend_from_slice(&seed.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    Disk, SmallFs, Workspace, daemon_pid, holds_open, is_mounted, ok, python_command, sh, stderr,
-    stdout, wait_for,
+    Disk, SmallFs, Workspace, daemon_pid, holds_open, is_mounted, noise, ok, python_command, sh,
+    stderr, stdout, wait_for,
 };
 
 const NOBODY: u32 = 65534;
@@ -842,15 +842,7 @@ fn a_restore_that_cannot_read_its_content_leaves_the_file_as_it_was() {
     let mut ws = Workspace::new();
     ws.mount();
     let root = ws.path();
-    let mut x = 0x9E3779B97F4A7C15u64;
-    let big_old: Vec<u8> = (0..3 * CHUNK + 100)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let big_old = noise(3 * CHUNK + 100, 0x9E3779B97F4A7C15);
     let small = |name: &str| format!("the old content of {name}\n").repeat(10);
     for f in ["a.txt", "b.txt", "c.txt", "gone.txt"] {
         fs::write(root.join(f), small(f)).unwrap();

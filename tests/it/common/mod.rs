@@ -401,3 +401,16 @@ impl Drop for SmallFs {
         let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
     }
 }
+
+/// Deterministic incompressible bytes (xorshift).
+pub fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        out.extend_from_slice(&seed.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
