@@ -245,16 +245,7 @@ fn gc(work: &Path, mib: usize, mounted: bool) -> (u64, u64, u64) {
     let store = work.join("store");
     let data = work.join("data");
     fs::create_dir_all(&ws).unwrap();
-    rewind(
-        work,
-        &data,
-        &[
-            "mount".as_ref(),
-            ws.as_os_str(),
-            "--store".as_ref(),
-            store.as_os_str(),
-        ],
-    );
+    mount(work, &data, &ws, &store);
     let big = noise(mib << 20, 0x2545_f491_4f6c_dd1d);
     fs::write(ws.join("big.bin"), &big).unwrap();
     rewind(&ws, &data, &["sync".as_ref()]);
@@ -292,19 +283,7 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
     let store_dir = work.join("store");
     let data = work.join("data");
     fs::create_dir_all(&ws).unwrap();
-    let mount = |ws: &Path| {
-        rewind(
-            work,
-            &data,
-            &[
-                "mount".as_ref(),
-                ws.as_os_str(),
-                "--store".as_ref(),
-                store_dir.as_os_str(),
-            ],
-        );
-    };
-    mount(&ws);
+    mount(work, &data, &ws, &store_dir);
     fs::write(ws.join("seed.txt"), "seed\n").unwrap();
     // The folders are made through the mount, so views of the past have them.
     for d in 0..100 {
@@ -417,7 +396,7 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
         out.push((format!("rewind {name}"), time(&ws, args)));
         eprintln!("{live}: {:?}", out.last().unwrap());
     }
-    mount(&ws);
+    mount(work, &data, &ws, &store_dir);
     for (name, args) in &commands[..1] {
         out.push((format!("rewind {name}, mounted"), time(&ws, args)));
     }
@@ -444,6 +423,20 @@ fn du(dir: &Path) -> u64 {
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap()
+}
+
+/// `rewind mount WS --store STORE`, run in `work`.
+fn mount(work: &Path, data: &Path, ws: &Path, store: &Path) {
+    rewind(
+        work,
+        data,
+        &[
+            "mount".as_ref(),
+            ws.as_os_str(),
+            "--store".as_ref(),
+            store.as_os_str(),
+        ],
+    );
 }
 
 fn rewind(dir: &Path, data: &Path, args: &[&std::ffi::OsStr]) {
@@ -607,16 +600,7 @@ fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
         .collect();
     commits.reverse();
 
-    rewind(
-        work,
-        &data,
-        &[
-            "mount".as_ref(),
-            ws.as_os_str(),
-            "--store".as_ref(),
-            store.as_os_str(),
-        ],
-    );
+    mount(work, &data, &ws, &store);
     let git_dir = format!("--git-dir={}", clone.join(".git").display());
     let work_tree = format!("--work-tree={}", ws.display());
     let t = Instant::now();
@@ -718,16 +702,7 @@ fn memory(work: &Path, files: usize, rounds: usize) -> (u64, u64) {
     let store = work.join("store");
     let data = work.join("data");
     fs::create_dir_all(&ws).unwrap();
-    rewind(
-        work,
-        &data,
-        &[
-            "mount".as_ref(),
-            ws.as_os_str(),
-            "--store".as_ref(),
-            store.as_os_str(),
-        ],
-    );
+    mount(work, &data, &ws, &store);
     let pid = daemon_pid(&data);
     let t = Instant::now();
     for round in 0..rounds {
@@ -797,16 +772,7 @@ fn tree(work: &Path, n: usize) -> (f64, f64, f64) {
     }
     drop_caches();
     let cp = timed(work, "cp -a native/t native/copy");
-    rewind(
-        work,
-        &data,
-        &[
-            "mount".as_ref(),
-            ws.as_os_str(),
-            "--store".as_ref(),
-            store.as_os_str(),
-        ],
-    );
+    mount(work, &data, &ws, &store);
     timed(work, "cp -a native/t ws/t");
     rewind(&ws, &data, &["sync".as_ref()]);
     rewind(&ws, &data, &["checkpoint".as_ref(), "tree".as_ref()]);
