@@ -15,8 +15,8 @@ use rewind::store::{Hash, Query, Store};
 use serde_json::Value;
 
 use crate::common::{
-    SmallFs, Workspace, daemon_pid, is_mounted, python, python_command, rw, rw_ok, sh, stdout,
-    sync, wait_for, wait_recorded_of,
+    SmallFs, Workspace, check, daemon_pid, is_mounted, python, python_command, rw, rw_ok, sh,
+    stdout, sync, wait_for, wait_recorded_of,
 };
 
 fn history(dir: &Path) -> History {
@@ -135,6 +135,41 @@ fn log_right_after_a_change_shows_it() {
     };
     assert_eq!(before("d/2"), b"2\n");
     assert_eq!(before("a.txt"), b"one\n");
+}
+
+/// A writer that has exited has finished its change, even when the kernel's RELEASE of its
+/// file reaches the daemon after the `rewind log` that follows (the FUSE thread that took it
+/// is slow: `REWIND_TEST_SLOW_RELEASE`). `log` waits for it, so it shows the change.
+#[test]
+fn log_after_a_writer_exits_shows_its_change_even_before_the_release_is_handled() {
+    let ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("old.txt"), "old\n").unwrap();
+    let out = ws
+        .command(&["mount"])
+        .arg(&dir)
+        .arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_SLOW_RELEASE", "700")
+        .output()
+        .unwrap();
+    check(&out);
+    let mut ws = ws;
+    ws.mark_mounted();
+    let kinds = |ws: &Workspace, path: &str| -> Vec<String> {
+        rw_ok(ws, &["log", path, "--json"])
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    sh(&dir, "printf new > new.txt && printf more >> old.txt");
+    assert_eq!(kinds(&ws, "new.txt"), ["create"]);
+    assert_eq!(kinds(&ws, "old.txt"), ["modify"]);
 }
 
 /// vim saves by renaming the original to a backup, writing a new file under its name and

@@ -30,10 +30,16 @@ pub(super) struct Episode {
     /// The threads that opened it in this episode (at most [`MAX_OPENERS`]; more are not
     /// listed, and the episode is then never taken as abandoned).
     pub(super) openers: Vec<u32>,
+    /// Reading the history already waited for this abandoned episode's RELEASE in vain (a
+    /// child that inherited the handle holds it): it is not waited for again.
+    pub(super) awaited: bool,
 }
 
 /// How many openers an episode lists before it stops listing them.
 const MAX_OPENERS: usize = 16;
+
+/// How long reading the history waits for the RELEASE of a file whose writers are gone.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Episode {
     /// Every thread that opened the file in this episode is gone: its handles are only waiting
@@ -50,6 +56,7 @@ impl Episode {
 
     fn opened_by(&mut self, pid: u32) {
         self.opens += 1;
+        self.awaited = false;
         if self.openers.len() < MAX_OPENERS && !self.openers.contains(&pid) {
             self.openers.push(pid);
         }
@@ -143,6 +150,7 @@ impl Recorder {
                 created,
                 orphaned: false,
                 openers: vec![pid],
+                awaited: false,
             });
         Ok(())
     }
@@ -165,6 +173,35 @@ impl Recorder {
             uid: who.uid,
         };
         self.history.put_open_episode(path, &marker)
+    }
+
+    /// Wait a moment for the RELEASE of every episode whose writers are all gone. The kernel
+    /// queues it before the writer's close() returns, but another FUSE thread may take it after
+    /// a request that came later (`rewind log` right after the editor exits), and the history
+    /// read then would lack the change the writer has finished. An episode still open after
+    /// [`RELEASE_WAIT`] (a child inherited the handle and keeps it) is not waited for again.
+    pub(super) fn await_releases(&self) {
+        let give_up = Instant::now() + RELEASE_WAIT;
+        loop {
+            let waiting: Vec<Key> = lock(&self.episodes)
+                .iter()
+                .filter(|(_, ep)| !ep.awaited && !ep.orphaned && ep.abandoned())
+                .map(|(key, _)| *key)
+                .collect();
+            if waiting.is_empty() {
+                return;
+            }
+            if Instant::now() >= give_up {
+                let mut episodes = lock(&self.episodes);
+                for key in waiting {
+                    if let Some(ep) = episodes.get_mut(&key) {
+                        ep.awaited = true;
+                    }
+                }
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     /// A handle that began an episode was released. At the last one, record what changed.
@@ -218,6 +255,7 @@ impl Recorder {
                         created,
                         orphaned,
                         openers: Vec::new(),
+                        awaited: false,
                     });
                 }
                 Err(e)

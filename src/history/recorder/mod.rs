@@ -279,8 +279,10 @@ impl Recorder {
     /// Record everything that has happened: wait for episode ends in progress (a large file's
     /// content may take a while to store), record held-back creates and queued deletes. After
     /// this, every operation whose syscall returned before it was called is in the history
-    /// (a close's RELEASE is queued by the kernel before the close returns).
+    /// (a close's RELEASE is queued by the kernel before the close returns, and is waited for
+    /// when its writer is gone: [`await_releases`](Recorder::await_releases)).
     pub fn settle(&self) -> Result<()> {
+        self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         self.flush_pending_older(true)
     }
@@ -290,6 +292,7 @@ impl Recorder {
     /// through [`AsRecorded`], which hides them), so that looking at `.rewind/at/` while an
     /// editor saves does not split its save-by-rename.
     pub fn settle_for_views(&self) -> Result<()> {
+        self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         self.drain()
     }
@@ -303,6 +306,7 @@ impl Recorder {
     /// [`PENDING_FOR`] and a tick of the pending thread, only when something is held back.
     /// Never fails: reading goes on when the store takes no writes (the history as recorded).
     pub fn settle_for_reading(&self) {
+        self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
@@ -340,6 +344,7 @@ impl Recorder {
     /// that another agent's save in progress (a temporary file written, not yet renamed over
     /// its target) is still seen as one `modify` of the target.
     pub fn settle_session(&self, session: &str) -> Result<()> {
+        self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         self.flush_pending_of(session)
     }
