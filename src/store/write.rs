@@ -284,6 +284,9 @@ impl Store {
             summaries.push(summary);
             changes.push((change, extra));
         }
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
+        new_counts.changes += changes.len() as u64;
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         let mut out = Vec::with_capacity(changes.len());
@@ -313,7 +316,8 @@ impl Store {
             out.push(change);
         }
         drop(db);
-        self.write("record change", batch)?;
+        self.write_counted("record change", batch, &mut counts, new_counts)?;
+        drop(counts);
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -327,7 +331,14 @@ impl Store {
     pub fn retract(&self, change: &ChangeRecord) -> Result<()> {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let summary = self.session(&change.session)?;
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
         let db = self.db()?;
+        let stored = db
+            .get_pinned_cf(db.cf(CF_CHANGES), keys::change(change.id))
+            .map_err(Store::db_error("read change"))?
+            .is_some();
+        new_counts.changes -= u64::from(stored && new_counts.changes > 0);
         let mut batch = WriteBatch::default();
         delete_change(&db, &mut batch, change);
         // A tombstone, so that the id can be explained later.
@@ -340,7 +351,8 @@ impl Store {
             _ => batch.delete_cf(db.cf(CF_SESSIONS), change.session.as_bytes()),
         }
         drop(db);
-        self.write("retract change", batch)?;
+        self.write_counted("retract change", batch, &mut counts, new_counts)?;
+        drop(counts);
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())

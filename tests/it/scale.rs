@@ -144,3 +144,98 @@ fn a_rollback_of_many_paths_lists_the_first_ten_and_a_summary_unless_verbose() {
         "150\n"
     );
 }
+
+/// `rewind status`'s counts: changes, blobs and their stored bytes.
+fn status_counts(ws: &Workspace) -> (u64, u64, u64) {
+    let status = ok(rw(ws, &["status"]));
+    let number = |line: &str, word: usize| -> u64 {
+        let rest = status
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("no {line} line in:\n{status}"));
+        rest.split([' ', ','])
+            .filter(|w| !w.is_empty())
+            .nth(word)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no number {word} in {line}{rest}"))
+    };
+    (
+        number("changes: ", 0),
+        number("stored: ", 0),
+        number("stored: ", 2),
+    )
+}
+
+/// The same counts taken from the store's files by RocksDB itself: every change, every blob
+/// and the length of its value. With the daemon running, call after `rewind sync`.
+fn recount(store: &Path) -> (u64, u64, u64) {
+    let opts = rocksdb::Options::default();
+    // The writer may delete a table file while this opens: try again.
+    let db = (0..5)
+        .find_map(|_| {
+            rocksdb::DB::open_cf_for_read_only(&opts, store, rewind::store::ALL_CFS, false).ok()
+        })
+        .expect("the store opens read-only");
+    let changes = db
+        .iterator_cf(
+            db.cf_handle("changes").unwrap(),
+            rocksdb::IteratorMode::Start,
+        )
+        .map(|item| item.unwrap())
+        .count() as u64;
+    let (mut blobs, mut bytes) = (0, 0);
+    for item in db.iterator_cf(db.cf_handle("blobs").unwrap(), rocksdb::IteratorMode::Start) {
+        let (_, value) = item.unwrap();
+        blobs += 1;
+        bytes += value.len() as u64;
+    }
+    (changes, blobs, bytes)
+}
+
+/// `status` no longer counts by reading the whole store: its counts are kept with every write.
+/// They must equal a full count after recording (small files, the same content twice, versions
+/// stored as deltas, a chunked file, deletes and renames), after gc and across a remount.
+#[test]
+fn status_counts_equal_a_recount_of_the_store_after_recording_gc_and_a_remount() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    sh(
+        &dir,
+        "mkdir src && for i in $(seq 60); do seq $i 400 > src/f$i.txt; done \
+         && for i in $(seq 10); do echo same > same$i; done \
+         && for i in $(seq 5); do sed -i \"s/^1$i\\$/edit $i/\" src/f*.txt; done \
+         && head -c 3145728 /dev/urandom > big.bin && cp big.bin big2.bin \
+         && rm src/f1*.txt && mv src/f2.txt moved.txt",
+    );
+    ok(rw(&ws, &["sync"]));
+    let after_work = status_counts(&ws);
+    assert!(after_work.0 > 100 && after_work.1 > 60, "{after_work:?}");
+    assert_eq!(after_work, recount(&ws.store()), "after recording, mounted");
+
+    // gc removes most of it: the counts follow.
+    // (The newest change of a path stays, and its content from before: write twice.)
+    sh(
+        &dir,
+        "for f in big.bin big2.bin; do echo a > $f; echo b > $f; done",
+    );
+    ok(rw(&ws, &["sync"]));
+    ok(rw(&ws, &["gc", "--max-size", "1K"]));
+    ok(rw(&ws, &["sync"]));
+    let after_gc = status_counts(&ws);
+    assert!(
+        after_gc.0 < after_work.0 && after_gc.2 < after_work.2,
+        "{after_work:?} -> {after_gc:?}"
+    );
+    assert_eq!(after_gc, recount(&ws.store()), "after gc, mounted");
+
+    // Unmounted, status reads the store itself; a remount takes the counts up again.
+    ws.unmount();
+    assert_eq!(status_counts(&ws), recount(&ws.store()), "unmounted");
+    ws.mount();
+    sh(&dir, "echo more >> moved.txt && rm same1");
+    ok(rw(&ws, &["sync"]));
+    let remounted = status_counts(&ws);
+    assert!(remounted.0 > after_gc.0, "{after_gc:?} -> {remounted:?}");
+    assert_eq!(remounted, recount(&ws.store()), "after a remount, mounted");
+}
