@@ -625,14 +625,41 @@ pub fn keep_moved_content(view: &View<'_>, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// What a rollback is doing, for its progress: reading back every content it will restore,
+/// then changing paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Checking,
+    Restoring,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Checking => "checking",
+            Phase::Restoring => "restoring",
+        }
+    }
+}
+
+/// Told after each piece of work of a phase: how many are done of how many.
+pub type Progress<'a> = &'a dyn Fn(Phase, usize, usize);
+
 /// Carry out a plan. Returns the paths that failed, and why; the others are done. A path whose
 /// earlier content cannot be read whole from the store is not touched.
-pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8>, String)> {
+pub fn execute(
+    history: &History,
+    plan: &Plan,
+    apply: &dyn Apply,
+    progress: Progress<'_>,
+) -> Vec<(Vec<u8>, String)> {
     let store = history.store();
     let mut failed: Vec<(Vec<u8>, String)> = Vec::new();
     // Read and check every content first: a path whose content is damaged is left as it is.
     let mut unreadable: HashSet<Vec<u8>> = HashSet::new();
-    for s in &plan.steps {
+    let steps = plan.steps.len();
+    for (i, s) in plan.steps.iter().enumerate() {
+        progress(Phase::Checking, i, steps);
         if let Some(t) = &s.target
             && matches!(t.kind, FileKind::File | FileKind::Symlink)
         {
@@ -670,7 +697,21 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         })
         .collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
+    // Every removal, put and link counts one.
+    let work = removals.len()
+        + plan
+            .steps
+            .iter()
+            .filter(|s| !unreadable.contains(&s.path))
+            .filter(|s| s.target.is_some() || s.link_to.is_some())
+            .count();
+    let mut done = 0;
+    let mut step_done = || {
+        progress(Phase::Restoring, done, work);
+        done += 1;
+    };
     for s in removals {
+        step_done();
         let dir = s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir);
         if let Err(e) = apply.remove(&s.path, dir) {
             failed.push((s.path.clone(), e.to_string()));
@@ -686,6 +727,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
     let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
     let detach = must_detach(&puts, &in_plan, apply);
     for s in puts {
+        step_done();
         if failed_under(&failed, &s.path) {
             // Its own removal failed, or its folder could not be made.
             if !failed.iter().any(|(f, _)| *f == s.path) {
@@ -735,6 +777,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         .collect();
     links.sort_by(|a, b| a.0.path.cmp(&b.0.path));
     for (s, to) in links {
+        step_done();
         if failed_under(&failed, &s.path) {
             if !failed.iter().any(|(f, _)| *f == s.path) {
                 failed.push((s.path.clone(), "its folder could not be restored".into()));
@@ -759,6 +802,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
             failed.push((s.path.clone(), e.to_string()));
         }
     }
+    progress(Phase::Restoring, work, work);
     failed
 }
 
