@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cli::Ctx;
+use crate::cli::{Ctx, Failure};
 use crate::command::{self, Env, Outcome};
 use crate::history::{History, Selection};
 
@@ -46,13 +46,13 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn open(ctx: Ctx) -> Result<Backend, Refusal> {
+    /// Unmounted, the store is opened read-only here: why it cannot be is the CLI's failure,
+    /// with its exit status.
+    pub fn open(ctx: Ctx) -> Result<Backend, Failure> {
         let history = if ctx.mounted {
             None
         } else {
-            Some(Arc::new(
-                ctx.read_history().map_err(|f| Refusal::Failed(f.message))?,
-            ))
+            Some(Arc::new(ctx.read_history()?))
         };
         Ok(Backend { ctx, history })
     }
