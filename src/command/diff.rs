@@ -9,12 +9,12 @@
 //! applied in order by `git apply`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use super::select::SelectArgs;
+use super::select::{SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::diff::{self, Side};
 use crate::history::netdiff::{self, Piece, Version, as_side};
 use crate::history::{Change, Error, FileKind, Result, Selection};
@@ -45,8 +45,67 @@ pub struct DiffArgs {
 }
 
 impl DiffArgs {
-    /// The selection, and the paths to limit the diff to.
-    pub fn selection(&self, env: &Env<'_>) -> Result<(Selection, Vec<Vec<u8>>)> {
+    /// The diff of `sel` limited to the paths `filter` (none: every path), the way back from
+    /// [`DiffArgs::selection`].
+    pub fn of(sel: &Selection, filter: &[Vec<u8>]) -> std::result::Result<DiffArgs, Unsayable> {
+        let Selection {
+            change,
+            session: _,
+            agent: _,
+            turn: _,
+            to_turn,
+            path,
+            since: _,
+            from,
+            until,
+        } = sel;
+        let paths = filter.iter().map(|p| path_arg(p)).collect();
+        if let Some(id) = change {
+            // `diff ID` is that change alone: beside a selection flag, the id would be a path.
+            let alone = Selection {
+                change: *change,
+                ..Selection::default()
+            };
+            if *sel != alone {
+                return Err(Unsayable {
+                    verb: "diff",
+                    what: "a change together with anything else",
+                });
+            }
+            return Ok(DiffArgs {
+                words: vec![PathBuf::from(id.to_string())],
+                select: SelectArgs::default(),
+                from: None,
+                to: None,
+                stat: false,
+                paths,
+            });
+        }
+        unsayable("diff", "a session from a turn on", to_turn)?;
+        unsayable(
+            "diff",
+            "changes by path (limit the diff to it instead)",
+            path,
+        )?;
+        if from.is_none() {
+            unsayable("diff", "an end point without a start (--from)", until)?;
+        }
+        Ok(DiffArgs {
+            words: Vec::new(),
+            select: SelectArgs::of(sel),
+            from: from.clone(),
+            to: until.clone(),
+            stat: false,
+            paths,
+        })
+    }
+
+    /// The selection, and the paths to limit the diff to, with paths read by `rel` (as
+    /// [`Env::rel_path`] reads them).
+    pub fn selection(
+        &self,
+        rel: impl Fn(&Path) -> Result<Vec<u8>>,
+    ) -> Result<(Selection, Vec<Vec<u8>>)> {
         let mut selection = Selection {
             from: self.from.clone(),
             until: self.to.clone(),
@@ -72,7 +131,7 @@ impl DiffArgs {
         let filter = words
             .iter()
             .chain(&self.paths)
-            .map(|p| env.rel_path(p))
+            .map(|p| rel(p))
             .collect::<Result<_>>()?;
         Ok((selection, filter))
     }
@@ -80,7 +139,7 @@ impl DiffArgs {
 
 pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
     let history = env.history;
-    let (selection, filter) = args.selection(env)?;
+    let (selection, filter) = args.selection(|p| env.rel_path(p))?;
     let selected = selection.resolve(history)?;
     let pieces = if selected.names_changes() {
         if let Some(note) = selected.cut_note(history)? {

@@ -1,6 +1,7 @@
-//! A command back into the words that parse to it, for a command built in code (the MCP
-//! server's tools) that is run as `rewind WORDS...` in a process of its own: the command is
-//! typed once, as the structs clap fills, and the words are only how it travels.
+//! A command back into the words that parse to it, for a command built in code that travels
+//! as words: the MCP server's tools (run as `rewind WORDS...` in a process of its own) and the
+//! review page's (a `.rewind/ctl` line): the command is typed once, as the structs clap fills,
+//! and the words are only how it travels.
 //!
 //! Every option's value is written `--flag=VALUE` and every positional after `--`, so a value
 //! that starts with `-` is never taken for a flag. Each arguments struct is taken apart field
@@ -12,15 +13,17 @@ use std::path::Path;
 use super::Command;
 use super::cat::CatArgs;
 use super::checkpoint::CheckpointArgs;
-use super::comment::{CommentAction, CommentListArgs};
+use super::comment::{CommentAction, CommentAddArgs, CommentListArgs};
 use super::diff::DiffArgs;
 use super::log::LogArgs;
 use super::rollback::{RollbackArgs, UndoArgs};
 use super::select::SelectArgs;
+use super::sessions::SessionsArgs;
 use super::show::ShowArgs;
 use super::turns::TurnsArgs;
 
-/// A command that has no words here: only the verbs the MCP server runs have them.
+/// A command that has no words here: only the verbs the MCP server and the review page run
+/// have them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`rewind {0}` cannot be run from words built in code")]
 pub struct NoWords(pub &'static str);
@@ -153,10 +156,35 @@ impl Command {
                     w.flag("mine", *mine);
                     w
                 }
-                CommentAction::Add(_) | CommentAction::Resolve(_) => {
-                    return Err(NoWords("comment"));
+                CommentAction::Add(CommentAddArgs {
+                    change,
+                    turn,
+                    session,
+                    path,
+                    line,
+                    hunk,
+                    text,
+                }) => {
+                    let mut w = Words::new("comment");
+                    w.options.push("add".into());
+                    w.number("change", *change);
+                    w.value("turn", turn.as_deref());
+                    w.value("session", session.as_deref());
+                    w.path("path", path.as_deref());
+                    w.number("line", *line);
+                    w.number("hunk", *hunk);
+                    for t in text {
+                        w.positional(t);
+                    }
+                    w
                 }
+                CommentAction::Resolve(_) => return Err(NoWords("comment")),
             },
+            Command::Sessions(SessionsArgs { json }) => {
+                let mut w = Words::new("sessions");
+                w.flag("json", *json);
+                w
+            }
             Command::Whoami { json } => {
                 let mut w = Words::new("whoami");
                 w.flag("json", *json);
@@ -273,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn every_verb_the_mcp_server_runs_round_trips() {
+    fn every_verb_the_mcp_server_and_the_page_run_round_trips() {
         round_trip(Command::Log(LogArgs {
             path: Some(PathBuf::from("-odd/name with space")),
             select: select("--dry-run"),
@@ -356,6 +384,18 @@ mod tests {
                 mine: true,
             }),
         }));
+        round_trip(Command::Comment(crate::command::comment::CommentArgs {
+            action: CommentAction::Add(CommentAddArgs {
+                change: None,
+                turn: Some("s1:2".into()),
+                session: None,
+                path: Some(PathBuf::from("-src/a b.rs")),
+                line: None,
+                hunk: Some(3),
+                text: vec!["--force; keep it".into(), "-- lower".into()],
+            }),
+        }));
+        round_trip(Command::Sessions(SessionsArgs { json: true }));
         round_trip(Command::Whoami { json: true });
     }
 
