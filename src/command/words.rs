@@ -28,6 +28,17 @@ use super::turns::TurnsArgs;
 #[error("`rewind {0}` cannot be run from words built in code")]
 pub struct NoWords(pub &'static str);
 
+/// Why a command cannot travel as one line of text (a `.rewind/ctl` line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoLine {
+    #[error(transparent)]
+    NoWords(#[from] NoWords),
+    #[error("a command line is text: {} is not UTF-8", .0.to_string_lossy())]
+    NotText(OsString),
+    #[error(transparent)]
+    Quote(#[from] shlex::QuoteError),
+}
+
 /// The words of one command line, without the leading `rewind`.
 #[derive(Default)]
 struct Words {
@@ -94,6 +105,19 @@ impl Words {
 }
 
 impl Command {
+    /// The line of text `.rewind/ctl` parses back into this command: its [`words`], each
+    /// quoted as a POSIX shell would read it.
+    ///
+    /// [`words`]: Command::words
+    pub fn line(&self) -> Result<String, NoLine> {
+        let words = self.words()?;
+        let text = words
+            .iter()
+            .map(|w| w.to_str().ok_or_else(|| NoLine::NotText(w.clone())))
+            .collect::<Result<Vec<&str>, NoLine>>()?;
+        Ok(shlex::try_join(text)?)
+    }
+
     /// The words `rewind` parses back into this command (without `rewind` itself).
     pub fn words(&self) -> Result<Vec<OsString>, NoWords> {
         let words = match self {
@@ -289,6 +313,10 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once(OsString::from("rewind")).chain(words))
             .unwrap_or_else(|e| panic!("{command:?}: {e}"));
         assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
+        // And as one `.rewind/ctl` line.
+        let line = command.line().unwrap();
+        let cli = crate::command::parse_line(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
     }
 
     fn select(session: &str) -> SelectArgs {
@@ -414,5 +442,12 @@ mod tests {
             Command::Sync { for_reading: false }.words(),
             Err(NoWords("sync"))
         );
+        use std::os::unix::ffi::OsStrExt;
+        let not_text = Command::Cat(CatArgs {
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(b"a\xff")),
+            at: None,
+        });
+        assert!(not_text.words().is_ok());
+        assert!(matches!(not_text.line(), Err(NoLine::NotText(_))));
     }
 }

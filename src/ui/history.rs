@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::cli::{Ctx, Failure};
 use crate::command::select::Unsayable;
-use crate::command::words::NoWords;
+use crate::command::words::NoLine;
 use crate::command::{self, Command, Env, Outcome};
 use crate::history::{BadName, History};
 
@@ -49,8 +49,8 @@ impl From<Unsayable> for Refusal {
     }
 }
 
-impl From<NoWords> for Refusal {
-    fn from(e: NoWords) -> Refusal {
+impl From<NoLine> for Refusal {
+    fn from(e: NoLine) -> Refusal {
         Refusal::Usage(e.to_string())
     }
 }
@@ -64,13 +64,7 @@ impl From<BadName> for Refusal {
 /// The line `command` travels as (a `.rewind/ctl` line, and what the page shows after
 /// `rewind`).
 pub fn line(command: &Command) -> Result<String, Refusal> {
-    let words = command.words()?;
-    let words = words
-        .iter()
-        .map(|w| w.to_str())
-        .collect::<Option<Vec<&str>>>()
-        .ok_or_else(|| Refusal::Usage("the page takes paths that are UTF-8".into()))?;
-    shlex::try_join(words).map_err(|e| Refusal::Usage(e.to_string()))
+    Ok(command.line()?)
 }
 
 pub struct Backend {
