@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use super::select::{SelectArgs, Unsayable, path_arg, unsayable};
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::diff::{self, Side};
 use crate::history::netdiff::{self, Piece, Version, as_side};
 use crate::history::{Change, Error, FileKind, Result, Selection};
@@ -48,22 +48,21 @@ impl DiffArgs {
     /// The diff of `sel` limited to the paths `filter` (none: every path), the way back from
     /// [`DiffArgs::selection`].
     pub fn of(sel: &Selection, filter: &[Vec<u8>]) -> std::result::Result<DiffArgs, Unsayable> {
-        let Selection {
-            change,
-            session: _,
-            agent: _,
-            turn: _,
-            to_turn,
-            path,
-            since: _,
-            from,
-            until,
-        } = sel;
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
         let paths = filter.iter().map(|p| path_arg(p)).collect();
         if let Some(id) = change {
             // `diff ID` is that change alone: beside a selection flag, the id would be a path.
             let alone = Selection {
-                change: *change,
+                change,
                 ..Selection::default()
             };
             if *sel != alone {
@@ -81,20 +80,20 @@ impl DiffArgs {
                 paths,
             });
         }
-        unsayable("diff", "a session from a turn on", to_turn)?;
+        unsayable("diff", "a session from a turn on", &to_turn)?;
         unsayable(
             "diff",
             "changes by path (limit the diff to it instead)",
-            path,
+            &path,
         )?;
         if from.is_none() {
-            unsayable("diff", "an end point without a start (--from)", until)?;
+            unsayable("diff", "an end point without a start (--from)", &until)?;
         }
         Ok(DiffArgs {
             words: Vec::new(),
-            select: SelectArgs::of(sel),
-            from: from.clone(),
-            to: until.clone(),
+            select,
+            from,
+            to: until,
             stat: false,
             paths,
         })

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::env::{Env, Outcome};
-use super::select::{SelectArgs, Unsayable, path_arg, unsayable};
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::format::{change_json, change_line};
 use crate::history::{Order, Result, Selection};
 
@@ -41,24 +41,23 @@ impl LogArgs {
     /// The log of `sel` (every change of it, as lines), the way back from
     /// [`LogArgs::selection`].
     pub fn of(sel: &Selection) -> std::result::Result<LogArgs, Unsayable> {
-        let Selection {
-            change,
-            session: _,
-            agent: _,
-            turn: _,
-            to_turn,
-            path,
-            since: _,
-            from,
-            until,
-        } = sel;
-        unsayable("log", "one change (show it with `diff ID`)", change)?;
-        unsayable("log", "a session from a turn on", to_turn)?;
-        unsayable("log", "changes from an exact point (it has --since)", from)?;
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
+        unsayable("log", "one change (show it with `diff ID`)", &change)?;
+        unsayable("log", "a session from a turn on", &to_turn)?;
+        unsayable("log", "changes from an exact point (it has --since)", &from)?;
         Ok(LogArgs {
             path: path.as_deref().map(path_arg),
-            select: SelectArgs::of(sel),
-            until: until.clone(),
+            select,
+            until,
             limit: None,
             json: false,
         })

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use super::select::{SelectArgs, Unsayable, path_arg, unsayable};
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::format::{count, escape_path};
 use crate::history::rollback;
 use crate::history::{Error, Result, Selection};
@@ -74,28 +74,27 @@ impl RollbackArgs {
     /// [`RollbackArgs::selection`]; for one hunk of a change's or a turn's diff, set `hunk`
     /// and `path` on the rollback of that change or turn.
     pub fn of(sel: &Selection) -> std::result::Result<RollbackArgs, Unsayable> {
-        let Selection {
-            change,
-            session: _,
-            agent: _,
-            turn: _,
-            to_turn,
-            path,
-            since: _,
-            from,
-            until,
-        } = sel;
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
         unsayable(
             "rollback",
             "changes up to a point (it goes back to one)",
-            until,
+            &until,
         )?;
         Ok(RollbackArgs {
-            select: SelectArgs::of(sel),
-            to_turn: to_turn.clone(),
-            to: from.clone(),
+            select,
+            to_turn,
+            to: from,
             file: path.as_deref().map(path_arg),
-            change: *change,
+            change,
             hunk: None,
             path: None,
             dry_run: false,

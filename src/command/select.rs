@@ -22,6 +22,15 @@ pub struct Unsayable {
     pub what: &'static str,
 }
 
+/// The parts of a [`Selection`] that are not [`SelectArgs`]: each verb's own.
+pub struct Rest {
+    pub change: Option<u64>,
+    pub to_turn: Option<String>,
+    pub path: Option<Vec<u8>>,
+    pub from: Option<String>,
+    pub until: Option<String>,
+}
+
 /// Refuse `verb` when `given`, a part of the selection it has no flag for, is set.
 pub(crate) fn unsayable<T>(
     verb: &'static str,
@@ -58,14 +67,36 @@ pub struct SelectArgs {
 }
 
 impl SelectArgs {
-    /// The shared flags of `sel` (the rest is each verb's: see the module's doc).
-    pub fn of(sel: &Selection) -> SelectArgs {
-        SelectArgs {
-            session: sel.session.clone(),
-            agent: sel.agent.clone(),
-            turn: sel.turn.clone(),
-            since: sel.since.clone(),
-        }
+    /// The shared flags of `sel`, and the rest of it, which each verb places in flags of
+    /// its own or refuses (see the module's doc). Taken apart field by field: a field added
+    /// to `Selection` goes to one side here, and then to every verb, or does not compile.
+    pub fn of(sel: &Selection) -> (SelectArgs, Rest) {
+        let Selection {
+            change,
+            session,
+            agent,
+            turn,
+            to_turn,
+            path,
+            since,
+            from,
+            until,
+        } = sel.clone();
+        (
+            SelectArgs {
+                session,
+                agent,
+                turn,
+                since,
+            },
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        )
     }
 
     pub fn selection(&self) -> Selection {
