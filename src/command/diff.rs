@@ -8,7 +8,6 @@
 //! tree diff from what that change left. Either way the output is git's extended format,
 //! applied in order by `git apply`.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
@@ -17,7 +16,7 @@ use super::env::{Env, Outcome};
 use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::diff::{self, Side};
 use crate::history::netdiff::{self, Piece, Version, as_side};
-use crate::history::{Change, Error, FileKind, Result, Selection};
+use crate::history::{Error, Result, Selection};
 
 /// Show what changed, in git's diff format: one change (ID), what a session, agent or agent
 /// turn did, everything since a point, or between two points. `git apply` takes it.
@@ -209,56 +208,4 @@ fn emit(env: &mut Env<'_>, pieces: &[Piece], stat: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// One file's part of a selection's diff, as `rewind diff` prints it (without colour).
-pub struct FileSection {
-    /// Its git text: headers and hunks.
-    pub text: Vec<u8>,
-    /// Either side is binary (git prints no hunks).
-    pub binary: bool,
-    /// Either side is a symlink (its hunks are a link's target, not a file's lines).
-    pub symlink: bool,
-    /// The file is gone after it (a deletion).
-    pub deleted: bool,
-}
-
-/// The sections of `path` (its name after; a deleted file's name before) in the diff of
-/// `selected`, in the order `rewind diff` of that selection prints them: hunk K of a file is
-/// counted over these, as the user saw them.
-pub fn sections_of(env: &Env<'_>, selected: &[Change], path: &[u8]) -> Result<Vec<FileSection>> {
-    let opts = diff::Options::default();
-    let mut out = Vec::new();
-    for piece in netdiff::of_changes(&env.view(), selected, &[])? {
-        let Piece::Section { old, new, score } = piece else {
-            continue;
-        };
-        let named = new.as_deref().or(old.as_deref()).map(|v| v.path.as_slice());
-        if named != Some(path) {
-            continue;
-        }
-        let text = match (side(&old), side(&new), score) {
-            (Some(o), Some(n), Some(score)) => diff::rename_diff(o, n, score, &opts),
-            (o, n, _) => diff::file_diff(o, n, &opts),
-        };
-        let sides = || old.iter().chain(new.iter());
-        out.push(FileSection {
-            text,
-            binary: sides().any(|v| diff::is_binary(&v.content)),
-            symlink: sides().any(|v| v.state.kind == FileKind::Symlink),
-            deleted: new.is_none(),
-        });
-    }
-    Ok(out)
-}
-
-/// The paths the diff of `selected` shows (each file's name after; a deleted file's before).
-pub fn paths_of(env: &Env<'_>, selected: &[Change]) -> Result<BTreeSet<Vec<u8>>> {
-    Ok(netdiff::of_changes(&env.view(), selected, &[])?
-        .into_iter()
-        .filter_map(|p| match p {
-            Piece::Section { old, new, .. } => new.or(old).map(|v| v.path),
-            Piece::Note(_) => None,
-        })
-        .collect())
 }
