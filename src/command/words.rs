@@ -106,16 +106,28 @@ impl Words {
 
 impl Command {
     /// The line of text `.rewind/ctl` parses back into this command: its [`words`], each
-    /// quoted as a POSIX shell would read it.
+    /// quoted as a POSIX shell would read it. An option's value is quoted apart from its name
+    /// (`--turn=s1:1`, `--session='my work'`), so that the line a user is shown reads as one
+    /// they would type.
     ///
     /// [`words`]: Command::words
     pub fn line(&self) -> Result<String, NoLine> {
         let words = self.words()?;
-        let text = words
-            .iter()
-            .map(|w| w.to_str().ok_or_else(|| NoLine::NotText(w.clone())))
-            .collect::<Result<Vec<&str>, NoLine>>()?;
-        Ok(shlex::try_join(text)?)
+        let mut quoted = Vec::with_capacity(words.len());
+        for w in &words {
+            let text = w.to_str().ok_or_else(|| NoLine::NotText(w.clone()))?;
+            let option = text
+                .strip_prefix("--")
+                .and_then(|rest| rest.split_once('='))
+                .filter(|(name, _)| {
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            quoted.push(match option {
+                Some((name, value)) => format!("--{name}={}", shlex::try_quote(value)?),
+                None => shlex::try_quote(text)?.into_owned(),
+            });
+        }
+        Ok(quoted.join(" "))
     }
 
     /// The words `rewind` parses back into this command (without `rewind` itself).
@@ -315,6 +327,11 @@ mod tests {
         assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
         // And as one `.rewind/ctl` line.
         let line = command.line().unwrap();
+        let options = line.split(" -- ").next().unwrap();
+        assert!(
+            !options.contains("'--"),
+            "an option's name is not quoted: {line}"
+        );
         let cli = crate::command::parse_line(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
         assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
     }
