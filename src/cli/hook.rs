@@ -168,27 +168,13 @@ pub fn session_name(agent: Agent, id: &str) -> String {
 fn agent_pid() -> u32 {
     let mut pid = std::os::unix::process::parent_id();
     for _ in 0..16 {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(stat) = crate::procfs::stat(pid) else {
             break;
         };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            break;
-        };
-        let name = &stat[open + 1..close];
-        if !SHELLS.contains(&name) {
-            return pid;
-        }
-        let Some(ppid) = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            break;
-        };
-        if ppid <= 1 {
+        if !SHELLS.contains(&stat.name.as_str()) || stat.ppid <= 1 {
             break;
         }
-        pid = ppid;
+        pid = stat.ppid;
     }
     pid
 }

@@ -14,7 +14,8 @@ pub fn run(cwd: &Path, args: &UiArgs) -> CliResult {
     // is an error to handle, not a reason to die.
     // SAFETY: setting a signal disposition before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let backend = Backend::open(ctx).map_err(|r| Failure::usage(r.to_string()))?;
-    crate::ui::serve(backend, args.port, !args.no_open).map_err(Failure::failed)?;
+    let backend = Backend::open(ctx)?;
+    crate::ui::serve(backend, args.port, !args.no_open)
+        .map_err(|e| Failure::failed(e.to_string()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,12 +11,12 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::diff::sections_of;
 use super::env::{Env, Outcome};
 use crate::history::Selection;
 use crate::history::comment::{Comment, Target, check_text};
 use crate::history::diff::hunk;
 use crate::history::format::{escape_path, escape_text};
+use crate::history::netdiff;
 use crate::history::rollback;
 use crate::history::turns::TurnRef;
 use crate::history::{Error, Result, time, who};
@@ -260,7 +260,7 @@ fn context(env: &Env<'_>, c: &Comment) -> Option<String> {
     let path = c.path.as_ref()?;
     let selected = rollback::select(env.history, &selector(c)).ok()?;
     if let Some(k) = c.hunk {
-        let sections = sections_of(env, &selected, path).ok()?;
+        let sections = netdiff::sections_of(&env.view(), &selected, path).ok()?;
         let hunks: Vec<hunk::Hunk> = sections.iter().flat_map(|s| hunk::parse(&s.text)).collect();
         let h = hunks.get((k as usize).checked_sub(1)?)?;
         return Some(escape_text(&String::from_utf8_lossy(&h.header)));

@@ -8,16 +8,15 @@
 //! tree diff from what that change left. Either way the output is git's extended format,
 //! applied in order by `git apply`.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use super::select::SelectArgs;
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::diff::{self, Side};
 use crate::history::netdiff::{self, Piece, Version, as_side};
-use crate::history::{Change, Error, FileKind, Result, Selection};
+use crate::history::{Error, Result, Selection};
 
 /// Show what changed, in git's diff format: one change (ID), what a session, agent or agent
 /// turn did, everything since a point, or between two points. `git apply` takes it.
@@ -45,8 +44,66 @@ pub struct DiffArgs {
 }
 
 impl DiffArgs {
-    /// The selection, and the paths to limit the diff to.
-    pub fn selection(&self, env: &Env<'_>) -> Result<(Selection, Vec<Vec<u8>>)> {
+    /// The diff of `sel` limited to the paths `filter` (none: every path), the way back from
+    /// [`DiffArgs::selection`].
+    pub fn of(sel: &Selection, filter: &[Vec<u8>]) -> std::result::Result<DiffArgs, Unsayable> {
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
+        let paths = filter.iter().map(|p| path_arg(p)).collect();
+        if let Some(id) = change {
+            // `diff ID` is that change alone: beside a selection flag, the id would be a path.
+            let alone = Selection {
+                change,
+                ..Selection::default()
+            };
+            if *sel != alone {
+                return Err(Unsayable {
+                    verb: "diff",
+                    what: "a change together with anything else",
+                });
+            }
+            return Ok(DiffArgs {
+                words: vec![PathBuf::from(id.to_string())],
+                select: SelectArgs::default(),
+                from: None,
+                to: None,
+                stat: false,
+                paths,
+            });
+        }
+        unsayable("diff", "a session from a turn on", &to_turn)?;
+        unsayable(
+            "diff",
+            "changes by path (limit the diff to it instead)",
+            &path,
+        )?;
+        if from.is_none() {
+            unsayable("diff", "an end point without a start (--from)", &until)?;
+        }
+        Ok(DiffArgs {
+            words: Vec::new(),
+            select,
+            from,
+            to: until,
+            stat: false,
+            paths,
+        })
+    }
+
+    /// The selection, and the paths to limit the diff to, with paths read by `rel` (as
+    /// [`Env::rel_path`] reads them).
+    pub fn selection(
+        &self,
+        rel: impl Fn(&Path) -> Result<Vec<u8>>,
+    ) -> Result<(Selection, Vec<Vec<u8>>)> {
         let mut selection = Selection {
             from: self.from.clone(),
             until: self.to.clone(),
@@ -72,7 +129,7 @@ impl DiffArgs {
         let filter = words
             .iter()
             .chain(&self.paths)
-            .map(|p| env.rel_path(p))
+            .map(|p| rel(p))
             .collect::<Result<_>>()?;
         Ok((selection, filter))
     }
@@ -80,7 +137,7 @@ impl DiffArgs {
 
 pub fn run(args: &DiffArgs, env: &mut Env<'_>) -> Result<Outcome> {
     let history = env.history;
-    let (selection, filter) = args.selection(env)?;
+    let (selection, filter) = args.selection(|p| env.rel_path(p))?;
     let selected = selection.resolve(history)?;
     let pieces = if selected.names_changes() {
         if let Some(note) = selected.cut_note(history)? {
@@ -151,56 +208,4 @@ fn emit(env: &mut Env<'_>, pieces: &[Piece], stat: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// One file's part of a selection's diff, as `rewind diff` prints it (without colour).
-pub struct FileSection {
-    /// Its git text: headers and hunks.
-    pub text: Vec<u8>,
-    /// Either side is binary (git prints no hunks).
-    pub binary: bool,
-    /// Either side is a symlink (its hunks are a link's target, not a file's lines).
-    pub symlink: bool,
-    /// The file is gone after it (a deletion).
-    pub deleted: bool,
-}
-
-/// The sections of `path` (its name after; a deleted file's name before) in the diff of
-/// `selected`, in the order `rewind diff` of that selection prints them: hunk K of a file is
-/// counted over these, as the user saw them.
-pub fn sections_of(env: &Env<'_>, selected: &[Change], path: &[u8]) -> Result<Vec<FileSection>> {
-    let opts = diff::Options::default();
-    let mut out = Vec::new();
-    for piece in netdiff::of_changes(&env.view(), selected, &[])? {
-        let Piece::Section { old, new, score } = piece else {
-            continue;
-        };
-        let named = new.as_deref().or(old.as_deref()).map(|v| v.path.as_slice());
-        if named != Some(path) {
-            continue;
-        }
-        let text = match (side(&old), side(&new), score) {
-            (Some(o), Some(n), Some(score)) => diff::rename_diff(o, n, score, &opts),
-            (o, n, _) => diff::file_diff(o, n, &opts),
-        };
-        let sides = || old.iter().chain(new.iter());
-        out.push(FileSection {
-            text,
-            binary: sides().any(|v| diff::is_binary(&v.content)),
-            symlink: sides().any(|v| v.state.kind == FileKind::Symlink),
-            deleted: new.is_none(),
-        });
-    }
-    Ok(out)
-}
-
-/// The paths the diff of `selected` shows (each file's name after; a deleted file's before).
-pub fn paths_of(env: &Env<'_>, selected: &[Change]) -> Result<BTreeSet<Vec<u8>>> {
-    Ok(netdiff::of_changes(&env.view(), selected, &[])?
-        .into_iter()
-        .filter_map(|p| match p {
-            Piece::Section { old, new, .. } => new.or(old).map(|v| v.path),
-            Piece::Note(_) => None,
-        })
-        .collect())
 }

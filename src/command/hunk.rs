@@ -11,15 +11,14 @@
 
 use std::io::Read;
 
-use super::diff::{paths_of, sections_of};
 use super::env::{Env, Outcome};
 use super::rollback::RollbackArgs;
-use crate::history::Selection;
 use crate::history::change::{FileKind, FileState, Hash, Owner};
 use crate::history::diff::{hunk, is_binary};
 use crate::history::format::{count, escape_path};
 use crate::history::rollback::{self, Plan, Step};
 use crate::history::{Error, IoResultExt, Result, show_path};
+use crate::history::{Selection, netdiff};
 
 pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> {
     let usage = |s: &str| Err(Error::Usage(s.into()));
@@ -66,7 +65,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
     let path = match &args.path {
         Some(p) => env.rel_path(p)?,
         None => {
-            let mut paths = paths_of(env, &selected)?;
+            let mut paths = netdiff::paths_of(&env.view(), &selected)?;
             match paths.len() {
                 1 => paths.pop_first().expect("one"),
                 0 => return Err(Error::Usage(format!("{what} changed no file's lines"))),
@@ -85,7 +84,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
         }
     };
     let shown = escape_path(&path);
-    let sections = sections_of(env, &selected, &path)?;
+    let sections = netdiff::sections_of(&env.view(), &selected, &path)?;
     if sections.is_empty() {
         return Err(Error::Usage(format!(
             "{shown} is not in the diff of {what} (see `rewind diff`)"

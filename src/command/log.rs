@@ -1,11 +1,11 @@
 //! `rewind log`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
 use super::env::{Env, Outcome};
-use super::select::SelectArgs;
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::format::{change_json, change_line};
 use crate::history::{Order, Result, Selection};
 
@@ -29,11 +29,37 @@ pub struct LogArgs {
 }
 
 impl LogArgs {
-    pub fn selection(&self, env: &Env<'_>) -> Result<Selection> {
+    /// The selection, with paths read by `rel` (as [`Env::rel_path`] reads them).
+    pub fn selection(&self, rel: impl Fn(&Path) -> Result<Vec<u8>>) -> Result<Selection> {
         Ok(Selection {
-            path: self.path.as_deref().map(|p| env.rel_path(p)).transpose()?,
+            path: self.path.as_deref().map(rel).transpose()?,
             until: self.until.clone(),
             ..self.select.selection()
+        })
+    }
+
+    /// The log of `sel` (every change of it, as lines), the way back from
+    /// [`LogArgs::selection`].
+    pub fn of(sel: &Selection) -> std::result::Result<LogArgs, Unsayable> {
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
+        unsayable("log", "one change (show it with `diff ID`)", &change)?;
+        unsayable("log", "a session from a turn on", &to_turn)?;
+        unsayable("log", "changes from an exact point (it has --since)", &from)?;
+        Ok(LogArgs {
+            path: path.as_deref().map(path_arg),
+            select,
+            until,
+            limit: None,
+            json: false,
         })
     }
 }
@@ -43,7 +69,7 @@ pub fn run(args: &LogArgs, env: &mut Env<'_>) -> Result<Outcome> {
         return Ok(Outcome::Done);
     }
     let history = env.history;
-    let selected = args.selection(env)?.resolve(history)?;
+    let selected = args.selection(|p| env.rel_path(p))?.resolve(history)?;
     let limit = args.limit.unwrap_or(usize::MAX);
     let mut changes = Vec::new();
     selected.for_each(history, Order::NewestFirst, |c| {

@@ -1,11 +1,11 @@
 //! `rewind rollback` and `rewind undo`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
 
 use super::env::{Env, Outcome};
-use super::select::SelectArgs;
+use super::select::{Rest, SelectArgs, Unsayable, path_arg, unsayable};
 use crate::history::format::{count, escape_path};
 use crate::history::rollback;
 use crate::history::{Error, Result, Selection};
@@ -70,9 +70,43 @@ pub struct UndoArgs {
 }
 
 impl RollbackArgs {
+    /// The rollback of `sel` (planned, not a dry run), the way back from
+    /// [`RollbackArgs::selection`]; for one hunk of a change's or a turn's diff, set `hunk`
+    /// and `path` on the rollback of that change or turn.
+    pub fn of(sel: &Selection) -> std::result::Result<RollbackArgs, Unsayable> {
+        let (
+            select,
+            Rest {
+                change,
+                to_turn,
+                path,
+                from,
+                until,
+            },
+        ) = SelectArgs::of(sel);
+        unsayable(
+            "rollback",
+            "changes up to a point (it goes back to one)",
+            &until,
+        )?;
+        Ok(RollbackArgs {
+            select,
+            to_turn,
+            to: from,
+            file: path.as_deref().map(path_arg),
+            change,
+            hunk: None,
+            path: None,
+            dry_run: false,
+            force: false,
+            verbose: false,
+        })
+    }
+
     /// What to roll back (`--to` is "everything since"; `history::rollback::select` decides
-    /// which combinations make one thing).
-    pub fn selection(&self, env: &Env<'_>) -> Result<Selection> {
+    /// which combinations make one thing), with paths read by `rel` (as [`Env::rel_path`]
+    /// reads them).
+    pub fn selection(&self, rel: impl Fn(&Path) -> Result<Vec<u8>>) -> Result<Selection> {
         if self.select.since.is_some() && (self.to.is_some() || self.file.is_some()) {
             return Err(Error::Usage(
                 "say one thing to roll back: --session, --agent, --turn, --to-turn, --since, \
@@ -82,7 +116,7 @@ impl RollbackArgs {
         }
         Ok(Selection {
             to_turn: self.to_turn.clone(),
-            path: self.file.as_deref().map(|f| env.rel_path(f)).transpose()?,
+            path: self.file.as_deref().map(rel).transpose()?,
             from: self.to.clone(),
             change: self.change,
             ..self.select.selection()
@@ -94,7 +128,7 @@ pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
     if let Some(k) = args.hunk {
         return super::hunk::run(args, k, env);
     }
-    let selection = args.selection(env)?;
+    let selection = args.selection(|p| env.rel_path(p))?;
     roll_back(env, &selection, args.dry_run, args.force, args.verbose)
 }
 

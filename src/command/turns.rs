@@ -1,15 +1,14 @@
 //! `rewind turns`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use clap::Args;
 use serde_json::json;
 
 use super::env::{Env, Outcome};
-use crate::history::change::{Change, FileKind, FileState, Turn};
-use crate::history::diff;
+use crate::history::change::{Change, Turn};
 use crate::history::format::escape_text;
-use crate::history::{Resolved, Result, Selection, time};
+use crate::history::{Resolved, Result, Selection, time, turns};
 
 /// List agent turns (one per prompt): number, when, the prompt, how many files it changed and
 /// how many lines it added and removed, and whether a rollback has put it back. Roll one back
@@ -33,106 +32,6 @@ fn changes_of(env: &Env<'_>, turn: &Turn) -> Result<Vec<Change>> {
     Resolved::of_turn(turn).changes(env.history)
 }
 
-/// Files changed, lines added and removed by a turn's changes.
-pub fn summary(env: &Env<'_>, turn: &Turn) -> Result<(usize, usize, usize)> {
-    stats(env, &changes_of(env, turn)?)
-}
-
-fn stats(env: &Env<'_>, changes: &[Change]) -> Result<(usize, usize, usize)> {
-    let mut files = BTreeSet::new();
-    let (mut added, mut removed) = (0, 0);
-    let content = |s: Option<&FileState>| -> Vec<u8> {
-        s.filter(|s| s.kind == FileKind::File)
-            .and_then(|s| s.hash)
-            .and_then(|h| env.history.store().read_blob(&h).ok())
-            .unwrap_or_default()
-    };
-    for c in changes {
-        // Files, as `diff --stat` counts them: a folder made or removed is not one.
-        let is_dir = |s: Option<&FileState>| s.is_none_or(|s| s.kind == FileKind::Dir);
-        if is_dir(c.before.as_ref()) && is_dir(c.after.as_ref()) {
-            continue;
-        }
-        files.insert(c.path.clone());
-        if c.from.is_some() {
-            continue;
-        }
-        let (old, new) = (content(c.before.as_ref()), content(c.after.as_ref()));
-        let side = |content| diff::Side {
-            path: &c.path,
-            mode: 0o100644,
-            content,
-        };
-        let s = diff::Stat::from_sides(
-            Some(side(&old)),
-            Some(side(&new)),
-            &diff::Options::default(),
-        );
-        if !s.binary {
-            added += s.added as usize;
-            removed += s.deleted as usize;
-        }
-    }
-    Ok((files.len(), added, removed))
-}
-
-/// Whether two states are the same file as far as a rollback restores one: type, mode and
-/// content (content never recorded matches any).
-fn same(a: Option<&FileState>, b: Option<&FileState>) -> bool {
-    match (a, b) {
-        (None, None) => true,
-        (Some(a), Some(b)) => {
-            a.kind == b.kind
-                && a.mode == b.mode
-                && (a.hash.is_none() || b.hash.is_none() || a.hash == b.hash)
-        }
-        _ => false,
-    }
-}
-
-/// How far rollbacks put back what a turn did.
-struct RolledBack {
-    /// The rollback sessions that did, in order.
-    by: Vec<String>,
-    /// Whether every path the turn changed was put back.
-    whole: bool,
-}
-
-/// Which rollbacks undid a turn, read from the history: a path the turn changed counts as put
-/// back when a change of a `rollback-N` session after the turn's last change to it left it as
-/// it was before the turn's first. (What a later rollback of that rollback did is its own
-/// story.) `restores`: every rollback change, by path.
-fn rolled_back(turn: &[Change], restores: &BTreeMap<&[u8], Vec<&Change>>) -> Option<RolledBack> {
-    // Each path the turn changed: its state before the turn, and the turn's last change to it.
-    let mut paths: BTreeMap<&[u8], (Option<&FileState>, u64)> = BTreeMap::new();
-    for c in turn {
-        for p in std::iter::once(&c.path).chain(&c.from) {
-            let entry = paths
-                .entry(p.as_slice())
-                .or_insert((c.states_of(p).0, c.id));
-            entry.1 = c.id;
-        }
-    }
-    let mut by: Vec<String> = Vec::new();
-    let mut put_back = 0;
-    for (path, (before, last)) in &paths {
-        let undo = restores.get(path).and_then(|rs| {
-            rs.iter()
-                .find(|r| r.id > *last && same(r.states_of(path).1, *before))
-        });
-        if let Some(r) = undo {
-            put_back += 1;
-            if !by.contains(&r.session) {
-                by.push(r.session.clone());
-            }
-        }
-    }
-    (put_back > 0).then_some(RolledBack {
-        by,
-        whole: put_back == paths.len(),
-    })
-}
-
 /// `turns --show T`.
 fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
     let selection = Selection {
@@ -144,8 +43,8 @@ fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
         return Err(crate::history::Error::NoTurn(t.to_string()));
     };
     let changes = changes_of(env, &turn)?;
-    let (files, added, removed) = stats(env, &changes)?;
-    let conversation = crate::history::turns::conversation(env.history, &turn)?;
+    let (files, added, removed) = turns::line_counts(env.history, &changes)?;
+    let conversation = turns::conversation(env.history, &turn)?;
     let text = conversation
         .as_deref()
         .map(|c| String::from_utf8_lossy(c).into_owned());
@@ -227,15 +126,7 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
         .changes(env.history)?,
         None => Vec::new(),
     };
-    let mut restores: BTreeMap<&[u8], Vec<&Change>> = BTreeMap::new();
-    for r in rollback_changes
-        .iter()
-        .filter(|r| r.session.starts_with("rollback-"))
-    {
-        for p in std::iter::once(&r.path).chain(&r.from) {
-            restores.entry(p.as_slice()).or_default().push(r);
-        }
-    }
+    let restores = turns::restores(&rollback_changes);
     // A session gc cut says so first, as `log` and `diff` of it do; its turns that lost
     // changes say so on their line.
     if !args.json {
@@ -254,8 +145,8 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
             env.history.check_whole_turn(&t.session, t.number),
             Err(crate::history::Error::Cut { .. })
         );
-        let (files, added, removed) = stats(env, &changes)?;
-        let undone = rolled_back(&changes, &restores);
+        let (files, added, removed) = turns::line_counts(env.history, &changes)?;
+        let undone = turns::rolled_back(&changes, &restores);
         let line = if args.json {
             json!({
                 "session": t.session, "turn": t.number, "prompt": t.prompt, "prompt_id": t.prompt_id,

@@ -1,6 +1,7 @@
-//! A command back into the words that parse to it, for a command built in code (the MCP
-//! server's tools) that is run as `rewind WORDS...` in a process of its own: the command is
-//! typed once, as the structs clap fills, and the words are only how it travels.
+//! A command back into the words that parse to it, for a command built in code that travels
+//! as words: the MCP server's tools (run as `rewind WORDS...` in a process of its own) and the
+//! review page's (a `.rewind/ctl` line): the command is typed once, as the structs clap fills,
+//! and the words are only how it travels.
 //!
 //! Every option's value is written `--flag=VALUE` and every positional after `--`, so a value
 //! that starts with `-` is never taken for a flag. Each arguments struct is taken apart field
@@ -12,18 +13,31 @@ use std::path::Path;
 use super::Command;
 use super::cat::CatArgs;
 use super::checkpoint::CheckpointArgs;
-use super::comment::{CommentAction, CommentListArgs};
+use super::comment::{CommentAction, CommentAddArgs, CommentListArgs};
 use super::diff::DiffArgs;
 use super::log::LogArgs;
 use super::rollback::{RollbackArgs, UndoArgs};
 use super::select::SelectArgs;
+use super::sessions::SessionsArgs;
 use super::show::ShowArgs;
 use super::turns::TurnsArgs;
 
-/// A command that has no words here: only the verbs the MCP server runs have them.
+/// A command that has no words here: only the verbs the MCP server and the review page run
+/// have them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("`rewind {0}` cannot be run from words built in code")]
 pub struct NoWords(pub &'static str);
+
+/// Why a command cannot travel as one line of text (a `.rewind/ctl` line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoLine {
+    #[error(transparent)]
+    NoWords(#[from] NoWords),
+    #[error("a command line is text: {} is not UTF-8", .0.to_string_lossy())]
+    NotText(OsString),
+    #[error(transparent)]
+    Quote(#[from] shlex::QuoteError),
+}
 
 /// The words of one command line, without the leading `rewind`.
 #[derive(Default)]
@@ -91,6 +105,31 @@ impl Words {
 }
 
 impl Command {
+    /// The line of text `.rewind/ctl` parses back into this command: its [`words`], each
+    /// quoted as a POSIX shell would read it. An option's value is quoted apart from its name
+    /// (`--turn=s1:1`, `--session='my work'`), so that the line a user is shown reads as one
+    /// they would type.
+    ///
+    /// [`words`]: Command::words
+    pub fn line(&self) -> Result<String, NoLine> {
+        let words = self.words()?;
+        let mut quoted = Vec::with_capacity(words.len());
+        for w in &words {
+            let text = w.to_str().ok_or_else(|| NoLine::NotText(w.clone()))?;
+            let option = text
+                .strip_prefix("--")
+                .and_then(|rest| rest.split_once('='))
+                .filter(|(name, _)| {
+                    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                });
+            quoted.push(match option {
+                Some((name, value)) => format!("--{name}={}", shlex::try_quote(value)?),
+                None => shlex::try_quote(text)?.into_owned(),
+            });
+        }
+        Ok(quoted.join(" "))
+    }
+
     /// The words `rewind` parses back into this command (without `rewind` itself).
     pub fn words(&self) -> Result<Vec<OsString>, NoWords> {
         let words = match self {
@@ -153,10 +192,35 @@ impl Command {
                     w.flag("mine", *mine);
                     w
                 }
-                CommentAction::Add(_) | CommentAction::Resolve(_) => {
-                    return Err(NoWords("comment"));
+                CommentAction::Add(CommentAddArgs {
+                    change,
+                    turn,
+                    session,
+                    path,
+                    line,
+                    hunk,
+                    text,
+                }) => {
+                    let mut w = Words::new("comment");
+                    w.options.push("add".into());
+                    w.number("change", *change);
+                    w.value("turn", turn.as_deref());
+                    w.value("session", session.as_deref());
+                    w.path("path", path.as_deref());
+                    w.number("line", *line);
+                    w.number("hunk", *hunk);
+                    for t in text {
+                        w.positional(t);
+                    }
+                    w
                 }
+                CommentAction::Resolve(_) => return Err(NoWords("comment")),
             },
+            Command::Sessions(SessionsArgs { json }) => {
+                let mut w = Words::new("sessions");
+                w.flag("json", *json);
+                w
+            }
             Command::Whoami { json } => {
                 let mut w = Words::new("whoami");
                 w.flag("json", *json);
@@ -261,6 +325,15 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once(OsString::from("rewind")).chain(words))
             .unwrap_or_else(|e| panic!("{command:?}: {e}"));
         assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
+        // And as one `.rewind/ctl` line.
+        let line = command.line().unwrap();
+        let options = line.split(" -- ").next().unwrap();
+        assert!(
+            !options.contains("'--"),
+            "an option's name is not quoted: {line}"
+        );
+        let cli = crate::command::parse_line(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert_eq!(format!("{:?}", cli.command), format!("{command:?}"));
     }
 
     fn select(session: &str) -> SelectArgs {
@@ -273,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn every_verb_the_mcp_server_runs_round_trips() {
+    fn every_verb_the_mcp_server_and_the_page_run_round_trips() {
         round_trip(Command::Log(LogArgs {
             path: Some(PathBuf::from("-odd/name with space")),
             select: select("--dry-run"),
@@ -356,6 +429,18 @@ mod tests {
                 mine: true,
             }),
         }));
+        round_trip(Command::Comment(crate::command::comment::CommentArgs {
+            action: CommentAction::Add(CommentAddArgs {
+                change: None,
+                turn: Some("s1:2".into()),
+                session: None,
+                path: Some(PathBuf::from("-src/a b.rs")),
+                line: None,
+                hunk: Some(3),
+                text: vec!["--force; keep it".into(), "-- lower".into()],
+            }),
+        }));
+        round_trip(Command::Sessions(SessionsArgs { json: true }));
         round_trip(Command::Whoami { json: true });
     }
 
@@ -374,5 +459,12 @@ mod tests {
             Command::Sync { for_reading: false }.words(),
             Err(NoWords("sync"))
         );
+        use std::os::unix::ffi::OsStrExt;
+        let not_text = Command::Cat(CatArgs {
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(b"a\xff")),
+            at: None,
+        });
+        assert!(not_text.words().is_ok());
+        assert!(matches!(not_text.line(), Err(NoLine::NotText(_))));
     }
 }

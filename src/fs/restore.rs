@@ -325,10 +325,9 @@ impl Apply for Restorer {
         let (parent, name) = self.parts(path)?;
         let caller = self.caller_in(parent);
         let Some(kind) = node.type_bits() else {
-            return Err(Error::Usage(format!(
-                "{}: the type of this special file was not recorded",
-                show_path(path)
-            )));
+            return Err(Error::UnknownNodeType {
+                path: show_path(path),
+            });
         };
         self.clear(&caller, parent, name, path)?;
         self.core

@@ -130,6 +130,12 @@ pub enum Error {
     TooDeep,
     #[error("{0} not restored")]
     NotRestored(&'static str),
+    /// A special file recorded by an earlier version, which did not keep its type
+    /// ([`Node::Unknown`](change::Node::Unknown)): the store cannot say what to make.
+    #[error(
+        "{path}: not restored: this special file was recorded by an earlier rewind, which did not keep its type (fifo, socket or device)"
+    )]
+    UnknownNodeType { path: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -167,7 +173,8 @@ impl Error {
             | Error::Mount { .. }
             | Error::Git { .. }
             | Error::TooDeep
-            | Error::NotRestored(_) => false,
+            | Error::NotRestored(_)
+            | Error::UnknownNodeType { .. } => false,
         }
     }
 }
@@ -219,6 +226,9 @@ mod tests {
             },
             Error::TooDeep,
             Error::NotRestored("special files are"),
+            Error::UnknownNodeType {
+                path: "dev/fifo".into(),
+            },
             Error::Io {
                 path: "/w/a".into(),
                 source: io(),

@@ -361,3 +361,59 @@ pub fn as_side(v: &Version) -> Side<'_> {
         content: &v.content,
     }
 }
+
+/// One file's part of a selection's diff, as `rewind diff` prints it (without colour).
+pub struct FileSection {
+    /// Its git text: headers and hunks.
+    pub text: Vec<u8>,
+    /// Either side is binary (git prints no hunks).
+    pub binary: bool,
+    /// Either side is a symlink (its hunks are a link's target, not a file's lines).
+    pub symlink: bool,
+    /// The file is gone after it (a deletion).
+    pub deleted: bool,
+}
+
+/// The sections of `path` (its name after; a deleted file's name before) in the diff of
+/// `selected`, in the order `rewind diff` of that selection prints them: hunk K of a file is
+/// counted over these, as the user saw them.
+pub fn sections_of(view: &View<'_>, selected: &[Change], path: &[u8]) -> Result<Vec<FileSection>> {
+    let opts = diff::Options::default();
+    let mut out = Vec::new();
+    for piece in of_changes(view, selected, &[])? {
+        let Piece::Section { old, new, score } = piece else {
+            continue;
+        };
+        let named = new.as_deref().or(old.as_deref()).map(|v| v.path.as_slice());
+        if named != Some(path) {
+            continue;
+        }
+        let text = match (
+            old.as_deref().map(as_side),
+            new.as_deref().map(as_side),
+            score,
+        ) {
+            (Some(o), Some(n), Some(score)) => diff::rename_diff(o, n, score, &opts),
+            (o, n, _) => diff::file_diff(o, n, &opts),
+        };
+        let sides = || old.iter().chain(new.iter());
+        out.push(FileSection {
+            text,
+            binary: sides().any(|v| diff::is_binary(&v.content)),
+            symlink: sides().any(|v| v.state.kind == FileKind::Symlink),
+            deleted: new.is_none(),
+        });
+    }
+    Ok(out)
+}
+
+/// The paths the diff of `selected` shows (each file's name after; a deleted file's before).
+pub fn paths_of(view: &View<'_>, selected: &[Change]) -> Result<BTreeSet<Vec<u8>>> {
+    Ok(of_changes(view, selected, &[])?
+        .into_iter()
+        .filter_map(|p| match p {
+            Piece::Section { old, new, .. } => new.or(old).map(|v| v.path),
+            Piece::Note(_) => None,
+        })
+        .collect())
+}

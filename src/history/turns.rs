@@ -5,12 +5,12 @@
 //! Turns are told by the agent's hooks (`rewind hook`, through `.rewind/ctl`), kept in the store
 //! like checkpoints, and survive remounts: a turn still open when the daemon stopped stays open.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use super::change::{Tool, Turn};
+use super::change::{Change, FileKind, FileState, Tool, Turn};
 use super::db::unique_prefix;
-use super::{Error, History, Result, time};
+use super::{Error, History, Result, diff, time};
 
 /// The longest prompt line kept with a turn, in bytes.
 pub const PROMPT_MAX: usize = 200;
@@ -278,6 +278,122 @@ impl Turns {
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
+}
+
+// ---- what a turn did ------------------------------------------------------------------
+
+/// Files changed, lines added and removed by changes (a turn's), as `diff --stat` counts
+/// them for each change.
+pub fn line_counts(history: &History, changes: &[Change]) -> Result<(usize, usize, usize)> {
+    let mut files = BTreeSet::new();
+    let (mut added, mut removed) = (0, 0);
+    let content = |s: Option<&FileState>| -> Vec<u8> {
+        s.filter(|s| s.kind == FileKind::File)
+            .and_then(|s| s.hash)
+            .and_then(|h| history.store().read_blob(&h).ok())
+            .unwrap_or_default()
+    };
+    for c in changes {
+        // Files, as `diff --stat` counts them: a folder made or removed is not one.
+        let is_dir = |s: Option<&FileState>| s.is_none_or(|s| s.kind == FileKind::Dir);
+        if is_dir(c.before.as_ref()) && is_dir(c.after.as_ref()) {
+            continue;
+        }
+        files.insert(c.path.clone());
+        if c.from.is_some() {
+            continue;
+        }
+        let (old, new) = (content(c.before.as_ref()), content(c.after.as_ref()));
+        let side = |content| diff::Side {
+            path: &c.path,
+            mode: 0o100644,
+            content,
+        };
+        let s = diff::Stat::from_sides(
+            Some(side(&old)),
+            Some(side(&new)),
+            &diff::Options::default(),
+        );
+        if !s.binary {
+            added += s.added as usize;
+            removed += s.deleted as usize;
+        }
+    }
+    Ok((files.len(), added, removed))
+}
+
+/// Whether two states are the same file as far as a rollback restores one: type, mode and
+/// content (content never recorded matches any).
+fn same(a: Option<&FileState>, b: Option<&FileState>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.kind == b.kind
+                && a.mode == b.mode
+                && (a.hash.is_none() || b.hash.is_none() || a.hash == b.hash)
+        }
+        _ => false,
+    }
+}
+
+/// How far rollbacks put back what a turn did.
+pub struct RolledBack {
+    /// The rollback sessions that did, in order.
+    pub by: Vec<String>,
+    /// Whether every path the turn changed was put back.
+    pub whole: bool,
+}
+
+/// Which rollbacks undid a turn, read from the history: a path the turn changed counts as put
+/// back when a change of a `rollback-N` session after the turn's last change to it left it as
+/// it was before the turn's first. (What a later rollback of that rollback did is its own
+/// story.) `restores`: every rollback change, by path ([`restores`]).
+pub fn rolled_back(
+    turn: &[Change],
+    restores: &BTreeMap<&[u8], Vec<&Change>>,
+) -> Option<RolledBack> {
+    // Each path the turn changed: its state before the turn, and the turn's last change to it.
+    let mut paths: BTreeMap<&[u8], (Option<&FileState>, u64)> = BTreeMap::new();
+    for c in turn {
+        for p in std::iter::once(&c.path).chain(&c.from) {
+            let entry = paths
+                .entry(p.as_slice())
+                .or_insert((c.states_of(p).0, c.id));
+            entry.1 = c.id;
+        }
+    }
+    let mut by: Vec<String> = Vec::new();
+    let mut put_back = 0;
+    for (path, (before, last)) in &paths {
+        let undo = restores.get(path).and_then(|rs| {
+            rs.iter()
+                .find(|r| r.id > *last && same(r.states_of(path).1, *before))
+        });
+        if let Some(r) = undo {
+            put_back += 1;
+            if !by.contains(&r.session) {
+                by.push(r.session.clone());
+            }
+        }
+    }
+    (put_back > 0).then_some(RolledBack {
+        by,
+        whole: put_back == paths.len(),
+    })
+}
+
+/// Every change of a `rollback-N` session among `changes`, by each path it names.
+pub fn restores(changes: &[Change]) -> BTreeMap<&[u8], Vec<&Change>> {
+    let mut restores: BTreeMap<&[u8], Vec<&Change>> = BTreeMap::new();
+    for r in changes
+        .iter()
+        .filter(|r| r.session.starts_with("rollback-"))
+    {
+        for p in std::iter::once(&r.path).chain(&r.from) {
+            restores.entry(p.as_slice()).or_default().push(r);
+        }
+    }
+    restores
 }
 
 #[cfg(test)]

@@ -3,15 +3,19 @@
 //! `.rewind/ctl` (a rollback there is recorded like any other); unmounted, reading commands run
 //! here on the store opened read-only, and commands that would change something are refused
 //! with a message saying they need the mount. The page never computes history its own way:
-//! everything it shows is the output of one of these commands, and what it selects is a
-//! [`Selection`], turned into the commands' words in one place ([`words`]).
+//! everything it shows is the output of one of these commands. What it selects is a
+//! [`Selection`](crate::history::Selection), made into the same typed [`Command`] the CLI
+//! parses and MCP builds (`LogArgs::of`, `DiffArgs::of`, `RollbackArgs::of`); the words are
+//! only how that command travels ([`line`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::cli::Ctx;
-use crate::command::{self, Env, Outcome};
-use crate::history::{History, Selection};
+use crate::cli::{Ctx, Failure};
+use crate::command::select::Unsayable;
+use crate::command::words::NoLine;
+use crate::command::{self, Command, Env, Outcome};
+use crate::history::{BadName, History};
 
 /// What a command answered.
 pub struct Answer {
@@ -39,6 +43,30 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+impl From<Unsayable> for Refusal {
+    fn from(e: Unsayable) -> Refusal {
+        Refusal::Usage(e.to_string())
+    }
+}
+
+impl From<NoLine> for Refusal {
+    fn from(e: NoLine) -> Refusal {
+        Refusal::Usage(e.to_string())
+    }
+}
+
+impl From<BadName> for Refusal {
+    fn from(e: BadName) -> Refusal {
+        Refusal::Usage(e.to_string())
+    }
+}
+
+/// The line `command` travels as (a `.rewind/ctl` line, and what the page shows after
+/// `rewind`).
+pub fn line(command: &Command) -> Result<String, Refusal> {
+    Ok(command.line()?)
+}
+
 pub struct Backend {
     ctx: Ctx,
     /// Unmounted: the store, opened read-only once.
@@ -46,13 +74,13 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn open(ctx: Ctx) -> Result<Backend, Refusal> {
+    /// Unmounted, the store is opened read-only here: why it cannot be is the CLI's failure,
+    /// with its exit status.
+    pub fn open(ctx: Ctx) -> Result<Backend, Failure> {
         let history = if ctx.mounted {
             None
         } else {
-            Some(Arc::new(
-                ctx.read_history().map_err(|f| Refusal::Failed(f.message))?,
-            ))
+            Some(Arc::new(ctx.read_history()?))
         };
         Ok(Backend { ctx, history })
     }
@@ -65,10 +93,10 @@ impl Backend {
         &self.ctx.workspace
     }
 
-    /// Run `rewind WORDS...` as the CLI would, and return what it printed.
-    pub fn run(&self, words: &[String]) -> Result<Answer, Refusal> {
-        let line = shlex::try_join(words.iter().map(String::as_str))
-            .map_err(|e| Refusal::Usage(e.to_string()))?;
+    /// Run `command` as the CLI would, and return what it printed. It goes as its [`line`],
+    /// parsed again here or in the daemon: the CLI's own checks of what goes with what apply.
+    pub fn run(&self, command: &Command) -> Result<Answer, Refusal> {
+        let line = line(command)?;
         let cli = command::parse_line(&line).map_err(|e| Refusal::Usage(e.to_string()))?;
         if self.ctx.mounted {
             let answer = self.ctx.ctl(&line).map_err(|f| {
@@ -190,170 +218,5 @@ impl Backend {
         self.ctx
             .mounted
             .then(|| self.ctx.workspace.join(".rewind/events"))
-    }
-}
-
-/// The verbs the page runs on a selection.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
-    Log,
-    Diff,
-    Rollback,
-}
-
-/// The command line that runs `verb` on `sel`: the one place where what the page selects (a
-/// [`Selection`], the type `log`, `diff` and `rollback` resolve) becomes the CLI's words.
-/// For a diff, `since` with `until` is the range between two points; for a rollback, `since`
-/// is "back to this point" and a path is one file.
-pub fn words(verb: Verb, sel: &Selection) -> Result<Vec<String>, Refusal> {
-    let mut w: Vec<String> = vec![
-        match verb {
-            Verb::Log => "log",
-            Verb::Diff => "diff",
-            Verb::Rollback if sel.change.is_some() => "undo",
-            Verb::Rollback => "rollback",
-        }
-        .into(),
-    ];
-    let flag = |w: &mut Vec<String>, name: &str, v: &Option<String>| {
-        if let Some(v) = v {
-            w.push(format!("--{name}"));
-            w.push(v.clone());
-        }
-    };
-    if let Some(id) = sel.change {
-        if verb == Verb::Log {
-            return Err(Refusal::Usage(
-                "a log lists changes; show one with diff".into(),
-            ));
-        }
-        w.push(id.to_string());
-    }
-    flag(&mut w, "session", &sel.session);
-    flag(&mut w, "agent", &sel.agent);
-    flag(&mut w, "turn", &sel.turn);
-    flag(&mut w, "to-turn", &sel.to_turn);
-    let path = sel
-        .path
-        .as_ref()
-        .map(|p| String::from_utf8(p.clone()))
-        .transpose()
-        .map_err(|_| Refusal::Usage("the page takes paths that are UTF-8".into()))?;
-    match verb {
-        Verb::Log => {
-            flag(&mut w, "since", &sel.since);
-            flag(&mut w, "until", &sel.until);
-        }
-        Verb::Diff if sel.until.is_some() => {
-            flag(
-                &mut w,
-                "from",
-                &Some(sel.since.clone().unwrap_or_else(|| "0".into())),
-            );
-            flag(&mut w, "to", &sel.until);
-        }
-        Verb::Diff => flag(&mut w, "since", &sel.since),
-        Verb::Rollback => {
-            if path.is_some() {
-                flag(&mut w, "file", &path);
-                flag(&mut w, "to", &sel.since);
-            } else {
-                flag(&mut w, "since", &sel.since);
-            }
-            return Ok(w);
-        }
-    }
-    if let Some(p) = path {
-        w.push("--".into());
-        w.push(p);
-    }
-    Ok(w)
-}
-
-/// The command line that reverts hunk `hunk` (1-based, as `rewind diff` numbers them) of `path`
-/// in the diff of a change or a turn: `rollback --change N|--turn T --path P --hunk K`.
-pub fn hunk_words(of: &Selection, path: &str, hunk: usize) -> Result<Vec<String>, Refusal> {
-    let mut w: Vec<String> = vec!["rollback".into()];
-    match (&of.change, &of.turn) {
-        (Some(id), None) => w.extend(["--change".into(), id.to_string()]),
-        (None, Some(t)) => w.extend(["--turn".into(), t.clone()]),
-        _ => {
-            return Err(Refusal::Usage(
-                "a hunk is reverted in the diff of one change or one turn".into(),
-            ));
-        }
-    }
-    w.extend([
-        "--path".into(),
-        path.to_string(),
-        "--hunk".into(),
-        hunk.to_string(),
-    ]);
-    Ok(w)
-}
-
-/// The command line that leaves a reviewer's comment on hunk `hunk` of `path` in the diff of a
-/// change or a turn: `comment add --change N|--turn T --path P --hunk K -- TEXT`.
-pub fn comment_words(
-    of: &Selection,
-    path: &str,
-    hunk: usize,
-    text: &str,
-) -> Result<Vec<String>, Refusal> {
-    let mut w = hunk_words(of, path, hunk)?;
-    w[0] = "add".into();
-    w.insert(0, "comment".into());
-    w.extend(["--".into(), text.to_string()]);
-    Ok(w)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn line(verb: Verb, sel: Selection) -> String {
-        words(verb, &sel).unwrap().join(" ")
-    }
-
-    #[test]
-    fn a_selection_is_the_clis_words() {
-        let turn = || Selection {
-            turn: Some("s1:2".into()),
-            ..Selection::default()
-        };
-        assert_eq!(line(Verb::Diff, turn()), "diff --turn s1:2");
-        assert_eq!(line(Verb::Rollback, turn()), "rollback --turn s1:2");
-        let change = Selection {
-            change: Some(7),
-            ..Selection::default()
-        };
-        assert_eq!(line(Verb::Rollback, change.clone()), "undo 7");
-        assert_eq!(line(Verb::Diff, change.clone()), "diff 7");
-        assert!(words(Verb::Log, &change).is_err());
-        let file = Selection {
-            path: Some(b"src/a b.rs".to_vec()),
-            since: Some("before-refactor".into()),
-            ..Selection::default()
-        };
-        assert_eq!(
-            line(Verb::Rollback, file.clone()),
-            "rollback --file src/a b.rs --to before-refactor"
-        );
-        assert_eq!(
-            line(Verb::Log, file),
-            "log --since before-refactor -- src/a b.rs"
-        );
-        let range = Selection {
-            since: Some("3".into()),
-            until: Some("9".into()),
-            ..Selection::default()
-        };
-        assert_eq!(line(Verb::Diff, range), "diff --from 3 --to 9");
-        // Every line parses as the CLI's grammar.
-        for verb in [Verb::Log, Verb::Diff, Verb::Rollback] {
-            let w = words(verb, &turn()).unwrap();
-            let l = shlex::try_join(w.iter().map(String::as_str)).unwrap();
-            assert!(command::parse_line(&l).is_ok(), "{l}");
-        }
     }
 }

@@ -41,19 +41,38 @@ fn secret() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Why the page could not be served (each a failure, exit status 1: a port in use is not a
+/// mistake in how `rewind ui` was called).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot start the server: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Listen {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no randomness for the token: {0}")]
+    Secret(#[source] std::io::Error),
+    #[error("the server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
 /// Serve the page until interrupted. Prints the URL (with the token) as the first line.
-pub fn serve(backend: Backend, port: u16, open: bool) -> Result<(), String> {
+pub fn serve(backend: Backend, port: u16, open: bool) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the server: {e}"))?;
+        .map_err(ServeError::Runtime)?;
     runtime.block_on(async move {
+        let listen = |source| ServeError::Listen { port, source };
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
             .await
-            .map_err(|e| format!("cannot listen on 127.0.0.1:{port}: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let token = secret().map_err(|e| format!("no randomness for the token: {e}"))?;
-        let csrf = secret().map_err(|e| format!("no randomness for the token: {e}"))?;
+            .map_err(listen)?;
+        let addr = listener.local_addr().map_err(listen)?;
+        let token = secret().map_err(ServeError::Secret)?;
+        let csrf = secret().map_err(ServeError::Secret)?;
         let (events, _) = broadcast::channel(1024);
         if let Some(path) = backend.events_path() {
             follow_events(path, events.clone());
@@ -84,9 +103,7 @@ pub fn serve(backend: Backend, port: u16, open: bool) -> Result<(), String> {
             open_browser(&url);
         }
         let app = routes::router(state);
-        axum::serve(listener, app)
-            .await
-            .map_err(|e| format!("the server failed: {e}"))
+        axum::serve(listener, app).await.map_err(ServeError::Serve)
     })
 }
 

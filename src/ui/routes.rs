@@ -18,9 +18,19 @@ use serde_json::Value;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::history::{self, Answer, Refusal, Verb};
+use super::history::{self, Answer, Refusal};
 use super::{Shared, guard, page};
-use crate::history::Selection;
+use crate::command::Command;
+use crate::command::cat::CatArgs;
+use crate::command::checkpoint::CheckpointArgs;
+use crate::command::comment::{CommentAction, CommentAddArgs, CommentArgs, CommentListArgs};
+use crate::command::diff::DiffArgs;
+use crate::command::log::LogArgs;
+use crate::command::rollback::RollbackArgs;
+use crate::command::sessions::SessionsArgs;
+use crate::command::show::ShowArgs;
+use crate::command::turns::TurnsArgs;
+use crate::history::{Name, Selection};
 
 /// Timeline rows per page.
 const PAGE: usize = 100;
@@ -79,9 +89,9 @@ impl From<Refusal> for Bad {
 type Html = Result<Markup, Bad>;
 
 /// Run a command off the async threads.
-async fn run(state: &Shared, words: Vec<String>) -> Result<Answer, Bad> {
+async fn run(state: &Shared, command: Command) -> Result<Answer, Bad> {
     let state = state.clone();
-    tokio::task::spawn_blocking(move || state.backend.run(&words))
+    tokio::task::spawn_blocking(move || state.backend.run(&command))
         .await
         .map_err(|e| Bad(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(Bad::from)
@@ -194,9 +204,12 @@ async fn timeline_page(state: &Shared, f: &Filter) -> Result<(Vec<Value>, Option
         if let Some(b) = before {
             sel.until = Some((b - 1).to_string());
         }
-        let mut words = history::words(Verb::Log, &sel)?;
-        words.extend(["--json".into(), "-n".into(), batch.to_string()]);
-        let mut rows = json_lines(&run(state, words).await?.output);
+        let log = LogArgs {
+            json: true,
+            limit: Some(batch),
+            ..LogArgs::of(&sel).map_err(Refusal::from)?
+        };
+        let mut rows = json_lines(&run(state, Command::Log(log)).await?.output);
         rows.reverse();
         let full = rows.len() == batch;
         scanned += rows.len();
@@ -222,16 +235,14 @@ async fn timeline_page(state: &Shared, f: &Filter) -> Result<(Vec<Value>, Option
 }
 
 async fn sidebar_markup(state: &Shared) -> Html {
-    let sessions = json_lines(
-        &run(state, vec!["sessions".into(), "--json".into()])
-            .await?
-            .output,
-    );
-    let mut turns = json_lines(
-        &run(state, vec!["turns".into(), "--json".into()])
-            .await?
-            .output,
-    );
+    let sessions = Command::Sessions(SessionsArgs { json: true });
+    let sessions = json_lines(&run(state, sessions).await?.output);
+    let turns = Command::Turns(TurnsArgs {
+        session: None,
+        json: true,
+        show: None,
+    });
+    let mut turns = json_lines(&run(state, turns).await?.output);
     turns.reverse();
     turns.truncate(300);
     let mut agents: Vec<String> = sessions
@@ -310,7 +321,15 @@ async fn stats(
     }
     let mut out = BTreeMap::new();
     for id in ids {
-        let stat = match run(&state, vec!["diff".into(), id.to_string(), "--stat".into()]).await {
+        let change = Selection {
+            change: Some(id),
+            ..Selection::default()
+        };
+        let diff = DiffArgs {
+            stat: true,
+            ..DiffArgs::of(&change, &[]).map_err(Refusal::from)?
+        };
+        let stat = match run(&state, Command::Diff(diff)).await {
             Ok(a) => {
                 let text = String::from_utf8_lossy(&a.output).into_owned();
                 let last = text.lines().last().unwrap_or("").to_string();
@@ -325,16 +344,12 @@ async fn stats(
 }
 
 async fn files(State(state): State<Shared>) -> Html {
-    let out = run(
-        &state,
-        vec![
-            "log".into(),
-            "--json".into(),
-            "-n".into(),
-            TREE_SCAN.to_string(),
-        ],
-    )
-    .await?;
+    let log = LogArgs {
+        json: true,
+        limit: Some(TREE_SCAN),
+        ..LogArgs::of(&Selection::default()).map_err(Refusal::from)?
+    };
+    let out = run(&state, Command::Log(log)).await?;
     let rows = json_lines(&out.output);
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for c in &rows {
@@ -376,13 +391,14 @@ struct DiffQuery {
 }
 
 async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
-    let mut sel = Selection {
-        path: path_param(&q.path)?.map(String::into_bytes),
-        ..Selection::default()
-    };
+    let filter: Vec<Vec<u8>> = path_param(&q.path)?
+        .map(String::into_bytes)
+        .into_iter()
+        .collect();
+    let mut sel = Selection::default();
     let (title, sub, plan, at): (String, String, Option<(&str, String)>, Option<String>);
     if let Some(id) = q.id {
-        let show = run(&state, vec!["show".into(), id.to_string(), "--json".into()]).await?;
+        let show = run(&state, Command::Show(ShowArgs { id, json: true })).await?;
         let c: Value = serde_json::from_slice(&show.output).unwrap_or(Value::Null);
         title = format!("Change #{id}");
         sub = format!(
@@ -422,7 +438,11 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
         let to = param(&q.to, "to")?;
         title = format!("From {from} to {}", to.as_deref().unwrap_or("now"));
         sub = "the whole tree compared at two points".into();
-        sel.since = Some(from.clone());
+        // From a point on is `--since`; between two, `--from` and `--to`.
+        match &to {
+            Some(_) => sel.from = Some(from.clone()),
+            None => sel.since = Some(from.clone()),
+        }
         sel.until = to.clone();
         plan = to.is_none().then_some(("to", from));
         at = Some(to.unwrap_or_default());
@@ -437,7 +457,8 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
         (None, Some(t)) => Some(("turn", t.clone())),
         _ => None,
     };
-    let out = run(&state, history::words(Verb::Diff, &sel)?).await?;
+    let diff = DiffArgs::of(&sel, &filter).map_err(Refusal::from)?;
+    let out = run(&state, Command::Diff(diff)).await?;
     let split = q.view.as_deref() == Some("split");
     let truncated = out.output.len() > page::MAX_DIFF_BYTES;
     let text = String::from_utf8_lossy(&out.output[..out.output.len().min(page::MAX_DIFF_BYTES)]);
@@ -475,12 +496,11 @@ async fn file(State(state): State<Shared>, Query(q): Query<FileQuery>) -> Html {
     let path = path_param(&q.path)?
         .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say which file: path=".into()))?;
     let at = param(&q.at, "the point")?;
-    let mut words = vec!["cat".to_string()];
-    if let Some(a) = &at {
-        words.extend(["--at".into(), a.clone()]);
-    }
-    words.extend(["--".into(), path.clone()]);
-    let out = run(&state, words).await?;
+    let cat = CatArgs {
+        path: path.clone().into(),
+        at: at.clone(),
+    };
+    let out = run(&state, Command::Cat(cat)).await?;
     Ok(page::whole_file(
         &path,
         at.as_deref().unwrap_or("now"),
@@ -515,8 +535,8 @@ struct Act {
     path: Option<String>,
 }
 
-/// The command of a rollback button: `undo ID` or `rollback --WHAT VALUE`.
-fn rollback_words(a: &Act, dry: bool) -> Result<Vec<String>, Bad> {
+/// The command of a rollback button: `rollback --WHAT VALUE`, or one hunk's.
+fn rollback_command(a: &Act, dry: bool) -> Result<Command, Bad> {
     let value = param(&Some(a.value.clone()), "the value")?
         .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say what to roll back".into()))?;
     let mut sel = Selection::default();
@@ -538,11 +558,12 @@ fn rollback_words(a: &Act, dry: bool) -> Result<Vec<String>, Bad> {
         }
         let path = path_param(&a.path)?
             .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "which file?".into()))?;
-        let mut words = history::hunk_words(&sel, &path, k)?;
-        if dry {
-            words.push("--dry-run".into());
-        }
-        return Ok(words);
+        return Ok(Command::Rollback(RollbackArgs {
+            hunk: Some(k),
+            path: Some(path.into()),
+            dry_run: dry,
+            ..RollbackArgs::of(&sel).map_err(Refusal::from)?
+        }));
     }
     match a.what.as_str() {
         "change" => {
@@ -564,26 +585,22 @@ fn rollback_words(a: &Act, dry: bool) -> Result<Vec<String>, Bad> {
             ));
         }
     }
-    let mut words = history::words(Verb::Rollback, &sel)?;
-    if dry {
-        words.push("--dry-run".into());
-    }
-    if a.force.as_deref() == Some("1") {
-        words.push("--force".into());
-    }
-    Ok(words)
+    Ok(Command::Rollback(RollbackArgs {
+        dry_run: dry,
+        force: a.force.as_deref() == Some("1"),
+        ..RollbackArgs::of(&sel).map_err(Refusal::from)?
+    }))
 }
 
-fn shown(words: &[String]) -> String {
-    format!(
-        "rewind {}",
-        shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default()
-    )
+/// The command as the page shows it: the line it runs.
+fn shown(command: &Command) -> Result<String, Bad> {
+    Ok(format!("rewind {}", history::line(command)?))
 }
 
 async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
-    let words = rollback_words(&a, true)?;
-    let out = run(&state, words.clone()).await?;
+    let command = rollback_command(&a, true)?;
+    let shown = shown(&command)?;
+    let out = run(&state, command).await?;
     let text = String::from_utf8_lossy(&out.output).into_owned();
     let nothing =
         text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
@@ -596,7 +613,7 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
             } @else {
                 h2 { "Roll back: " (a.what) " " code { (a.value) } }
             }
-            p.muted { "This is the dry run: the exact plan " code { (shown(&words)) } " prints. Nothing has changed yet." }
+            p.muted { "This is the dry run: the exact plan " code { (shown) } " prints. Nothing has changed yet." }
             (page::plan_lines(&text))
             @if out.partial && !force && a.what != "hunk" {
                 p.warn { "Some paths are skipped: someone else changed them since. "
@@ -618,8 +635,9 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
 }
 
 async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
-    let words = rollback_words(&a, false)?;
-    let out = run(&state, words.clone()).await?;
+    let command = rollback_command(&a, false)?;
+    let shown = shown(&command)?;
+    let out = run(&state, command).await?;
     let text = String::from_utf8_lossy(&out.output).into_owned();
     let nothing =
         text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
@@ -631,7 +649,7 @@ async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     Ok(html! {
         div.plan-box.done {
             h2 { @if nothing { "Nothing rolled back" } @else if out.partial { "Rolled back, in part" } @else { "Rolled back" } }
-            p.muted { code { (shown(&words)) } }
+            p.muted { code { (shown) } }
             (page::plan_lines(&text))
             div.buttons {
                 button.ghost #cancel { "Close" }
@@ -651,7 +669,12 @@ struct NewCheckpoint {
 async fn checkpoint(State(state): State<Shared>, Form(c): Form<NewCheckpoint>) -> Html {
     let name = param(&Some(c.name), "the name")?
         .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "a checkpoint needs a name".into()))?;
-    let out = run(&state, vec!["checkpoint".into(), name]).await?;
+    let checkpoint = CheckpointArgs {
+        name: Name::parse("checkpoint", &name).map_err(Refusal::from)?,
+        force: false,
+        dry_run: false,
+    };
+    let out = run(&state, Command::Checkpoint(checkpoint)).await?;
     Ok(page::message(
         "Checkpoint",
         &String::from_utf8_lossy(&out.output),
@@ -691,7 +714,21 @@ async fn comment(State(state): State<Shared>, Form(c): Form<NewComment>) -> Html
             "a comment is 1 byte to 16 KiB of text".into(),
         ));
     }
-    let out = run(&state, history::comment_words(&sel, &path, c.hunk, text)?).await?;
+    let hunk =
+        u32::try_from(c.hunk).map_err(|_| Bad(StatusCode::BAD_REQUEST, "no such hunk".into()))?;
+    let add = CommentAddArgs {
+        change: sel.change,
+        turn: sel.turn,
+        session: None,
+        path: Some(path.into()),
+        line: None,
+        hunk: Some(hunk),
+        text: vec![text.to_string()],
+    };
+    let comment = Command::Comment(CommentArgs {
+        action: CommentAction::Add(add),
+    });
+    let out = run(&state, comment).await?;
     Ok(page::message(
         "Comment",
         &String::from_utf8_lossy(&out.output),
@@ -700,7 +737,16 @@ async fn comment(State(state): State<Shared>, Form(c): Form<NewComment>) -> Html
 
 /// The open comments: `rewind comment list`.
 async fn comments(State(state): State<Shared>) -> Html {
-    let out = run(&state, vec!["comment".into(), "list".into()]).await?;
+    let list = CommentListArgs {
+        session: None,
+        all: false,
+        json: false,
+        mine: false,
+    };
+    let list = Command::Comment(CommentArgs {
+        action: CommentAction::List(list),
+    });
+    let out = run(&state, list).await?;
     Ok(page::message(
         "Open comments",
         &String::from_utf8_lossy(&out.output),

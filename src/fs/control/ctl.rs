@@ -258,6 +258,7 @@ impl DaemonActor<'_> {
                     .map_err(|e| format!("{}: {e}", workspace.display()))
                     .and_then(|owner| {
                         crate::agent::transcript::read(agent, &path, owner, &workspace)
+                            .map_err(|e| e.to_string())
                     })
                     .and_then(|text| {
                         recorder

@@ -529,10 +529,18 @@ impl Control {
         self.dirs.remove(fh.0);
     }
 
-    /// The output of a command run for a file's content (`turns/S/N/diff`).
-    fn run_for_content(&self, line: &str) -> crate::history::Result<Vec<u8>> {
+    /// The output of a command run for a file's content (`turns/S/N/diff`): it runs as the
+    /// `.rewind/ctl` line it would be written as, and a refusal is the content, as there.
+    fn run_for_content(
+        &self,
+        command: &crate::command::Command,
+    ) -> crate::history::Result<Vec<u8>> {
         let Some(core) = self.core.get().cloned() else {
             return Ok(Vec::new());
+        };
+        let line = match command.line() {
+            Ok(line) => line,
+            Err(e) => return Ok(format!("error: {e}\n").into_bytes()),
         };
         let job = ctl::Job {
             recorder: self.recorder.clone(),

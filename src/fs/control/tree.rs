@@ -13,11 +13,14 @@
 use clap::CommandFactory;
 
 use super::Control;
+use crate::command::Command;
+use crate::command::comment::{CommentAction, CommentArgs, CommentListArgs};
+use crate::command::diff::DiffArgs;
 use crate::history::Source;
 use crate::history::change::{FileKind, FileState};
 use crate::history::format::{change_json, change_line};
 use crate::history::view::join;
-use crate::history::{Error, Order, Resolved, Result, point, time};
+use crate::history::{Error, Order, Resolved, Result, Selection, point, time};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Node {
@@ -491,12 +494,18 @@ impl Control {
                     Some(*n),
                 )?,
             ),
-            Node::TurnDiff(s, n) => self.run_for_content(&format!("diff --turn {s}:{n}")),
-            Node::Comments => self.run_for_content("comment list"),
-            Node::SessionComments(s) => {
-                let quoted = shlex::try_quote(s).map_err(|e| Error::Usage(e.to_string()))?;
-                self.run_for_content(&format!("comment list --session {quoted}"))
+            Node::TurnDiff(s, n) => {
+                let turn = Selection {
+                    turn: Some(format!("{s}:{n}")),
+                    ..Selection::default()
+                };
+                match DiffArgs::of(&turn, &[]) {
+                    Ok(diff) => self.run_for_content(&Command::Diff(diff)),
+                    Err(e) => Ok(format!("error: {e}\n").into_bytes()),
+                }
             }
+            Node::Comments => self.run_for_content(&comment_list(None)),
+            Node::SessionComments(s) => self.run_for_content(&comment_list(Some(s.clone()))),
             Node::TurnConversation(s, n) => {
                 let turn = history
                     .turns(Some(s))?
@@ -625,5 +634,17 @@ fn with_note(note: Option<String>, lines: Vec<u8>) -> Result<Vec<u8>> {
     Ok(match note {
         Some(note) => [note.as_bytes(), b"\n", &lines].concat(),
         None => lines,
+    })
+}
+
+/// `comment list`, of one session or every one.
+fn comment_list(session: Option<String>) -> Command {
+    Command::Comment(CommentArgs {
+        action: CommentAction::List(CommentListArgs {
+            session,
+            all: false,
+            json: false,
+            mine: false,
+        }),
     })
 }
