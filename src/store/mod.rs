@@ -124,6 +124,8 @@ pub struct Store {
     read_only: bool,
     /// Why writes are refused, after a failed one (and whether the disk was full).
     unwritable: Mutex<Option<(String, bool)>>,
+    /// When [`Store::check_room`] last asked the disk, and what it found.
+    room_seen: Mutex<Option<(std::time::Instant, Room)>>,
     /// Why writes stopped for good: a panic in the daemon ([`Store::halt`]). Never cleared.
     halted: std::sync::OnceLock<String>,
     /// The last id handed out (written, or set aside for a held-back create). Held from

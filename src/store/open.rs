@@ -385,6 +385,7 @@ impl Store {
             dir: dir.to_owned(),
             read_only,
             unwritable: Mutex::new(None),
+            room_seen: Mutex::new(None),
             halted: std::sync::OnceLock::new(),
             writer: Mutex::new(0),
             secondary,

@@ -40,6 +40,11 @@ pub struct Room {
     pub reserve: u64,
 }
 
+/// How long [`Store::check_room`] goes by the free space it last saw, when that was more than
+/// [`ROOM_MARGIN`] above the reserve (writing that much in that time would take 10 GB/s).
+const ROOM_FRESH: Duration = Duration::from_millis(100);
+const ROOM_MARGIN: u64 = 1 << 30;
+
 /// How long a write waits out a write stall (see [`Store::write`]).
 const STALL_LIMIT: Duration = Duration::from_secs(5);
 
@@ -99,7 +104,7 @@ impl Store {
     /// from the reserve. Recording resumes by itself once there is room again.
     pub fn check_room(&self) -> Result<()> {
         self.check_writable()?;
-        if let Some(room) = self.room()
+        if let Some(room) = self.room_lately()
             && room.free < room.reserve
         {
             return Err(Error::Unwritable {
@@ -113,6 +118,22 @@ impl Store {
             });
         }
         Ok(())
+    }
+
+    /// [`room`](Store::room), or what it said less than [`ROOM_FRESH`] ago when the disk then
+    /// had more than [`ROOM_MARGIN`] above the reserve: no disk fills that much that fast, and
+    /// asking it (`statfs`) was a tenth of what an open for writing costs the daemon.
+    fn room_lately(&self) -> Option<Room> {
+        let mut seen = self.room_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, room)) = *seen
+            && at.elapsed() < ROOM_FRESH
+            && room.free > room.reserve.saturating_add(ROOM_MARGIN)
+        {
+            return Some(room);
+        }
+        let room = self.room();
+        *seen = room.map(|r| (Instant::now(), r));
+        room
     }
 
     /// Free space on the store's disk and the reserve rewind keeps there; `None` if the disk
