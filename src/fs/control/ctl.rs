@@ -287,7 +287,20 @@ impl Actor for DaemonActor<'_> {
         let who = self.recorder().attributor();
         who.begin_restore(tid, session.clone());
         let restorer = Restorer::new(self.job.core.clone(), tid);
-        let failed = rollback::execute(self.recorder().history(), plan, &restorer);
+        // Once the process that asked is gone (the CLI killed: it waits in the kernel for the
+        // answer, with SIGKILL pending), nobody reads the outcome: stop at the next step.
+        // Looked at every 50 ms at most (a rollback of 50,000 files has as many steps).
+        let caller = self.job.caller;
+        let looked = std::cell::Cell::new(None::<(std::time::Instant, bool)>);
+        let stopped = || match looked.get() {
+            Some((at, gone)) if at.elapsed() < std::time::Duration::from_millis(50) => gone,
+            _ => {
+                let gone = crate::procfs::gone_or_killed(caller);
+                looked.set(Some((std::time::Instant::now(), gone)));
+                gone
+            }
+        };
+        let failed = rollback::execute(self.recorder().history(), plan, &restorer, &stopped);
         who.end_restore(tid);
         // New files it made are held back like any others: record them now.
         self.recorder().settle()?;
