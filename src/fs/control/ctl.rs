@@ -324,13 +324,31 @@ impl Actor for DaemonActor<'_> {
         who.begin_restore(tid, session.clone());
         let restorer = Restorer::new(self.job.core.clone(), tid);
         let (progress, caller) = (&self.job.progress, self.job.caller);
+        // Once the process that asked is gone (the CLI killed: it waits in the kernel for the
+        // answer, with SIGKILL pending), nobody reads the outcome: stop at the next step.
+        // Looked at every 50 ms at most (a rollback of 50,000 files has as many steps).
+        let looked = std::cell::Cell::new(None::<(std::time::Instant, bool)>);
+        let stopped = || match looked.get() {
+            Some((at, gone)) if at.elapsed() < std::time::Duration::from_millis(50) => gone,
+            _ => {
+                let gone = crate::procfs::gone_or_killed(caller);
+                looked.set(Some((std::time::Instant::now(), gone)));
+                gone
+            }
+        };
         let report = |phase: rollback::Phase, done, total| {
             progress.set(caller, phase.name(), done, total);
             if phase == rollback::Phase::Restoring && done == total / 2 {
                 hold_for_tests("REWIND_TEST_HOLD_PROGRESS");
             }
         };
-        let failed = rollback::execute(self.recorder().history(), plan, &restorer, &report);
+        let failed = rollback::execute(
+            self.recorder().history(),
+            plan,
+            &restorer,
+            &report,
+            &stopped,
+        );
         progress.end(caller);
         who.end_restore(tid);
         // New files it made are held back like any others: record them now.
