@@ -276,7 +276,16 @@ fn strip_side(p: &str) -> String {
 fn parse(text: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut file: Option<FileDiff> = None;
+    // The empty lines still to come in a `GIT binary patch` (one after each side): its encoded
+    // lines are not shown.
+    let mut patch_ends = 0;
     for line in text.lines() {
+        if patch_ends > 0 {
+            if line.is_empty() {
+                patch_ends -= 1;
+            }
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("diff --git ") {
             if let Some(f) = file.take() {
                 pieces.push(Piece::File(f));
@@ -317,8 +326,11 @@ fn parse(text: &str) -> Vec<Piece> {
                 pieces.push(Piece::File(f));
                 pieces.push(Piece::Note(line.to_string()));
             }
-        } else if line.starts_with("Binary files") || line == "GIT binary patch" {
+        } else if line.starts_with("Binary files") {
             f.binary = true;
+        } else if line == "GIT binary patch" {
+            f.binary = true;
+            patch_ends = 2;
         } else if line.starts_with("--- ") || line.starts_with("+++ ") {
         } else {
             f.headers.push(line.to_string());

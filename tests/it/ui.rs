@@ -638,6 +638,8 @@ fn ui_shows_binary_and_huge_files_sensibly() {
     let (s, r) = ui.get("/frag/diff?id=1", "");
     assert_eq!(s, 200, "{r}");
     assert!(r.contains("Binary file: not shown"), "{r}");
+    // Not the lines of its `GIT binary patch` either.
+    assert!(!r.contains("literal "), "{r}");
     let (s, r) = ui.get("/frag/diff?id=2", "");
     assert_eq!(s, 200);
     assert!(r.contains("more lines not shown"), "a huge diff is cut");
