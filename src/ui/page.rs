@@ -273,19 +273,31 @@ fn strip_side(p: &str) -> String {
     p.to_string()
 }
 
-fn parse(text: &str) -> Vec<Piece> {
-    let mut pieces = Vec::new();
-    let mut file: Option<FileDiff> = None;
-    // The empty lines still to come in a `GIT binary patch` (one after each side): its encoded
-    // lines are not shown.
+/// A diff without the encoded lines of its `GIT binary patch` sections (the page shows no
+/// binary content, and they would take its room), keeping the `GIT binary patch` line.
+pub fn without_binary_patches(diff: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(diff.len());
+    // The empty lines still to come in a patch: one ends each of its two sides.
     let mut patch_ends = 0;
-    for line in text.lines() {
+    for line in diff.split_inclusive(|b| *b == b'\n') {
         if patch_ends > 0 {
-            if line.is_empty() {
+            if line == b"\n" {
                 patch_ends -= 1;
             }
             continue;
         }
+        out.extend_from_slice(line);
+        if line == b"GIT binary patch\n" {
+            patch_ends = 2;
+        }
+    }
+    out
+}
+
+fn parse(text: &str) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut file: Option<FileDiff> = None;
+    for line in text.lines() {
         if let Some(rest) = line.strip_prefix("diff --git ") {
             if let Some(f) = file.take() {
                 pieces.push(Piece::File(f));
@@ -326,11 +338,8 @@ fn parse(text: &str) -> Vec<Piece> {
                 pieces.push(Piece::File(f));
                 pieces.push(Piece::Note(line.to_string()));
             }
-        } else if line.starts_with("Binary files") {
+        } else if line.starts_with("Binary files") || line == "GIT binary patch" {
             f.binary = true;
-        } else if line == "GIT binary patch" {
-            f.binary = true;
-            patch_ends = 2;
         } else if line.starts_with("--- ") || line.starts_with("+++ ") {
         } else {
             f.headers.push(line.to_string());
