@@ -164,6 +164,7 @@ fn side(v: &Option<Box<Version>>) -> Option<Side<'_>> {
 fn emit(env: &mut Env<'_>, pieces: &[Piece], stat: bool) -> Result<()> {
     let opts = diff::Options {
         color: env.color,
+        binary: true,
         ..diff::Options::default()
     };
     if stat {

@@ -71,12 +71,12 @@ pub fn run(args: &ShowArgs, env: &mut Env<'_>) -> Result<Outcome> {
         (Some(from), Some(after)) => (
             Some((
                 from.clone(),
-                diff::git_mode(after),
+                diff::diff_mode(after),
                 new.clone().unwrap_or_default(),
             )),
             Some((
                 c.path.clone(),
-                diff::git_mode(after),
+                diff::diff_mode(after),
                 new.clone().unwrap_or_default(),
             )),
         ),
@@ -84,14 +84,14 @@ pub fn run(args: &ShowArgs, env: &mut Env<'_>) -> Result<Outcome> {
             c.before.as_ref().map(|b| {
                 (
                     c.path.clone(),
-                    diff::git_mode(b),
+                    diff::diff_mode(b),
                     old.clone().unwrap_or_default(),
                 )
             }),
             c.after.as_ref().map(|a| {
                 (
                     c.path.clone(),
-                    diff::git_mode(a),
+                    diff::diff_mode(a),
                     new.clone().unwrap_or_default(),
                 )
             }),
@@ -113,6 +113,7 @@ pub fn run(args: &ShowArgs, env: &mut Env<'_>) -> Result<Outcome> {
         }),
         &diff::Options {
             color: env.color,
+            binary: true,
             ..diff::Options::default()
         },
     );

@@ -357,7 +357,7 @@ pub fn range(view: &View<'_>, from: u64, to: u64, filter: &[Vec<u8>]) -> Result<
 pub fn as_side(v: &Version) -> Side<'_> {
     Side {
         path: &v.path,
-        mode: diff::git_mode(&v.state),
+        mode: diff::diff_mode(&v.state),
         content: &v.content,
     }
 }
@@ -378,7 +378,10 @@ pub struct FileSection {
 /// `selected`, in the order `rewind diff` of that selection prints them: hunk K of a file is
 /// counted over these, as the user saw them.
 pub fn sections_of(view: &View<'_>, selected: &[Change], path: &[u8]) -> Result<Vec<FileSection>> {
-    let opts = diff::Options::default();
+    let opts = diff::Options {
+        binary: true,
+        ..diff::Options::default()
+    };
     let mut out = Vec::new();
     for piece in of_changes(view, selected, &[])? {
         let Piece::Section { old, new, score } = piece else {

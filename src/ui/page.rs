@@ -273,6 +273,27 @@ fn strip_side(p: &str) -> String {
     p.to_string()
 }
 
+/// A diff without the encoded lines of its `GIT binary patch` sections (the page shows no
+/// binary content, and they would take its room), keeping the `GIT binary patch` line.
+pub fn without_binary_patches(diff: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(diff.len());
+    // The empty lines still to come in a patch: one ends each of its two sides.
+    let mut patch_ends = 0;
+    for line in diff.split_inclusive(|b| *b == b'\n') {
+        if patch_ends > 0 {
+            if line == b"\n" {
+                patch_ends -= 1;
+            }
+            continue;
+        }
+        out.extend_from_slice(line);
+        if line == b"GIT binary patch\n" {
+            patch_ends = 2;
+        }
+    }
+    out
+}
+
 fn parse(text: &str) -> Vec<Piece> {
     let mut pieces = Vec::new();
     let mut file: Option<FileDiff> = None;

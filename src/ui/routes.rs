@@ -460,8 +460,9 @@ async fn diff(State(state): State<Shared>, Query(q): Query<DiffQuery>) -> Html {
     let diff = DiffArgs::of(&sel, &filter).map_err(Refusal::from)?;
     let out = run(&state, Command::Diff(diff)).await?;
     let split = q.view.as_deref() == Some("split");
-    let truncated = out.output.len() > page::MAX_DIFF_BYTES;
-    let text = String::from_utf8_lossy(&out.output[..out.output.len().min(page::MAX_DIFF_BYTES)]);
+    let output = page::without_binary_patches(&out.output);
+    let truncated = output.len() > page::MAX_DIFF_BYTES;
+    let text = String::from_utf8_lossy(&output[..output.len().min(page::MAX_DIFF_BYTES)]);
     Ok(html! {
         (page::diff_head(&title, &sub, plan.as_ref().map(|(w, v)| (*w, v.as_str())), split))
         (page::diff(&text, split, at.as_deref(), hunks_of.as_ref().map(|(k, v)| (*k, v.as_str())), truncated))

@@ -1,6 +1,6 @@
 //! History that reads, applies and travels like git (issue #13), through a real mount:
 //!
-//! 1. `rewind diff` / `rewind show` are git's extended format: a property test takes random
+//! 1. `rewind diff` / `rewind show` are git's extended format (`git diff --binary`): a property test takes random
 //!    histories of text files (CR, CRLF, no final newline, bytes that are not UTF-8, odd names,
 //!    nested folders; creates, edits, deletes, renames, chmod) with checkpoints A (in the
 //!    middle) and B (later), and checks that `rewind diff --from A --to B` turns a copy of
@@ -1133,11 +1133,14 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
         "{}",
         esc(&show)
     );
-    // A binary file.
+    // A binary file: as `git diff --binary` writes it, full blob ids and both sides whole.
     let blob = id_of(&log, "modify", "blob.bin").to_string();
     let patch = ok_bytes(&git_rw(&ws, &["diff", &blob]));
     assert!(
-        patch.ends_with(b"Binary files a/blob.bin and b/blob.bin differ\n"),
+        contains(
+            &patch,
+            b"index 0f49c4ae77b43dff338093c78e009676e7e308ba..0468cc67cd03cfa167f0c99fe957425b8eca2617 100644\nGIT binary patch\nliteral 9\n"
+        ),
         "{}",
         esc(&patch)
     );
@@ -1150,7 +1153,8 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
         &repo,
     );
     let range = ok_bytes(&git_rw(&ws, &["diff", "--from", "A", "--to", "B"]));
-    let git_diff = git_ok(&repo, &["diff", "--cached"]);
+    // (git writes a changed binary file as a `delta` when that is shorter; not for 9 bytes.)
+    let git_diff = git_ok(&repo, &["diff", "--cached", "--binary"]);
     assert_eq!(
         String::from_utf8_lossy(&range),
         String::from_utf8_lossy(&git_diff)
@@ -1188,12 +1192,13 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
     }
     let rewind_cmd =
         |extra: &str| format!("{REWIND} -C {} diff --from A --to B{extra}", root.display());
-    for extra in ["", " --stat"] {
+    // (`--binary` beside `--stat` would add the patch.)
+    for (extra, binary) in [("", " --binary"), (" --stat", "")] {
         let ours = on_a_terminal(&ws, &repo, &rewind_cmd(extra), &[]);
         let theirs = on_a_terminal(
             &ws,
             &repo,
-            &format!("git --no-pager diff --cached{extra}"),
+            &format!("git --no-pager diff --cached{binary}{extra}"),
             &[],
         );
         assert!(ours.contains(&0x1b), "{}", esc(&ours));
@@ -1209,7 +1214,7 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
         let theirs = on_a_terminal(
             &ws,
             &repo,
-            &format!("git --no-pager diff --cached{extra}"),
+            &format!("git --no-pager diff --cached{binary}{extra}"),
             &[("TERM", "dumb")],
         );
         assert_eq!(
@@ -1218,6 +1223,125 @@ mkdir -p src && printf 'pub fn a() {}\n' > src/lib.rs"#,
             "TERM=dumb{extra}"
         );
     }
+}
+
+/// Binary files beside a text file: changed (NULs, random bytes), created, deleted and made
+/// empty. `rewind diff --from A` applied with `git apply --binary` turns a copy of
+/// `.rewind/at/A/` into the workspace byte for byte, and `-R` turns it back (hostile F2: a
+/// `Binary files ... differ` line made git refuse the whole patch, text changes too).
+#[test]
+fn a_diff_with_binary_files_applies_with_git() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    sh(
+        &root,
+        r"mkdir -p src
+{ printf '\000'; head -c 5000 /dev/urandom; } > src/random.bin
+printf '\000\000text' > src/nul.txt
+printf 'a\n' > src/t.txt
+{ printf '\000'; head -c 3000 /dev/urandom; } > gone.bin
+printf '\000\001\002' > emptied.bin",
+    );
+    ok_bytes(&git_rw(&ws, &["checkpoint", "A"]));
+    sh(
+        &root,
+        r"head -c 100 /dev/urandom >> src/random.bin
+printf '\000\001text' > src/nul.txt
+printf 'b\n' > src/t.txt
+{ printf '\000'; head -c 700 /dev/urandom; } > new.bin
+rm gone.bin
+: > emptied.bin",
+    );
+    ok_bytes(&git_rw(&ws, &["sync"]));
+    let patch = ok_bytes(&git_rw(&ws, &["diff", "--from", "A"]));
+    for name in [
+        "src/random.bin",
+        "src/nul.txt",
+        "new.bin",
+        "gone.bin",
+        "emptied.bin",
+    ] {
+        let header = format!("diff --git a/{name} b/{name}\n");
+        let at = patch
+            .windows(header.len())
+            .position(|w| w == header.as_bytes())
+            .unwrap_or_else(|| panic!("no section for {name}: {}", esc(&patch)));
+        let section = String::from_utf8_lossy(&patch[at..]);
+        let index = section.lines().find(|l| l.starts_with("index ")).unwrap();
+        let ids = index.split(' ').nth(1).unwrap();
+        assert_eq!(ids.len(), 40 + 2 + 40, "{name}: {index}");
+        assert!(section.contains("\nGIT binary patch\nliteral "), "{name}");
+    }
+    assert!(contains(&patch, b"-a\n+b\n"), "{}", esc(&patch));
+
+    let dir = ws.plain().join("copy");
+    copy_tree(&root.join(".rewind/at/A"), &dir);
+    let before = files(&dir);
+    let mut apply = git(&dir);
+    apply.args(["apply", "--binary", "-"]);
+    let out = apply
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(&patch)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git apply --binary: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(d) = tree_difference("after git apply", &files(&dir), &files(&root)) {
+        panic!("{d}");
+    }
+    git_apply(&dir, &patch, true).unwrap();
+    if let Some(d) = tree_difference("after git apply -R", &files(&dir), &before) {
+        panic!("{d}");
+    }
+}
+
+/// A mode git does not keep (hostile F4): a chmod 644 -> 600 alone is said in a line `git
+/// apply` skips, in `diff` and `show`, and a patch holding it still applies; with an edit, the
+/// section carries git's `old mode` / `new mode` lines as they are, and applies.
+#[test]
+fn a_mode_git_does_not_keep_is_shown_and_the_patch_still_applies() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    sh(&root, "printf 'x\\n' > m && printf 'one\\n' > e");
+    ok_bytes(&git_rw(&ws, &["checkpoint", "A"]));
+    sh(&root, "chmod 600 m");
+    ok_bytes(&git_rw(&ws, &["sync"]));
+    let log = log_json(&ws, &["--since", "A"]);
+    let chmod = id_of(&log, "chmod", "m").to_string();
+    let line =
+        b"# mode of m: 100644 -> 100600 (git keeps only 100644 and 100755: git apply skips this line)\n";
+    assert_eq!(ok_bytes(&git_rw(&ws, &["diff", &chmod])), line);
+    let show = ok_bytes(&git_rw(&ws, &["show", &chmod]));
+    assert!(show.ends_with(line), "{}", esc(&show));
+
+    sh(&root, "chmod 600 e && printf 'two\\n' > e");
+    ok_bytes(&git_rw(&ws, &["sync"]));
+    let patch = ok_bytes(&git_rw(&ws, &["diff", "--from", "A"]));
+    assert!(
+        contains(
+            &patch,
+            b"diff --git a/e b/e\nold mode 100644\nnew mode 100600\nindex "
+        ),
+        "{}",
+        esc(&patch)
+    );
+    assert!(contains(&patch, line), "{}", esc(&patch));
+    let dir = ws.plain().join("copy");
+    copy_tree(&root.join(".rewind/at/A"), &dir);
+    git_apply(&dir, &patch, false).unwrap();
+    assert_eq!(fs::read(dir.join("e")).unwrap(), b"two\n");
+    // git keeps 100644 for both: the content moves, the permission bits stay.
+    assert_eq!(fs::metadata(dir.join("e")).unwrap().mode() & 0o777, 0o644);
 }
 
 // ---- 2. a session's diff is that session's ----------------------------------------------------
@@ -1945,7 +2069,7 @@ fn export_writes_a_reviewable_branch_and_touches_nothing_else() {
     sh_env(
         &root,
         AGENT,
-        "printf 'fn main() { println!(\"hi\"); }\\n' > main.rs && printf 'new\\n' > new.rs && rm old.txt && mv docs/guide.md docs/GUIDE.md && chmod +x tool.sh && printf 'agent log\\n' >> debug.log && printf 'one, edited, then by the agent\\n' > keep.txt && mkdir -p src && printf 'pub fn x() {}\\n' > src/x.rs",
+        "printf 'fn main() { println!(\"hi\"); }\\n' > main.rs && printf 'new\\n' > new.rs && rm old.txt && mv docs/guide.md docs/GUIDE.md && chmod +x tool.sh && printf 'agent log\\n' >> debug.log && printf 'one, edited, then by the agent\\n' > keep.txt && mkdir -p src && printf 'pub fn x() {}\\n' > src/x.rs && printf '\\000\\001 binary\\n' > data.bin",
     );
     ok_bytes(&git_rw(&ws, &["checkpoint", "mid"]));
     sh_env(&root, AGENT, "printf 'pub fn y() {}\\n' >> src/x.rs");

@@ -638,6 +638,8 @@ fn ui_shows_binary_and_huge_files_sensibly() {
     let (s, r) = ui.get("/frag/diff?id=1", "");
     assert_eq!(s, 200, "{r}");
     assert!(r.contains("Binary file: not shown"), "{r}");
+    // Not the lines of its `GIT binary patch` either.
+    assert!(!r.contains("literal "), "{r}");
     let (s, r) = ui.get("/frag/diff?id=2", "");
     assert_eq!(s, 200);
     assert!(r.contains("more lines not shown"), "a huge diff is cut");
@@ -649,4 +651,28 @@ fn ui_shows_binary_and_huge_files_sensibly() {
     let (s, r) = ui.get("/frag/file?path=logo.png", "");
     assert_eq!(s, 200);
     assert!(r.contains("Binary file"), "{r}");
+    // A binary file larger than the page's room beside a text file: its encoded patch takes
+    // none of it, the text file is shown and nothing is cut.
+    let mut big = vec![0u8];
+    // xorshift: bytes deflate does not shrink, 5 MiB of them.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    big.extend((0..5 << 20).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 32) as u8
+    }));
+    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
+    std::fs::write(ws.path().join("after.txt"), "after\n").unwrap();
+    let out = ws
+        .command(&["sync"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (s, r) = ui.get("/frag/diff?from=2", "");
+    assert_eq!(s, 200, "{r}");
+    assert!(r.contains("after.txt") && r.contains("big.bin"), "{r}");
+    assert!(!r.contains("larger than the page shows"), "{r}");
+    assert!(!r.contains("literal "));
 }

@@ -2,7 +2,8 @@
 //!
 //! * [`file_diff`] prints one file pair the way `git diff` does (headers,
 //!   modes, renames, abbreviated blob ids, hunks with function names,
-//!   binary detection, quoting of odd paths, optional colour).
+//!   binary detection, quoting of odd paths, optional colour), and with
+//!   [`Options::binary`] a binary file the way `git diff --binary` does.
 //! * [`pair_renames`] pairs deleted and created files like `git diff -M`.
 //! * [`stat`] lays out `git diff --stat`.
 //! * [`diff_trees`] / [`tree_stats`] glue the above together for two whole
@@ -13,6 +14,7 @@
 //! Where several shortest diffs exist, Myers may pick another than git's own algorithm (seen
 //! in 7 of 250 random, very repetitive files); `git apply` takes either.
 
+mod binary;
 pub mod hunk;
 mod quote;
 mod rename;
@@ -55,6 +57,10 @@ pub struct Options {
     pub funcname: bool,
     /// git's `diff.indentHeuristic` (default on).
     pub indent_heuristic: bool,
+    /// `--binary`: a binary file's change as a `GIT binary patch` that `git apply` takes, with
+    /// full blob ids on its `index` line, instead of `Binary files ... differ` (git default
+    /// off).
+    pub binary: bool,
 }
 
 impl Default for Options {
@@ -67,11 +73,22 @@ impl Default for Options {
             abbrev: 7,
             funcname: true,
             indent_heuristic: true,
+            binary: false,
         }
     }
 }
 
-/// The mode git shows for a file state (and diffs by).
+/// The mode a diff shows for a file state: a file's own permission bits (`100600`), which git
+/// prints as it is given them and reads as the 100644 or 100755 it keeps (see [`git_mode`]).
+pub fn diff_mode(s: &super::change::FileState) -> u32 {
+    use super::change::FileKind;
+    match s.kind {
+        FileKind::File => S_IFREG | (s.mode & 0o7777),
+        _ => git_mode(s),
+    }
+}
+
+/// The mode git keeps for a file state (a tree entry's mode).
 pub fn git_mode(s: &super::change::FileState) -> u32 {
     use super::change::FileKind;
     match s.kind {
@@ -108,6 +125,16 @@ pub fn blob_id_hex(content: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The mode git keeps for a diff's mode (100644 or 100755 for a file; `git apply` reads any
+/// other file mode as one of these).
+fn kept_mode(mode: u32) -> u32 {
+    match mode {
+        _ if !is_regular(mode) => mode,
+        _ if mode & 0o111 != 0 => 0o100755,
+        _ => 0o100644,
+    }
 }
 
 fn abbrev_hex(side: Option<&Side>, abbrev: usize) -> String {
@@ -200,11 +227,40 @@ fn emit_pair(
         (Some(o), Some(n)) => o.content == n.content,
         _ => false,
     };
+    let a = one.map_or(&b""[..], |s| s.content);
+    let b = two.map_or(&b""[..], |s| s.content);
+    let binary = is_binary(a) || is_binary(b);
+    if let (Some(o), Some(n), None) = (one, two, rename_score)
+        && same_content
+        && o.mode != n.mode
+        && kept_mode(o.mode) == kept_mode(n.mode)
+    {
+        // Only permission bits git does not keep (644 -> 600): as a git header this section
+        // would be empty to `git apply`, which then refuses the whole patch; said where it
+        // reads it as commentary instead.
+        let mut l = b"# mode of ".to_vec();
+        l.extend_from_slice(&quote_path(n.path));
+        l.extend_from_slice(
+            format!(
+                ": {:06o} -> {:06o} (git keeps only 100644 and 100755: git apply skips this line)",
+                o.mode, n.mode
+            )
+            .as_bytes(),
+        );
+        meta_line(out, color, &l);
+        return;
+    }
     if !same_content {
+        // `--binary` writes a binary file's blob ids whole: git applies its patch only then.
+        let abbrev = if opts.binary && binary {
+            40
+        } else {
+            opts.abbrev
+        };
         let mut l = format!(
             "index {}..{}",
-            abbrev_hex(one, opts.abbrev),
-            abbrev_hex(two, opts.abbrev)
+            abbrev_hex(one, abbrev),
+            abbrev_hex(two, abbrev)
         );
         if mode_of(one) == mode_of(two) {
             l.push_str(&format!(" {:06o}", mode_of(one)));
@@ -254,9 +310,7 @@ fn emit_pair(
     }
     header.extend_from_slice(&xfrm);
 
-    let a = one.map_or(&b""[..], |s| s.content);
-    let b = two.map_or(&b""[..], |s| s.content);
-    if is_binary(a) || is_binary(b) {
+    if binary {
         if a == b {
             if must_show_header {
                 out.extend_from_slice(&header);
@@ -264,6 +318,10 @@ fn emit_pair(
             return;
         }
         out.extend_from_slice(&header);
+        if opts.binary {
+            binary::patch(out, a, b);
+            return;
+        }
         out.extend_from_slice(b"Binary files ");
         out.extend_from_slice(lbl0);
         out.extend_from_slice(b" and ");
