@@ -323,6 +323,15 @@ impl Attributor {
         }
     }
 
+    /// Whether a live registration attributes changes to `session` (a rollback's session must be
+    /// one nobody is in yet).
+    pub fn is_registered(&self, session: &str) -> bool {
+        self.lock_registrations()
+            .by_process
+            .iter()
+            .any(|(key, r)| r.session == session && alive(*key))
+    }
+
     fn forget_lookups(&self) {
         self.lock_cache().clear();
         self.lock_recent().clear();

@@ -56,3 +56,68 @@ fn an_exec_is_attributed_by_the_new_programs_environment() {
     let plan = rw(&ws, &["rollback", "--session", "Y", "--dry-run"]);
     assert!(ok(plan).contains('y'));
 }
+
+/// The id of the last change of `path`.
+fn last_id(ws: &Workspace, path: &str) -> String {
+    let out = rw_ok(ws, &["log", path, "--json", "-n", "1"]);
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    v["id"].to_string()
+}
+
+/// F3b: a rollback's session is one nobody uses yet. A user's own `rollback-2` (changes made with
+/// REWIND_SESSION) and `rollback-4` (a live `session start` with no change yet) are skipped, so
+/// that the printed "undo it with" undoes exactly the rollback, never the user's work.
+#[test]
+fn a_rollback_never_joins_a_users_session_of_its_name() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    ok(bash(&dir, "echo q > q.txt"));
+    sync(&ws);
+    let out = rw_ok(&ws, &["undo", &last_id(&ws, "q.txt")]);
+    assert!(out.contains("rollback-1"), "{out}");
+    ok(bash(&dir, "REWIND_SESSION=rollback-2 bash -c 'echo usr > usr.txt'"));
+    ok(bash(&dir, "echo z > zz.txt"));
+    sync(&ws);
+    let out = rw_ok(&ws, &["undo", &last_id(&ws, "zz.txt")]);
+    assert!(out.contains("rollback-3"), "{out}");
+    let mine = rw_ok(&ws, &["log", "--session", "rollback-2"]);
+    assert!(mine.contains("usr.txt") && !mine.contains("zz.txt"), "{mine}");
+    let plan = rw_ok(&ws, &["rollback", "--session", "rollback-3", "--dry-run"]);
+    assert!(!plan.contains("usr.txt"), "{plan}");
+
+    // A process registered as `rollback-4` that has changed nothing yet.
+    let mut holder = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os,sys\n\
+             fd=os.open('.rewind/ctl',os.O_RDWR)\n\
+             os.write(fd,b'session start rollback-4\\n')\n\
+             os.lseek(fd,0,0); os.read(fd,4096); os.close(fd)\n\
+             print('ready',flush=True); sys.stdin.read()\n\
+             open('held.txt','w').write('h')\n",
+        )
+        .current_dir(&dir)
+        .env_remove("REWIND_SESSION")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    ok(bash(&dir, "echo w > ww.txt"));
+    sync(&ws);
+    let out = rw_ok(&ws, &["undo", &last_id(&ws, "ww.txt")]);
+    assert!(out.contains("rollback-5"), "{out}");
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    sync(&ws);
+    assert_eq!(attribution(&ws, "held.txt").0, "rollback-4");
+    let plan = rw_ok(&ws, &["rollback", "--session", "rollback-5", "--dry-run"]);
+    assert!(!plan.contains("held.txt"), "{plan}");
+}
