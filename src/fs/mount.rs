@@ -58,6 +58,16 @@ impl MountConfig {
                 workspace.display()
             )));
         }
+        if let Some(outer) = inside_rewind_mount(&workspace)? {
+            return Err(Error::Usage(format!(
+                "{} is inside the mounted workspace {}: a workspace cannot be mounted in \
+                 another (its files could not be opened); mount only the outer one, or run \
+                 `rewind unmount {}` first",
+                workspace.display(),
+                outer.display(),
+                outer.display()
+            )));
+        }
         Ok(MountConfig {
             workspace,
             allow_other: false,
@@ -65,6 +75,19 @@ impl MountConfig {
             threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2) * 2),
         })
     }
+}
+
+/// The mounted rewind workspace that `path` lies in (below its root), if any, from
+/// /proc/self/mountinfo. Mounting a workspace there cannot work: FUSE passthrough does not stack
+/// on the outer mount's files (every open fails with ELOOP), and the outer mount would record
+/// the inner one's store or backing writes as its own changes.
+pub fn inside_rewind_mount(path: &Path) -> Result<Option<PathBuf>> {
+    let mounts = crate::procfs::mountinfo().with_path("/proc/self/mountinfo")?;
+    Ok(mounts
+        .into_iter()
+        .filter(|m| m.fstype.starts_with("fuse") && m.source.starts_with("rewind:"))
+        .map(|m| PathBuf::from(m.point))
+        .find(|point| path != point && path.starts_with(point)))
 }
 
 /// Whether `dir` is a FUSE mount whose daemon is gone. `stat` of the mount's root is not

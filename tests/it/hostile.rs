@@ -76,13 +76,19 @@ fn a_rollback_never_joins_a_users_session_of_its_name() {
     sync(&ws);
     let out = rw_ok(&ws, &["undo", &last_id(&ws, "q.txt")]);
     assert!(out.contains("rollback-1"), "{out}");
-    ok(bash(&dir, "REWIND_SESSION=rollback-2 bash -c 'echo usr > usr.txt'"));
+    ok(bash(
+        &dir,
+        "REWIND_SESSION=rollback-2 bash -c 'echo usr > usr.txt'",
+    ));
     ok(bash(&dir, "echo z > zz.txt"));
     sync(&ws);
     let out = rw_ok(&ws, &["undo", &last_id(&ws, "zz.txt")]);
     assert!(out.contains("rollback-3"), "{out}");
     let mine = rw_ok(&ws, &["log", "--session", "rollback-2"]);
-    assert!(mine.contains("usr.txt") && !mine.contains("zz.txt"), "{mine}");
+    assert!(
+        mine.contains("usr.txt") && !mine.contains("zz.txt"),
+        "{mine}"
+    );
     let plan = rw_ok(&ws, &["rollback", "--session", "rollback-3", "--dry-run"]);
     assert!(!plan.contains("usr.txt"), "{plan}");
 
@@ -120,4 +126,50 @@ fn a_rollback_never_joins_a_users_session_of_its_name() {
     assert_eq!(attribution(&ws, "held.txt").0, "rollback-4");
     let plan = rw_ok(&ws, &["rollback", "--session", "rollback-5", "--dry-run"]);
     assert!(!plan.contains("held.txt"), "{plan}");
+}
+
+/// `rewind mount DIR --store STORE` with the workspace's data home; a mount that should have
+/// been refused but was not is taken down again before the test looks at the result.
+fn try_mount(ws: &Workspace, dir: &Path, store: &Path) -> Output {
+    let out = ws
+        .command(&["mount"])
+        .arg(dir)
+        .arg("--store")
+        .arg(store)
+        .output()
+        .unwrap();
+    if crate::common::is_mounted(dir) {
+        let _ = ws.command(&["unmount", "--force"]).arg(dir).output();
+    }
+    out
+}
+
+/// F3c: a workspace inside a mounted one (or a store inside one) is refused at mount, with a
+/// message naming the outer workspace, instead of a mount where every open fails with ELOOP.
+#[test]
+fn a_workspace_inside_a_mounted_one_is_refused() {
+    let mut outer = Workspace::new();
+    std::fs::create_dir(outer.path().join("inner")).unwrap();
+    outer.mount();
+    let inner = outer.path().join("inner");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = try_mount(&outer, &inner, &elsewhere.path().join("inner-store"));
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("inside the mounted workspace")
+            && err.contains(&*outer.path().to_string_lossy()),
+        "{err}"
+    );
+    assert!(!crate::common::is_mounted(&inner));
+    // The outer workspace still works, and the inner folder is an ordinary one of it.
+    ok(bash(&inner, "echo y > g; cat g"));
+
+    // A workspace of its own, but with its store inside the mounted one.
+    let other = Workspace::new();
+    let out = try_mount(&other, &other.path(), &outer.path().join("st"));
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&*outer.path().to_string_lossy()), "{err}");
+    assert!(!outer.path().join("st").exists());
 }
