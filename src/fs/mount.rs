@@ -68,6 +68,7 @@ impl MountConfig {
                 outer.display()
             )));
         }
+        check_no_own_control_dir(&workspace)?;
         Ok(MountConfig {
             workspace,
             allow_other: false,
@@ -88,6 +89,29 @@ pub fn inside_rewind_mount(path: &Path) -> Result<Option<PathBuf>> {
         .filter(|m| m.fstype.starts_with("fuse") && m.source.starts_with("rewind:"))
         .map(|m| PathBuf::from(m.point))
         .find(|point| path != point && path.starts_with(point)))
+}
+
+/// A workspace's own `.rewind` is hidden by the control folder while mounted: neither
+/// reachable nor recorded. Refused unless it is an empty folder (then nothing is hidden).
+fn check_no_own_control_dir(workspace: &Path) -> Result<()> {
+    let own = workspace.join(".rewind");
+    let Ok(meta) = std::fs::symlink_metadata(&own) else {
+        return Ok(());
+    };
+    let empty = meta.is_dir() && std::fs::read_dir(&own).with_path(&own)?.next().is_none();
+    if empty {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "a folder with files in it"
+    } else {
+        "not a folder"
+    };
+    Err(Error::Usage(format!(
+        "{} already exists ({what}); while mounted, rewind's control folder takes its place and \
+         it would be neither reachable nor recorded: move or rename it, then mount",
+        own.display()
+    )))
 }
 
 /// Whether `dir` is a FUSE mount whose daemon is gone. `stat` of the mount's root is not

@@ -173,3 +173,32 @@ fn a_workspace_inside_a_mounted_one_is_refused() {
     assert!(err.contains(&*outer.path().to_string_lossy()), "{err}");
     assert!(!outer.path().join("st").exists());
 }
+
+/// F11: a workspace's own `.rewind` would be hidden by the control folder while mounted: the
+/// mount is refused and says so; an empty `.rewind` hides nothing and is mounted quietly.
+#[test]
+fn a_workspaces_own_rewind_folder_is_not_hidden_silently() {
+    let ws = Workspace::new();
+    let own = ws.path().join(".rewind");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::write(own.join("mine.txt"), "my own data\n").unwrap();
+    let out = try_mount(&ws, &ws.path(), &ws.store());
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(".rewind") && err.contains("move"), "{err}");
+    assert_eq!(std::fs::read_to_string(own.join("mine.txt")).unwrap(), "my own data\n");
+
+    std::fs::remove_file(own.join("mine.txt")).unwrap();
+    let mut ws = ws;
+    let out = ws
+        .command(&["mount"])
+        .arg(ws.path())
+        .arg("--store")
+        .arg(ws.store())
+        .output()
+        .unwrap();
+    ws.mark_mounted();
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    assert!(!crate::common::stderr(&out).contains(".rewind"));
+    assert!(ws.path().join(".rewind/status").exists());
+}
