@@ -186,7 +186,10 @@ fn a_workspaces_own_rewind_folder_is_not_hidden_silently() {
     let err = crate::common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(".rewind") && err.contains("move"), "{err}");
-    assert_eq!(std::fs::read_to_string(own.join("mine.txt")).unwrap(), "my own data\n");
+    assert_eq!(
+        std::fs::read_to_string(own.join("mine.txt")).unwrap(),
+        "my own data\n"
+    );
 
     std::fs::remove_file(own.join("mine.txt")).unwrap();
     let mut ws = ws;
@@ -201,4 +204,36 @@ fn a_workspaces_own_rewind_folder_is_not_hidden_silently() {
     assert!(out.status.success(), "{}", crate::common::stderr(&out));
     assert!(!crate::common::stderr(&out).contains(".rewind"));
     assert!(ws.path().join(".rewind/status").exists());
+}
+
+/// F5: `.rewind/at/` lists only the checkpoints that can be opened: one that gc put out of reach
+/// is left out (its folder is ENOENT), a later one is listed.
+#[test]
+fn at_lists_no_checkpoint_gc_put_out_of_reach() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    ok(bash(&dir, "echo one > a"));
+    sync(&ws);
+    rw_ok(&ws, &["checkpoint", "cp1"]);
+    ok(bash(&dir, "echo two > a"));
+    ok(bash(&dir, "echo three > a; echo b > b"));
+    sync(&ws);
+    rw_ok(&ws, &["checkpoint", "cp2"]);
+    let listed = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(".rewind/at"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listed(), ["cp1", "cp2"]);
+    // gc removes the two older changes of a: the state right after the first (cp1) is gone.
+    rw_ok(&ws, &["gc", "--max-size", "0"]);
+    assert!(!dir.join(".rewind/at/cp1").exists());
+    assert_eq!(listed(), ["cp2"]);
+    for name in listed() {
+        std::fs::read_dir(dir.join(".rewind/at").join(name)).unwrap();
+    }
 }
