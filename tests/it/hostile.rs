@@ -237,3 +237,53 @@ fn at_lists_no_checkpoint_gc_put_out_of_reach() {
         std::fs::read_dir(dir.join(".rewind/at").join(name)).unwrap();
     }
 }
+
+/// F7: an MCP request whose id the server cannot carry (1.5, a number beyond 64 bits) gets the
+/// JSON-RPC 2.0 error with `"id": null`, not one without an `id` member; good ids still work.
+#[test]
+fn mcp_answers_an_unusable_id_with_id_null() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    let lines = [
+        init,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":99999999999999999999999,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+    ];
+    let mut child = ws
+        .command(&["mcp"])
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        for l in lines {
+            writeln!(stdin, "{l}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let errors: Vec<&serde_json::Value> = answers
+        .iter()
+        .filter(|a| a.get("error").is_some())
+        .collect();
+    assert_eq!(errors.len(), 2, "{answers:?}");
+    for e in errors {
+        assert_eq!(e.get("id"), Some(&serde_json::Value::Null), "{e}");
+        assert_eq!(e["error"]["code"], -32600, "{e}");
+    }
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"] == 7 && a.get("result").is_some()),
+        "{answers:?}"
+    );
+}
