@@ -287,3 +287,50 @@ fn mcp_answers_an_unusable_id_with_id_null() {
         "{answers:?}"
     );
 }
+
+/// `rewind hook ARGS` in the workspace with `payload` on stdin.
+fn hook(ws: &Workspace, args: &[&str], payload: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = ws
+        .command(&["hook"])
+        .args(args)
+        .current_dir(ws.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(payload).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+/// F8: a hook given a garbage payload, or an event rewind does not know, still exits 0 but says
+/// so in one line on stderr; a good payload of a known event says nothing.
+#[test]
+fn a_hook_says_why_it_recorded_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let out = hook(&ws, &["claude", "UserPromptSubmit"], b"garbage{{{");
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        err.starts_with("rewind hook: ") && err.contains("not JSON") && err.lines().count() == 1,
+        "{err:?}"
+    );
+    let out = hook(&ws, &["claude", "Bogus"], b"{}");
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        err.contains("\"Bogus\"") && err.contains("SessionStart") && err.lines().count() == 1,
+        "{err:?}"
+    );
+    let start = format!(
+        r#"{{"session_id":"s9","hook_event_name":"SessionStart","cwd":"{}","source":"startup"}}"#,
+        ws.path().display()
+    );
+    let out = hook(&ws, &["claude", "SessionStart"], start.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(crate::common::stderr(&out), "");
+}
