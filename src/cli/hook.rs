@@ -257,10 +257,19 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
                 .map(|t| format!(" --transcript={}", quote(&t)))
                 .unwrap_or_default()
         )],
-        HookEvent::SessionEnd { session_id } => vec![format!(
-            "turn end --session {}",
-            quote(&session_name(agent, &session_id))
-        )],
+        // The end of what SessionStart began: the open turn, and the registration of the
+        // agent's process (else the shells under it go on recording as the agent's session).
+        HookEvent::SessionEnd { session_id } => vec![
+            format!(
+                "turn end --session {}",
+                quote(&session_name(agent, &session_id))
+            ),
+            format!(
+                "session end --session {} --pid {}",
+                quote(&session_name(agent, &session_id)),
+                agent_pid()
+            ),
+        ],
         HookEvent::Ignored if !agent::known_events(agent).contains(&event) => {
             return Err(Missed::Payload(format!(
                 "{a} has no hook event {event:?} that rewind acts on (it acts on {})",

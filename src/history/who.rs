@@ -339,11 +339,26 @@ impl Attributor {
 
     /// Drop the registration of `pid` or its nearest registered ancestor. Returns the session.
     pub fn unregister(&self, pid: u32) -> Option<String> {
+        self.unregister_where(pid, |_| true)
+    }
+
+    /// Drop the registration of session `asked` (as its tree claimed it: the session itself or
+    /// the one it was registered apart in) held by `pid` or its nearest ancestor holding it; a
+    /// registration of another session on the way is left. Returns the session.
+    pub fn unregister_session(&self, pid: u32, asked: &str) -> Option<String> {
+        self.unregister_where(pid, |r| {
+            r.session == asked || r.asked.as_deref() == Some(asked)
+        })
+    }
+
+    fn unregister_where(&self, pid: u32, wanted: impl Fn(&Registration) -> bool) -> Option<String> {
         let mut regs = self.lock_registrations();
         let mut cur = process_of(pid);
         for _ in 0..64 {
             let (ppid, start) = stat(cur)?;
-            if let Some(r) = regs.by_process.remove(&(cur, start)) {
+            if regs.by_process.get(&(cur, start)).is_some_and(&wanted)
+                && let Some(r) = regs.by_process.remove(&(cur, start))
+            {
                 regs.owners.retain(|_, owner| *owner != (cur, start));
                 drop(regs);
                 self.forget_lookups();

@@ -334,3 +334,47 @@ fn a_hook_says_why_it_recorded_nothing() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(crate::common::stderr(&out), "");
 }
+
+/// F10: SessionEnd ends what SessionStart registered. An "agent" (a python process running its
+/// hooks as children, as an agent does) starts a session, writes, ends the session, writes
+/// again: only the first write is the agent's session; the second is the mount's default.
+#[test]
+fn session_end_ends_the_agents_registration() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let script = r#"
+import json, os, subprocess, sys
+rewind = sys.argv[1]
+def hook(event):
+    payload = {"session_id": "s2", "hook_event_name": event, "cwd": os.getcwd()}
+    r = subprocess.run([rewind, "hook", "claude", event], input=json.dumps(payload).encode(),
+                       capture_output=True)
+    assert r.returncode == 0 and r.stderr == b"", (event, r)
+hook("SessionStart")
+open("during.txt", "w").write("d")
+hook("SessionEnd")
+open("after.txt", "w").write("a")
+"#;
+    let probe = ws.command(&["status"]);
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(script)
+        .arg(crate::common::REWIND)
+        .current_dir(ws.path())
+        .env_remove("REWIND_SESSION")
+        .env_remove("REWIND_AGENT");
+    for (k, v) in probe.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    ok(cmd.output().unwrap());
+    sync(&ws);
+    assert_eq!(
+        attribution(&ws, "during.txt"),
+        ("claude-s2".to_string(), "claude".to_string())
+    );
+    let (session, agent) = attribution(&ws, "after.txt");
+    assert_ne!(session, "claude-s2", "{}", rw_ok(&ws, &["log"]));
+    assert_eq!(agent, "unknown");
+}

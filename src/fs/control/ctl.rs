@@ -369,10 +369,19 @@ impl Actor for DaemonActor<'_> {
                     "session {name} started for process {pid} and its children\n"
                 ))
             }
-            Command::Session(SessionCommand::End { pid }) => {
-                match rec.attributor().unregister(pid.unwrap_or(caller)) {
-                    Some(s) => Ok(format!("session {s} ended\n")),
-                    None => Err(Error::NoSessionStarted),
+            Command::Session(SessionCommand::End { pid, session }) => {
+                let pid = pid.unwrap_or(caller);
+                match session {
+                    None => match rec.attributor().unregister(pid) {
+                        Some(s) => Ok(format!("session {s} ended\n")),
+                        None => Err(Error::NoSessionStarted),
+                    },
+                    Some(name) => match rec.attributor().unregister_session(pid, name.as_str()) {
+                        Some(s) => Ok(format!("session {s} ended\n")),
+                        None => Ok(format!(
+                            "session {name} was not registered for process {pid}\n"
+                        )),
+                    },
                 }
             }
             Command::Turn(TurnCommand::Begin {
