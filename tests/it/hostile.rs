@@ -378,3 +378,47 @@ open("after.txt", "w").write("a")
     assert_ne!(session, "claude-s2", "{}", rw_ok(&ws, &["log"]));
     assert_eq!(agent, "unknown");
 }
+
+/// F9: the daemon dies while a command is in flight (a long rollback, stopped and then killed
+/// once the CLI has the control file open): the CLI says the daemon stopped and what to check,
+/// not a raw "Software caused connection abort", and exits 2, not 1 ("done in part").
+#[test]
+fn a_command_whose_daemon_dies_says_so_clearly() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    ok(bash(
+        &ws.path(),
+        "mkdir d; for i in $(seq 3000); do echo $i > d/f$i; done",
+    ));
+    sync(&ws);
+    let daemon = crate::common::daemon_pid(&ws);
+    let mut cli = ws
+        .command(&["-C"])
+        .arg(ws.path())
+        .args(["rollback", "--since", "1", "--force"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ctl = ws.path().join(".rewind/ctl");
+    assert!(
+        crate::common::wait_for(60, || crate::common::holds_open(cli.id(), &ctl)),
+        "the rollback never opened .rewind/ctl"
+    );
+    // SAFETY: kill(2) of the daemon this test mounted.
+    unsafe { libc::kill(daemon, libc::SIGSTOP) };
+    assert!(
+        cli.try_wait().unwrap().is_none(),
+        "the rollback finished before the daemon could be stopped"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon, libc::SIGKILL) };
+    let out = cli.wait_with_output().unwrap();
+    let err = crate::common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("daemon") && err.contains("rewind status") && err.contains("daemon.log"),
+        "{err}"
+    );
+    assert!(!err.contains("os error"), "{err}");
+}
