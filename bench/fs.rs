@@ -6,7 +6,8 @@
 //!   `rm -rf`.
 //! - W2 2,000 small-file edits (open, read, modify, write, close): total, p50 and p99.
 //! - W3 create, stat and unlink 20,000 empty files.
-//! - W4 sequential write, then read (page cache dropped), of 1 GiB.
+//! - W4 sequential write, then read (page cache dropped), of 1 GiB; the write also until
+//!   `rewind sync` returns (the new file's content is captured after its close).
 //! - W5 npm-like: W1's tree untarred into `node_modules/` (ignored, not recorded), read back
 //!   with `grep -r`, `rm -rf`: what passing through ignored paths costs.
 //!
@@ -147,7 +148,11 @@ fn w3(dir: &Path, n: usize) -> Duration {
     t
 }
 
-fn w4(dir: &Path, mib: usize) -> (f64, f64) {
+/// Write `mib` MiB, then read them back with the page cache dropped. Returns the write's
+/// MiB/s up to its close, the same up to when the history holds the new file (`rewind sync`
+/// after the close, where `recorded` is set: the create's content is captured after the close,
+/// off the writer's time, and this shows what that capture costs), and the read's MiB/s.
+fn w4(dir: &Path, mib: usize, recorded: bool) -> (f64, f64, f64) {
     let path = dir.join("big.bin");
     let block: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
     let t = Instant::now();
@@ -158,6 +163,18 @@ fn w4(dir: &Path, mib: usize) -> (f64, f64) {
     f.sync_all().unwrap();
     drop(f);
     let write = mib as f64 / t.elapsed().as_secs_f64();
+    if recorded {
+        let ok = Command::new(REWIND)
+            .arg("sync")
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "rewind sync failed in {}", dir.display());
+    }
+    let with_recording = mib as f64 / t.elapsed().as_secs_f64();
+    // After the capture: it reads the file, and would otherwise warm the cache for the read.
     drop_caches();
     let t = Instant::now();
     let mut f = File::open(&path).unwrap();
@@ -165,7 +182,7 @@ fn w4(dir: &Path, mib: usize) -> (f64, f64) {
     while f.read(&mut buf).unwrap() > 0 {}
     let read = mib as f64 / t.elapsed().as_secs_f64();
     fs::remove_file(&path).unwrap();
-    (write, read)
+    (write, with_recording, read)
 }
 
 fn rewind_target(work: &Path, name: &'static str, extra: &[&str]) -> Target {
@@ -309,8 +326,12 @@ fn main() {
                 ));
             }
             if want("W4") {
-                let (write, read) = w4(&t.dir, mib);
+                let (write, recorded, read) = w4(&t.dir, mib, t.name == "rewind");
                 r.push((format!("W4 write {mib} MiB, MiB/s"), write));
+                r.push((
+                    format!("W4 write {mib} MiB until recorded (sync), MiB/s"),
+                    recorded,
+                ));
                 r.push((format!("W4 read {mib} MiB, MiB/s"), read));
             }
             if want("W5") {

@@ -19,10 +19,13 @@
 //!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
 //!   and how long the slowest version takes to read back.
 //!
+//! - `capture`: storing a new `--mib` MiB file (W4's repeating block, then noise) as the
+//!   recorder does after a create: wall and CPU time.
+//!
 //! - `tree`: `rm -rf` of a tree of 50,000 small files through a mount, and its rollback, beside
 //!   a native `cp -a` of the same tree (caches dropped before each).
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,gc,gc-mounted,read,delta,git,tree] [--files N]
+//! `cargo bench --bench scale [-- --only mem,cdc,capture,gc,gc-mounted,read,delta,git,tree] [--files N]
 //! [--rounds N] [--mib N] [--changes N] [--repo PATH] [--commits N] [--tree N]`. `mem`, `gc`,
 //! `read`, `git` and `tree` need FUSE (`tree` root, to drop caches).
 
@@ -67,6 +70,22 @@ fn main() {
             format!("{:.2} MiB", appends as f64 / MIB),
             "≤ 8 MiB",
         ));
+    }
+    if want("capture") {
+        for (what, data) in [
+            ("W4's repeating 1 MiB block", pattern(mib << 20)),
+            ("noise", noise(mib << 20, 0x2545_f491_4f6c_dd1d)),
+        ] {
+            let (wall, cpu) = capture(&work.join("capture"), &data);
+            rows.push((
+                format!("store a new {mib} MiB file ({what}) as a create's capture does"),
+                format!(
+                    "{:.0} MiB/s ({wall:.2} s, {cpu:.2} s of CPU)",
+                    mib as f64 / wall
+                ),
+                "",
+            ));
+        }
     }
     if want("mem") {
         let (rss, peak) = memory(&work.join("mem"), files, rounds);
@@ -208,6 +227,42 @@ fn noise(len: usize, mut seed: u64) -> Vec<u8> {
         out.extend_from_slice(&seed.to_le_bytes());
     }
     out.truncate(len);
+    out
+}
+
+/// W4's content: one 1 MiB block, repeated.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i % (1 << 20)) * 7 % 251) as u8)
+        .collect()
+}
+
+/// This process's CPU time (user and system, every thread's), in seconds, from
+/// `/proc/self/stat` (in ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = fs::read_to_string("/proc/self/stat").unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    // utime and stime are fields 14 and 15; the state (field 3) is the first after the name.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Store `data`, written to a file first (and read back from the page cache, as the recorder
+/// reads a file just written), into a new store: wall time and CPU time.
+fn capture(dir: &Path, data: &[u8]) -> (f64, f64) {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).unwrap();
+    let file = dir.join("new.bin");
+    fs::write(&file, data).unwrap();
+    let store = Store::open(&dir.join("store")).unwrap();
+    let _pins = store.pin_scope();
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    let (_, size) = store
+        .put_file_reader(b"new.bin", fs::File::open(&file).unwrap())
+        .unwrap();
+    let out = (t.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    assert_eq!(size, data.len() as u64);
     out
 }
 

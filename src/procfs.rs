@@ -41,6 +41,20 @@ pub fn running(pid: u32) -> bool {
         .is_some_and(|state| !matches!(state, "Z" | "X" | "x"))
 }
 
+/// The process or thread is gone, or going: exited, or killed. One killed while it waits on
+/// the mount for an answer stays until it gets one, with SIGKILL pending (a signal that
+/// terminates by default, sent to a process that does not handle it, arrives as SIGKILL).
+pub fn gone_or_killed(pid: u32) -> bool {
+    if !running(pid) {
+        return true;
+    }
+    let Some(status) = status(pid) else {
+        return true;
+    };
+    let kill = 1 << (libc::SIGKILL - 1);
+    (status.mask("SigPnd") | status.mask("ShdPnd")) & kill != 0
+}
+
 /// `/proc/PID/status` (of a process or a thread; `status_of_self` for this one).
 #[derive(Clone, Debug)]
 pub struct Status(String);

@@ -162,7 +162,9 @@ fn forward(ctx: &Ctx, command: &Command) -> CliResult {
         command,
         Command::Rollback(_) | Command::Undo(_) | Command::Gc(_)
     );
-    let answer = if long && std::io::stderr().is_terminal() {
+    // Progress only for a person watching: not when the output goes to a file or a program.
+    let watched = std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+    let answer = if long && watched {
         with_progress(ctx, &line, command.name())?
     } else {
         ctx.ctl(&line)?
@@ -175,41 +177,50 @@ fn forward(ctx: &Ctx, command: &Command) -> CliResult {
     })
 }
 
-/// Run a long command showing on stderr that it is working, and for a rollback how many
-/// paths it has restored so far.
+/// Run a long command showing on stderr that it is working, and for a rollback a bar of how
+/// far it has got: the daemon's `.rewind/progress` names the thread that wrote the command.
 fn with_progress(ctx: &Ctx, line: &str, what: &str) -> Result<super::context::Answer, Failure> {
-    // Only a rollback restores paths; gc's progress is its time alone.
-    let start = (what != "gc")
-        .then(|| ctx.read_history().ok().and_then(|h| h.last_id().ok()))
-        .flatten();
-    std::thread::scope(|s| {
-        let run = s.spawn(|| ctx.ctl(line));
-        let started = std::time::Instant::now();
+    use indicatif::{ProgressBar, ProgressStyle};
+    let progress_file = ctx.workspace.join(".rewind/progress");
+    let bar = ProgressBar::new_spinner().with_message(format!("{what}: working"));
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let answer = std::thread::scope(|s| {
+        let run = s.spawn(move || {
+            let _ = tx.send(rustix::thread::gettid().as_raw_nonzero().get().to_string());
+            ctx.ctl(line)
+        });
+        let writer = rx.recv().unwrap_or_default();
+        let mut shown = String::new();
         while !run.is_finished() {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let done = start.and_then(|after| {
-                // Not `read_history`: that would ask the busy daemon to sync first.
-                let store = crate::store::Store::open_read_only(&ctx.store_dir).ok()?;
-                let history = History::new(std::sync::Arc::new(store));
-                let restored = crate::history::Resolved {
-                    agent: Some("rewind".into()),
-                    after: Some(after),
-                    ..Default::default()
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let text = std::fs::read_to_string(&progress_file).unwrap_or_default();
+            let Some((phase, done, total)) = text.lines().find_map(|l| {
+                let [tid, phase, done, total] = l.split(' ').collect::<Vec<_>>()[..] else {
+                    return None;
                 };
-                restored.changes(&history).ok().map(|c| c.len())
-            });
-            let count = done
-                .map(|n| format!(", {} restored", crate::history::format::count(n, "path")))
-                .unwrap_or_default();
-            eprint!(
-                "\r{what}: working ({}s{count})",
-                started.elapsed().as_secs()
-            );
+                (tid == writer).then_some((phase, done.parse().ok()?, total.parse().ok()?))
+            }) else {
+                continue;
+            };
+            bar.set_length(total);
+            bar.set_position(done);
+            if shown != phase {
+                let style = ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {human_pos}/{human_len} paths ({elapsed})",
+                )
+                .expect("a valid template")
+                .progress_chars("=> ");
+                bar.set_style(style);
+                bar.set_message(format!("{what}: {phase}"));
+                shown = phase.to_string();
+            }
         }
-        eprint!("\r\x1b[K");
         run.join()
             .unwrap_or_else(|_| Err(Failure::failed("the command thread failed")))
-    })
+    });
+    bar.finish_and_clear();
+    answer
 }
 
 /// Whether to colour the output, as git decides: a terminal that is not "dumb" (an unset TERM

@@ -609,8 +609,21 @@ pub fn read_dir_entries(dir: &File) -> io::Result<Vec<(Vec<u8>, u64, rustix::fs:
 }
 
 impl crate::history::Source for Backing {
+    /// Only a regular file is opened: what is at the path is looked at first (`O_PATH`, which
+    /// opens nothing), and the same file opened for reading through it. Read as content, a
+    /// FIFO would block the open and a device (`/dev/zero`) would never end: a path the
+    /// history knows as a file can be one by the time it is read.
     fn open_read(&self, path: &[u8]) -> io::Result<File> {
-        self.open_file(path, libc::O_RDONLY, 0)
+        let at = self.open_file(path, libc::O_PATH, 0)?;
+        if stat_fd(at.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(io::Error::other("not a regular file now"));
+        }
+        let fd = rustix::fs::open(
+            format!("/proc/self/fd/{}", at.as_raw_fd()).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+            rustix::fs::Mode::empty(),
+        )?;
+        Ok(File::from(fd))
     }
 
     fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>> {
@@ -633,6 +646,40 @@ impl crate::history::Source for Backing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Content is read only from regular files: a FIFO would block the open for good, a
+    /// device such as `/dev/zero` never end. Both are refused at once.
+    #[test]
+    fn only_regular_files_are_opened_to_be_read() {
+        use crate::history::Source;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), b"content").unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            dir.path().join("fifo").as_path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_bits_truncate(0o600),
+            0,
+        )
+        .unwrap();
+        let b = Backing::open(dir.path()).unwrap();
+        let mut content = String::new();
+        io::Read::read_to_string(&mut b.open_read(b"file").unwrap(), &mut content).unwrap();
+        assert_eq!(content, "content");
+        if rustix::process::geteuid().is_root() {
+            // `/dev/zero`'s numbers.
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                dir.path().join("zero").as_path(),
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::from_bits_truncate(0o600),
+                rustix::fs::makedev(1, 5),
+            )
+            .unwrap();
+            assert!(b.open_read(b"zero").is_err());
+        }
+        assert!(b.open_read(b"fifo").is_err());
+    }
 
     #[test]
     fn split_and_join_are_inverse() {

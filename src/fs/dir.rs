@@ -27,6 +27,7 @@ impl Core {
     /// `hide`: leave a real `.rewind` in the workspace root out (the control directory
     /// stands in its place).
     pub(super) fn opendir(&self, ino: INodeNo, hide: bool) -> Result<u64> {
+        let _names = self.names_shared();
         let (path, parent) = {
             let inodes = self.inodes();
             (

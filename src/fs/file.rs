@@ -192,6 +192,7 @@ impl Core {
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<Opened> {
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         // The content is stored before the open that could truncate or change it.
         let episode = if writes(flags) {
@@ -226,6 +227,7 @@ impl Core {
         if name.len() > 255 {
             return Err(Errno::ENAMETOOLONG);
         }
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         let path = join(&parent_path, name);
         // An existing file opened through create (O_CREAT without O_EXCL) is a write.
@@ -284,6 +286,7 @@ impl Core {
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<(FileAttr, Opened)> {
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         let file = self
             .backing

@@ -34,12 +34,13 @@ mod setattr;
 mod state;
 mod xattr;
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -113,6 +114,13 @@ pub struct Core {
     /// `None` when mounted without recording (for measuring what recording costs).
     recorder: Option<Arc<Recorder>>,
     inodes: Mutex<InodeTable>,
+    /// What the paths mean: held shared by an operation from the moment it turns an inode into
+    /// a path until it has done and recorded what it does there, and exclusively by the rename
+    /// of a folder (which changes what every path below it means) from its checks until the
+    /// inode table has the new names. Otherwise `mkfifo a/c/f` beside `mv a b` could be
+    /// recorded after the rename under a path that no longer holds it (a history where `a/c/f`
+    /// is made after `a` is gone), and a lookup could find nothing where a file is.
+    names: RwLock<()>,
     /// Held exclusively across a syscall that frees a backing inode number (the last unlink
     /// of a file, rmdir, a rename over a last name) and the `retire` of that key; shared while
     /// a key read from the backing is entered in the table (`enter`). Otherwise a file made
@@ -146,6 +154,39 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+thread_local! {
+    /// Whether this thread holds [`Core::names`]: an operation inside another (a rollback's
+    /// removal inside its write of a file) does not take it again, which would wait behind a
+    /// folder rename that waits for the first.
+    static HOLDS_NAMES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// [`Core::names`], held by this thread (or by an operation this one is part of).
+/// Neither guard when it was held already.
+pub(crate) struct Names<'a> {
+    shared: Option<RwLockReadGuard<'a, ()>>,
+    exclusive: Option<RwLockWriteGuard<'a, ()>>,
+}
+
+impl Names<'_> {
+    fn exclusive(&self) -> bool {
+        self.exclusive.is_some()
+    }
+
+    /// Whether this guard took the lock (not held already by an operation around it).
+    pub(crate) fn taken(&self) -> bool {
+        self.shared.is_some() || self.exclusive.is_some()
+    }
+}
+
+impl Drop for Names<'_> {
+    fn drop(&mut self) {
+        if self.taken() {
+            HOLDS_NAMES.set(false);
+        }
+    }
+}
+
 impl Core {
     fn inodes(&self) -> std::sync::MutexGuard<'_, InodeTable> {
         lock(&self.inodes)
@@ -175,6 +216,37 @@ impl Core {
         Ok(done)
     }
 
+    /// Hold [`names`](Core::names) shared, for an operation on paths.
+    pub(crate) fn names_shared(&self) -> Names<'_> {
+        if HOLDS_NAMES.get() {
+            return Names {
+                shared: None,
+                exclusive: None,
+            };
+        }
+        let held = self.names.read().unwrap_or_else(|e| e.into_inner());
+        HOLDS_NAMES.set(true);
+        Names {
+            shared: Some(held),
+            exclusive: None,
+        }
+    }
+
+    /// Hold [`names`](Core::names) exclusively, for a folder's rename. This thread must not
+    /// hold it already.
+    fn names_exclusive(&self) -> Names<'_> {
+        debug_assert!(
+            !HOLDS_NAMES.get(),
+            "names taken exclusively inside an operation"
+        );
+        let held = self.names.write().unwrap_or_else(|e| e.into_inner());
+        HOLDS_NAMES.set(true);
+        Names {
+            shared: None,
+            exclusive: Some(held),
+        }
+    }
+
     fn path(&self, ino: INodeNo) -> Result<Vec<u8>> {
         self.inodes().path(ino.0).ok_or(Errno::ENOENT)
     }
@@ -201,6 +273,7 @@ impl RewindFs {
             backing,
             recorder,
             inodes: Mutex::new(InodeTable::new(attr::key(&root))),
+            names: RwLock::new(()),
             reuse: RwLock::new(()),
             files: HandleTable::default(),
             dirs: HandleTable::default(),

@@ -13,7 +13,7 @@ use fuser::{Errno, FileAttr, FileHandle, INodeNo, RenameFlags};
 
 use super::attr::{attr, key};
 use super::backing::{self, join};
-use super::{Caller, Core, Result, record_errno};
+use super::{Caller, Core, Names, Result, record_errno};
 use crate::history::ChangeKind;
 use crate::history::who::By;
 
@@ -39,6 +39,7 @@ impl Core {
 
     pub(super) fn lookup(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr> {
         check_name(name)?;
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         self.entry(parent, &parent_path, name)
     }
@@ -56,6 +57,7 @@ impl Core {
                 &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
             ));
         }
+        let _names = self.names_shared();
         match self.path(ino) {
             Ok(path) => Ok(attr(ino.0, &self.backing.stat(&path)?)),
             // No name left (unlinked while open): `fstat` still answers, from an open handle.
@@ -70,6 +72,7 @@ impl Core {
     }
 
     pub(super) fn readlink(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         self.backing.readlink(&path).map_err(Errno::from)
     }
@@ -213,8 +216,10 @@ impl Core {
         Ok(st)
     }
 
-    /// Rename; returns what was at the source and what the target replaced.
-    pub(crate) fn rename_at(
+    /// Rename; returns what was at the source and what the target replaced, or `None` when it
+    /// moves a folder and `names` is not held exclusively (nothing done: see `Core::names`).
+    #[allow(clippy::too_many_arguments)]
+    fn rename_at(
         &self,
         caller: &Caller,
         parent: &[u8],
@@ -222,7 +227,8 @@ impl Core {
         new_parent: &[u8],
         new_name: &OsStr,
         flags: RenameFlags,
-    ) -> Result<(libc::stat, Option<libc::stat>)> {
+        names: &Names<'_>,
+    ) -> Result<Option<(libc::stat, Option<libc::stat>)>> {
         check_name(new_name)?;
         let src = self.backing.stat_at(parent, name)?;
         let dst = self.backing.stat_at(new_parent, new_name).ok();
@@ -259,6 +265,9 @@ impl Core {
             }
         }
         let folder = is_dir(&src) || (exchange && dst.as_ref().is_some_and(is_dir));
+        if folder && !names.exclusive() {
+            return Ok(None);
+        }
         let _endings = match &self.recorder {
             Some(rec) if folder => Some(rec.pause_endings()),
             _ => None,
@@ -303,7 +312,7 @@ impl Core {
             }
             return Err(e);
         }
-        Ok((src, dst))
+        Ok(Some((src, dst)))
     }
 
     // ---- FUSE requests ---------------------------------------------------------------------
@@ -316,6 +325,7 @@ impl Core {
         mode: u32,
         rdev: u32,
     ) -> Result<FileAttr> {
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         self.mknod_at(caller, &parent_path, name, mode, rdev.into())?;
         self.entry(parent, &parent_path, name)
@@ -328,6 +338,7 @@ impl Core {
         name: &OsStr,
         mode: u32,
     ) -> Result<FileAttr> {
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         self.mkdir_at(caller, &parent_path, name, mode)?;
         self.entry(parent, &parent_path, name)
@@ -340,6 +351,7 @@ impl Core {
         name: &OsStr,
         target: &Path,
     ) -> Result<FileAttr> {
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         self.symlink_at(caller, &parent_path, name, target.as_os_str().as_bytes())?;
         self.entry(parent, &parent_path, name)
@@ -352,6 +364,7 @@ impl Core {
         name: &OsStr,
         dir: bool,
     ) -> Result<()> {
+        let _names = self.names_shared();
         let parent_path = self.path(parent)?;
         let st = self.unlink_at(caller, &parent_path, name, dir)?;
         let mut inodes = self.inodes();
@@ -372,16 +385,30 @@ impl Core {
         new_name: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
-        let parent_path = self.path(parent)?;
-        let new_parent_path = self.path(new_parent)?;
-        let (src, dst) = self.rename_at(
-            caller,
-            &parent_path,
-            name,
-            &new_parent_path,
-            new_name,
-            flags,
-        )?;
+        // Whether it moves a folder is known only once the paths are read, under the lock.
+        let mut exclusive = false;
+        let (_names, src, dst) = loop {
+            let names = if exclusive {
+                self.names_exclusive()
+            } else {
+                self.names_shared()
+            };
+            let parent_path = self.path(parent)?;
+            let new_parent_path = self.path(new_parent)?;
+            let renamed = self.rename_at(
+                caller,
+                &parent_path,
+                name,
+                &new_parent_path,
+                new_name,
+                flags,
+                &names,
+            )?;
+            match renamed {
+                Some((src, dst)) => break (names, src, dst),
+                None => exclusive = true,
+            }
+        };
         let mut inodes = self.inodes();
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             inodes.exchanged(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
@@ -405,6 +432,7 @@ impl Core {
         new_name: &OsStr,
     ) -> Result<FileAttr> {
         check_name(new_name)?;
+        let _names = self.names_shared();
         let new_parent_path = self.path(new_parent)?;
         let new_path = join(&new_parent_path, new_name);
         self.ready_for(&new_path, false)?;

@@ -8,12 +8,12 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use fuser::{Errno, INodeNo};
 
 use super::attr::key;
-use super::backing::{self, join, split};
+use super::backing::{self, split};
 use super::{Caller, Core};
 use crate::history::change::Node;
 use crate::history::rollback::Apply;
@@ -24,6 +24,23 @@ use crate::history::{Error, Result, show_path};
 pub struct Restorer {
     core: Arc<Core>,
     tid: u32,
+    /// What to tell the kernel once a step is done and the names lock let go: a notification
+    /// may wait for a folder's lock, held by a process whose rename waits for that lock.
+    notices: Mutex<Vec<Notice>>,
+}
+
+/// A change to tell the kernel about (see [`Restorer::tell_kernel`]).
+enum Notice {
+    /// `name` in `parent` is gone (it was inode `child`).
+    Deleted {
+        parent: u64,
+        child: u64,
+        name: Vec<u8>,
+    },
+    /// `name` in `parent` is something else now (or nothing).
+    Entry { parent: u64, name: Vec<u8> },
+    /// Inode `ino`'s content or attributes changed.
+    Inode(u64),
 }
 
 /// A FUSE errno as a history error naming the path.
@@ -36,7 +53,59 @@ fn failed(path: &[u8], e: Errno) -> Error {
 
 impl Restorer {
     pub fn new(core: Arc<Core>, tid: u32) -> Restorer {
-        Restorer { core, tid }
+        Restorer {
+            core,
+            tid,
+            notices: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Do one step with the paths holding still (`Core::names`), then tell the kernel what
+    /// changed.
+    fn step<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let names = self.core.names_shared();
+        let result = f();
+        // A step inside another leaves the telling to it.
+        let outermost = names.taken();
+        drop(names);
+        if outermost {
+            self.tell_kernel();
+        }
+        result
+    }
+
+    fn notice(&self, notice: Notice) {
+        self.notices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(notice);
+    }
+
+    /// Tell the kernel what the steps so far changed, as it caches entries and attributes.
+    fn tell_kernel(&self) {
+        let notices = std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(notifier) = self.core.notifier.get() else {
+            return;
+        };
+        for notice in notices {
+            let result = match &notice {
+                Notice::Deleted {
+                    parent,
+                    child,
+                    name,
+                } => notifier.delete(INodeNo(*parent), INodeNo(*child), OsStr::from_bytes(name)),
+                Notice::Entry { parent, name } => {
+                    notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
+                }
+                Notice::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+            };
+            // ENOENT: the kernel had already dropped it.
+            if let Err(e) = result
+                && e.raw_os_error() != Some(libc::ENOENT)
+            {
+                tracing::debug!("cannot tell the kernel about a restored path: {e}");
+            }
+        }
     }
 
     fn parts<'p>(&self, path: &'p [u8]) -> Result<(&'p [u8], &'p OsStr)> {
@@ -85,22 +154,18 @@ impl Restorer {
             }
             (parent_ino, child)
         };
-        let Some(notifier) = self.core.notifier.get() else {
-            return;
-        };
-        let result = match (removed, child) {
-            (Some(_), Some(child)) => notifier.delete(INodeNo(parent_ino), INodeNo(child), name),
-            _ => notifier.inval_entry(INodeNo(parent_ino), name),
-        };
-        // ENOENT: the kernel had already dropped it.
-        if let Err(e) = result
-            && e.raw_os_error() != Some(libc::ENOENT)
-        {
-            tracing::debug!(
-                "cannot tell the kernel about {}: {e}",
-                show_path(&join(parent, name))
-            );
-        }
+        let name = name.as_bytes().to_vec();
+        self.notice(match (removed, child) {
+            (Some(_), Some(child)) => Notice::Deleted {
+                parent: parent_ino,
+                child,
+                name,
+            },
+            _ => Notice::Entry {
+                parent: parent_ino,
+                name,
+            },
+        });
     }
 
     /// Tell the kernel a file's content or attributes changed.
@@ -132,12 +197,8 @@ impl Restorer {
     }
 
     fn inode_changed(&self, path: &[u8]) {
-        let ino = self.known_ino(path);
-        if let (Some(ino), Some(notifier)) = (ino, self.core.notifier.get())
-            && let Err(e) = notifier.inval_inode(INodeNo(ino), 0, 0)
-            && e.raw_os_error() != Some(libc::ENOENT)
-        {
-            tracing::debug!("cannot tell the kernel about {}: {e}", show_path(path));
+        if let Some(ino) = self.known_ino(path) {
+            self.notice(Notice::Inode(ino));
         }
     }
 
@@ -154,15 +215,8 @@ impl Restorer {
             return;
         };
         let names = self.core.inodes().renumber(ino);
-        let Some(notifier) = self.core.notifier.get() else {
-            return;
-        };
         for (parent, name) in names {
-            if let Err(e) = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name))
-                && e.raw_os_error() != Some(libc::ENOENT)
-            {
-                tracing::debug!("cannot tell the kernel about {}: {e}", show_path(path));
-            }
+            self.notice(Notice::Entry { parent, name });
         }
     }
 
@@ -199,30 +253,34 @@ impl Restorer {
 
 impl Apply for Restorer {
     fn remove(&self, path: &[u8], dir: bool) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        let caller = self.caller_in(parent);
-        let st = self
-            .core
-            .unlink_at(&caller, parent, name, dir)
-            .map_err(|e| failed(path, e))?;
-        self.entry_changed(parent, name, Some(&st));
-        Ok(())
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            let caller = self.caller_in(parent);
+            let st = self
+                .core
+                .unlink_at(&caller, parent, name, dir)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, Some(&st));
+            Ok(())
+        })
     }
 
     fn make_dir(&self, path: &[u8], mode: u32) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        match self.core.backing.stat(path) {
-            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
-            _ => {
-                let caller = self.caller_in(parent);
-                self.core
-                    .mkdir_at(&caller, parent, name, mode & 0o7777)
-                    .map_err(|e| failed(path, e))?;
-                self.entry_changed(parent, name, None);
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            match self.core.backing.stat(path) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+                _ => {
+                    let caller = self.caller_in(parent);
+                    self.core
+                        .mkdir_at(&caller, parent, name, mode & 0o7777)
+                        .map_err(|e| failed(path, e))?;
+                    self.entry_changed(parent, name, None);
+                }
             }
-        }
-        // mkdir applies the daemon's umask; the mode is set exactly.
-        self.chmod(path, mode)
+            // mkdir applies the daemon's umask; the mode is set exactly.
+            self.chmod(path, mode)
+        })
     }
 
     fn write_file(
@@ -232,126 +290,134 @@ impl Apply for Restorer {
         detach: bool,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        let io = |e: std::io::Error| failed(path, e.into());
-        let mut existing = match self.core.backing.stat(path) {
-            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
-            Ok(_) => return Err(failed(path, Errno::EEXIST)),
-            Err(_) => false,
-        };
-        if existing && detach {
-            // A file of its own: this name goes, and is made again below.
-            self.remove(path, false)?;
-            existing = false;
-        }
-        if existing {
-            // In place, so every name of a hard-linked file gets it. A process that holds it
-            // open for writing (a forced rollback) keeps writing to it: what it wrote so far
-            // is its own change, the rewrite the rollback's.
-            let writer = match (&self.core.recorder, self.core.backing.stat(path)) {
-                (Some(rec), Ok(st)) if rec.is_open(&st) => Some((rec, st)),
-                _ => None,
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            let io = |e: std::io::Error| failed(path, e.into());
+            let mut existing = match self.core.backing.stat(path) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
+                Ok(_) => return Err(failed(path, Errno::EEXIST)),
+                Err(_) => false,
             };
-            let episode = self
-                .core
-                .begin_write(path, self.by())
-                .map_err(|e| failed(path, e))?;
-            if let Some((rec, st)) = &writer
-                && let Err(e) = rec.cut_for_restore(path, st)
-            {
+            if existing && detach {
+                // A file of its own: this name goes, and is made again below.
+                self.remove(path, false)?;
+                existing = false;
+            }
+            if existing {
+                // In place, so every name of a hard-linked file gets it. A process that holds it
+                // open for writing (a forced rollback) keeps writing to it: what it wrote so far
+                // is its own change, the rewrite the rollback's.
+                let writer = match (&self.core.recorder, self.core.backing.stat(path)) {
+                    (Some(rec), Ok(st)) if rec.is_open(&st) => Some((rec, st)),
+                    _ => None,
+                };
+                let episode = self
+                    .core
+                    .begin_write(path, self.by())
+                    .map_err(|e| failed(path, e))?;
+                if let Some((rec, st)) = &writer
+                    && let Err(e) = rec.cut_for_restore(path, st)
+                {
+                    self.core.end_write(episode);
+                    return Err(e);
+                }
+                let written = self
+                    .core
+                    .backing
+                    .open_file(path, libc::O_WRONLY | libc::O_TRUNC, 0)
+                    .map_err(io)
+                    .and_then(|mut f| {
+                        content(&mut f)?;
+                        f.flush().map_err(io)
+                    });
+                let recorded = match &writer {
+                    Some((rec, st)) => rec.restored_in_place(path, st, self.by()),
+                    None => Ok(()),
+                };
                 self.core.end_write(episode);
-                return Err(e);
+                written?;
+                recorded?;
+                self.content_changed(path);
+            } else {
+                let caller = self.caller_in(parent);
+                if let Some(rec) = &self.core.recorder {
+                    rec.ready_for(path, false)?;
+                }
+                let mut f = self
+                    .core
+                    .backing
+                    .open_file(
+                        path,
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                        mode & 0o7777,
+                    )
+                    .map_err(io)?;
+                self.core
+                    .chown_new(&caller, path)
+                    .map_err(|e| failed(path, e))?;
+                let st = backing::stat_fd(std::os::fd::AsFd::as_fd(&f)).map_err(io)?;
+                let episode = match &self.core.recorder {
+                    Some(rec) => rec.begin_create(path, &st, self.by())?,
+                    None => None,
+                };
+                let written = content(&mut f).and_then(|_| f.flush().map_err(io));
+                drop(f);
+                self.core.end_write(episode);
+                written?;
+                self.entry_changed(parent, name, None);
             }
-            let written = self
-                .core
-                .backing
-                .open_file(path, libc::O_WRONLY | libc::O_TRUNC, 0)
-                .map_err(io)
-                .and_then(|mut f| {
-                    content(&mut f)?;
-                    f.flush().map_err(io)
-                });
-            let recorded = match &writer {
-                Some((rec, st)) => rec.restored_in_place(path, st, self.by()),
-                None => Ok(()),
-            };
-            self.core.end_write(episode);
-            written?;
-            recorded?;
-            self.content_changed(path);
-        } else {
-            let caller = self.caller_in(parent);
-            if let Some(rec) = &self.core.recorder {
-                rec.ready_for(path, false)?;
-            }
-            let mut f = self
-                .core
-                .backing
-                .open_file(
-                    path,
-                    libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                    mode & 0o7777,
-                )
-                .map_err(io)?;
-            self.core
-                .chown_new(&caller, path)
-                .map_err(|e| failed(path, e))?;
-            let st = backing::stat_fd(std::os::fd::AsFd::as_fd(&f)).map_err(io)?;
-            let episode = match &self.core.recorder {
-                Some(rec) => rec.begin_create(path, &st, self.by())?,
-                None => None,
-            };
-            let written = content(&mut f).and_then(|_| f.flush().map_err(io));
-            drop(f);
-            self.core.end_write(episode);
-            written?;
-            self.entry_changed(parent, name, None);
-        }
-        self.chmod(path, mode)
+            self.chmod(path, mode)
+        })
     }
 
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        let caller = self.caller_in(parent);
-        self.clear(&caller, parent, name, path)?;
-        self.core
-            .symlink_at(&caller, parent, name, target)
-            .map_err(|e| failed(path, e))?;
-        self.entry_changed(parent, name, None);
-        Ok(())
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            let caller = self.caller_in(parent);
+            self.clear(&caller, parent, name, path)?;
+            self.core
+                .symlink_at(&caller, parent, name, target)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, None);
+            Ok(())
+        })
     }
 
     fn make_node(&self, path: &[u8], node: Node, mode: u32) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        let caller = self.caller_in(parent);
-        let Some(kind) = node.type_bits() else {
-            return Err(Error::UnknownNodeType {
-                path: show_path(path),
-            });
-        };
-        self.clear(&caller, parent, name, path)?;
-        self.core
-            .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
-            .map_err(|e| failed(path, e))?;
-        self.entry_changed(parent, name, None);
-        Ok(())
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            let caller = self.caller_in(parent);
+            let Some(kind) = node.type_bits() else {
+                return Err(Error::UnknownNodeType {
+                    path: show_path(path),
+                });
+            };
+            self.clear(&caller, parent, name, path)?;
+            self.core
+                .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, None);
+            Ok(())
+        })
     }
 
     fn link(&self, target: &[u8], path: &[u8]) -> Result<()> {
-        let (parent, name) = self.parts(path)?;
-        let caller = self.caller_in(parent);
-        self.clear(&caller, parent, name, path)?;
-        self.core
-            .link_at(&caller, target, parent, name)
-            .map_err(|e| failed(path, e))?;
-        self.entry_changed(parent, name, None);
-        // Its link count changed.
-        self.inode_changed(target);
-        Ok(())
+        self.step(|| {
+            let (parent, name) = self.parts(path)?;
+            let caller = self.caller_in(parent);
+            self.clear(&caller, parent, name, path)?;
+            self.core
+                .link_at(&caller, target, parent, name)
+                .map_err(|e| failed(path, e))?;
+            self.entry_changed(parent, name, None);
+            // Its link count changed.
+            self.inode_changed(target);
+            Ok(())
+        })
     }
 
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()> {
-        self.chmod(path, mode)
+        self.step(|| self.chmod(path, mode))
     }
 
     fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>> {

@@ -27,6 +27,7 @@ impl Core {
         ch: &Changes,
         fh: Option<FileHandle>,
     ) -> Result<FileAttr> {
+        let _names = self.names_shared();
         let path = self.path(ino).ok();
         let open = fh.and_then(|fh| self.files.get(fh.0));
         let stat = || match &open {

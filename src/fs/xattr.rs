@@ -38,6 +38,7 @@ impl Core {
         if name.as_bytes() == CAPS_XATTR {
             self.forget_no_caps(ino.0);
         }
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         self.backing
             .setxattr(&path, name, value, flags)
@@ -49,6 +50,7 @@ impl Core {
         if caps && lock(&self.no_caps).contains(&ino.0) {
             return Err(Errno::NO_XATTR);
         }
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         let result = self
             .backing
@@ -61,6 +63,7 @@ impl Core {
     }
 
     pub(super) fn listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr> {
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         self.backing
             .listxattr(&path, size as usize)
@@ -71,6 +74,7 @@ impl Core {
         if name.as_bytes() == CAPS_XATTR {
             self.forget_no_caps(ino.0);
         }
+        let _names = self.names_shared();
         let path = self.path(ino)?;
         self.backing.removexattr(&path, name).map_err(Errno::from)
     }

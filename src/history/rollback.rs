@@ -17,7 +17,7 @@
 //! selection again: the path is back to what the selection left.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::io::Write;
+use std::io::{Read, Write};
 
 use super::change::{Change, ChangeKind, FileKind, FileState, Node};
 use super::selection::Selection;
@@ -605,7 +605,11 @@ pub fn keep_moved_content(view: &View<'_>, plan: &Plan) -> Result<()> {
             continue;
         }
         let kept = match t.kind {
-            FileKind::File => match view.source.open_read(at) {
+            // Up to the size it has as the read begins (see `Recorder::capture`).
+            FileKind::File => match view.source.open_read(at).and_then(|f| {
+                let size = f.metadata()?.len();
+                Ok(f.take(size))
+            }) {
                 Ok(f) => store.put_blob_reader(f)?.0,
                 Err(_) => continue,
             },
@@ -625,14 +629,72 @@ pub fn keep_moved_content(view: &View<'_>, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// What a rollback is doing, for its progress: reading back every content it will restore,
+/// then changing paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Checking,
+    Restoring,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Checking => "checking",
+            Phase::Restoring => "restoring",
+        }
+    }
+}
+
+/// Told after each piece of work of a phase: how many are done of how many.
+pub type Progress<'a> = &'a dyn Fn(Phase, usize, usize);
+
+/// Why a step was not done once the rollback stopped (see [`execute`]).
+pub const STOPPED: &str = "not done: the rollback stopped, as whoever asked for it is gone";
+
+/// Stops a rollback between steps once `stopped` says so.
+struct Halt<'a> {
+    stopped: &'a dyn Fn() -> bool,
+    halted: bool,
+    /// The paths reported as not done (a path can have a removal and a put).
+    left: HashSet<Vec<u8>>,
+}
+
+impl Halt<'_> {
+    /// Whether to leave `path`'s step undone (then reported in `failed`).
+    fn here(&mut self, path: &[u8], failed: &mut Vec<(Vec<u8>, String)>) -> bool {
+        self.halted = self.halted || (self.stopped)();
+        if self.halted && self.left.insert(path.to_vec()) {
+            failed.push((path.to_vec(), STOPPED.into()));
+        }
+        self.halted
+    }
+}
+
 /// Carry out a plan. Returns the paths that failed, and why; the others are done. A path whose
-/// earlier content cannot be read whole from the store is not touched.
-pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8>, String)> {
+/// earlier content cannot be read whole from the store is not touched. `stopped` is asked
+/// before each step; once it says so, no other step is done (each is reported as not done), so
+/// a rollback whose caller is gone stops instead of going on for nobody. `progress` is told
+/// how far it is.
+pub fn execute(
+    history: &History,
+    plan: &Plan,
+    apply: &dyn Apply,
+    progress: Progress<'_>,
+    stopped: &dyn Fn() -> bool,
+) -> Vec<(Vec<u8>, String)> {
     let store = history.store();
     let mut failed: Vec<(Vec<u8>, String)> = Vec::new();
+    let mut halt = Halt {
+        stopped,
+        halted: false,
+        left: HashSet::new(),
+    };
     // Read and check every content first: a path whose content is damaged is left as it is.
     let mut unreadable: HashSet<Vec<u8>> = HashSet::new();
-    for s in &plan.steps {
+    let steps = plan.steps.len();
+    for (i, s) in plan.steps.iter().enumerate() {
+        progress(Phase::Checking, i, steps);
         if let Some(t) = &s.target
             && matches!(t.kind, FileKind::File | FileKind::Symlink)
         {
@@ -670,7 +732,24 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         })
         .collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
+    // Every removal, put and link counts one.
+    let work = removals.len()
+        + plan
+            .steps
+            .iter()
+            .filter(|s| !unreadable.contains(&s.path))
+            .filter(|s| s.target.is_some() || s.link_to.is_some())
+            .count();
+    let mut done = 0;
+    let mut step_done = || {
+        progress(Phase::Restoring, done, work);
+        done += 1;
+    };
     for s in removals {
+        step_done();
+        if halt.here(&s.path, &mut failed) {
+            continue;
+        }
         let dir = s.now.as_ref().is_some_and(|n| n.kind == FileKind::Dir);
         if let Err(e) = apply.remove(&s.path, dir) {
             failed.push((s.path.clone(), e.to_string()));
@@ -686,6 +765,10 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
     let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
     let detach = must_detach(&puts, &in_plan, apply);
     for s in puts {
+        step_done();
+        if halt.here(&s.path, &mut failed) {
+            continue;
+        }
         if failed_under(&failed, &s.path) {
             // Its own removal failed, or its folder could not be made.
             if !failed.iter().any(|(f, _)| *f == s.path) {
@@ -735,6 +818,10 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
         .collect();
     links.sort_by(|a, b| a.0.path.cmp(&b.0.path));
     for (s, to) in links {
+        step_done();
+        if halt.here(&s.path, &mut failed) {
+            continue;
+        }
         if failed_under(&failed, &s.path) {
             if !failed.iter().any(|(f, _)| *f == s.path) {
                 failed.push((s.path.clone(), "its folder could not be restored".into()));
@@ -759,6 +846,7 @@ pub fn execute(history: &History, plan: &Plan, apply: &dyn Apply) -> Vec<(Vec<u8
             failed.push((s.path.clone(), e.to_string()));
         }
     }
+    progress(Phase::Restoring, work, work);
     failed
 }
 

@@ -286,11 +286,45 @@ impl Store {
             Some(delta) => delta,
             None => encode_inline(data),
         };
+        self.put_value("put blob", hash, &value, false)
+    }
+
+    /// Write a blob's value, and the counts with it (`counts.rs`). Unless `replace`, nothing
+    /// is written if the blob is stored: the same content captured at once by two threads is
+    /// stored (and counted) once.
+    fn put_value(
+        &self,
+        context: &'static str,
+        hash: &Hash,
+        value: &[u8],
+        replace: bool,
+    ) -> Result<()> {
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
         let db = self.db()?;
+        let cf = db.cf(CF_BLOBS);
+        let old = if db.key_may_exist_cf(cf, hash.0) {
+            db.get_pinned_cf(cf, hash.0)
+                .map_err(Store::db_error("read blob"))?
+                .map(|v| v.len() as u64)
+        } else {
+            None
+        };
+        match old {
+            Some(_) if !replace => return Ok(()),
+            Some(len) => {
+                new_counts.blob_bytes =
+                    new_counts.blob_bytes.saturating_sub(len) + value.len() as u64;
+            }
+            None => {
+                new_counts.blobs += 1;
+                new_counts.blob_bytes += value.len() as u64;
+            }
+        }
         let mut batch = WriteBatch::default();
-        batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
+        batch.put_cf(cf, hash.0, value);
         drop(db);
-        self.write("put blob", batch)
+        self.write_counted(context, batch, &mut counts, new_counts)
     }
 
     /// The value of `data` as a delta on the newest content recorded for `path`, if there is
@@ -416,11 +450,7 @@ impl Store {
         }
         let hash = Hash(*whole.finalize().as_bytes());
         if !self.keep_blob(&hash)? {
-            let db = self.db()?;
-            let mut batch = WriteBatch::default();
-            batch.put_cf(db.cf(CF_BLOBS), hash.0, encode_manifest(&manifest));
-            drop(db);
-            self.write("put manifest", batch)?;
+            self.put_value("put manifest", &hash, &encode_manifest(&manifest), false)?;
         }
         Ok((hash, manifest.size))
     }
@@ -449,11 +479,7 @@ impl Store {
     /// Write a blob's value as it is (for tests of stored bytes).
     #[cfg(test)]
     pub(crate) fn put_raw_blob(&self, hash: &Hash, value: &[u8]) -> Result<()> {
-        let db = self.db()?;
-        let mut batch = WriteBatch::default();
-        batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
-        drop(db);
-        self.write("put blob", batch)
+        self.put_value("put blob", hash, value, true)
     }
 
     /// Every blob's hash with the length of the delta chain it is read through (0: stored

@@ -332,6 +332,15 @@ impl Store {
             return Ok(report);
         }
 
+        // The counts lose what is deleted; content stored since the scan above is not in
+        // `sizes` and never deleted here (and a hash only a change named is not stored).
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
+        new_counts.changes = new_counts.changes.saturating_sub(doomed.len() as u64);
+        for size in unreferenced.iter().filter_map(|h| sizes.get(h)) {
+            new_counts.blobs = new_counts.blobs.saturating_sub(1);
+            new_counts.blob_bytes = new_counts.blob_bytes.saturating_sub(*size);
+        }
         let mut batch = WriteBatch::default();
         {
             let db = self.db()?;
@@ -354,7 +363,8 @@ impl Store {
                 batch.put_cf(db.cf(CF_META), cut_key(*kind, name), cut.encode());
             }
         }
-        self.write("gc", batch)?;
+        self.write_counted("gc", batch, &mut counts, new_counts)?;
+        drop(counts);
         if !unreferenced.is_empty() {
             // Before the note table is unlocked: a capture that notes after this sees it.
             self.sweeps.fetch_add(1, Ordering::SeqCst);

@@ -15,6 +15,7 @@
 //! | `checkpoints`   | name                  | [`CheckpointRecord`]                     |
 //! | `turns`         | session NUL number    | [`TurnRecord`]                           |
 //! | `meta`          | `format`, `workspace`, `manifest`, `rollbacks` | raw             |
+//! | `meta`          | `counts`              | [`Counts`]: changes, blobs, stored bytes |
 //! | `meta`          | `comment` NUL id (u64 BE) | [`CommentRecord`]: a reviewer's comment (ids: `meta` `comments`) |
 //! | `open_episodes` | path                  | [`EpisodeRecord`]: a write in progress   |
 //! | `manifest`      | path                  | [`SeenRecord`]: the tree as the mount last left it |
@@ -25,12 +26,13 @@
 //! writes go to the WAL without fsync, so they survive the death of the process, and
 //! [`Store::sync`] makes them survive the machine's.
 //!
-//! Lock order (see docs/design.md): `writer` before `pins`; `db` (a read lock for
+//! Lock order (see docs/design.md): `writer` before `pins` before `counts`; `db` (a read lock for
 //! every operation, the write lock only to reopen) is taken last and never held while
 //! waiting for another lock.
 
 pub mod blobs;
 mod comments;
+mod counts;
 mod error;
 pub mod format;
 mod gc;
@@ -49,6 +51,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use rocksdb::{ColumnFamily, DB};
 
 pub use blobs::{CHUNK, Hash};
+pub use counts::Counts;
 pub use error::{Error, Result};
 pub use format::{
     ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, KnownFileRecord, KnownRecord,
@@ -73,7 +76,9 @@ pub use write::{Extra, Room};
 ///    owners), and the `turns` family.
 /// 3. Blobs stored as deltas on an earlier version (`blobs` values tagged 2, see
 ///    [`blobs`]): a rewind of format 2 could not read them.
-pub const FORMAT_VERSION: u8 = 3;
+/// 4. The counts `status` shows, kept in `meta` `counts` by every write (see `counts.rs`): a
+///    rewind of format 3 would write without keeping them.
+pub const FORMAT_VERSION: u8 = 4;
 
 const CF_BLOBS: &str = "blobs";
 const CF_CHANGES: &str = "changes";
@@ -119,6 +124,8 @@ pub struct Store {
     read_only: bool,
     /// Why writes are refused, after a failed one (and whether the disk was full).
     unwritable: Mutex<Option<(String, bool)>>,
+    /// When [`Store::check_room`] last asked the disk, and what it found.
+    room_seen: Mutex<Option<(std::time::Instant, Room)>>,
     /// Why writes stopped for good: a panic in the daemon ([`Store::halt`]). Never cleared.
     halted: std::sync::OnceLock<String>,
     /// The last id handed out (written, or set aside for a held-back create). Held from
@@ -132,6 +139,8 @@ pub struct Store {
     sessions_cache: Mutex<HashMap<String, SessionRecord>>,
     /// Blobs stored or reused for records not written yet (see `pins.rs`).
     pins: std::sync::Arc<pins::PinTable>,
+    /// The counts as the last write left them (see `counts.rs`).
+    counts: Mutex<Counts>,
     /// How many gcs have deleted blobs: content known to be stored before the last one still is.
     sweeps: AtomicU64,
     /// The newest id a checkpoint named: an id set aside at or below it is never handed out

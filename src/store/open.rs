@@ -385,12 +385,14 @@ impl Store {
             dir: dir.to_owned(),
             read_only,
             unwritable: Mutex::new(None),
+            room_seen: Mutex::new(None),
             halted: std::sync::OnceLock::new(),
             writer: Mutex::new(0),
             secondary,
             workspace: None,
             sessions_cache: Mutex::new(Default::default()),
             sweeps: AtomicU64::new(0),
+            counts: Default::default(),
             pins: Default::default(),
             pinned: AtomicU64::new(0),
         };
@@ -407,6 +409,9 @@ impl Store {
             // format, since it may now hold records only this format describes.
             _ if read_only => {}
             _ => store.put_meta(FORMAT_KEY, &[FORMAT_VERSION])?,
+        }
+        if !read_only {
+            store.load_counts()?;
         }
         // Ids are never handed out twice: not a retracted one (its tombstone explains it), nor
         // one a checkpoint or gc's horizon names.
@@ -543,6 +548,8 @@ impl Store {
         drop(slot);
         probe.map_err(Store::db_error("test write"))?;
         self.writes_again();
+        // The replay may hold a write that was reported failed.
+        self.load_counts()?;
         Ok(())
     }
 

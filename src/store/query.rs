@@ -4,9 +4,9 @@
 use rocksdb::{Direction, IteratorMode};
 
 use super::{
-    CF_BLOBS, CF_BY_AGENT, CF_BY_PATH, CF_BY_SESSION, CF_BY_TIME, CF_CHANGES, CF_CHECKPOINTS,
-    CF_EPISODES, CF_MANIFEST, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, EpisodeRecord,
-    Error, Result, SeenRecord, SessionRecord, Stats, Store, TurnRecord, keys, write::index_names,
+    CF_BY_AGENT, CF_BY_PATH, CF_BY_SESSION, CF_BY_TIME, CF_CHANGES, CF_CHECKPOINTS, CF_EPISODES,
+    CF_MANIFEST, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, EpisodeRecord, Error,
+    Result, SeenRecord, SessionRecord, Store, TurnRecord, keys, write::index_names,
 };
 
 /// Which end of the history a query starts from.
@@ -279,23 +279,5 @@ impl Store {
             out.push(decode(cf, &key, &value)?);
         }
         Ok(out)
-    }
-
-    pub fn stats(&self) -> Result<Stats> {
-        let mut stats = Stats {
-            last_id: self.last_id()?,
-            ..Stats::default()
-        };
-        let db = self.db()?;
-        for item in db.iterator_cf(db.cf(CF_CHANGES), IteratorMode::Start) {
-            item.map_err(Store::db_error("scan"))?;
-            stats.changes += 1;
-        }
-        for item in db.iterator_cf(db.cf(CF_BLOBS), IteratorMode::Start) {
-            let (_, value) = item.map_err(Store::db_error("scan"))?;
-            stats.blobs += 1;
-            stats.blob_bytes += value.len() as u64;
-        }
-        Ok(stats)
     }
 }

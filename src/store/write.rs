@@ -40,6 +40,11 @@ pub struct Room {
     pub reserve: u64,
 }
 
+/// How long [`Store::check_room`] goes by the free space it last saw, when that was more than
+/// [`ROOM_MARGIN`] above the reserve (writing that much in that time would take 10 GB/s).
+const ROOM_FRESH: Duration = Duration::from_millis(100);
+const ROOM_MARGIN: u64 = 1 << 30;
+
 /// How long a write waits out a write stall (see [`Store::write`]).
 const STALL_LIMIT: Duration = Duration::from_secs(5);
 
@@ -99,7 +104,7 @@ impl Store {
     /// from the reserve. Recording resumes by itself once there is room again.
     pub fn check_room(&self) -> Result<()> {
         self.check_writable()?;
-        if let Some(room) = self.room()
+        if let Some(room) = self.room_lately()
             && room.free < room.reserve
         {
             return Err(Error::Unwritable {
@@ -113,6 +118,22 @@ impl Store {
             });
         }
         Ok(())
+    }
+
+    /// [`room`](Store::room), or what it said less than [`ROOM_FRESH`] ago when the disk then
+    /// had more than [`ROOM_MARGIN`] above the reserve: no disk fills that much that fast, and
+    /// asking it (`statfs`) was a tenth of what an open for writing costs the daemon.
+    fn room_lately(&self) -> Option<Room> {
+        let mut seen = self.room_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, room)) = *seen
+            && at.elapsed() < ROOM_FRESH
+            && room.free > room.reserve.saturating_add(ROOM_MARGIN)
+        {
+            return Some(room);
+        }
+        let room = self.room();
+        *seen = room.map(|r| (Instant::now(), r));
+        room
     }
 
     /// Free space on the store's disk and the reserve rewind keeps there; `None` if the disk
@@ -284,6 +305,9 @@ impl Store {
             summaries.push(summary);
             changes.push((change, extra));
         }
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
+        new_counts.changes += changes.len() as u64;
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         let mut out = Vec::with_capacity(changes.len());
@@ -313,7 +337,8 @@ impl Store {
             out.push(change);
         }
         drop(db);
-        self.write("record change", batch)?;
+        self.write_counted("record change", batch, &mut counts, new_counts)?;
+        drop(counts);
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -327,7 +352,14 @@ impl Store {
     pub fn retract(&self, change: &ChangeRecord) -> Result<()> {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let summary = self.session(&change.session)?;
+        let mut counts = self.counts();
+        let mut new_counts = *counts;
         let db = self.db()?;
+        let stored = db
+            .get_pinned_cf(db.cf(CF_CHANGES), keys::change(change.id))
+            .map_err(Store::db_error("read change"))?
+            .is_some();
+        new_counts.changes -= u64::from(stored && new_counts.changes > 0);
         let mut batch = WriteBatch::default();
         delete_change(&db, &mut batch, change);
         // A tombstone, so that the id can be explained later.
@@ -340,7 +372,8 @@ impl Store {
             _ => batch.delete_cf(db.cf(CF_SESSIONS), change.session.as_bytes()),
         }
         drop(db);
-        self.write("retract change", batch)?;
+        self.write_counted("retract change", batch, &mut counts, new_counts)?;
+        drop(counts);
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())

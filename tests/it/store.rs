@@ -748,9 +748,18 @@ fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
     let dir = tempfile::tempdir().unwrap();
     build_format_1_store(dir.path());
     let data = two_fixed_chunks();
+    // What the format 1 store holds, for status: one change, two chunks and their manifest.
+    let held = store::Counts {
+        changes: 1,
+        blobs: 3,
+        blob_bytes: raw_blob_bytes(dir.path()),
+    };
     {
         let reader = Store::open_read_only(dir.path()).unwrap();
         assert_eq!(format_of(&reader), 1, "reading does not change the format");
+        // It has no counts: a reader counts everything.
+        assert_eq!(reader.meta(b"counts").unwrap(), None);
+        assert_eq!(counts_of(&reader.stats().unwrap()), held);
         let history = History::new(Arc::new(reader));
         let c = history.change(7).unwrap().unwrap();
         assert_eq!(
@@ -762,6 +771,14 @@ fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
     let history = open(dir.path());
     assert_eq!(format_of(history.store()), store::FORMAT_VERSION);
     const { assert!(store::FORMAT_VERSION > 1) };
+    // Opened for writing, it was counted once and the counts kept from then on.
+    let stored = history
+        .store()
+        .meta(b"counts")
+        .unwrap()
+        .expect("counted at open");
+    assert_eq!(store::Counts::decode(&stored), Some(held));
+    assert_eq!(counts_of(&history.store().stats().unwrap()), held);
     assert_eq!(history.change(7).unwrap().unwrap().agent, "claude");
     assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
     let id = modify(&history, "a", 2, b"old", b"new");
@@ -773,6 +790,52 @@ fn a_store_of_an_older_format_opens_reads_and_is_marked_when_written() {
     assert_eq!((depth[&first], depth[&second]), (0, 1));
     assert!(history.store().read_blob(&second).unwrap() == source(300, 1));
     assert!(history.store().read_blob(&Hash::of(&data)).unwrap() == data);
+    assert_eq!(
+        counts_of(&history.store().stats().unwrap()),
+        history.store().recount().unwrap()
+    );
+}
+
+fn counts_of(stats: &store::Stats) -> store::Counts {
+    store::Counts {
+        changes: stats.changes,
+        blobs: stats.blobs,
+        blob_bytes: stats.blob_bytes,
+    }
+}
+
+/// The length of every blob value in the store at `dir`, read by RocksDB itself.
+fn raw_blob_bytes(dir: &std::path::Path) -> u64 {
+    let opts = rocksdb::Options::default();
+    let db = rocksdb::DB::open_cf_for_read_only(&opts, dir, ALL_CFS, false).unwrap();
+    db.iterator_cf(db.cf_handle("blobs").unwrap(), rocksdb::IteratorMode::Start)
+        .map(|item| item.unwrap().1.len() as u64)
+        .sum()
+}
+
+/// Threads storing the same content at once store it once, and count it once.
+#[test]
+fn content_stored_by_several_threads_at_once_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let _scope = store.pin_scope();
+                for i in 0..300u64 {
+                    store.put_blob(&noise(200, i + 1)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.blobs, stats.changes), (300, 0));
+    drop(store);
+    assert_eq!(stats.blob_bytes, raw_blob_bytes(dir.path()));
 }
 
 #[test]

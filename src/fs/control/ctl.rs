@@ -35,6 +35,37 @@ pub const LINE_MAX: usize = 64 * 1024;
 /// How many commands may run at once; more wait for one to finish.
 const AT_ONCE: usize = 4;
 
+/// How far the long commands running now have got, by the thread that wrote each: what
+/// `.rewind/progress` shows, one line a command, `CALLER PHASE DONE TOTAL` (a rollback's
+/// phases are `checking` its content, then `restoring` paths).
+#[derive(Default)]
+pub(super) struct Progress(
+    std::sync::Mutex<std::collections::BTreeMap<u32, (&'static str, usize, usize)>>,
+);
+
+impl Progress {
+    fn set(&self, caller: u32, phase: &'static str, done: usize, total: usize) {
+        let mut running = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        running.insert(caller, (phase, done, total));
+    }
+
+    fn end(&self, caller: u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&caller);
+    }
+
+    pub(super) fn text(&self) -> Vec<u8> {
+        let running = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        running
+            .iter()
+            .map(|(caller, (phase, done, total))| format!("{caller} {phase} {done} {total}\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+}
+
 /// Runs commands off the FUSE threads.
 #[derive(Default)]
 pub(super) struct Commands {
@@ -49,6 +80,8 @@ pub(super) struct Job {
     pub(super) core: Arc<Core>,
     /// The thread that wrote the command.
     pub(super) caller: u32,
+    /// Where a rollback tells how far it has got.
+    pub(super) progress: Arc<Progress>,
     pub(super) line: Vec<u8>,
 }
 
@@ -71,7 +104,7 @@ impl Commands {
                     }
                     count.fetch_add(1, Ordering::SeqCst);
                 }
-                hold_for_tests();
+                hold_for_tests("REWIND_TEST_HOLD_CTL");
                 let (output, result) = job.execute();
                 count.fetch_sub(1, Ordering::SeqCst);
                 freed.notify_one();
@@ -86,8 +119,10 @@ impl Commands {
 /// Tests only: with `REWIND_TEST_HOLD_CTL=PATH` set for the daemon, a command taken while
 /// PATH exists makes `PATH.taken` and waits until PATH is removed before it runs, so that a
 /// test can hold a request the daemon took unanswered (as a wedged daemon would).
-fn hold_for_tests() {
-    let Some(hold) = std::env::var_os("REWIND_TEST_HOLD_CTL").map(PathBuf::from) else {
+/// With `REWIND_TEST_HOLD_PROGRESS=PATH`, a rollback halfway through restoring waits the same
+/// way (so a test sees its progress).
+fn hold_for_tests(var: &str) {
+    let Some(hold) = std::env::var_os(var).map(PathBuf::from) else {
         return;
     };
     if hold.exists() {
@@ -295,7 +330,33 @@ impl Actor for DaemonActor<'_> {
         let who = self.recorder().attributor();
         who.begin_restore(tid, session.clone());
         let restorer = Restorer::new(self.job.core.clone(), tid);
-        let failed = rollback::execute(self.recorder().history(), plan, &restorer);
+        let (progress, caller) = (&self.job.progress, self.job.caller);
+        // Once the process that asked is gone (the CLI killed: it waits in the kernel for the
+        // answer, with SIGKILL pending), nobody reads the outcome: stop at the next step.
+        // Looked at every 50 ms at most (a rollback of 50,000 files has as many steps).
+        let looked = std::cell::Cell::new(None::<(std::time::Instant, bool)>);
+        let stopped = || match looked.get() {
+            Some((at, gone)) if at.elapsed() < std::time::Duration::from_millis(50) => gone,
+            _ => {
+                let gone = crate::procfs::gone_or_killed(caller);
+                looked.set(Some((std::time::Instant::now(), gone)));
+                gone
+            }
+        };
+        let report = |phase: rollback::Phase, done, total| {
+            progress.set(caller, phase.name(), done, total);
+            if phase == rollback::Phase::Restoring && done == total / 2 {
+                hold_for_tests("REWIND_TEST_HOLD_PROGRESS");
+            }
+        };
+        let failed = rollback::execute(
+            self.recorder().history(),
+            plan,
+            &restorer,
+            &report,
+            &stopped,
+        );
+        progress.end(caller);
         who.end_restore(tid);
         // New files it made are held back like any others: record them now.
         self.recorder().settle()?;

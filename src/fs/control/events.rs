@@ -78,8 +78,15 @@ impl Events {
         let events = Events {
             readers: Arc::new(Mutex::new(HashMap::new())),
         };
+        // Woken only while someone reads `.rewind/events`: waking the thread for nobody cost a
+        // futex wake and a context switch per recorded change. A reader that opens after
+        // the check still gets the change: its subscription took it before, and a read looks
+        // there first.
+        let readers = events.readers.clone();
         recorder.on_publish(move || {
-            let _ = wake.try_send(());
+            if !lock(&readers).is_empty() {
+                let _ = wake.try_send(());
+            }
         });
         let dispatcher = events.clone();
         let spawned = std::thread::Builder::new()

@@ -117,6 +117,7 @@ pub struct Control {
     dirs: HandleTable<Dir>,
     events: events::Events,
     commands: ctl::Commands,
+    progress: Arc<ctl::Progress>,
     /// Whether a path is left unrecorded (for views of the past).
     ignored: Box<Ignored>,
     /// The live tree for views of the past: `source` without held-back creates.
@@ -149,6 +150,7 @@ impl Control {
             handles: HandleTable::starting_at(BASE),
             dirs: HandleTable::starting_at(BASE),
             commands: ctl::Commands::default(),
+            progress: Default::default(),
         }
     }
 
@@ -429,6 +431,7 @@ impl Control {
             workspace: self.workspace.clone(),
             core: self.core.get().cloned()?,
             caller: req.pid(),
+            progress: self.progress.clone(),
             line,
         })
     }
@@ -545,6 +548,7 @@ impl Control {
             workspace: self.workspace.clone(),
             core,
             caller: std::process::id(),
+            progress: self.progress.clone(),
             line: line.as_bytes().to_vec(),
         };
         Ok(job.execute().0)

@@ -27,6 +27,8 @@ pub enum Node {
     Dir,
     Readme,
     Status,
+    /// How far the long commands running now have got.
+    Progress,
     Log,
     LogJson,
     Ctl,
@@ -109,6 +111,8 @@ pub fn readme() -> String {
 This is rewind's control directory. Nothing here is part of your project.
 
   status              the mount, the store, counts, sessions
+  progress            how far each rollback running now has got, a line each:
+                        WRITER-THREAD PHASE DONE TOTAL (PHASE: checking, then restoring)
   log, log.json       the history, newest last (as `rewind log`, `rewind log --json`)
   at/POINT/...        the whole workspace at POINT (a change id, checkpoint, RFC 3339 time or
                       a duration ago like 15m), read-only: diff -r .rewind/at/NAME/src src
@@ -139,6 +143,7 @@ impl Control {
             Node::Dir => match name {
                 b"README" => Some(Node::Readme),
                 b"status" => Some(Node::Status),
+                b"progress" => Some(Node::Progress),
                 b"log" => Some(Node::Log),
                 b"log.json" => Some(Node::LogJson),
                 b"ctl" => Some(Node::Ctl),
@@ -288,6 +293,7 @@ impl Control {
             Node::Dir => [
                 ("README", Node::Readme),
                 ("status", Node::Status),
+                ("progress", Node::Progress),
                 ("log", Node::Log),
                 ("log.json", Node::LogJson),
                 ("ctl", Node::Ctl),
@@ -514,6 +520,7 @@ impl Control {
                 Ok(crate::history::turns::conversation(history, &turn)?.unwrap_or_default())
             }
             Node::Status => self.status(),
+            Node::Progress => Ok(self.progress.text()),
             Node::AtPath { at, path } => self.view().content_at(path, *at)?.ok_or(Error::Gone),
             Node::Version(p, id) => {
                 let c = history.get(*id)?;

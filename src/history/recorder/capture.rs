@@ -2,7 +2,8 @@
 //! unchanged file be captured again without reading it.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 
 use super::{Key, Recorder, lock};
 use crate::history::change::{FileKind, FileState, Owner, Seen};
@@ -14,6 +15,8 @@ const KNOWN_MAX: usize = 100_000;
 
 /// Read access to the workspace underneath the mount.
 pub trait Source: Send + Sync {
+    /// A regular file, opened for reading; anything else at the path is an error (a FIFO
+    /// would block the open, a device never end).
     fn open_read(&self, path: &[u8]) -> io::Result<File>;
     /// Names in a directory (without `.` and `..`).
     fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>>;
@@ -133,7 +136,14 @@ impl Recorder {
                 }
                 let sweeps = store.sweeps();
                 let file = self.source.open_read(path).map_err(io_err)?;
-                let (hash, size) = store.put_file_reader(version_of, file)?;
+                // The file `st` describes, read up to the size it has as the read begins: one
+                // that took its name meanwhile is not it, and a writer appending as fast as it
+                // is read does not keep the read going.
+                let now = file.metadata().map_err(io_err)?;
+                if (now.dev(), now.ino()) != key {
+                    return Err(io_err(io::Error::from_raw_os_error(libc::ENOENT)));
+                }
+                let (hash, size) = store.put_file_reader(version_of, file.take(now.len()))?;
                 let state = FileState {
                     kind: FileKind::File,
                     size,

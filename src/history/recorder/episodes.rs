@@ -82,7 +82,12 @@ impl Recorder {
         // recorded as a modify before the file's create.
         let _held = self.hold(&[key]);
         self.flush_pending(path)?;
-        let abandoned = lock(&self.episodes).get(&key).map(Episode::abandoned);
+        // A thread that opened the episode and opens the file again is running: no need to ask
+        // /proc about the others (a read of `/proc/PID/stat` each, the costliest part of a
+        // small edit's second open).
+        let abandoned = lock(&self.episodes)
+            .get(&key)
+            .map(|ep| !ep.openers.contains(&by.pid) && ep.abandoned());
         if abandoned == Some(true) {
             // What the gone writers wrote is their change; this writer's begins here.
             self.cut_episode(key, path)?;

@@ -135,14 +135,12 @@ impl Recorder {
     /// Publish the held changes no reserved id comes before.
     fn publish_due(&self, order: &mut Order) {
         // A reservation that neither came nor went for this long is a bug somewhere: say so,
-        // and never let it hold the watchers back for good.
-        let stuck: Vec<u64> = order
-            .reserved
-            .iter()
-            .filter(|(_, at)| at.elapsed() > RESERVED_FOR_AT_MOST)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in stuck {
+        // and never let it hold the watchers back for good. Ids are set aside in order, each
+        // with the time it was (`reserve_id`), so the oldest come first: only those are looked
+        // at (a big rollback holds back thousands of creates, and this runs for every change).
+        while let Some((&id, at)) = order.reserved.first_key_value()
+            && at.elapsed() > RESERVED_FOR_AT_MOST
+        {
             tracing::warn!("id {id} was set aside and never used; publishing past it");
             order.reserved.remove(&id);
         }
