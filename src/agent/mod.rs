@@ -4,7 +4,7 @@
 //! Each installed hook runs `<rewind> hook <agent> <EVENT>` with the agent's
 //! JSON payload on stdin. The hook process must print exactly [`reply`] (or
 //! nothing when it is `None`) on stdout, nothing on stderr but a line when no
-//! daemon took the event, and exit 0.
+//! daemon took the event (or the payload or event was not one rewind knows), and exit 0.
 //! See `NOTES.md` beside this file for the per-agent protocol details and sources.
 
 use std::fmt;
@@ -206,6 +206,18 @@ pub fn read_with_transcript(
     let p = payload::Payload::read(agent, event, input)?;
     let transcript = transcript::folder(agent).and_then(|_| p.opt(&["transcript_path"]));
     Ok((event_of(p)?, transcript))
+}
+
+/// The events of `agent` that rewind acts on (any other is ignored).
+pub fn known_events(agent: Agent) -> Vec<&'static str> {
+    let hooks = match agent {
+        Agent::Claude => &claude::HOOKS,
+        Agent::Codex => &codex::HOOKS,
+        Agent::Gemini => &gemini::HOOKS,
+        Agent::Cursor => &cursor::HOOKS,
+        Agent::Opencode => &opencode::HOOKS,
+    };
+    hooks.events.iter().map(|(name, _)| *name).collect()
 }
 
 fn event_of(p: payload::Payload<'_>) -> Result<HookEvent, Error> {

@@ -83,6 +83,22 @@ impl Ctx {
         IgnoreRules::new(&text)
     }
 
+    /// What to say when the daemon died before it answered (`ECONNABORTED` for a request in
+    /// flight, `ENOTCONN` once the mount is stale), instead of the raw error: not a partial
+    /// result (exit 1), but a failure that says what to check.
+    fn daemon_gone(&self, e: &std::io::Error) -> Option<Failure> {
+        if !matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::ENOTCONN)) {
+            return None;
+        }
+        Some(Failure::usage(format!(
+            "the daemon serving {ws} stopped before it answered; what it recorded is kept, but \
+             the command may have been done only in part or not at all. Check `rewind status` \
+             and the daemon log ({log}); `rewind mount {ws}` mounts the workspace again",
+            ws = self.workspace.display(),
+            log = self.store_dir.join("daemon.log").display(),
+        )))
+    }
+
     /// Run a command line through the daemon's `.rewind/ctl`.
     pub fn ctl(&self, line: &str) -> Result<Answer, Failure> {
         let path = self.workspace.join(".rewind/ctl");
@@ -90,7 +106,10 @@ impl Ctx {
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| Failure::failed(format!("{}: {e}", path.display())))?;
+            .map_err(|e| {
+                self.daemon_gone(&e)
+                    .unwrap_or_else(|| Failure::failed(format!("{}: {e}", path.display())))
+            })?;
         // Ended, so the daemon never waits for more of it (see `control::held_back`).
         let written = f.write_all(format!("{line}\n").as_bytes());
         let mut output = Vec::new();
@@ -109,7 +128,11 @@ impl Ctx {
             Err(e) if e.raw_os_error() == Some(libc::EIO) && !output.is_empty() => {
                 return Err(Failure::failed(text()));
             }
-            Err(e) => return Err(Failure::failed(format!("{}: {e}", path.display()))),
+            Err(e) => {
+                return Err(self
+                    .daemon_gone(&e)
+                    .unwrap_or_else(|| Failure::failed(format!("{}: {e}", path.display()))));
+            }
         }
         let mut partial = false;
         for trailer in [

@@ -153,7 +153,7 @@ fn forward(ctx: &Ctx, command: &Command) -> CliResult {
     // short-lived process).
     if let Command::Session(
         command::plumbing::SessionCommand::Start { pid: None, .. }
-        | command::plumbing::SessionCommand::End { pid: None },
+        | command::plumbing::SessionCommand::End { pid: None, .. },
     ) = command
     {
         line += &format!(" --pid {}", std::os::unix::process::parent_id());

@@ -6,8 +6,9 @@
 //! it reads one JSON value and not up to the end of input (an agent may keep the pipe open), and
 //! a daemon that does not answer (stopped, wedged) is given up on. The exchange with the daemon
 //! runs in a child process (`--exchange`): a request the daemon took and never answers holds
-//! its maker in an uninterruptible wait, and only the child is left waiting. When no daemon took the event
-//! it also says so in one line on stderr (which the agents show at most to the user).
+//! its maker in an uninterruptible wait, and only the child is left waiting. When no daemon took the event,
+//! the payload is not what the agent sends, or the event is not one rewind knows, it also says
+//! so in one line on stderr (which the agents show at most to the user).
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -34,7 +35,8 @@ const DEADLINE: Duration = Duration::from_millis(800);
 
 /// Why a hook recorded nothing, or may not have recorded all it was to.
 enum Missed {
-    /// The payload was not what the agent should send: logged.
+    /// The payload was not what the agent should send, or the event is not one rewind knows:
+    /// logged, and said on stderr.
     Payload(String),
     /// The daemon did not take (or did not confirm) the event: no workspace, not mounted,
     /// gone, or no answer in time. Logged, and said on stderr; the message ends with what is
@@ -111,7 +113,12 @@ pub fn run(cwd: &Path, args: &HookArgs) -> CliResult {
     }
     let message = match &result {
         Ok(()) => None,
-        Err(Missed::Payload(m)) => Some(m),
+        // One line, so that whoever tries the hook by hand, or wires it to the wrong event,
+        // is told (the agent shows stderr at most to the user).
+        Err(Missed::Payload(m)) => {
+            let _ = writeln!(std::io::stderr(), "rewind hook: {m}; nothing recorded");
+            Some(m)
+        }
         Err(Missed::Daemon(m)) => {
             let _ = writeln!(std::io::stderr(), "rewind hook: {m}");
             Some(m)
@@ -250,10 +257,25 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
                 .map(|t| format!(" --transcript={}", quote(&t)))
                 .unwrap_or_default()
         )],
-        HookEvent::SessionEnd { session_id } => vec![format!(
-            "turn end --session {}",
-            quote(&session_name(agent, &session_id))
-        )],
+        // The end of what SessionStart began: the open turn, and the registration of the
+        // agent's process (else the shells under it go on recording as the agent's session).
+        HookEvent::SessionEnd { session_id } => vec![
+            format!(
+                "turn end --session {}",
+                quote(&session_name(agent, &session_id))
+            ),
+            format!(
+                "session end --session {} --pid {}",
+                quote(&session_name(agent, &session_id)),
+                agent_pid()
+            ),
+        ],
+        HookEvent::Ignored if !agent::known_events(agent).contains(&event) => {
+            return Err(Missed::Payload(format!(
+                "{a} has no hook event {event:?} that rewind acts on (it acts on {})",
+                agent::known_events(agent).join(", ")
+            )));
+        }
         HookEvent::Ignored => Vec::new(),
     })
 }

@@ -34,6 +34,14 @@ pub fn run(cwd: &Path, args: &MountArgs) -> CliResult {
     // later cannot lead it into the workspace.
     let store = crate::store::resolve(&given)
         .map_err(|e| Failure::failed(format!("{}: {e}", given.display())))?;
+    if let Some(outer) = crate::fs::inside_rewind_mount(&store)? {
+        return Err(Failure::usage(format!(
+            "the store {} is inside the mounted workspace {}, which would record it: give \
+             `--store` a folder outside every mounted workspace",
+            store.display(),
+            outer.display()
+        )));
+    }
     // A bad setting fails the mount here, before anything is started.
     let retention = retention(&store, args)?;
     if !args.foreground {

@@ -28,6 +28,10 @@ pub enum SessionCommand {
     End {
         #[arg(long)]
         pid: Option<u32>,
+        /// Only this session (what `rewind hook` registered at the agent's session start): a
+        /// registration of another session is left, and none is not an error.
+        #[arg(long, value_parser = |s: &str| Name::parse("session", s))]
+        session: Option<Name>,
     },
 }
 

@@ -57,8 +57,8 @@ use backing::Backing;
 use handle::HandleTable;
 use inode::InodeTable;
 pub use mount::{
-    MountConfig, Mounted, backing, can_passthrough, disk_readahead, filesystem, is_rewind_mount,
-    match_readahead, mount, mount_type, unmount,
+    MountConfig, Mounted, backing, can_passthrough, disk_readahead, filesystem,
+    inside_rewind_mount, is_rewind_mount, match_readahead, mount, mount_type, unmount,
 };
 pub use state::MountState;
 

@@ -58,6 +58,17 @@ impl MountConfig {
                 workspace.display()
             )));
         }
+        if let Some(outer) = inside_rewind_mount(&workspace)? {
+            return Err(Error::Usage(format!(
+                "{} is inside the mounted workspace {}: a workspace cannot be mounted in \
+                 another (its files could not be opened); mount only the outer one, or run \
+                 `rewind unmount {}` first",
+                workspace.display(),
+                outer.display(),
+                outer.display()
+            )));
+        }
+        check_no_own_control_dir(&workspace)?;
         Ok(MountConfig {
             workspace,
             allow_other: false,
@@ -65,6 +76,42 @@ impl MountConfig {
             threads: std::thread::available_parallelism().map_or(4, |n| n.get().max(2) * 2),
         })
     }
+}
+
+/// The mounted rewind workspace that `path` lies in (below its root), if any, from
+/// /proc/self/mountinfo. Mounting a workspace there cannot work: FUSE passthrough does not stack
+/// on the outer mount's files (every open fails with ELOOP), and the outer mount would record
+/// the inner one's store or backing writes as its own changes.
+pub fn inside_rewind_mount(path: &Path) -> Result<Option<PathBuf>> {
+    let mounts = crate::procfs::mountinfo().with_path("/proc/self/mountinfo")?;
+    Ok(mounts
+        .into_iter()
+        .filter(|m| m.fstype.starts_with("fuse") && m.source.starts_with("rewind:"))
+        .map(|m| PathBuf::from(m.point))
+        .find(|point| path != point && path.starts_with(point)))
+}
+
+/// A workspace's own `.rewind` is hidden by the control folder while mounted: neither
+/// reachable nor recorded. Refused unless it is an empty folder (then nothing is hidden).
+fn check_no_own_control_dir(workspace: &Path) -> Result<()> {
+    let own = workspace.join(".rewind");
+    let Ok(meta) = std::fs::symlink_metadata(&own) else {
+        return Ok(());
+    };
+    let empty = meta.is_dir() && std::fs::read_dir(&own).with_path(&own)?.next().is_none();
+    if empty {
+        return Ok(());
+    }
+    let what = if meta.is_dir() {
+        "a folder with files in it"
+    } else {
+        "not a folder"
+    };
+    Err(Error::Usage(format!(
+        "{} already exists ({what}); while mounted, rewind's control folder takes its place and \
+         it would be neither reachable nor recorded: move or rename it, then mount",
+        own.display()
+    )))
 }
 
 /// Whether `dir` is a FUSE mount whose daemon is gone. `stat` of the mount's root is not

@@ -6,7 +6,9 @@
 //! of the process or one of its ancestors (`session start` written to `.rewind/ctl`, or a
 //! rollback run by the daemon); otherwise the mount's default session and agent `unknown`.
 //! Lookups are cached per process, keyed by pid *and* start time so a reused pid never inherits
-//! another process's attribution. The uid is the one the kernel gave with the request.
+//! another process's attribution, and held with the process's name so that an `execve` (a new
+//! program, with its own environment: `exec env REWIND_SESSION=Y tool`) is looked up afresh.
+//! The uid is the one the kernel gave with the request.
 //!
 //! An agent's session id is bound to the process tree that registered it first
 //! ([`Attributor::claim`]): another live tree naming the same id is registered apart, in
@@ -99,12 +101,21 @@ pub struct Attributor {
     registrations: Mutex<Registrations>,
     /// Threads of this daemon carrying out a rollback, and its session.
     restorers: Mutex<HashMap<u32, String>>,
-    cache: Mutex<HashMap<ProcKey, (String, String)>>,
+    /// Session and agent of each process, with the name it had when they were looked up.
+    cache: Mutex<HashMap<ProcKey, Cached>>,
     /// Who each pid was found to be a moment ago, so that a burst of changes by one process
     /// (`rm -rf`, `tar x`) reads /proc once rather than once a change. Within [`RECENT`] a pid
     /// cannot be reused (pids are handed out in a cycle through pid_max) and its answer stands;
     /// only a rename by exec in that instant would show a moment late.
     recent: Mutex<HashMap<u32, (Instant, Who)>>,
+}
+
+/// A process's attribution as looked up while it ran the program `name`.
+#[derive(Clone)]
+struct Cached {
+    name: String,
+    session: String,
+    agent: String,
 }
 
 const RECENT: Duration = Duration::from_millis(20);
@@ -312,6 +323,15 @@ impl Attributor {
         }
     }
 
+    /// Whether a live registration attributes changes to `session` (a rollback's session must be
+    /// one nobody is in yet).
+    pub fn is_registered(&self, session: &str) -> bool {
+        self.lock_registrations()
+            .by_process
+            .iter()
+            .any(|(key, r)| r.session == session && alive(*key))
+    }
+
     fn forget_lookups(&self) {
         self.lock_cache().clear();
         self.lock_recent().clear();
@@ -319,11 +339,26 @@ impl Attributor {
 
     /// Drop the registration of `pid` or its nearest registered ancestor. Returns the session.
     pub fn unregister(&self, pid: u32) -> Option<String> {
+        self.unregister_where(pid, |_| true)
+    }
+
+    /// Drop the registration of session `asked` (as its tree claimed it: the session itself or
+    /// the one it was registered apart in) held by `pid` or its nearest ancestor holding it; a
+    /// registration of another session on the way is left. Returns the session.
+    pub fn unregister_session(&self, pid: u32, asked: &str) -> Option<String> {
+        self.unregister_where(pid, |r| {
+            r.session == asked || r.asked.as_deref() == Some(asked)
+        })
+    }
+
+    fn unregister_where(&self, pid: u32, wanted: impl Fn(&Registration) -> bool) -> Option<String> {
         let mut regs = self.lock_registrations();
         let mut cur = process_of(pid);
         for _ in 0..64 {
             let (ppid, start) = stat(cur)?;
-            if let Some(r) = regs.by_process.remove(&(cur, start)) {
+            if regs.by_process.get(&(cur, start)).is_some_and(&wanted)
+                && let Some(r) = regs.by_process.remove(&(cur, start))
+            {
                 regs.owners.retain(|_, owner| *owner != (cur, start));
                 drop(regs);
                 self.forget_lookups();
@@ -393,13 +428,19 @@ impl Attributor {
 
     /// Who `pid` is, from /proc and the registrations.
     fn look_up(&self, pid: u32, uid: u32) -> Who {
-        // One read of /proc/PID/stat gives the name and the start time that keys the cache.
+        // One read of /proc/PID/stat gives the name and the start time that keys the cache. A
+        // process whose name changed since has exec'd another program, which has its own
+        // environment: it is looked up again.
         let (process, key) = match stat_full(pid) {
             Some((_, start, name)) => (name, Some((pid, start))),
             None => ("?".to_string(), None),
         };
         if let Some(key) = key
-            && let Some((session, agent)) = self.lock_cache().get(&key).cloned()
+            && let Some(Cached { session, agent, .. }) = self
+                .lock_cache()
+                .get(&key)
+                .filter(|c| c.name == process)
+                .cloned()
         {
             return Who {
                 session,
@@ -418,7 +459,14 @@ impl Attributor {
             if cache.len() > 4096 {
                 cache.clear();
             }
-            cache.insert(key, (session.clone(), agent.clone()));
+            cache.insert(
+                key,
+                Cached {
+                    name: process.clone(),
+                    session: session.clone(),
+                    agent: agent.clone(),
+                },
+            );
         }
         Who {
             session,
@@ -474,7 +522,7 @@ impl Attributor {
         self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, (String, String)>> {
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<ProcKey, Cached>> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

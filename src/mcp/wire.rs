@@ -5,7 +5,8 @@
 //!
 //! - not JSON: -32700, `"id": null`;
 //! - JSON that is not one request, notification or response (a batch, a bare value, a bad
-//!   `jsonrpc`, `id` or `method`): -32600, with the request's id where it has a usable one;
+//!   `jsonrpc`, `id` or `method`): -32600, with the request's id where it has a usable one
+//!   (a string, or an integer that fits in 64 bits) and `"id": null` where it has not;
 //! - a request whose `params` are not an object, or a `tools/call` without a tool name or with
 //!   `arguments` that are not an object: -32602, with its id;
 //! - a line longer than [`MAX_LINE`]: -32600, `"id": null` (its id is not read).
@@ -73,7 +74,17 @@ pub fn screen(line: &[u8]) -> Screened {
     // The id to answer with: the request's, when it is one a response can carry.
     let id = match msg.get("id") {
         None => None,
-        Some(v @ (Value::String(_) | Value::Number(_))) => Some(v.clone()),
+        Some(v @ Value::String(_)) => Some(v.clone()),
+        // The server keeps an id as a 64-bit integer: any other number (1.5, 1e30) could not
+        // be answered with it, so it is refused here with `"id": null`.
+        Some(v @ Value::Number(n)) if n.is_i64() => Some(v.clone()),
+        Some(Value::Number(n)) => {
+            return error(
+                Value::Null,
+                INVALID_REQUEST,
+                format!("Invalid Request: a numeric `id` must be a 64-bit integer, not {n}"),
+            );
+        }
         Some(other) => {
             return error(
                 Value::Null,
@@ -314,6 +325,11 @@ mod tests {
             code(r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#),
             Some((INVALID_REQUEST, Value::Null))
         );
+        for id in ["1.5", "99999999999999999999999", "1e3"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+            assert_eq!(code(&line), Some((INVALID_REQUEST, Value::Null)), "{id}");
+        }
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":-7,"method":"ping"}"#), None);
         assert_eq!(
             code(r#"{"jsonrpc":"2.0","id":"a","method":7}"#),
             Some((INVALID_REQUEST, json!("a")))

@@ -5,6 +5,7 @@ mod comments;
 mod common;
 mod git;
 mod history;
+mod hostile;
 mod hunk;
 mod model;
 mod mount;

@@ -280,23 +280,30 @@ impl DaemonActor<'_> {
     }
 
     /// The next rollback's session name, never handed out twice, after any `rollback-N`
-    /// already in the history.
+    /// already in the history, and one that no change, turn or live registration uses yet: a
+    /// user may name a session `rollback-N` (REWIND_SESSION, `rewind run --session`), and the
+    /// rollback must not join it, or undoing the rollback would undo the user's work.
     fn next_rollback_session(&self) -> Result<String> {
         let history = self.recorder().history();
         let store = history.store();
+        let mut used: std::collections::HashSet<String> =
+            history.sessions()?.into_iter().map(|s| s.name).collect();
+        used.extend(history.turns(None)?.into_iter().map(|t| t.session));
         if store.meta(b"rollbacks")?.is_none() {
-            let highest = history
-                .sessions()?
+            let highest = used
                 .iter()
-                .filter_map(|s| s.name.strip_prefix("rollback-")?.parse::<u64>().ok())
+                .filter_map(|s| s.strip_prefix("rollback-")?.parse::<u64>().ok())
                 .max()
                 .unwrap_or(0);
             store.put_meta(b"rollbacks", &highest.to_be_bytes())?;
         }
-        Ok(format!(
-            "rollback-{}",
-            store.next_in_sequence(b"rollbacks")?
-        ))
+        let who = self.recorder().attributor();
+        loop {
+            let name = format!("rollback-{}", store.next_in_sequence(b"rollbacks")?);
+            if !used.contains(&name) && !who.is_registered(&name) {
+                return Ok(name);
+            }
+        }
     }
 }
 
@@ -423,10 +430,19 @@ impl Actor for DaemonActor<'_> {
                     "session {name} started for process {pid} and its children\n"
                 ))
             }
-            Command::Session(SessionCommand::End { pid }) => {
-                match rec.attributor().unregister(pid.unwrap_or(caller)) {
-                    Some(s) => Ok(format!("session {s} ended\n")),
-                    None => Err(Error::NoSessionStarted),
+            Command::Session(SessionCommand::End { pid, session }) => {
+                let pid = pid.unwrap_or(caller);
+                match session {
+                    None => match rec.attributor().unregister(pid) {
+                        Some(s) => Ok(format!("session {s} ended\n")),
+                        None => Err(Error::NoSessionStarted),
+                    },
+                    Some(name) => match rec.attributor().unregister_session(pid, name.as_str()) {
+                        Some(s) => Ok(format!("session {s} ended\n")),
+                        None => Ok(format!(
+                            "session {name} was not registered for process {pid}\n"
+                        )),
+                    },
                 }
             }
             Command::Turn(TurnCommand::Begin {

@@ -307,20 +307,25 @@ impl Control {
             .into_iter()
             .map(|(n, node)| (n.as_bytes().to_vec(), node))
             .collect(),
-            // Any point can be looked up; the checkpoints are listed.
-            Node::At => history
-                .checkpoints()?
-                .into_iter()
-                .map(|c| {
-                    (
-                        c.name.into_bytes(),
-                        Node::AtPath {
-                            at: c.id,
-                            path: Vec::new(),
-                        },
-                    )
-                })
-                .collect(),
+            // Any point can be looked up; the checkpoints are listed, but not those gc put out
+            // of reach (their folder is not there: a listing names only what can be opened).
+            Node::At => {
+                let oldest = history.horizon()?.map_or(0, |h| h.id);
+                history
+                    .checkpoints()?
+                    .into_iter()
+                    .filter(|c| c.id >= oldest)
+                    .map(|c| {
+                        (
+                            c.name.into_bytes(),
+                            Node::AtPath {
+                                at: c.id,
+                                path: Vec::new(),
+                            },
+                        )
+                    })
+                    .collect()
+            }
             Node::AtPath { at, path } => self
                 .settled_view()?
                 .list_at(path, *at)?
