@@ -196,6 +196,42 @@ impl Restorer {
             .flatten()
     }
 
+    /// Whether `path` must be replaced by a new file rather than rewritten in place. Without
+    /// passthrough the kernel keeps its own size of a file it has open (the writeback cache),
+    /// whatever the daemon says: rewritten in place, a handle open on it would read it padded
+    /// with zeros to its old size. A file of one name that the kernel has open is therefore
+    /// replaced: the open handles keep the file they had (as after a save by rename), every
+    /// new open gets the restored one. One open for writing (a forced rollback) is refused
+    /// instead: the writer would go on writing to a file no name leads to.
+    fn cached_size_is_kept(&self, path: &[u8]) -> Result<bool> {
+        if self.core.passthrough() {
+            return Ok(false);
+        }
+        let Ok(st) = self.core.backing.stat(path) else {
+            return Ok(false);
+        };
+        if let Some(rec) = &self.core.recorder
+            && rec.is_open(&st)
+        {
+            let writer = rec.open_writers().into_iter().find(|w| w.path == path);
+            let (pid, process) = writer.map_or((0, String::from("?")), |w| (w.pid, w.process));
+            return Err(Error::WrittenThroughCache {
+                path: show_path(path),
+                pid,
+                process,
+            });
+        }
+        if st.st_nlink > 1 {
+            // Every name must get the restored content: in place.
+            return Ok(false);
+        }
+        let Some(ino) = self.known_ino(path) else {
+            // The kernel has never looked it up: it caches nothing of it.
+            return Ok(false);
+        };
+        Ok(self.core.files.find(|f| f.ino == ino).is_some())
+    }
+
     fn inode_changed(&self, path: &[u8]) {
         if let Some(ino) = self.known_ino(path) {
             self.notice(Notice::Inode(ino));
@@ -298,7 +334,8 @@ impl Apply for Restorer {
                 Ok(_) => return Err(failed(path, Errno::EEXIST)),
                 Err(_) => false,
             };
-            if existing && detach {
+            let replace = existing && !detach && self.cached_size_is_kept(path)?;
+            if existing && (detach || replace) {
                 // A file of its own: this name goes, and is made again below.
                 self.remove(path, false)?;
                 existing = false;

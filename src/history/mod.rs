@@ -136,6 +136,16 @@ pub enum Error {
         "{path}: not restored: this special file was recorded by an earlier rewind, which did not keep its type (fifo, socket or device)"
     )]
     UnknownNodeType { path: String },
+    /// Without passthrough the kernel keeps its own size of a file open for writing: a
+    /// rewrite in place would leave the writer appending past a hole of zeros.
+    #[error(
+        "{path}: not restored: process {pid} ({process}) has it open for writing, and without passthrough (a mount by a user other than root) the kernel would keep its old size for that process; stop it, or roll back once it has closed the file"
+    )]
+    WrittenThroughCache {
+        path: String,
+        pid: u32,
+        process: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -170,6 +180,7 @@ impl Error {
             | Error::NotASymlink
             | Error::Usage(_) => true,
             Error::Io { .. }
+            | Error::WrittenThroughCache { .. }
             | Error::Mount { .. }
             | Error::Git { .. }
             | Error::TooDeep

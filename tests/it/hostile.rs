@@ -422,3 +422,76 @@ fn a_command_whose_daemon_dies_says_so_clearly() {
     );
     assert!(!err.contains("os error"), "{err}");
 }
+
+/// F0b: without passthrough the kernel keeps its own size of a file it has open. A rollback
+/// that rewrote such a file in place left a reader seeing the restored content padded with
+/// zeros to the old size, and a forced rollback under an `O_APPEND` writer left a hole of
+/// zeros before the writer's next append. Now a file open for reading is replaced (the reader
+/// keeps the content it had, new opens get the restored one), and one open for writing is
+/// refused with the writer named, even with `--force`, and left as it is.
+#[test]
+fn a_rollback_without_passthrough_never_shows_zeros_to_open_handles() {
+    let mut ws = Workspace::new();
+    ws.mount_with(&["--no-passthrough"]);
+    assert!(rw_ok(&ws, &["status"]).contains("data path: writeback"));
+    let dir = ws.path();
+    bash(
+        &dir,
+        "printf 'original short\\n' > h; printf 'orig2\\n' > g",
+    );
+    sync(&ws);
+    bash(
+        &dir,
+        "REWIND_SESSION=S6 bash -c 'printf \"changed by S6, a much longer line than before\\n\" > h; printf \"S6 wrote this\\n\" > g'",
+    );
+    sync(&ws);
+    let script = format!(
+        r#"
+import os, subprocess, sys
+reader = os.open('h', os.O_RDONLY)
+before = os.pread(reader, 200, 0)
+writer = os.open('g', os.O_WRONLY | os.O_APPEND)
+os.write(writer, b'appended\n')
+out = subprocess.run([{rewind:?}, 'rollback', '--session', 'S6', '--force'], capture_output=True, text=True)
+print('code', out.returncode)
+print('stdout', out.stdout.replace('\n', ' | '))
+print('stderr', out.stderr.replace('\n', ' | '))
+print('reader', os.pread(reader, 200, 0))
+print('new', open('h', 'rb').read())
+os.write(writer, b'after\n')
+os.close(writer)
+print('g', open('g', 'rb').read())
+"#,
+        rewind = crate::common::REWIND
+    );
+    let text = ok(Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&dir)
+        .env_remove("REWIND_SESSION")
+        .output()
+        .unwrap());
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no {key} line in:\n{text}"))
+            .to_string()
+    };
+    // The reader keeps the file it opened, whole and without zeros.
+    assert_eq!(
+        line("reader"),
+        "b'changed by S6, a much longer line than before\\n'",
+        "{text}"
+    );
+    // A new open reads the restored content.
+    assert_eq!(line("new"), "b'original short\\n'", "{text}");
+    // The written file is left as it is, and the writer named: done in part.
+    assert_eq!(line("code"), "1", "{text}");
+    assert!(line("stdout").contains("has it open for writing"), "{text}");
+    assert_eq!(
+        line("g"),
+        "b'S6 wrote this\\nappended\\nafter\\n'",
+        "{text}"
+    );
+    assert!(!text.contains("\\x00"), "{text}");
+}
