@@ -278,19 +278,22 @@ impl Store {
     }
 
     /// Store `data` (at most a chunk) under `hash`, as a delta on `base` if that pays.
-    fn put_inline(&self, hash: &Hash, data: &[u8], base: Option<&[u8]>) -> Result<()> {
+    /// Returns the size of the value written (0 if it was stored already).
+    fn put_inline(&self, hash: &Hash, data: &[u8], base: Option<&[u8]>) -> Result<u64> {
         if self.keep_blob(hash)? {
-            return self.check_writable();
+            return self.check_writable().map(|()| 0);
         }
         let value = match base.and_then(|path| self.delta_on_previous(path, data)) {
             Some(delta) => delta,
             None => encode_inline(data),
         };
+        let len = value.len() as u64;
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         batch.put_cf(db.cf(CF_BLOBS), hash.0, value);
         drop(db);
-        self.write("put blob", batch)
+        self.write("put blob", batch)?;
+        Ok(len)
     }
 
     /// The value of `data` as a delta on the newest content recorded for `path`, if there is
@@ -406,11 +409,37 @@ impl Store {
             chunks: Vec::new(),
         };
         let source = std::io::Cursor::new(first).chain(reader);
-        for chunk in fastcdc::v2020::StreamCDC::new(source, CDC_MIN, CDC_AVG, CDC_MAX) {
+        // Bytes this store wrote, and the raw bytes they hold: how much the rest may need.
+        let (mut written, mut written_raw) = (0u64, 0u64);
+        let mut chunks = fastcdc::v2020::StreamCDC::new(source, CDC_MIN, CDC_AVG, CDC_MAX);
+        while let Some(chunk) = chunks.next() {
             let chunk = chunk.map_err(|e| content_io(e.into()))?;
             whole.update(&chunk.data);
             let hash = Hash::of(&chunk.data);
-            self.put_inline(&hash, &chunk.data, None)?;
+            if !self.keep_blob(&hash)? {
+                // Never into the reserve (see `check_room_for`). What the rest needs, from
+                // how well this content compressed so far.
+                let len = chunk.length as u64;
+                self.check_room_for(len, path, manifest.size, || {
+                    let rest: u64 = chunks
+                        .by_ref()
+                        .map_while(|c| c.ok())
+                        .filter(|c| !self.has_blob(&Hash::of(&c.data)).unwrap_or(false))
+                        .map(|c| c.length as u64)
+                        .sum::<u64>()
+                        + len;
+                    let ratio = if written_raw == 0 {
+                        1.0
+                    } else {
+                        written as f64 / written_raw as f64
+                    };
+                    (rest as f64 * ratio.min(1.0)) as u64
+                })?;
+                written += self.put_inline(&hash, &chunk.data, None)?;
+                written_raw += len;
+            } else {
+                self.check_writable()?;
+            }
             manifest.chunks.push((hash.0, chunk.length as u32));
             manifest.size += chunk.length as u64;
         }

@@ -169,8 +169,9 @@ impl Store {
     /// change, an open-episode marker or a capture in flight refers to (through chunk
     /// manifests too). A dry run computes the same and removes nothing.
     pub fn gc(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
+        // On a full disk too: giving space back is what the reserve is kept for.
         if !plan.dry_run {
-            self.check_writable()?;
+            self.check_may_free()?;
         }
         // Hold the writer lock so no change is recorded between planning and deleting.
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -354,7 +355,7 @@ impl Store {
                 batch.put_cf(db.cf(CF_META), cut_key(*kind, name), cut.encode());
             }
         }
-        self.write("gc", batch)?;
+        self.write_to_free("gc", batch)?;
         if !unreferenced.is_empty() {
             // Before the note table is unlocked: a capture that notes after this sees it.
             self.sweeps.fetch_add(1, Ordering::SeqCst);
