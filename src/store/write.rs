@@ -140,13 +140,22 @@ impl Store {
             return Ok(());
         }
         let rest = rest().max(bytes);
-        let what = match what {
-            Some(path) => format!("the content of {}", String::from_utf8_lossy(path)),
-            None => "a large content".to_string(),
+        let (what, way_out) = match what {
+            Some(path) => {
+                let path = String::from_utf8_lossy(path);
+                (
+                    format!("the content of {path}"),
+                    format!(
+                        "; free that much there, or move {path} out of the workspace while it \
+                         is not mounted, run `rewind gc` and mount again"
+                    ),
+                )
+            }
+            None => ("a large content".to_string(), String::new()),
         };
         let reason = format!(
             "the disk of {} is too full to store {what}: {} stored, about {} more needed, \
-             {} free and rewind keeps {} in reserve",
+             {} free and rewind keeps {} in reserve{way_out}",
             self.dir.display(),
             mib(stored),
             mib(rest),
@@ -163,24 +172,28 @@ impl Store {
     }
 
     /// The bytes RocksDB is about to write of what it holds already, over every family: its
-    /// write buffers (not yet in table files, while the log still holds them) and what its
-    /// compactions are behind with (written anew before the tables they replace go).
+    /// write buffers (not yet in table files, while the log still holds them), and what a
+    /// compaction rewrites before the tables it replaces go: the tables in level 0, or
+    /// RocksDB's estimate of what it is behind with if that is more.
     fn unflushed_bytes(&self) -> u64 {
         let Ok(db) = self.db() else {
             return 0;
         };
-        let mut sum = 0u64;
+        let (mut buffers, mut behind) = (0u64, 0u64);
         for name in super::ALL_CFS {
-            for property in [
-                "rocksdb.cur-size-all-mem-tables",
-                "rocksdb.estimate-pending-compaction-bytes",
-            ] {
-                if let Ok(Some(n)) = db.property_int_value_cf(db.cf(name), property) {
-                    sum = sum.saturating_add(n);
-                }
-            }
+            let cf = db.cf(name);
+            let n = |property| db.property_int_value_cf(cf, property).ok().flatten();
+            buffers += n("rocksdb.cur-size-all-mem-tables").unwrap_or(0);
+            behind += n("rocksdb.estimate-pending-compaction-bytes").unwrap_or(0);
         }
-        sum
+        let level0: u64 = db.live_files().map_or(0, |files| {
+            files
+                .iter()
+                .filter(|f| f.level == 0)
+                .map(|f| f.size as u64)
+                .sum()
+        });
+        buffers.saturating_add(behind.max(level0))
     }
 
     /// Free space on the store's disk and the reserve rewind keeps there; `None` if the disk
