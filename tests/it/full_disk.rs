@@ -135,6 +135,13 @@ fn a_file_too_large_for_the_store_disk_stops_at_the_reserve_and_recording_resume
         Some(libc::ENOSPC),
         "a new file while big cannot be stored: {refused:?}"
     );
+    // Deleting it is refused too (and leaves it held back, not half forgotten).
+    let rm = fs::remove_file(root.join("big"));
+    assert_eq!(
+        rm.as_ref().err().and_then(|e| e.raw_os_error()),
+        Some(libc::ENOSPC),
+        "rm big while it cannot be stored: {rm:?}"
+    );
     // No point of the past answers with big (its create is not recorded).
     let at = rw(&ws, &["cat", "big", "--at", &last]);
     assert!(
