@@ -142,18 +142,9 @@ impl Job {
         };
         // A reading command sees everything done before it was asked, and changes nothing:
         // held-back new files are waited for, not recorded early.
-        let reading =
-            !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. });
-        if reading {
+        if !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. }) {
             self.recorder.settle_for_reading();
         }
-        // A reading command answers from the history: a new file still held back (one the
-        // store could not take, on a full disk) is in no point yet, not even the newest.
-        let recorded = crate::history::AsRecorded {
-            recorder: self.recorder.clone(),
-            source: self.source.clone(),
-        };
-        let source: &dyn crate::history::Source = if reading { &recorded } else { &*self.source };
         let actor = DaemonActor { job: self };
         // Content a command stores for what it does next (a hunk to put back, a file's content
         // kept across a rollback) stays until the command is over (`store/pins.rs`).
@@ -163,7 +154,7 @@ impl Job {
         let result = {
             let mut env = Env {
                 history: self.recorder.history(),
-                source,
+                source: &*self.source,
                 ignored: &ignored,
                 workspace: self.workspace.clone(),
                 base,
