@@ -278,9 +278,10 @@ impl Store {
     }
 
     /// Store `data` (at most a chunk) under `hash`, as a delta on `base` if that pays.
-    fn put_inline(&self, hash: &Hash, data: &[u8], base: Option<&[u8]>) -> Result<()> {
+    /// Returns the size of the value written (0 if it was stored already).
+    fn put_inline(&self, hash: &Hash, data: &[u8], base: Option<&[u8]>) -> Result<u64> {
         if self.keep_blob(hash)? {
-            return self.check_writable();
+            return self.check_writable().map(|()| 0);
         }
         let value = match base.and_then(|path| self.delta_on_previous(path, data)) {
             Some(delta) => delta,
@@ -291,14 +292,14 @@ impl Store {
 
     /// Write a blob's value, and the counts with it (`counts.rs`). Unless `replace`, nothing
     /// is written if the blob is stored: the same content captured at once by two threads is
-    /// stored (and counted) once.
+    /// stored (and counted) once. Returns the size of the value written (0 if none was).
     fn put_value(
         &self,
         context: &'static str,
         hash: &Hash,
         value: &[u8],
         replace: bool,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut counts = self.counts();
         let mut new_counts = *counts;
         let db = self.db()?;
@@ -311,7 +312,7 @@ impl Store {
             None
         };
         match old {
-            Some(_) if !replace => return Ok(()),
+            Some(_) if !replace => return Ok(0),
             Some(len) => {
                 new_counts.blob_bytes =
                     new_counts.blob_bytes.saturating_sub(len) + value.len() as u64;
@@ -324,7 +325,8 @@ impl Store {
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, hash.0, value);
         drop(db);
-        self.write_counted(context, batch, &mut counts, new_counts)
+        self.write_counted(context, batch, &mut counts, new_counts)?;
+        Ok(value.len() as u64)
     }
 
     /// The value of `data` as a delta on the newest content recorded for `path`, if there is
@@ -440,11 +442,37 @@ impl Store {
             chunks: Vec::new(),
         };
         let source = std::io::Cursor::new(first).chain(reader);
-        for chunk in fastcdc::v2020::StreamCDC::new(source, CDC_MIN, CDC_AVG, CDC_MAX) {
+        // Bytes this store wrote, and the raw bytes they hold: how much the rest may need.
+        let (mut written, mut written_raw) = (0u64, 0u64);
+        let mut chunks = fastcdc::v2020::StreamCDC::new(source, CDC_MIN, CDC_AVG, CDC_MAX);
+        while let Some(chunk) = chunks.next() {
             let chunk = chunk.map_err(|e| content_io(e.into()))?;
             whole.update(&chunk.data);
             let hash = Hash::of(&chunk.data);
-            self.put_inline(&hash, &chunk.data, None)?;
+            if !self.keep_blob(&hash)? {
+                // Never into the reserve (see `check_room_for`). What the rest needs, from
+                // how well this content compressed so far.
+                let len = chunk.length as u64;
+                self.check_room_for(len, path, manifest.size, || {
+                    let rest: u64 = chunks
+                        .by_ref()
+                        .map_while(|c| c.ok())
+                        .filter(|c| !self.has_blob(&Hash::of(&c.data)).unwrap_or(false))
+                        .map(|c| c.length as u64)
+                        .sum::<u64>()
+                        + len;
+                    let ratio = if written_raw == 0 {
+                        1.0
+                    } else {
+                        written as f64 / written_raw as f64
+                    };
+                    (rest as f64 * ratio.min(1.0)) as u64
+                })?;
+                written += self.put_inline(&hash, &chunk.data, None)?;
+                written_raw += len;
+            } else {
+                self.check_writable()?;
+            }
             manifest.chunks.push((hash.0, chunk.length as u32));
             manifest.size += chunk.length as u64;
         }
@@ -479,7 +507,7 @@ impl Store {
     /// Write a blob's value as it is (for tests of stored bytes).
     #[cfg(test)]
     pub(crate) fn put_raw_blob(&self, hash: &Hash, value: &[u8]) -> Result<()> {
-        self.put_value("put blob", hash, value, true)
+        self.put_value("put blob", hash, value, true).map(|_| ())
     }
 
     /// Every blob's hash with the length of the delta chain it is read through (0: stored

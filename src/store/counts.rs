@@ -61,15 +61,33 @@ impl Store {
     pub(super) fn write_counted(
         &self,
         context: &'static str,
+        batch: WriteBatch,
+        counts: &mut MutexGuard<'_, Counts>,
+        new: Counts,
+    ) -> Result<()> {
+        self.write_counted_as(context, batch, counts, new, false)
+    }
+
+    /// [`write_counted`](Store::write_counted); with `to_free`, a write that gives space back
+    /// (gc), made also while writes are refused because the disk is full
+    /// ([`write_to_free`](Store::write_to_free)).
+    pub(super) fn write_counted_as(
+        &self,
+        context: &'static str,
         mut batch: WriteBatch,
         counts: &mut MutexGuard<'_, Counts>,
         new: Counts,
+        to_free: bool,
     ) -> Result<()> {
         {
             let db = self.db()?;
             batch.put_cf(db.cf(CF_META), COUNTS_KEY, new.encode());
         }
-        self.write(context, batch)?;
+        if to_free {
+            self.write_to_free(context, batch)?;
+        } else {
+            self.write(context, batch)?;
+        }
         **counts = new;
         Ok(())
     }

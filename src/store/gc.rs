@@ -169,8 +169,9 @@ impl Store {
     /// change, an open-episode marker or a capture in flight refers to (through chunk
     /// manifests too). A dry run computes the same and removes nothing.
     pub fn gc(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
+        // On a full disk too: giving space back is what the reserve is kept for.
         if !plan.dry_run {
-            self.check_writable()?;
+            self.check_may_free()?;
         }
         // Hold the writer lock so no change is recorded between planning and deleting.
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
@@ -363,7 +364,7 @@ impl Store {
                 batch.put_cf(db.cf(CF_META), cut_key(*kind, name), cut.encode());
             }
         }
-        self.write_counted("gc", batch, &mut counts, new_counts)?;
+        self.write_counted_as("gc", batch, &mut counts, new_counts, true)?;
         drop(counts);
         if !unreferenced.is_empty() {
             // Before the note table is unlocked: a capture that notes after this sees it.

@@ -143,6 +143,10 @@ pub struct Store {
     counts: Mutex<Counts>,
     /// How many gcs have deleted blobs: content known to be stored before the last one still is.
     sweeps: AtomicU64,
+    /// How much content a store stopped for lack of room still wanted to write
+    /// ([`Store::check_room_for`]): writes are taken again once the disk has that much room
+    /// above the reserve. 0 when no such store stopped.
+    wanted: AtomicU64,
     /// The newest id a checkpoint named: an id set aside at or below it is never handed out
     /// again, even if it goes unused.
     pinned: AtomicU64,

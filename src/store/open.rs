@@ -395,6 +395,7 @@ impl Store {
             counts: Default::default(),
             pins: Default::default(),
             pinned: AtomicU64::new(0),
+            wanted: AtomicU64::new(0),
         };
         match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
             Some(found) if found > FORMAT_VERSION => {
@@ -506,7 +507,10 @@ impl Store {
             }
         }
         if let Some(room) = self.room() {
-            let need = room.reserve + log_bytes(&self.dir);
+            // Room for the replay of the log, and for the rest of a content whose store stopped
+            // at the reserve (see `check_room_for`).
+            let wanted = self.wanted.load(Ordering::SeqCst);
+            let need = room.reserve + log_bytes(&self.dir) + wanted;
             if room.free < need {
                 return Err(Error::Unwritable {
                     reason: format!(
@@ -554,6 +558,7 @@ impl Store {
     }
 
     fn writes_again(&self) {
+        self.wanted.store(0, Ordering::SeqCst);
         *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = None;
         tracing::info!("the store accepts writes again");
     }

@@ -80,6 +80,6 @@ impl Store {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        self.write("gc sessions", batch)
+        self.write_to_free("gc sessions", batch)
     }
 }

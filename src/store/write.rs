@@ -136,6 +136,87 @@ impl Store {
         room
     }
 
+    /// Before storing `bytes` more of one content (a chunk of a large file): refuse if that
+    /// would take the store's disk into the reserve. Large content is stored chunk by chunk,
+    /// each checked, so one file larger than the disk stops here instead of eating the reserve
+    /// that gc, a reopen and what has started need. The chunks stored so far stay (a retry
+    /// finds them stored and goes on from there; gc removes them if nothing comes to refer to
+    /// them). Writes are refused from then on, like after a failed write, until the disk has
+    /// room for the rest: `rest` bytes of content (at most; compression may need less) on top
+    /// of the reserve, so that a retry does not start over for each MiB freed.
+    pub(super) fn check_room_for(
+        &self,
+        bytes: u64,
+        what: Option<&[u8]>,
+        stored: u64,
+        rest: impl FnOnce() -> u64,
+    ) -> Result<()> {
+        let Some(room) = self.room() else {
+            return Ok(());
+        };
+        // What RocksDB's write buffers hold is in its log and will be written again when they
+        // are flushed, before that log goes: count it as taken already.
+        let unflushed = self.unflushed_bytes();
+        if room.free >= room.reserve.saturating_add(bytes).saturating_add(unflushed) {
+            return Ok(());
+        }
+        let rest = rest().max(bytes);
+        let (what, way_out) = match what {
+            Some(path) => {
+                let path = String::from_utf8_lossy(path);
+                (
+                    format!("the content of {path}"),
+                    format!(
+                        "; free that much there, or move {path} out of the workspace while it \
+                         is not mounted, run `rewind gc` and mount again"
+                    ),
+                )
+            }
+            None => ("a large content".to_string(), String::new()),
+        };
+        let reason = format!(
+            "the disk of {} is too full to store {what}: {} stored, about {} more needed, \
+             {} free and rewind keeps {} in reserve{way_out}",
+            self.dir.display(),
+            mib(stored),
+            mib(rest),
+            mib(room.free),
+            mib(room.reserve)
+        );
+        tracing::error!("{reason}; refusing writes until the disk has room for it");
+        self.wanted.store(rest, Ordering::SeqCst);
+        *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = Some((reason.clone(), true));
+        Err(Error::Unwritable {
+            reason,
+            no_space: true,
+        })
+    }
+
+    /// The bytes RocksDB is about to write of what it holds already, over every family: its
+    /// write buffers (not yet in table files, while the log still holds them), and what a
+    /// compaction rewrites before the tables it replaces go: the tables in level 0, or
+    /// RocksDB's estimate of what it is behind with if that is more.
+    fn unflushed_bytes(&self) -> u64 {
+        let Ok(db) = self.db() else {
+            return 0;
+        };
+        let (mut buffers, mut behind) = (0u64, 0u64);
+        for name in super::ALL_CFS {
+            let cf = db.cf(name);
+            let n = |property| db.property_int_value_cf(cf, property).ok().flatten();
+            buffers += n("rocksdb.cur-size-all-mem-tables").unwrap_or(0);
+            behind += n("rocksdb.estimate-pending-compaction-bytes").unwrap_or(0);
+        }
+        let level0: u64 = db.live_files().map_or(0, |files| {
+            files
+                .iter()
+                .filter(|f| f.level == 0)
+                .map(|f| f.size as u64)
+                .sum()
+        });
+        buffers.saturating_add(behind.max(level0))
+    }
+
     /// Free space on the store's disk and the reserve rewind keeps there; `None` if the disk
     /// cannot be asked.
     pub fn room(&self) -> Option<Room> {
@@ -196,6 +277,27 @@ impl Store {
     /// fails, and the caller's operation with it.
     pub(super) fn write(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
         self.check_writable()?;
+        self.write_now(context, batch)
+    }
+
+    /// [`write`](Store::write) for a write that gives space back (gc's deletes), also when
+    /// writes are refused because the disk is full: that is what the reserve is kept for. Not
+    /// after a panic, nor in a read-only store.
+    pub(super) fn write_to_free(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
+        self.check_may_free()?;
+        self.write_now(context, batch)
+    }
+
+    /// `Ok` if a write that gives space back may be made: writes are accepted, or refused
+    /// only because the disk is full.
+    pub(super) fn check_may_free(&self) -> Result<()> {
+        match self.check_writable() {
+            Err(Error::Unwritable { no_space: true, .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn write_now(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
         let db = self.db()?;
         let started = Instant::now();
         let mut batch = batch;

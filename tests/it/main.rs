@@ -3,6 +3,7 @@
 mod agents;
 mod comments;
 mod common;
+mod full_disk;
 mod git;
 mod history;
 mod hostile;

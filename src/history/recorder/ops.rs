@@ -59,10 +59,16 @@ impl Recorder {
             }
         }
         self.flush_saved(path)?;
-        if let Some(p) = lock(&self.pending).remove(path) {
+        let held = lock(&self.pending).remove(path);
+        if let Some(p) = held {
             // Created and deleted before anyone saw it: a temporary file. Nothing to record.
+            // If the store refuses even that (a full disk), the unlink fails and the file
+            // stays held back, so no view of the past shows it as if recorded.
+            if let Err(e) = self.history.drop_open_episode(path) {
+                lock(&self.pending).insert(path.to_vec(), p);
+                return Err(e);
+            }
             self.release_id(p.id);
-            self.history.drop_open_episode(path)?;
             return Ok(None);
         }
         if !self.records(path, false) {

@@ -378,6 +378,12 @@ impl SmallFs {
     }
 
     /// Bytes an unprivileged writer may still use.
+    /// The file system's size.
+    pub fn size(&self) -> u64 {
+        let st = nix_statvfs(&self.mnt);
+        st.f_blocks * st.f_frsize
+    }
+
     pub fn available(&self) -> u64 {
         let st = nix_statvfs(&self.mnt);
         st.f_bavail * st.f_frsize
