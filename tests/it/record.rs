@@ -172,6 +172,44 @@ fn log_after_a_writer_exits_shows_its_change_even_before_the_release_is_handled(
     assert_eq!(kinds(&ws, "old.txt"), ["modify"]);
 }
 
+/// A held-back create is taken out of its table before it is recorded; a `log` in between
+/// (`REWIND_TEST_SLOW_PENDING` widens the moment) waits for the record. Here a save that keeps
+/// a backup (the original renamed to `f~`, a new `f` written, by one process): `log f` shows
+/// its `modify` at once, never the rename it replaces nor nothing.
+#[test]
+fn log_waits_for_a_held_back_create_being_recorded() {
+    let ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("f"), "one\n").unwrap();
+    let out = ws
+        .command(&["mount"])
+        .arg(&dir)
+        .arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_SLOW_PENDING", "700")
+        .output()
+        .unwrap();
+    check(&out);
+    let mut ws = ws;
+    ws.mark_mounted();
+    sh(
+        &dir,
+        "python3 -c \"import os; os.rename('f', 'f~'); open('f', 'w').write('two\\n')\"",
+    );
+    // Past the half second a create is held back: the pending thread has taken it.
+    std::thread::sleep(Duration::from_millis(900));
+    let kinds: Vec<String> = rw_ok(&ws, &["log", "f", "--json"])
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds, ["modify"]);
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]

@@ -311,9 +311,9 @@ impl Recorder {
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
         }
-        let held: Vec<(Vec<u8>, std::time::Instant)> = lock(&self.pending)
+        let held: Vec<(Vec<u8>, std::time::Instant, Key)> = lock(&self.pending)
             .iter()
-            .map(|(path, p)| (path.clone(), p.since))
+            .map(|(path, p)| (path.clone(), p.since, p.key))
             .collect();
         if held.is_empty() {
             return;
@@ -326,9 +326,16 @@ impl Recorder {
             let waiting = {
                 let pending = lock(&self.pending);
                 held.iter()
-                    .any(|(path, since)| pending.get(path).is_some_and(|p| p.since == *since))
+                    .any(|(path, since, _)| pending.get(path).is_some_and(|p| p.since == *since))
             };
             if !waiting {
+                // A create is taken out of the table before it is recorded, under its file's
+                // lock (`flush_pending_where`): wait for that record to be written too, or a
+                // read could fall between a rename-away save's retracted rename and its
+                // modify, and see neither.
+                for (_, _, key) in &held {
+                    drop(self.hold(&[*key]));
+                }
                 return;
             }
             if std::time::Instant::now() >= give_up {

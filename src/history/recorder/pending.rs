@@ -162,11 +162,17 @@ impl Recorder {
         due.sort();
         for (_, path, key) in due {
             // Under the file's lock, so an unlink or rename of it waits for the create to be
-            // recorded (or finds it still held back and deals with it itself).
+            // recorded (or finds it still held back and deals with it itself); and as an
+            // episode's end, so a settle waits for a create taken out of the table before it
+            // looked until it is recorded.
+            let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
             let _held = self.hold(&[key]);
             let Some(p) = lock(&self.pending).remove(&path) else {
                 continue;
             };
+            if let Some(delay) = slow_pending() {
+                std::thread::sleep(delay);
+            }
             self.record_create_or_keep(&path, p)?;
         }
         Ok(())
@@ -230,4 +236,17 @@ impl Source for AsRecorded {
         self.check(path)?;
         self.source.lstat(path)
     }
+}
+
+/// Tests only: `REWIND_TEST_SLOW_PENDING=MS` makes the recording of each held-back create wait
+/// that long after it is taken out of the table, so that a reader comes in between.
+fn slow_pending() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let ms = std::env::var("REWIND_TEST_SLOW_PENDING")
+            .ok()?
+            .parse()
+            .ok()?;
+        Some(std::time::Duration::from_millis(ms))
+    })
 }
