@@ -240,13 +240,13 @@ impl Source for AsRecorded {
 
 /// Tests only: `REWIND_TEST_SLOW_PENDING=MS` makes the recording of each held-back create wait
 /// that long after it is taken out of the table, so that a reader comes in between.
-fn slow_pending() -> Option<std::time::Duration> {
-    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+fn slow_pending() -> Option<Duration> {
+    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
     *DELAY.get_or_init(|| {
         let ms = std::env::var("REWIND_TEST_SLOW_PENDING")
             .ok()?
             .parse()
             .ok()?;
-        Some(std::time::Duration::from_millis(ms))
+        Some(Duration::from_millis(ms))
     })
 }
