@@ -36,3 +36,30 @@ pub mod mcp;
 pub mod procfs;
 pub mod store;
 pub mod ui;
+
+/// Tests only: a pause the environment variable `var` asks for (in milliseconds), read once.
+/// The daemon's tests widen a race window with one (`REWIND_TEST_SLOW_RELEASE`,
+/// `REWIND_TEST_SLOW_PENDING`); unset, it costs one atomic load.
+pub(crate) struct TestDelay {
+    var: &'static str,
+    ms: std::sync::OnceLock<Option<u64>>,
+}
+
+impl TestDelay {
+    pub(crate) const fn new(var: &'static str) -> TestDelay {
+        TestDelay {
+            var,
+            ms: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Sleep as long as the variable says, if it is set.
+    pub(crate) fn pause(&self) {
+        let ms = self
+            .ms
+            .get_or_init(|| std::env::var(self.var).ok()?.parse().ok());
+        if let Some(ms) = *ms {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+}

@@ -365,9 +365,7 @@ impl Core {
     }
 
     pub(super) fn release(&self, fh: FileHandle) {
-        if let Some(delay) = slow_release() {
-            std::thread::sleep(delay);
-        }
+        SLOW_RELEASE.pause();
         if let Some(open) = self.files.remove(fh.0) {
             // Close our fd before recording, so the last writer's data is all there.
             let episode = lock(&open.episode).take();
@@ -430,13 +428,4 @@ impl Core {
 /// Tests only: `REWIND_TEST_SLOW_RELEASE=MS` makes every RELEASE wait that long before it is
 /// handled, as when the FUSE thread that took it is slow to run, so that a request sent after
 /// the writer's close is handled first.
-fn slow_release() -> Option<std::time::Duration> {
-    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
-    *DELAY.get_or_init(|| {
-        let ms = std::env::var("REWIND_TEST_SLOW_RELEASE")
-            .ok()?
-            .parse()
-            .ok()?;
-        Some(std::time::Duration::from_millis(ms))
-    })
-}
+static SLOW_RELEASE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RELEASE");

@@ -203,15 +203,12 @@ impl Restorer {
     /// replaced: the open handles keep the file they had (as after a save by rename), every
     /// new open gets the restored one. One open for writing (a forced rollback) is refused
     /// instead: the writer would go on writing to a file no name leads to.
-    fn cached_size_is_kept(&self, path: &[u8]) -> Result<bool> {
+    fn cached_size_is_kept(&self, path: &[u8], st: &libc::stat) -> Result<bool> {
         if self.core.passthrough() {
             return Ok(false);
         }
-        let Ok(st) = self.core.backing.stat(path) else {
-            return Ok(false);
-        };
         if let Some(rec) = &self.core.recorder
-            && rec.is_open(&st)
+            && rec.is_open(st)
         {
             let writer = rec.open_writers().into_iter().find(|w| w.path == path);
             let (pid, process) = writer.map_or((0, String::from("?")), |w| (w.pid, w.process));
@@ -329,12 +326,16 @@ impl Apply for Restorer {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let io = |e: std::io::Error| failed(path, e.into());
-            let mut existing = match self.core.backing.stat(path) {
-                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => true,
+            let now = match self.core.backing.stat(path) {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => Some(st),
                 Ok(_) => return Err(failed(path, Errno::EEXIST)),
-                Err(_) => false,
+                Err(_) => None,
             };
-            let replace = existing && !detach && self.cached_size_is_kept(path)?;
+            let mut existing = now.is_some();
+            let replace = match &now {
+                Some(st) if !detach => self.cached_size_is_kept(path, st)?,
+                _ => false,
+            };
             if existing && (detach || replace) {
                 // A file of its own: this name goes, and is made again below.
                 self.remove(path, false)?;
@@ -344,8 +345,8 @@ impl Apply for Restorer {
                 // In place, so every name of a hard-linked file gets it. A process that holds it
                 // open for writing (a forced rollback) keeps writing to it: what it wrote so far
                 // is its own change, the rewrite the rollback's.
-                let writer = match (&self.core.recorder, self.core.backing.stat(path)) {
-                    (Some(rec), Ok(st)) if rec.is_open(&st) => Some((rec, st)),
+                let writer = match (&self.core.recorder, now) {
+                    (Some(rec), Some(st)) if rec.is_open(&st) => Some((rec, st)),
                     _ => None,
                 };
                 let episode = self

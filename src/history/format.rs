@@ -331,33 +331,16 @@ mod tests {
 
     #[test]
     fn a_change_reads_back_from_json_to_the_same_line() {
-        use crate::history::change::{ChangeKind, FileKind, Hash, Tool};
         let c = Change {
-            id: 42,
-            time_ns: 1_700_000_000_123_456_789,
-            kind: ChangeKind::Rename,
-            path: b"new\xff name".to_vec(),
             from: Some(b"old\nname".to_vec()),
             before: None,
-            after: Some(FileState {
-                kind: FileKind::File,
-                size: 3,
-                mode: 0o644,
-                hash: Some(Hash::of(b"abc")),
-                owner: None,
-            }),
-            session: "s1".into(),
-            agent: "claude".into(),
-            pid: 7,
-            process: "mv".into(),
             links: vec![b"other".to_vec()],
-            groups: Vec::new(),
-            turn: Some(3),
-            tool: Some(Tool {
+            tool: Some(crate::history::change::Tool {
                 name: "Bash".into(),
                 id: Some("toolu_1".into()),
             }),
             uid: Some(65534),
+            ..full_change()
         };
         let back = change_from_json(&change_json(&c)).unwrap();
         assert_eq!(back, c);

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -75,6 +75,22 @@ fn mount_on(ws: &mut Workspace, store: &Path) -> Output {
     out
 }
 
+/// A 64 MiB ext4 for the store (the tests need root to make one).
+fn small_ext4() -> SmallFs {
+    SmallFs::of(Disk::Ext4, 64).expect("cannot mount a small ext4 for the store (needs root)")
+}
+
+/// A workspace mounted with its store on `small`, holding one recorded file `a`; and the
+/// store's path.
+fn mounted_with_one_file(small: &SmallFs) -> (Workspace, PathBuf) {
+    let mut ws = Workspace::new();
+    let store = small.path().join("store");
+    ok(mount_on(&mut ws, &store));
+    fs::write(ws.path().join("a"), "a\n").unwrap();
+    ok(rw(&ws, &["sync"]));
+    (ws, store)
+}
+
 /// Wait until storing `big` has stopped: status says recording is refused and names it.
 /// Meanwhile, and after, the disk keeps its reserve.
 fn wait_until_refused(ws: &Workspace, small: &SmallFs, reserve: u64) -> String {
@@ -108,16 +124,10 @@ fn wait_until_refused(ws: &Workspace, small: &SmallFs, reserve: u64) -> String {
 /// is in the history.
 #[test]
 fn a_file_too_large_for_the_store_disk_stops_at_the_reserve_and_recording_resumes() {
-    let Some(small) = SmallFs::of(Disk::Ext4, 64) else {
-        panic!("cannot mount a small ext4 for the store (needs root)");
-    };
+    let small = small_ext4();
     let reserve = reserve_of(small.size());
-    let mut ws = Workspace::new();
-    let store = small.path().join("store");
-    ok(mount_on(&mut ws, &store));
+    let (mut ws, _) = mounted_with_one_file(&small);
     let root = ws.path();
-    fs::write(root.join("a"), "a\n").unwrap();
-    ok(rw(&ws, &["sync"]));
     let last = ok(rw(&ws, &["log"])).lines().count().to_string();
 
     // A filler beside the store leaves less room than the file needs.
@@ -180,16 +190,10 @@ fn a_file_too_large_for_the_store_disk_stops_at_the_reserve_and_recording_resume
 /// store mounts again and records.
 #[test]
 fn a_file_larger_than_the_store_disk_leaves_gc_and_mount_working() {
-    let Some(small) = SmallFs::of(Disk::Ext4, 64) else {
-        panic!("cannot mount a small ext4 for the store (needs root)");
-    };
+    let small = small_ext4();
     let reserve = reserve_of(small.size());
-    let mut ws = Workspace::new();
-    let store = small.path().join("store");
-    ok(mount_on(&mut ws, &store));
+    let (mut ws, store) = mounted_with_one_file(&small);
     let root = ws.path();
-    fs::write(root.join("a"), "a\n").unwrap();
-    ok(rw(&ws, &["sync"]));
     write_noise(&root.join("big"), 60_000_000);
     wait_until_refused(&ws, &small, reserve);
 

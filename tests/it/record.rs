@@ -15,7 +15,7 @@ use rewind::store::{Hash, Query, Store};
 use serde_json::Value;
 
 use crate::common::{
-    SmallFs, Workspace, check, daemon_pid, is_mounted, python, python_command, rw, rw_ok, sh,
+    SmallFs, Workspace, daemon_pid, is_mounted, kinds_of, python, python_command, rw, rw_ok, sh,
     stdout, sync, wait_for, wait_recorded_of,
 };
 
@@ -142,34 +142,13 @@ fn log_right_after_a_change_shows_it() {
 /// is slow: `REWIND_TEST_SLOW_RELEASE`). `log` waits for it, so it shows the change.
 #[test]
 fn log_after_a_writer_exits_shows_its_change_even_before_the_release_is_handled() {
-    let ws = Workspace::new();
+    let mut ws = Workspace::new();
     let dir = ws.path();
     fs::write(dir.join("old.txt"), "old\n").unwrap();
-    let out = ws
-        .command(&["mount"])
-        .arg(&dir)
-        .arg("--store")
-        .arg(ws.store())
-        .env("REWIND_TEST_SLOW_RELEASE", "700")
-        .output()
-        .unwrap();
-    check(&out);
-    let mut ws = ws;
-    ws.mark_mounted();
-    let kinds = |ws: &Workspace, path: &str| -> Vec<String> {
-        rw_ok(ws, &["log", path, "--json"])
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["kind"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
-    };
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RELEASE", "700")]);
     sh(&dir, "printf new > new.txt && printf more >> old.txt");
-    assert_eq!(kinds(&ws, "new.txt"), ["create"]);
-    assert_eq!(kinds(&ws, "old.txt"), ["modify"]);
+    assert_eq!(kinds_of(&ws, "new.txt"), ["create"]);
+    assert_eq!(kinds_of(&ws, "old.txt"), ["modify"]);
 }
 
 /// A held-back create is taken out of its table before it is recorded; a `log` in between
@@ -178,36 +157,17 @@ fn log_after_a_writer_exits_shows_its_change_even_before_the_release_is_handled(
 /// its `modify` at once, never the rename it replaces nor nothing.
 #[test]
 fn log_waits_for_a_held_back_create_being_recorded() {
-    let ws = Workspace::new();
+    let mut ws = Workspace::new();
     let dir = ws.path();
     fs::write(dir.join("f"), "one\n").unwrap();
-    let out = ws
-        .command(&["mount"])
-        .arg(&dir)
-        .arg("--store")
-        .arg(ws.store())
-        .env("REWIND_TEST_SLOW_PENDING", "700")
-        .output()
-        .unwrap();
-    check(&out);
-    let mut ws = ws;
-    ws.mark_mounted();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_PENDING", "700")]);
     sh(
         &dir,
         "python3 -c \"import os; os.rename('f', 'f~'); open('f', 'w').write('two\\n')\"",
     );
     // Past the half second a create is held back: the pending thread has taken it.
     std::thread::sleep(Duration::from_millis(900));
-    let kinds: Vec<String> = rw_ok(&ws, &["log", "f", "--json"])
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["kind"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    assert_eq!(kinds, ["modify"]);
+    assert_eq!(kinds_of(&ws, "f"), ["modify"]);
 }
 
 /// vim saves by renaming the original to a backup, writing a new file under its name and

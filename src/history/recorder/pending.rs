@@ -170,9 +170,7 @@ impl Recorder {
             let Some(p) = lock(&self.pending).remove(&path) else {
                 continue;
             };
-            if let Some(delay) = slow_pending() {
-                std::thread::sleep(delay);
-            }
+            SLOW_PENDING.pause();
             self.record_create_or_keep(&path, p)?;
         }
         Ok(())
@@ -240,13 +238,4 @@ impl Source for AsRecorded {
 
 /// Tests only: `REWIND_TEST_SLOW_PENDING=MS` makes the recording of each held-back create wait
 /// that long after it is taken out of the table, so that a reader comes in between.
-fn slow_pending() -> Option<Duration> {
-    static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
-    *DELAY.get_or_init(|| {
-        let ms = std::env::var("REWIND_TEST_SLOW_PENDING")
-            .ok()?
-            .parse()
-            .ok()?;
-        Some(Duration::from_millis(ms))
-    })
-}
+static SLOW_PENDING: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_PENDING");

@@ -85,11 +85,18 @@ impl Workspace {
     }
 
     pub fn mount_with(&mut self, extra: &[impl AsRef<OsStr>]) {
+        self.mount_with_env(extra, &[]);
+    }
+
+    /// [`mount_with`](Workspace::mount_with), the daemon started with `env` set (a test knob
+    /// such as `REWIND_TEST_SLOW_RELEASE`).
+    pub fn mount_with_env(&mut self, extra: &[impl AsRef<OsStr>], env: &[(&str, &str)]) {
         let mut cmd = self.command(&["mount"]);
         cmd.arg(self.path())
             .arg("--store")
             .arg(self.store())
-            .args(extra);
+            .args(extra)
+            .envs(env.iter().copied());
         let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
@@ -206,6 +213,18 @@ pub fn rw_ok(ws: &Workspace, args: &[&str]) -> String {
         stdout(&out)
     );
     stdout(&out)
+}
+
+/// The kinds of the changes of `path` that `rewind log PATH --json` lists, oldest first.
+#[track_caller]
+pub fn kinds_of(ws: &Workspace, path: &str) -> Vec<String> {
+    rw_ok(ws, &["log", path, "--json"])
+        .lines()
+        .map(|l| {
+            let change: serde_json::Value = serde_json::from_str(l).unwrap();
+            change["kind"].as_str().unwrap().to_string()
+        })
+        .collect()
 }
 
 /// `rewind sync`, which must succeed: every change made before it is recorded when it returns.
