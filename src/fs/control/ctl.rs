@@ -18,7 +18,7 @@ use crate::fs::restore::Restorer;
 use crate::history::GcReport;
 use crate::history::change::{Checkpoint, Tool, Turn};
 use crate::history::db::GcPolicy;
-use crate::history::rollback::{self, Plan, Writer};
+use crate::history::rollback::{self, OpenFiles, Plan};
 use crate::history::who::{By, Claim, Foreign};
 use crate::history::{Error, Name, Recorder, Result, time};
 
@@ -363,8 +363,11 @@ impl Actor for DaemonActor<'_> {
         Ok(Applied { session, failed })
     }
 
-    fn open_writers(&self) -> Vec<Writer> {
-        self.recorder().open_writers()
+    fn open_files(&self) -> OpenFiles {
+        OpenFiles {
+            writers: self.recorder().open_writers(),
+            cached: !self.job.core.passthrough(),
+        }
     }
 
     fn session_of(&self, pid: u32) -> Option<String> {
