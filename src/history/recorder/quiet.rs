@@ -23,6 +23,10 @@ use crate::store::{Order, Query};
 /// it turns out to be a regenerable tree.
 pub const BURST: Duration = Duration::from_secs(60);
 
+/// How many of the newest changes a changed `.gitignore` looks through for folders it makes
+/// ignored ([`Recorder::quiet_newly_ignored`]).
+const RECENT_CHANGES: usize = 20_000;
+
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
@@ -43,10 +47,18 @@ impl Recorder {
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .set_rewindignore(&rules);
+            return self.quiet_newly_ignored(b"");
         }
         let (dir, name) = split(path);
         if !RULE_FILES.contains(&name) {
             return Ok(());
+        }
+        if name == b".gitignore" {
+            self.ignore
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget(dir);
+            self.quiet_newly_ignored(dir)?;
         }
         let marked = {
             let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
@@ -61,6 +73,59 @@ impl Recorder {
             self.quiet_burst(dir)?;
         }
         Ok(())
+    }
+
+    /// The rules about what is below `dir` changed (its `.gitignore`, or `.rewindignore` for
+    /// the whole workspace): every folder below it made moments ago that they now ignore, and
+    /// whose own folder they do not, has its burst taken back, as when a marker is written into
+    /// it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
+    fn quiet_newly_ignored(&self, dir: &[u8]) -> Result<()> {
+        let since = now_ns().saturating_sub(BURST.as_nanos() as u64);
+        let mut made: Vec<Vec<u8>> = Vec::new();
+        // The changes of the last minute, newest first; a folder made further back than
+        // `RECENT_CHANGES` changes ago (a minute of heavy load) keeps its history.
+        self.history.for_each(
+            &Query {
+                after_id: Some(self.history.id_at_time(since)?),
+                since_ns: Some(since),
+                order: Order::NewestFirst,
+                limit: Some(RECENT_CHANGES),
+                ..Query::default()
+            },
+            |c| {
+                if c.kind == ChangeKind::Mkdir && c.path != dir && at_or_under(&c.path, dir) {
+                    made.push(c.path);
+                }
+                true
+            },
+        )?;
+        made.sort();
+        made.dedup();
+        let mut quieted: Vec<Vec<u8>> = Vec::new();
+        for path in made {
+            if quieted.iter().any(|q| at_or_under(&path, q)) {
+                continue;
+            }
+            if !self.ignores(&path, true) || self.ignores(split(&path).0, true) {
+                continue;
+            }
+            if self.quiet_burst(&path)? {
+                quieted.push(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// A file was renamed to `path`: a rule file saved by rename (`sed -i .gitignore`, an
+    /// editor's save) decides as one written in place.
+    pub fn renamed_to(&self, path: &[u8]) {
+        let (_, name) = split(path);
+        if path != b".rewindignore" && !RULE_FILES.contains(&name) {
+            return;
+        }
+        if let Err(e) = self.note_rules(path) {
+            tracing::warn!("{} renamed into place: {e}", String::from_utf8_lossy(path));
+        }
     }
 
     /// A name changed (unlink, rmdir, rename, to or from `path`): forget what was read of it.
