@@ -411,7 +411,10 @@ impl Actor for DaemonActor<'_> {
                 exclusive,
             }) => {
                 let pid = pid.unwrap_or(caller);
-                let agent = agent.as_ref().map(Name::to_string);
+                // rewind's own agent names are mapped, as from the environment.
+                let agent = agent
+                    .as_ref()
+                    .map(|a| Name::from_id("agent", a.as_str().as_bytes()).into_string());
                 let gone = || Error::ProcessGone(pid);
                 if !*exclusive {
                     if !rec.attributor().register(pid, name.to_string(), agent) {
@@ -459,9 +462,14 @@ impl Actor for DaemonActor<'_> {
                 // begins (other sessions' saves in progress are left alone).
                 rec.settle_session(session.as_str())?;
                 let last = rec.history().last_id()?;
-                let turn =
-                    rec.turns()
-                        .begin(session.as_str(), agent, prompt, prompt_id.clone(), last)?;
+                let agent = Name::from_id("agent", agent.as_bytes());
+                let turn = rec.turns().begin(
+                    session.as_str(),
+                    agent.as_str(),
+                    prompt,
+                    prompt_id.clone(),
+                    last,
+                )?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
             Command::Turn(TurnCommand::End {

@@ -10,6 +10,7 @@ use crate::history::Result;
 use crate::history::change::{ChangeKind, FileKind, FileState, Hash, Seen};
 use crate::history::db::Extra;
 use crate::history::ignore::at_or_under;
+use crate::history::name::{EXTERNAL_AGENT, ROLLBACK_AGENT};
 use crate::history::who::Who;
 
 /// What the scan at mount found.
@@ -31,7 +32,7 @@ impl Recorder {
         let mut report = Recovery::default();
         for (path, ep) in self.history.open_episodes()? {
             // A rollback's write cut short is still the rollback's (a restore).
-            let restore = ep.agent == "rewind";
+            let restore = ep.agent == ROLLBACK_AGENT;
             let who = Who {
                 session: ep.session,
                 agent: ep.agent,
@@ -145,7 +146,7 @@ impl Recorder {
     fn record_external(&self, old: &HashMap<Vec<u8>, Seen>, current: &Tree) -> Result<usize> {
         let who = Who {
             session: self.who.default_session().to_string(),
-            agent: "external".into(),
+            agent: EXTERNAL_AGENT.into(),
             pid: 0,
             process: "external".into(),
             restore: false,
