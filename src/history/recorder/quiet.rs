@@ -7,8 +7,8 @@
 //! recorded folder is new (its `mkdir` is the last change to its name, within [`BURST`]),
 //! everything recorded at or below it since that `mkdir` is retracted: the burst that made the
 //! folder leaves no history. The same happens when a new folder is renamed to a name that is
-//! ignored (a temporary build folder moved into place). A folder that existed before keeps its
-//! history; from then on it is ignored.
+//! ignored (a temporary build folder moved into place), and when a `.gitignore` above it comes
+//! to name it. A folder that existed before keeps its history; from then on it is ignored.
 
 use std::time::Duration;
 
