@@ -668,7 +668,9 @@ fn rewinds_own_agent_names_given_from_outside_are_mapped() {
         &root,
         &[],
         "exec 3<>.rewind/ctl; echo 'session start s4 --agent external' >&3; cat <&3 >/dev/null; \
-         exec 3>&-; echo d > ctl.txt",
+         exec 3>&-; echo d > ctl.txt; \
+         exec 3<>.rewind/ctl; echo 'turn begin --session s4 --agent rewind --prompt=p' >&3; \
+         cat <&3 >/dev/null; exec 3>&-",
     );
     ok(rw(&ws, &["sync"]));
     let log = json_lines(&ok(rw(&ws, &["log", "--json"])));
@@ -698,6 +700,9 @@ fn rewinds_own_agent_names_given_from_outside_are_mapped() {
         listed.contains("(agent %external given as \"external\")"),
         "{listed}"
     );
+    let turns = json_lines(&ok(rw(&ws, &["turns", "--json", "--session", "s4"])));
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0]["agent"], "%rewind", "{turns:?}");
 
     // A rollback's changes and an unmounted edit's are still the only ones under those names.
     let rolled = ok(rw(&ws, &["rollback", "--session", "s1"]));
