@@ -9,8 +9,8 @@ use std::fmt;
 
 use crate::store::format::{change_kind as ck, kind as fk};
 use crate::store::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, FsyncedRecord, SeenRecord, SessionRecord, StateRecord,
-    ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, EpisodeRecord, FsyncedRecord, SeenRecord, SessionRecord,
+    StateRecord, ToolRecord, TurnRecord,
 };
 pub use crate::store::{Hash, Order};
 

@@ -781,11 +781,11 @@ fn killed_after(ws: &mut Workspace, extra: &[&str], script: &str) {
         "the script failed:\n{script}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // SAFETY: kill with signal 0 only asks whether the process exists.
-    assert!(
-        wait_for(10, || unsafe { libc::kill(pid, 0) } != 0),
-        "the daemon did not die"
-    );
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(10, gone), "the daemon did not die");
     ws.mount_with(extra);
 }
 

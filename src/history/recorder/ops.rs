@@ -501,7 +501,12 @@ impl Recorder {
         src: &[u8],
         dst: &[u8],
         dst_before: &Option<FileState>,
-    ) -> Option<(bool, Option<FileState>, crate::history::Who, Option<Fsynced>)> {
+    ) -> Option<(
+        bool,
+        Option<FileState>,
+        crate::history::Who,
+        Option<Fsynced>,
+    )> {
         let mut episodes = lock(&self.episodes);
         let ep = episodes.get_mut(&key_of(src_st))?;
         if ep.path != src {

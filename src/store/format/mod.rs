@@ -167,8 +167,9 @@ impl EpisodeRecord {
             }
             (2, rest) => Ok(body::<v2::EpisodeRecord>(cf, key, rest)?.into()),
             (3, rest) => {
-                let (mut episode, tail): (EpisodeRecord, &[u8]) = postcard::take_from_bytes(rest)
-                    .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
+                let (mut episode, tail): (EpisodeRecord, &[u8]) =
+                    postcard::take_from_bytes(rest)
+                        .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
                 // A trailer this version does not know is left alone.
                 if let [FSYNCED, fsynced @ ..] = tail {
                     episode.fsynced = Some(body(cf, key, fsynced)?);

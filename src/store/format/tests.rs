@@ -255,9 +255,8 @@ fn open_episode_markers_of_both_versions() {
         size: 14,
         mtime_ns: 1_700_000_000_123_456_789,
     });
-    let pinned_fsynced = hex(
-        "03004d02733106636c6175646592210376696d01020001feff030181104d0eaab4aed8c7bfce972f",
-    );
+    let pinned_fsynced =
+        hex("03004d02733106636c6175646592210376696d01020001feff030181104d0eaab4aed8c7bfce972f");
     assert_eq!(fsynced.encode(), pinned_fsynced);
     assert_eq!(
         EpisodeRecord::decode("open_episodes", b"p", &pinned_fsynced).unwrap(),
