@@ -20,7 +20,7 @@ use crate::history::change::{Checkpoint, Tool, Turn};
 use crate::history::db::GcPolicy;
 use crate::history::rollback::{self, OpenFiles, Plan};
 use crate::history::who::{By, Claim, Foreign};
-use crate::history::{Error, Name, Recorder, Result, time};
+use crate::history::{AsRecorded, Error, Name, Recorder, Result, Source, time};
 
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
 pub const PARTIAL: &str = "exit status 1";
@@ -177,9 +177,19 @@ impl Job {
         };
         // A reading command sees everything done before it was asked, and changes nothing:
         // held-back new files are waited for, not recorded early.
-        if !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. }) {
+        let reading =
+            !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. });
+        if reading {
             self.recorder.settle_for_reading();
         }
+        // And it answers from the history, as `.rewind/at/` does: a new file still held back
+        // (the store could not take it, or it was made after the settle) is in no point yet,
+        // so `cat --at`, `diff` and the rest never read it from the live file.
+        let recorded = AsRecorded {
+            recorder: self.recorder.clone(),
+            source: self.source.clone(),
+        };
+        let source: &dyn Source = if reading { &recorded } else { &*self.source };
         let actor = DaemonActor { job: self };
         // Content a command stores for what it does next (a hunk to put back, a file's content
         // kept across a rollback) stays until the command is over (`store/pins.rs`).
@@ -189,7 +199,7 @@ impl Job {
         let result = {
             let mut env = Env {
                 history: self.recorder.history(),
-                source: &*self.source,
+                source,
                 ignored: &ignored,
                 workspace: self.workspace.clone(),
                 base,

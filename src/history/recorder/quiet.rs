@@ -186,12 +186,15 @@ impl Recorder {
         lock(&self.pending).retain(|path, p| {
             let keep = !under(path.as_slice());
             if !keep {
-                dropped.push(p.id);
+                dropped.push((path.clone(), p.id, p.fsynced.is_some()));
             }
             keep
         });
-        for id in dropped {
+        for (path, id, marked) in dropped {
             self.release_id(id);
+            if marked {
+                self.history.drop_open_episode(&path)?;
+            }
         }
         self.drain()?;
         // The folder's making: its last change other than a chmod (pytest makes its cache
