@@ -171,6 +171,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
             moved_to: None,
             open_by: Vec::new(),
             link_to: None,
+            separate: false,
         }],
         skipped: Vec::new(),
     };

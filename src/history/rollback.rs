@@ -43,6 +43,10 @@ pub struct Step {
     /// Another name of the file this path was a name of (a hard link), which it becomes a name
     /// of again instead of being written: a name restored before it, or left as it is.
     pub link_to: Option<Vec<u8>>,
+    /// The path's file has names it did not have just before the selection, and the path was
+    /// made anew since: it is made again as a file of its own (its other names keep the file),
+    /// not changed in place.
+    pub separate: bool,
 }
 
 /// A process that holds a file open for writing through the mount (an open write episode).
@@ -161,6 +165,10 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
         }
     }
     let mut plan = Plan::default();
+    // Paths that hold what they should, whose file may still have to be linked again (or
+    // made one of its own again): a name can be put back as a file of its own with the same
+    // content, by the selection itself (`rm a; mkfifo a` of a FIFO `a` linked to `b`).
+    let mut kept: Vec<(Vec<u8>, FileState)> = Vec::new();
     for (path, (first, last)) in &span {
         let (then, place) = view.located(path, first - 1)?;
         let target = then.state().cloned();
@@ -215,6 +223,9 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
             continue;
         }
         if same(&target, &now) {
+            if let Some(t) = target {
+                kept.push((path.clone(), t));
+            }
             continue;
         }
         if let Some(why) = cannot_restore(view, target.as_ref(), moved_to.as_deref()) {
@@ -228,10 +239,11 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
             moved_to,
             open_by,
             link_to: None,
+            separate: false,
         });
     }
     keep_tree_whole(view, &mut plan);
-    link_again(view, selected, &span, &mut plan)?;
+    link_again(view, selected, &span, &kept, &mut plan)?;
     plan.skipped.sort();
     Ok(plan)
 }
@@ -253,41 +265,65 @@ fn names_before(c: &Change, path: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// Names that were one file (hard links) just before the selection are made one file again,
-/// not separate copies: of the steps that put back a file (a symlink, a special file), those
-/// whose names were linked, with the same type, content and mode, become links to one of them,
-/// which is put back first; or, when
-/// one of their names is left out of the plan and still holds that content, links to it.
+/// not separate copies, and a name that was a file of its own is made one again.
+///
+/// Of the names the plan puts back as a file (a symlink, a special file) and those that hold
+/// what they should already (`kept`), those whose names were linked, with the same type,
+/// content and mode, become links to one of them (the anchor): a name left out of the plan
+/// that still holds that state, else a kept one, else the first, which is put back normally.
+/// A kept name that is the anchor's file already needs nothing. An anchor the selection made
+/// anew whose file now has names beyond its group (or any at all, for a group of one) is made
+/// a file of its own first.
 fn link_again(
     view: &View<'_>,
     selected: &[Change],
     span: &BTreeMap<Vec<u8>, (u64, u64)>,
+    kept: &[(Vec<u8>, FileState)],
     plan: &mut Plan,
 ) -> Result<()> {
     let by_id: HashMap<u64, &Change> = selected.iter().map(|c| (c.id, c)).collect();
+    // The first selected change (they are oldest first) that took each name from the file it
+    // named (see `taken_by`): the file a name has after it is not the one it had before.
+    let mut taken: HashMap<&[u8], u64> = HashMap::new();
+    for c in selected {
+        for path in taken_by(c) {
+            taken.entry(path).or_insert(c.id);
+        }
+    }
     // What can have several names: anything but a folder (a symlink and a device too, as
     // `link(2)` does not follow).
-    let file = |st: &Option<FileState>| {
-        st.as_ref()
-            .filter(|f| match f.kind {
-                FileKind::Dir => false,
-                FileKind::File | FileKind::Symlink => f.hash.is_some(),
-                FileKind::Special(_) => true,
-            })
-            .cloned()
+    let file = |st: Option<&FileState>| {
+        st.filter(|f| match f.kind {
+            FileKind::Dir => false,
+            FileKind::File | FileKind::Symlink => f.hash.is_some(),
+            FileKind::Special(_) => true,
+        })
+        .cloned()
     };
     let alike =
         |a: &FileState, b: &FileState| a.kind == b.kind && a.hash == b.hash && a.mode == b.mode;
-    let files: HashMap<Vec<u8>, usize> = plan
+    // Every name that can be linked again: its path, what it should be, and its step if the
+    // plan puts it back (`None`: it holds that already). By path.
+    let mut names: Vec<(Vec<u8>, FileState, Option<usize>)> = plan
         .steps
         .iter()
         .enumerate()
-        .filter(|(_, s)| file(&s.target).is_some())
-        .map(|(i, s)| (s.path.clone(), i))
+        .filter_map(|(i, s)| Some((s.path.clone(), file(s.target.as_ref())?, Some(i))))
+        .chain(
+            kept.iter()
+                .filter_map(|(p, t)| Some((p.clone(), file(Some(t))?, None))),
+        )
+        .collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let index: HashMap<&[u8], usize> = names
+        .iter()
+        .enumerate()
+        .map(|(n, (p, ..))| (p.as_slice(), n))
         .collect();
     let stepped: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
     let skipped: HashSet<&[u8]> = plan.skipped.iter().map(|(p, _)| p.as_slice()).collect();
-    // Steps linked to each other (union-find by index), and names outside the plan to link to.
-    let mut root: Vec<usize> = (0..plan.steps.len()).collect();
+    // Names linked to each other (union-find by index), and names outside the plan to link to.
+    let mut root: Vec<usize> = (0..names.len()).collect();
     fn find(root: &mut [usize], i: usize) -> usize {
         let mut i = i;
         while root[i] != i {
@@ -297,52 +333,139 @@ fn link_again(
         i
     }
     let mut outside: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
-    let mut ordered: Vec<(&Vec<u8>, &usize)> = files.iter().collect();
-    ordered.sort();
-    for (path, &i) in ordered {
-        let Some(c) = span.get(path).and_then(|(first, _)| by_id.get(first)) else {
+    for (n, (path, target, _)) in names.iter().enumerate() {
+        let Some((first, c)) = span
+            .get(path)
+            .and_then(|(first, _)| Some((*first, *by_id.get(first)?)))
+        else {
             continue;
         };
-        let target = file(&plan.steps[i].target).expect("a file step");
         for other in names_before(c, path) {
-            if let Some(&j) = files.get(&other) {
-                if file(&plan.steps[j].target).is_some_and(|t| alike(&t, &target)) {
-                    let (a, b) = (find(&mut root, i), find(&mut root, j));
+            if let Some(&m) = index.get(other.as_slice()) {
+                // The other name was this file when `c` was made; it is what it goes back to
+                // only if no earlier selected change took that name from the file it had
+                // before the selection.
+                if alike(&names[m].1, target)
+                    && taken.get(other.as_slice()).is_none_or(|id| *id > first)
+                {
+                    let (a, b) = (find(&mut root, n), find(&mut root, m));
                     root[a.max(b)] = a.min(b);
                 }
             } else if !stepped.contains(other.as_slice())
                 && !skipped.contains(other.as_slice())
-                && !outside.contains_key(&i)
-                && file(&view.state_at(&other, u64::MAX)?.state().cloned())
-                    .is_some_and(|now| alike(&now, &target))
+                && !outside.contains_key(&n)
+                && file(view.state_at(&other, u64::MAX)?.state())
+                    .is_some_and(|now| alike(&now, target))
             {
-                outside.insert(i, other);
+                outside.insert(n, other);
             }
         }
     }
-    // Each group links to a name outside the plan if it has one, else to its first name.
     let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for &i in files.values() {
-        groups.entry(find(&mut root, i)).or_default().push(i);
+    for n in 0..names.len() {
+        groups.entry(find(&mut root, n)).or_default().push(n);
     }
+    let step = |path: &[u8], t: &FileState, link_to: Option<Vec<u8>>| Step {
+        path: path.to_vec(),
+        target: Some(t.clone()),
+        now: Some(t.clone()),
+        moved_to: None,
+        open_by: Vec::new(),
+        link_to,
+        separate: false,
+    };
+    let mut added: Vec<Step> = Vec::new();
     for members in groups.into_values() {
-        let anchor = members.iter().find_map(|i| outside.get(i).cloned());
-        let first = members
-            .iter()
-            .copied()
-            .min_by(|a, b| plan.steps[*a].path.cmp(&plan.steps[*b].path))
-            .expect("a group has a member");
-        if members.len() == 1 && anchor.is_none() {
-            continue;
-        }
-        let anchor = anchor.unwrap_or_else(|| plan.steps[first].path.clone());
-        for i in members {
-            if plan.steps[i].path != anchor {
-                plan.steps[i].link_to = Some(anchor.clone());
+        let outside_anchor = members.iter().find_map(|n| outside.get(n).cloned());
+        // Members are by path: the first is put back normally when nothing holds the state.
+        let anchor = outside_anchor.clone().unwrap_or_else(|| {
+            let first = members
+                .iter()
+                .find(|n| names[**n].2.is_none())
+                .unwrap_or(&members[0]);
+            names[*first].0.clone()
+        });
+        // The anchor is made a file of its own if its file has names it should not have: more
+        // than the group's names that are that file now. Only a name the selection made anew
+        // (a name of another file before it): a name given to a file by a change outside the
+        // selection stays.
+        let mut separate = false;
+        if outside_anchor.is_none() && taken.contains_key(anchor.as_slice()) {
+            let a = index[anchor.as_slice()];
+            let (path, target, step_of) = &names[a];
+            let sharing = members
+                .iter()
+                .filter(|m| **m == a || one_file(view, &names[**m].0, path))
+                .count() as libc::nlink_t;
+            if view
+                .source
+                .lstat(path)
+                .is_ok_and(|st| st.st_nlink > sharing)
+            {
+                match cannot_restore(view, Some(target), None) {
+                    Some(why) => plan.skipped.push((
+                        path.clone(),
+                        format!("cannot make it a file of its own again: {why}"),
+                    )),
+                    None => {
+                        separate = true;
+                        match step_of {
+                            // A put of another type makes a new file anyway.
+                            Some(i) => {
+                                let s = &mut plan.steps[*i];
+                                s.separate = s.now.as_ref().is_some_and(|n| n.kind == target.kind);
+                            }
+                            None => added.push(Step {
+                                separate: true,
+                                ..step(path, target, None)
+                            }),
+                        }
+                    }
+                }
             }
         }
+        let anchor_put = separate
+            || index
+                .get(anchor.as_slice())
+                .is_some_and(|a| names[*a].2.is_some());
+        for n in members {
+            let (path, target, step_of) = &names[n];
+            if *path == anchor {
+                continue;
+            }
+            match step_of {
+                Some(i) => plan.steps[*i].link_to = Some(anchor.clone()),
+                // Linked after the anchor is put back (a new file, maybe), or now if it is not.
+                None if anchor_put || !one_file(view, path, &anchor) => {
+                    added.push(step(path, target, Some(anchor.clone())));
+                }
+                None => {}
+            }
+        }
+    }
+    if !added.is_empty() {
+        plan.steps.extend(added);
+        plan.steps.sort_by(|a, b| a.path.cmp(&b.path));
     }
     Ok(())
+}
+
+/// The names `c` takes from the files they name: a name removed, renamed away, or given
+/// another file (created, linked or renamed over).
+fn taken_by(c: &Change) -> impl Iterator<Item = &[u8]> {
+    let replaced = c.before.is_none() || c.after.is_none() || c.from.is_some();
+    c.from
+        .as_deref()
+        .into_iter()
+        .chain(replaced.then_some(c.path.as_slice()))
+}
+
+/// Whether two paths are names of one file now.
+fn one_file(view: &View<'_>, a: &[u8], b: &[u8]) -> bool {
+    match (view.source.lstat(a), view.source.lstat(b)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
 }
 
 /// Why a target state cannot be put back, if it cannot: a special file whose type was not
@@ -586,6 +709,9 @@ fn what(step: &Step) -> String {
     if let Some(to) = &step.link_to {
         return format!("link     {path} (to {})", super::format::escape_path(to));
     }
+    if step.separate {
+        return format!("separate {path} (a file of its own again)");
+    }
     match (&step.now, &step.target) {
         (_, None) => format!("remove   {path}"),
         (None, Some(t)) => format!("restore  {path} ({})", t.kind.as_str()),
@@ -816,16 +942,17 @@ pub fn execute(
             continue;
         }
         let t = s.target.as_ref().expect("filtered");
-        let same_content = s
-            .now
-            .as_ref()
-            .is_some_and(|n| n.kind == t.kind && n.hash == t.hash);
+        // A name made a file of its own again is made anew whatever it holds.
+        let same_content = !s.separate
+            && s.now
+                .as_ref()
+                .is_some_and(|n| n.kind == t.kind && n.hash == t.hash);
         let result = match t.kind {
             FileKind::Dir => apply.make_dir(&s.path, t.mode),
             FileKind::File if same_content => apply.set_mode(&s.path, t.mode),
             FileKind::File => {
                 let hash = t.hash.expect("checked above");
-                let detach = detach.contains(&s.path);
+                let detach = s.separate || detach.contains(&s.path);
                 apply.write_file(&s.path, t.mode, detach, &mut |out| {
                     let mut out = out;
                     Ok(store.read_blob_to(&hash, &mut out)?)
@@ -839,7 +966,9 @@ pub fn execute(
                     why: "no target was stored",
                 }),
             },
-            FileKind::Special(_) if s.now.as_ref().is_some_and(|n| n.kind == t.kind) => {
+            FileKind::Special(_)
+                if !s.separate && s.now.as_ref().is_some_and(|n| n.kind == t.kind) =>
+            {
                 apply.set_mode(&s.path, t.mode)
             }
             FileKind::Special(node) => apply.make_node(&s.path, node, t.mode),

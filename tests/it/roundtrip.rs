@@ -307,12 +307,7 @@ fn names_a_session_took_from_linked_files_come_back_linked() {
     assert!(out.contains("link     b (to a)"), "{out}");
 
     ok(rw(&ws, &["sync"]));
-    let session = out
-        .split("rewind rollback --session ")
-        .nth(1)
-        .and_then(|t| t.split('`').next())
-        .unwrap_or_else(|| panic!("no undo in:\n{out}"))
-        .to_string();
+    let session = rollback_session(&out);
     let out = rollback(&ws, &["rollback", "--session", &session], 0);
     let diff = differences(&after_session, &snapshot(&root));
     assert!(diff.is_empty(), "{}\n{out}", diff.join("\n"));
@@ -322,4 +317,96 @@ fn names_a_session_took_from_linked_files_come_back_linked() {
     let out = rollback(&ws, &["rollback", "--session", "takes"], 0);
     let diff = differences(&before_session, &snapshot(&root));
     assert!(diff.is_empty(), "{}\n{out}", diff.join("\n"));
+}
+
+/// The session a rollback's output names for its undo (`rollback-N`).
+fn rollback_session(out: &str) -> String {
+    out.split("rewind rollback --session ")
+        .nth(1)
+        .and_then(|t| t.split('`').next())
+        .unwrap_or_else(|| panic!("no undo in:\n{out}"))
+        .to_string()
+}
+
+/// `before` run through the mount, a checkpoint, then `session`: `rollback --to` the
+/// checkpoint gives back the tree `before` made and the undo of that rollback the tree
+/// `session` left, compared whole (which names are one file too). Returns the outputs of the
+/// rollback and of its undo.
+fn round_trip_of(before: &str, session: &str) -> (String, String) {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    crate::common::sh(&root, before);
+    ok(rw(&ws, &["sync"]));
+    let at_checkpoint = snapshot(&root);
+    ok(rw(&ws, &["checkpoint", "before"]));
+    crate::common::sh(&root, session);
+    ok(rw(&ws, &["sync"]));
+    let before_rollback = snapshot(&root);
+    let first = rollback(&ws, &["rollback", "--to", "before"], 0);
+    let diff = differences(&at_checkpoint, &snapshot(&root));
+    assert!(
+        diff.is_empty(),
+        "`rollback --to` the checkpoint is not the tree as it was:\n{}\n{first}",
+        diff.join("\n")
+    );
+    ok(rw(&ws, &["sync"]));
+    let session = rollback_session(&first);
+    let undo = rollback(&ws, &["rollback", "--session", &session], 0);
+    let diff = differences(&before_rollback, &snapshot(&root));
+    assert!(
+        diff.is_empty(),
+        "undoing {session} is not the tree as it was before it:\n{}\n{undo}",
+        diff.join("\n")
+    );
+    (first, undo)
+}
+
+/// A name of a linked file removed and made again as a file of its own with the same type,
+/// content and mode (a FIFO, a file, a symlink) holds what it held: the rollback still links
+/// it to its other name again, and the undo makes it a file of its own again.
+#[test]
+fn a_name_made_again_alike_is_linked_again_and_its_undo_separates_it() {
+    let (first, undo) = round_trip_of(
+        "mkfifo p; ln p p2; printf same > f; ln f f2; ln -s t s; ln -P s s2",
+        "rm p; mkfifo p; rm f; printf same > f; rm s; ln -s t s",
+    );
+    for line in [
+        "link     p (to p2)",
+        "link     f (to f2)",
+        "link     s (to s2)",
+    ] {
+        assert!(first.contains(line), "{line:?} not in:\n{first}");
+    }
+    for line in ["separate p ", "separate f ", "separate s "] {
+        assert!(undo.contains(line), "{line:?} not in:\n{undo}");
+    }
+}
+
+/// A name linked to another file after the selection took it (`rm p; ln q p`) says, in a
+/// later change to that file (`chmod q`), that it is one of its names: that is not what it
+/// was before the selection. The rollback puts it back as the file of its own it was (not
+/// linked to `q`), and the undo links it to `q` again.
+#[test]
+fn a_name_linked_after_the_selection_took_it_goes_back_to_its_own_file() {
+    let (first, _) = round_trip_of(
+        "mkfifo p q; printf a > f; printf a > g",
+        "rm p; ln q p; chmod 700 q; rm f; ln g f; chmod 600 g",
+    );
+    for line in ["separate p ", "separate f "] {
+        assert!(first.contains(line), "{line:?} not in:\n{first}");
+    }
+}
+
+/// A name the selection made anew, whose file has a name it must not keep (`d`, linked to
+/// `f3` by the rollback, goes back to being one file with `x` only): it is made a file of its
+/// own before its group is linked to it, so the other name keeps what it holds.
+#[test]
+fn a_name_whose_file_has_a_name_beyond_its_group_is_separated_first() {
+    let (_, undo) = round_trip_of(
+        "mkfifo -m 600 d; ln d f3",
+        "rm d; mkfifo -m 600 d; ln d x; chmod 700 d",
+    );
+    assert!(undo.contains("separate d "), "{undo}");
+    assert!(undo.contains("link     x (to d)"), "{undo}");
 }
