@@ -11,7 +11,8 @@
 //!
 //! Small content that is a new version of a path is stored as a *delta* when that pays: a zstd
 //! frame compressed with the path's previous content (its *base*) as the dictionary, so an
-//! edit of a few lines costs about those lines. The key is still the BLAKE3 hash of the whole
+//! edit of a few lines costs about those lines. A new path's first version may be a delta on
+//! another path's content (a file of the same name, one a checkout moved: `similar.rs`). The key is still the BLAKE3 hash of the whole
 //! content; only the stored encoding differs, and reading checks the whole against its hash as
 //! always. A base may itself be a delta: chains are bounded ([`max_depth`]) so that reading
 //! any version decompresses at most [`CHAIN_BYTES`] or so. A base is never deleted while a
