@@ -17,7 +17,7 @@ use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
 use crate::history::recorder::Source;
-use crate::history::rollback::{Plan, Writer};
+use crate::history::rollback::{OpenFiles, Plan};
 use crate::history::view::AsLastMounted;
 use crate::history::{Error, History, Name, Result, time};
 
@@ -260,9 +260,9 @@ impl Actor for LocalActor<'_> {
         Err(Error::NeedsMount("a rollback".into()))
     }
 
-    fn open_writers(&self) -> Vec<Writer> {
+    fn open_files(&self) -> OpenFiles {
         // Unmounted: nothing is open through the mount.
-        Vec::new()
+        OpenFiles::default()
     }
 
     fn plumbing(&self, command: &Command, _caller: u32) -> Result<String> {

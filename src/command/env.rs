@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::history::GcReport;
 use crate::history::change::Checkpoint;
 use crate::history::db::GcPolicy;
-use crate::history::rollback::{Plan, Writer};
+use crate::history::rollback::{OpenFiles, Plan};
 use crate::history::view::View;
 use crate::history::{Error, History, Name, Result, Source};
 
@@ -40,8 +40,9 @@ pub trait Actor {
     fn gc(&self, policy: &GcPolicy) -> Result<GcReport>;
     /// Carry out a rollback plan, recorded in a new `rollback-N` session.
     fn rollback(&self, plan: &Plan) -> Result<Applied>;
-    /// The files processes hold open for writing now (through the mount).
-    fn open_writers(&self) -> Vec<Writer>;
+    /// The files processes hold open for writing now (through the mount), and whether the
+    /// data path keeps their size in the kernel.
+    fn open_files(&self) -> OpenFiles;
     /// The daemon's own answer to a plumbing command (sessions, turns, tool calls).
     fn plumbing(&self, command: &super::Command, caller: u32) -> Result<String>;
     /// The session a process's changes are recorded in (its environment, or a registration of

@@ -130,8 +130,8 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return skip(env, "it is not a regular file now".into());
     }
-    let writers = env.actor.map(|a| a.open_writers()).unwrap_or_default();
-    if let Some(w) = writers.iter().find(|w| w.path == path) {
+    let open = env.actor.map(|a| a.open_files()).unwrap_or_default();
+    if let Some(w) = open.writers.iter().find(|w| w.path == path) {
         return skip(env, format!("held open for writing by {w}"));
     }
     let mut current = Vec::new();

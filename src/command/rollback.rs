@@ -153,8 +153,8 @@ fn roll_back(
         env.actor("rollback")?.settle()?;
     }
     let selected = rollback::select(env.history, selection)?;
-    let writers = env.actor.map(|a| a.open_writers()).unwrap_or_default();
-    let plan = rollback::plan(&env.view(), &selected, force, &writers)?;
+    let open = env.actor.map(|a| a.open_files()).unwrap_or_default();
+    let plan = rollback::plan(&env.view(), &selected, force, &open)?;
     let mut out = String::new();
     for (p, why) in &plan.skipped {
         out += &format!("skip     {}: {why}\n", escape_path(p));

@@ -21,6 +21,12 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
     for s in sessions {
         // A session id that was not a name is recorded mapped; the id as given is shown beside.
         let given = Name::stored(s.name.clone()).given();
+        // So is an agent's (one of rewind's own agent names, given from outside, too).
+        let agents_given: Vec<(&String, String)> = s
+            .agents
+            .iter()
+            .filter_map(|a| Some((a, Name::stored(a.clone()).given()?)))
+            .collect();
         let line = if args.json {
             let mut v = json!({
                 "name": s.name, "changes": s.count, "first_id": s.first_id, "last_id": s.last_id,
@@ -29,6 +35,13 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
             });
             if let Some(g) = &given {
                 v["given"] = json!(g);
+            }
+            if !agents_given.is_empty() {
+                v["agents_given"] = agents_given
+                    .iter()
+                    .map(|(a, g)| (a.to_string(), json!(g)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
             }
             v.to_string()
         } else {
@@ -46,10 +59,15 @@ pub fn run(args: &SessionsArgs, env: &mut Env<'_>) -> Result<Outcome> {
                     .join(",")
             )
         };
-        let line = match &given {
+        let mut line = match &given {
             Some(g) if !args.json => format!("{line}  (given as {g:?})"),
             _ => line,
         };
+        if !args.json {
+            for (a, g) in &agents_given {
+                line += &format!("  (agent {} given as {g:?})", escape_text(a));
+            }
+        }
         env.println(&line)?;
     }
     Ok(Outcome::Done)

@@ -119,7 +119,7 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
     // Every change a rollback made since the first turn began, by path.
     let rollback_changes = match turns.iter().map(|t| t.start_id).min() {
         Some(first) => Resolved {
-            agent: Some("rewind".into()),
+            agent: Some(crate::history::name::ROLLBACK_AGENT.into()),
             after: Some(first),
             ..Resolved::default()
         }

@@ -381,9 +381,13 @@ impl Core {
         } else {
             open.file.sync_all()?;
         }
-        // fsync of a workspace file makes its history durable too.
+        // fsync of a workspace file makes its history durable too (a new file's create that
+        // is not recorded yet included: see `Recorder::sync_file`).
         match &self.recorder {
-            Some(rec) => rec.sync().map_err(record_errno),
+            Some(rec) => {
+                let st = backing::stat_fd(open.file.as_fd())?;
+                rec.sync_file(&st).map_err(record_errno)
+            }
             None => Ok(()),
         }
     }

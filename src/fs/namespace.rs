@@ -312,6 +312,14 @@ impl Core {
             }
             return Err(e);
         }
+        if let Some(rec) = &self.recorder
+            && !folder
+        {
+            rec.renamed_to(&dst_path);
+            if exchange {
+                rec.renamed_to(&src_path);
+            }
+        }
         Ok(Some((src, dst)))
     }
 

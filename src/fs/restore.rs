@@ -202,7 +202,9 @@ impl Restorer {
     /// with zeros to its old size. A file of one name that the kernel has open is therefore
     /// replaced: the open handles keep the file they had (as after a save by rename), every
     /// new open gets the restored one. One open for writing (a forced rollback) is refused
-    /// instead: the writer would go on writing to a file no name leads to.
+    /// instead: the writer would go on writing to a file no name leads to. The plan skips such
+    /// a file already (`OpenFiles::cached`), so the dry run says so; this refuses one that a
+    /// process opened for writing since the plan was made.
     fn cached_size_is_kept(&self, path: &[u8], st: &libc::stat) -> Result<bool> {
         if self.core.passthrough() {
             return Ok(false);

@@ -9,8 +9,8 @@ use std::fmt;
 
 use crate::store::format::{change_kind as ck, kind as fk};
 use crate::store::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, SeenRecord, SessionRecord, StateRecord,
-    ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, EpisodeRecord, FsyncedRecord, SeenRecord, SessionRecord,
+    StateRecord, ToolRecord, TurnRecord,
 };
 pub use crate::store::{Hash, Order};
 
@@ -315,6 +315,30 @@ pub struct OpenEpisode {
     pub turn: Option<u32>,
     pub tool: Option<Tool>,
     pub uid: Option<u32>,
+    /// For a new file whose create is not recorded yet: the file as an `fsync` left it (the
+    /// marker was written then, so that the create survives a crash with who made it).
+    pub fsynced: Option<Fsynced>,
+}
+
+/// A file as an `fsync` left it: which file (device and inode) and its size and modification
+/// time, which a later write would change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fsynced {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+impl Fsynced {
+    pub fn of(st: &libc::stat) -> Fsynced {
+        Fsynced {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+        }
+    }
 }
 
 /// What the mount last saw at a path: enough to tell, at the next mount, whether the path was
@@ -487,6 +511,12 @@ impl From<&OpenEpisode> for EpisodeRecord {
             turn: e.turn,
             tool: e.tool.as_ref().map(ToolRecord::from),
             uid: e.uid,
+            fsynced: e.fsynced.map(|f| FsyncedRecord {
+                dev: f.dev,
+                ino: f.ino,
+                size: f.size,
+                mtime_ns: f.mtime_ns,
+            }),
         }
     }
 }
@@ -503,6 +533,12 @@ impl From<EpisodeRecord> for OpenEpisode {
             turn: e.turn,
             tool: e.tool.map(Tool::from),
             uid: e.uid,
+            fsynced: e.fsynced.map(|f| Fsynced {
+                dev: f.dev,
+                ino: f.ino,
+                size: f.size,
+                mtime_ns: f.mtime_ns,
+            }),
         }
     }
 }

@@ -16,6 +16,17 @@ const MAPPED: char = '%';
 /// Hex digits of the hash that ends a mapped name cut for length.
 const HASHED: usize = 16;
 
+/// The agent of a rollback's changes.
+pub const ROLLBACK_AGENT: &str = "rewind";
+
+/// The agent of changes made while nothing was mounted (found by the scan at the next mount).
+pub const EXTERNAL_AGENT: &str = "external";
+
+/// The agent names that are rewind's own: an agent named so from outside (`REWIND_AGENT`,
+/// `rewind run --agent`, a ctl `session start --agent`) is recorded under its mapping
+/// ([`Name::from_id`]), so its changes never pass for a rollback's or an unmounted edit's.
+pub const SYSTEM_AGENTS: [&str; 2] = [ROLLBACK_AGENT, EXTERNAL_AGENT];
+
 /// A checkpoint, session or agent name: 1 to 128 bytes of printable text, not `.` or `..`,
 /// without `/`, not starting with `-`, `%` or a space, and not something that reads as a point
 /// (a change id, `now`, a duration such as `5m`, or a time), which it would shadow.
@@ -81,12 +92,15 @@ impl Name {
     }
 
     /// The name an id from outside (`REWIND_SESSION`, `REWIND_AGENT`) is recorded under: the id
-    /// itself when it is a valid name, otherwise `%` and the id with `%`, `/`, `#`, spaces,
-    /// control characters and every byte above ASCII written `%XX`. That is one-to-one, and no
-    /// valid name starts with `%`, so a mapped id never joins a name given as it is. An escaped
-    /// form longer than [`MAX_LEN`] keeps what fits and ends in `#` and a hash of the whole id.
+    /// itself when it is a valid name (and, for an agent, not one of [`SYSTEM_AGENTS`]),
+    /// otherwise `%` and the id with `%`, `/`, `#`, spaces, control characters and every byte
+    /// above ASCII written `%XX`. That is one-to-one, and no valid name starts with `%`, so a
+    /// mapped id never joins a name given as it is. An escaped form longer than [`MAX_LEN`]
+    /// keeps what fits and ends in `#` and a hash of the whole id.
     pub fn from_id(what: &'static str, id: &[u8]) -> Name {
-        if let Ok(s) = std::str::from_utf8(id)
+        let system = what == "agent" && SYSTEM_AGENTS.iter().any(|a| a.as_bytes() == id);
+        if !system
+            && let Ok(s) = std::str::from_utf8(id)
             && let Ok(name) = Name::parse(what, s)
         {
             return name;
@@ -279,6 +293,15 @@ mod tests {
             }
         }
         assert_eq!(Name::from_id("session", b"a/b").as_str(), "%a%2Fb");
+        // rewind's own agent names, given from outside, are mapped too; as sessions they are
+        // names like any other.
+        for system in SYSTEM_AGENTS {
+            let name = Name::from_id("agent", system.as_bytes());
+            assert_eq!(name.as_str(), format!("%{system}"));
+            assert_eq!(name.given().as_deref(), Some(system));
+            assert_eq!(Name::from_id("session", system.as_bytes()).as_str(), system);
+        }
+        assert_eq!(Name::from_id("agent", b"rewinder").as_str(), "rewinder");
         // A valid name with % in it stays as it is: only mapped names start with %.
         assert_eq!(Name::from_id("session", b"a%2Fb").as_str(), "a%2Fb");
     }

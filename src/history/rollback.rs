@@ -64,6 +64,17 @@ impl std::fmt::Display for Writer {
     }
 }
 
+/// The files processes hold open for writing now, and what the data path lets a rollback do
+/// with them (the filesystem knows; the plan must, so that the dry run is the run).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenFiles {
+    pub writers: Vec<Writer>,
+    /// The kernel keeps its own size of a file open for writing (FUSE's writeback cache: a
+    /// mount without passthrough). Rewritten in place, the writer would go on past a hole of
+    /// zeros, so such a file is not restored, even with `--force`.
+    pub cached: bool,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
     pub steps: Vec<Step>,
@@ -116,8 +127,8 @@ pub fn select(history: &History, selection: &Selection) -> Result<Vec<Change>> {
 /// prints it and the run carries out exactly its steps, so everything known to stand in the
 /// way (someone else's change, an open writer, content that cannot be read, a folder that
 /// still holds entries the rollback leaves, a kind of file that is not restored) is a skip
-/// here, not a failure later. `writers` are the files open for writing now.
-pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer]) -> Result<Plan> {
+/// here, not a failure later. `open` says which files are open for writing now.
+pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles) -> Result<Plan> {
     let history = view.history;
     let ids: HashSet<u64> = selected.iter().map(|c| c.id).collect();
     // Every path touched, with the earliest and latest selected change to it. A folder renamed
@@ -155,11 +166,28 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, writers: &[Writer
         let target = then.state().cloned();
         let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
         let now = view.state_at(path, u64::MAX)?.state().cloned();
-        let open_by: Vec<Writer> = writers
+        let open_by: Vec<Writer> = open
+            .writers
             .iter()
             .filter(|w| w.path == *path)
             .cloned()
             .collect();
+        // Without passthrough, a file open for writing cannot be rewritten in place (see
+        // `OpenFiles::cached`), forced or not: the writer is who to name.
+        if open.cached
+            && let Some(w) = open_by.first()
+            && rewrites_in_place(&target, &now)
+        {
+            plan.skipped.push((
+                path.clone(),
+                format!(
+                    "held open for writing by {w}, and without passthrough (a mount by a user \
+                     other than root) the kernel would keep its old size for that process; stop \
+                     it, or roll back once it has closed the file"
+                ),
+            ));
+            continue;
+        }
         // A file open for writing is someone else's work in progress (what it wrote so far is
         // not recorded yet): the writer is who to name.
         if !force
@@ -510,6 +538,17 @@ fn conflict(
             None => "changed since, outside the history; use --force".into(),
         },
     ))
+}
+
+/// Whether putting back `target` over `now` writes new content into the file that is there
+/// (a regular file that stays one), rather than changing its mode or replacing it.
+fn rewrites_in_place(target: &Option<FileState>, now: &Option<FileState>) -> bool {
+    match (target, now) {
+        (Some(t), Some(n)) => {
+            t.kind == FileKind::File && n.kind == FileKind::File && t.hash != n.hash
+        }
+        _ => false,
+    }
 }
 
 fn same(a: &Option<FileState>, b: &Option<FileState>) -> bool {

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::name::Name;
+use super::name::{Name, ROLLBACK_AGENT};
 
 /// Who made a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,13 +204,14 @@ fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
 }
 
 /// The name a value from the environment is recorded under: the value itself when it is a valid
-/// name, otherwise its one-to-one mapping ([`Name::from_id`], which keeps the value as given), so
-/// the process's changes still land in a session of its own.
+/// name (and not one of rewind's own agents), otherwise its one-to-one mapping
+/// ([`Name::from_id`], which keeps the value as given), so the process's changes still land in a
+/// session of its own, and never pass for a rollback's.
 fn named(what: &'static str, pid: u32, bytes: &[u8]) -> String {
     let name = Name::from_id(what, bytes);
     if let Some(given) = name.given() {
         tracing::info!(
-            "process {pid}: REWIND_{} {given:?} is not a name; recorded as {name}",
+            "process {pid}: REWIND_{} {given:?} is not a name of its own; recorded as {name}",
             what.to_uppercase()
         );
     }
@@ -400,7 +401,7 @@ impl Attributor {
         {
             return Who {
                 session: session.clone(),
-                agent: "rewind".into(),
+                agent: ROLLBACK_AGENT.into(),
                 pid,
                 process: "rewind".into(),
                 restore: true,

@@ -55,8 +55,8 @@ pub use blobs::{CHUNK, Hash};
 pub use counts::Counts;
 pub use error::{Error, Result};
 pub use format::{
-    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, KnownFileRecord, KnownRecord,
-    SeenRecord, SessionRecord, StateRecord, ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, FsyncedRecord, KnownFileRecord,
+    KnownRecord, SeenRecord, SessionRecord, StateRecord, ToolRecord, TurnRecord,
 };
 /// The `meta` key of the files whose content the last mount knew to be stored
 /// ([`KnownRecord`]); a gc that deletes blobs deletes it in the same batch.

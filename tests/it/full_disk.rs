@@ -152,9 +152,20 @@ fn a_file_too_large_for_the_store_disk_stops_at_the_reserve_and_recording_resume
         Some(libc::ENOSPC),
         "rm big while it cannot be stored: {rm:?}"
     );
-    // No view of the past shows big (its create is not recorded). (`rewind cat big --at` run
-    // in the daemon still reads it from the live file: not fixed, see notes/fullstore.md.)
+    // No point of the past answers with big (its create is not recorded): neither a view of
+    // it nor `cat --at` run in the daemon, which reads the live tree as the views do.
     assert!(!root.join(format!(".rewind/at/{last}/big")).exists());
+    let at = rw(&ws, &["cat", "big", "--at", &last]);
+    assert!(
+        !at.status.success() && at.stdout.is_empty(),
+        "cat big --at {last}: {} bytes",
+        at.stdout.len()
+    );
+    assert!(
+        stderr(&at).contains("did not exist"),
+        "cat big --at {last}: {}",
+        stderr(&at)
+    );
     assert!(ok(rw(&ws, &["log", "big"])).trim().is_empty());
 
     // gc runs on the full disk (and may give back what was stored of big).

@@ -637,3 +637,83 @@ fn checkpoint_names_are_not_points_and_log_n_0_prints_nothing() {
     assert_eq!(ok(rw(&ws, &["log", "-n", "0", "--json"])), "");
     assert_eq!(ok(rw(&ws, &["log", "-n", "1"])).lines().count(), 1);
 }
+
+/// `rewind` and `external` are the agents of rollbacks and of edits made while unmounted. Given
+/// from outside — `REWIND_AGENT`, `rewind run --agent`, a ctl `session start --agent` — they
+/// are mapped as a session id that is not a name is (`%rewind`), with the value as given kept,
+/// so a user's changes never pass for a rollback's or an unmounted edit's.
+#[test]
+fn rewinds_own_agent_names_given_from_outside_are_mapped() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    let agent_env = |session, agent| [("REWIND_SESSION", session), ("REWIND_AGENT", agent)];
+    sh_env(&root, &agent_env("s1", "rewind"), "echo a > env.txt");
+    sh_env(&root, &agent_env("s2", "external"), "echo b > env2.txt");
+    ok(rw(
+        &ws,
+        &[
+            "run",
+            "--session",
+            "s3",
+            "--agent",
+            "rewind",
+            "--",
+            "sh",
+            "-c",
+            "echo c > run.txt",
+        ],
+    ));
+    sh_env(
+        &root,
+        &[],
+        "exec 3<>.rewind/ctl; echo 'session start s4 --agent external' >&3; cat <&3 >/dev/null; \
+         exec 3>&-; echo d > ctl.txt; \
+         exec 3<>.rewind/ctl; echo 'turn begin --session s4 --agent rewind --prompt=p' >&3; \
+         cat <&3 >/dev/null; exec 3>&-",
+    );
+    ok(rw(&ws, &["sync"]));
+    let log = json_lines(&ok(rw(&ws, &["log", "--json"])));
+    let of = |path: &str| {
+        let c = log
+            .iter()
+            .find(|c| c["path"] == path)
+            .unwrap_or_else(|| panic!("{path} not recorded: {log:?}"));
+        let s = |k: &str| c[k].as_str().unwrap().to_string();
+        (s("kind"), s("session"), s("agent"))
+    };
+    let mapped = |session: &str, agent: &str| ("create".to_string(), session.into(), agent.into());
+    assert_eq!(of("env.txt"), mapped("s1", "%rewind"));
+    assert_eq!(of("env2.txt"), mapped("s2", "%external"));
+    assert_eq!(of("run.txt"), mapped("s3", "%rewind"));
+    assert_eq!(of("ctl.txt"), mapped("s4", "%external"));
+    // Neither is selected as rewind's own; the mapped name selects them.
+    assert_eq!(ok(rw(&ws, &["log", "--agent", "rewind"])), "");
+    assert_eq!(ok(rw(&ws, &["log", "--agent", "external"])), "");
+    let theirs = json_lines(&ok(rw(&ws, &["log", "--json", "--agent", "%rewind"])));
+    assert_eq!(theirs.len(), 2, "{theirs:?}");
+    let sessions = json_lines(&ok(rw(&ws, &["sessions", "--json"])));
+    let s1 = sessions.iter().find(|s| s["name"] == "s1").unwrap();
+    assert_eq!(s1["agents_given"]["%rewind"], "rewind", "{s1}");
+    let listed = ok(rw(&ws, &["sessions"]));
+    assert!(
+        listed.contains("(agent %external given as \"external\")"),
+        "{listed}"
+    );
+    let turns = json_lines(&ok(rw(&ws, &["turns", "--json", "--session", "s4"])));
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0]["agent"], "%rewind", "{turns:?}");
+
+    // A rollback's changes and an unmounted edit's are still the only ones under those names.
+    let rolled = ok(rw(&ws, &["rollback", "--session", "s1"]));
+    assert!(rolled.contains("remove   env.txt"), "{rolled}");
+    ws.unmount();
+    fs::write(root.join("offline.txt"), "e\n").unwrap();
+    ws.mount();
+    let rewinds = json_lines(&ok(rw(&ws, &["log", "--json", "--agent", "rewind"])));
+    assert_eq!(rewinds.len(), 1, "{rewinds:?}");
+    assert_eq!(rewinds[0]["kind"], "restore");
+    let external = json_lines(&ok(rw(&ws, &["log", "--json", "--agent", "external"])));
+    assert_eq!(external.len(), 1, "{external:?}");
+    assert_eq!(external[0]["path"], "offline.txt");
+}

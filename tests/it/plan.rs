@@ -350,3 +350,108 @@ fn a_rollback_never_writes_through_a_name_the_plan_leaves_alone() {
         stdout(&out)
     );
 }
+
+/// `line` written to `.rewind/ctl` on one open file, and what it answered.
+fn ctl(ws: &Workspace, line: &str) -> String {
+    use std::io::Read;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ws.path().join(".rewind/ctl"))
+        .unwrap();
+    f.write_all(line.as_bytes()).unwrap();
+    let mut out = String::new();
+    f.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The text of `rewind mcp`'s answer to one call of `tool` with `arguments`.
+fn mcp_call(ws: &Workspace, tool: &str, arguments: serde_json::Value) -> String {
+    use std::io::BufRead;
+    let mut child = ws
+        .command(&["mcp"])
+        .current_dir(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for message in [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": tool, "arguments": arguments}}),
+    ] {
+        writeln!(stdin, "{message}").unwrap();
+    }
+    let mut answers = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let answer = loop {
+        let line = answers.next().expect("an answer to the call").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == 2 {
+            break v;
+        }
+    };
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_string()
+}
+
+/// Without passthrough (a mount by a user other than root) the kernel keeps its own size of a
+/// file open for writing, so a rollback never rewrites one in place, even forced. The plan
+/// knows it: the dry run skips the file with its writer, exit status 1, exactly as the run
+/// does, and so do the dry runs through `.rewind/ctl` and MCP (one plan). Nothing is touched.
+#[test]
+fn without_passthrough_a_forced_dry_run_skips_an_open_file_as_the_run_does() {
+    let mut ws = Workspace::new();
+    ws.mount_with(&["--no-passthrough"]);
+    let root = ws.path();
+    as_session(&ws, "zero", "printf 'v0\\n' > w.txt");
+    sync(&ws);
+    as_session(&ws, "first", "printf 'v1\\n' > w.txt");
+    sync(&ws);
+    let writer = open_writer(&ws);
+    let pid = writer.id();
+    let skip = format!(
+        "skip     w.txt: held open for writing by process {pid} (python3) of session second, \
+         and without passthrough (a mount by a user other than root) the kernel would keep its \
+         old size for that process; stop it, or roll back once it has closed the file"
+    );
+    let dry = rw(
+        &ws,
+        &["rollback", "--session", "first", "--force", "--dry-run"],
+    );
+    let by_ctl = ctl(&ws, "rollback --session first --force --dry-run");
+    let by_mcp = mcp_call(
+        &ws,
+        "rollback",
+        serde_json::json!({"session": "first", "force": true}),
+    );
+    let run = rw(&ws, &["rollback", "--session", "first", "--force"]);
+    for out in [&dry, &run] {
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(stdout(out).contains(&skip), "{out:?}");
+    }
+    assert_eq!(plan_lines(&run), plan_lines(&dry));
+    assert!(stdout(&run).contains("or skipped"), "{}", stdout(&run));
+    for text in [&by_ctl, &by_mcp] {
+        assert!(text.contains(&skip), "{text}");
+        assert!(text.contains("nothing to roll back"), "{text}");
+    }
+    assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v1\nv2\n");
+    finish(writer);
+    assert_eq!(
+        fs::read_to_string(root.join("w.txt")).unwrap(),
+        "v1\nv2\nv3\n"
+    );
+    // Once the writer has closed it, the same rollback puts it back.
+    sync(&ws);
+    let run = rw(&ws, &["rollback", "--session", "first", "--force"]);
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(fs::read_to_string(root.join("w.txt")).unwrap(), "v0\n");
+}

@@ -347,3 +347,43 @@ fn a_folder_that_becomes_ignored_keeps_the_past_of_what_it_held() {
     let diff = rw_ok(&ws, &["diff", "--from", "cp1", "--to", "cp3"]);
     assert!(diff.contains("-a\n+c\n"), "{diff}");
 }
+
+/// A folder that a `.gitignore` comes to name moments after it was made leaves no history:
+/// its `mkdir` is taken back with the creates below it, not kept alone (hostile finding 12),
+/// so a rollback past it does not trip over the folder. The same when the `.gitignore` is
+/// saved by rename (`sed -i`), after the folder's files were recorded.
+#[test]
+fn a_folder_gitignored_moments_after_it_was_made_leaves_no_history() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join(".gitignore"), "*.log\n").unwrap();
+    ws.mount();
+    let p = ws.path();
+    sh(&p, "echo keep > keep.txt");
+    let before = log(&ws).last().unwrap()["id"].as_u64().unwrap();
+    sh(
+        &p,
+        "mkdir -p gen && for i in $(seq 20); do echo $i > gen/$i; done; echo 'gen/' >> .gitignore",
+    );
+    assert_eq!(history(&ws), ["create keep.txt", "modify .gitignore"]);
+
+    let since = before.to_string();
+    let dry = rw_ok(&ws, &["rollback", "--since", &since, "--dry-run"]);
+    assert!(!dry.contains("gen"), "{dry}");
+    let run = rw_ok(&ws, &["rollback", "--since", &since]);
+    assert!(
+        !run.contains("gen") && run.contains("skipped 0, failed 0"),
+        "{run}"
+    );
+    assert_eq!(fs::read_to_string(p.join(".gitignore")).unwrap(), "*.log\n");
+    assert_eq!(fs::read_dir(p.join("gen")).unwrap().count(), 20);
+
+    // Its files recorded first, then the rule saved by rename.
+    sh(&p, "mkdir out && echo o > out/o.txt");
+    wait_recorded_of(&ws, "out/o.txt", 1);
+    assert!(history(&ws).contains(&"mkdir out".to_string()));
+    sh(&p, "sed -i '$a out/' .gitignore");
+    let changes = history(&ws);
+    assert!(!changes.iter().any(|c| c.contains("out")), "{changes:?}");
+    assert_eq!(changes.last().unwrap(), "modify .gitignore", "{changes:?}");
+    assert_eq!(fs::read_to_string(p.join("out/o.txt")).unwrap(), "o\n");
+}

@@ -766,6 +766,168 @@ fn sigkill_during_delta_writes_loses_nothing() {
     }
 }
 
+/// Run `script` (python, in the workspace, as session `agentT` of agent `tester`), which ends
+/// by SIGKILLing the daemon, at once, well within the half second a new file's create is held
+/// back; then remount (`extra`: the mount's options, both times).
+fn killed_after(ws: &mut Workspace, extra: &[&str], script: &str) {
+    let pid = daemon_pid(ws);
+    let script = format!("import os, signal\n{script}\nos.kill({pid}, signal.SIGKILL)\n");
+    let out = python_command(&ws.path(), &script)
+        .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the script failed:\n{script}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(10, gone), "the daemon did not die");
+    ws.mount_with(extra);
+}
+
+/// Each change of `path` as (kind, session, agent), oldest first.
+fn who_changed(ws: &Workspace, path: &str) -> Vec<(String, String, String)> {
+    rw_ok(ws, &["log", path, "--json"])
+        .lines()
+        .map(|l| {
+            let c: Value = serde_json::from_str(l).unwrap();
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (s("kind"), s("session"), s("agent"))
+        })
+        .collect()
+}
+
+fn by_agent_t(kind: &str) -> Vec<(String, String, String)> {
+    vec![(kind.into(), "agentT".into(), "tester".into())]
+}
+
+/// F2b (issue 25): `fsync` of a new file makes its creation durable with who made it, though
+/// the create itself is still held back (an editor's temporary file must stay one `modify`):
+/// after a SIGKILL of the daemon and a remount, the create is in the history in session agentT
+/// by its agent (not `external`), and a rollback of the session sees it.
+fn an_fsynced_new_file_keeps_who_made_it_across_a_crash(extra: &[&str]) {
+    let mut ws = Workspace::new();
+    ws.mount_with(extra);
+    killed_after(
+        &mut ws,
+        extra,
+        r#"
+with open("made.txt", "w") as f:
+    f.write("fsynced\n"); f.flush(); os.fsync(f.fileno())
+"#,
+    );
+    assert_eq!(who_changed(&ws, "made.txt"), by_agent_t("create"));
+    let plan = rw_ok(&ws, &["rollback", "--session", "agentT", "--dry-run"]);
+    assert!(plan.contains("made.txt"), "the rollback misses it:\n{plan}");
+    ws.unmount();
+}
+
+#[test]
+fn an_fsynced_new_file_keeps_who_made_it_across_a_crash_with_passthrough() {
+    an_fsynced_new_file_keeps_who_made_it_across_a_crash(&[]);
+}
+
+#[test]
+fn an_fsynced_new_file_keeps_who_made_it_across_a_crash_without_passthrough() {
+    an_fsynced_new_file_keeps_who_made_it_across_a_crash(&["--no-passthrough"]);
+}
+
+/// An editor's durable save (write a temporary file, fsync it, rename it over the target) is
+/// still one `modify` of the target, and leaves no marker behind: after a SIGKILL right after
+/// it and a remount, no create of the temporary file appears. So is vim's rename-away save
+/// with an fsync (the original renamed away, the new file written and fsynced, the original
+/// deleted): one `modify` by its process, recorded at the remount, not a `create`.
+#[test]
+fn fsynced_saves_stay_one_modify_across_a_crash() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("target.txt"), "old\n").unwrap();
+    fs::write(ws.path().join("vim.txt"), "old\n").unwrap();
+    ws.mount();
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+with open("target.tmp", "w") as f:
+    f.write("saved\n"); f.flush(); os.fsync(f.fileno())
+os.rename("target.tmp", "target.txt")
+os.rename("vim.txt", "vim.txt~")
+with open("vim.txt", "w") as f:
+    f.write("saved\n"); f.flush(); os.fsync(f.fileno())
+os.unlink("vim.txt~")
+"#,
+    );
+    assert_eq!(who_changed(&ws, "target.txt"), by_agent_t("modify"));
+    assert_eq!(who_changed(&ws, "target.tmp"), vec![]);
+    assert_eq!(who_changed(&ws, "vim.txt"), by_agent_t("modify"));
+    assert_eq!(who_changed(&ws, "vim.txt~"), vec![]);
+    for f in ["target.txt", "vim.txt"] {
+        assert_eq!(rw_ok(&ws, &["cat", f]), "saved\n");
+    }
+    let all = log(&ws);
+    assert!(
+        all.iter()
+            .all(|c| c["kind"] == "modify" && c["session"] == "agentT"),
+        "more than the two saves: {all:#?}"
+    );
+    ws.unmount();
+}
+
+/// What happens to a new file after its fsync and before the crash decides: renamed (held
+/// back, or still open) it is created under its new name by its process; deleted, it leaves
+/// nothing; written to again after the fsync, or replaced by another file, nothing says who
+/// made what is there now, and it is `external` as before.
+#[test]
+fn an_fsynced_new_file_renamed_deleted_or_rewritten_before_a_crash() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+def made(name, then=None):
+    f = open(name, "w")
+    f.write("fsynced\n"); f.flush(); os.fsync(f.fileno())
+    if then: then()
+    f.close()
+made("closed.txt")
+os.rename("closed.txt", "closed-renamed.txt")
+made("open.txt", lambda: os.rename("open.txt", "open-renamed.txt"))
+made("deleted.txt")
+os.unlink("deleted.txt")
+made("open-deleted.txt", lambda: os.unlink("open-deleted.txt"))
+def more():
+    with open("rewritten.txt", "a") as g:
+        g.write("and more\n")
+made("rewritten.txt", more)
+made("replaced.txt")
+os.unlink("replaced.txt")
+with open("replaced.txt", "w") as g:
+    g.write("another\n")
+"#,
+    );
+    for f in ["closed-renamed.txt", "open-renamed.txt"] {
+        assert_eq!(who_changed(&ws, f), by_agent_t("create"), "{f}");
+    }
+    for f in ["closed.txt", "open.txt", "deleted.txt", "open-deleted.txt"] {
+        assert_eq!(who_changed(&ws, f), vec![], "{f}");
+    }
+    for f in ["rewritten.txt", "replaced.txt"] {
+        let changes = who_changed(&ws, f);
+        assert_eq!(changes.len(), 1, "{f}: {changes:?}");
+        assert_eq!(
+            (changes[0].0.as_str(), changes[0].2.as_str()),
+            ("create", "external"),
+            "{f}"
+        );
+    }
+    assert_eq!(rw_ok(&ws, &["cat", "rewritten.txt"]), "fsynced\nand more\n");
+    ws.unmount();
+}
+
 #[test]
 fn a_full_store_refuses_changes_instead_of_losing_them() {
     let Some(small) = SmallFs::new(6) else {

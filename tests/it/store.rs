@@ -631,6 +631,7 @@ fn gc_keeps_content_in_flight() {
                 turn: None,
                 tool: None,
                 uid: Some(1000),
+                fsynced: None,
             },
         )
         .unwrap();

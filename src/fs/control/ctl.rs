@@ -18,9 +18,9 @@ use crate::fs::restore::Restorer;
 use crate::history::GcReport;
 use crate::history::change::{Checkpoint, Tool, Turn};
 use crate::history::db::GcPolicy;
-use crate::history::rollback::{self, Plan, Writer};
+use crate::history::rollback::{self, OpenFiles, Plan};
 use crate::history::who::{By, Claim, Foreign};
-use crate::history::{Error, Name, Recorder, Result, time};
+use crate::history::{AsRecorded, Error, Name, Recorder, Result, Source, time};
 
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
 pub const PARTIAL: &str = "exit status 1";
@@ -177,9 +177,19 @@ impl Job {
         };
         // A reading command sees everything done before it was asked, and changes nothing:
         // held-back new files are waited for, not recorded early.
-        if !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. }) {
+        let reading =
+            !cli.command.changes_something() && !matches!(cli.command, Command::Sync { .. });
+        if reading {
             self.recorder.settle_for_reading();
         }
+        // And it answers from the history, as `.rewind/at/` does: a new file still held back
+        // (the store could not take it, or it was made after the settle) is in no point yet,
+        // so `cat --at`, `diff` and the rest never read it from the live file.
+        let recorded = AsRecorded {
+            recorder: self.recorder.clone(),
+            source: self.source.clone(),
+        };
+        let source: &dyn Source = if reading { &recorded } else { &*self.source };
         let actor = DaemonActor { job: self };
         // Content a command stores for what it does next (a hunk to put back, a file's content
         // kept across a rollback) stays until the command is over (`store/pins.rs`).
@@ -189,7 +199,7 @@ impl Job {
         let result = {
             let mut env = Env {
                 history: self.recorder.history(),
-                source: &*self.source,
+                source,
                 ignored: &ignored,
                 workspace: self.workspace.clone(),
                 base,
@@ -363,8 +373,11 @@ impl Actor for DaemonActor<'_> {
         Ok(Applied { session, failed })
     }
 
-    fn open_writers(&self) -> Vec<Writer> {
-        self.recorder().open_writers()
+    fn open_files(&self) -> OpenFiles {
+        OpenFiles {
+            writers: self.recorder().open_writers(),
+            cached: !self.job.core.passthrough(),
+        }
     }
 
     fn session_of(&self, pid: u32) -> Option<String> {
@@ -408,7 +421,10 @@ impl Actor for DaemonActor<'_> {
                 exclusive,
             }) => {
                 let pid = pid.unwrap_or(caller);
-                let agent = agent.as_ref().map(Name::to_string);
+                // rewind's own agent names are mapped, as from the environment.
+                let agent = agent
+                    .as_ref()
+                    .map(|a| Name::from_id("agent", a.as_str().as_bytes()).into_string());
                 let gone = || Error::ProcessGone(pid);
                 if !*exclusive {
                     if !rec.attributor().register(pid, name.to_string(), agent) {
@@ -456,9 +472,14 @@ impl Actor for DaemonActor<'_> {
                 // begins (other sessions' saves in progress are left alone).
                 rec.settle_session(session.as_str())?;
                 let last = rec.history().last_id()?;
-                let turn =
-                    rec.turns()
-                        .begin(session.as_str(), agent, prompt, prompt_id.clone(), last)?;
+                let agent = Name::from_id("agent", agent.as_bytes());
+                let turn = rec.turns().begin(
+                    session.as_str(),
+                    agent.as_str(),
+                    prompt,
+                    prompt_id.clone(),
+                    last,
+                )?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
             Command::Turn(TurnCommand::End {

@@ -12,7 +12,7 @@ use super::capture::{key_of, kind_of, seen_of};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileKind, FileState, OpenEpisode};
+use crate::history::change::{ChangeKind, FileKind, FileState, Fsynced, OpenEpisode};
 use crate::history::db::Extra;
 use crate::history::rollback::Writer;
 use crate::history::time::now_ns;
@@ -33,6 +33,9 @@ pub(super) struct Episode {
     /// Reading the history already waited for this abandoned episode's RELEASE in vain (a
     /// child that inherited the handle holds it): it is not waited for again.
     pub(super) awaited: bool,
+    /// A new file fsynced before its create was recorded: its marker is in the store, with
+    /// the file as the last `fsync` left it ([`Recorder::sync_file`]).
+    pub(super) fsynced: Option<Fsynced>,
 }
 
 /// How many openers an episode lists before it stops listing them.
@@ -140,7 +143,7 @@ impl Recorder {
         // A new file needs no marker: if the daemon dies before its end, the scan at the next
         // mount finds it anyway. A marker keeps the before state of a file being changed.
         if !created {
-            self.put_marker(path, before.clone(), &who)?;
+            self.put_marker(path, before.clone(), &who, None)?;
         }
         let mut episodes = lock(&self.episodes);
         // Another open of the same file may have won the race while we captured: join it.
@@ -156,15 +159,20 @@ impl Recorder {
                 orphaned: false,
                 openers: vec![pid],
                 awaited: false,
+                fsynced: None,
             });
         Ok(())
     }
 
+    /// Note in the store that `path` is being written by `who` from `before` (`None`: a new
+    /// file), so that a crash leaves its change to be recorded at the next mount; `fsynced`
+    /// for a new file an `fsync` made durable (see [`Recorder::sync_file`]).
     pub(super) fn put_marker(
         &self,
         path: &[u8],
         before: Option<FileState>,
         who: &Who,
+        fsynced: Option<Fsynced>,
     ) -> Result<()> {
         let marker = OpenEpisode {
             before,
@@ -176,6 +184,7 @@ impl Recorder {
             turn: who.turn,
             tool: who.tool.clone(),
             uid: who.uid,
+            fsynced,
         };
         self.history.put_open_episode(path, &marker)
     }
@@ -233,17 +242,9 @@ impl Recorder {
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
     fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
-        let Episode {
-            path,
-            before,
-            who,
-            created,
-            orphaned,
-            ..
-        } = ep;
-        match self.finish_episode(key, &path, before.clone(), who.clone(), created, orphaned) {
+        match self.finish_episode(key, &ep) {
             Ok(Some(p)) => {
-                let replaced = lock(&self.pending).insert(path, p);
+                let replaced = lock(&self.pending).insert(ep.path, p);
                 if let Some(old) = replaced {
                     self.release_id(old.id);
                 }
@@ -253,14 +254,10 @@ impl Recorder {
             Err(e) => {
                 if matches!(e, crate::history::Error::Store(_)) {
                     lock(&self.episodes).entry(key).or_insert(Episode {
-                        path,
-                        before,
                         opens: 0,
-                        who,
-                        created,
-                        orphaned,
                         openers: Vec::new(),
                         awaited: false,
+                        ..ep
                     });
                 }
                 Err(e)
@@ -293,16 +290,9 @@ impl Recorder {
     }
 
     /// Record the end of an episode; a created file is returned to be held back instead.
-    fn finish_episode(
-        &self,
-        key: Key,
-        path: &[u8],
-        before: Option<FileState>,
-        who: Who,
-        created: bool,
-        orphaned: bool,
-    ) -> Result<Option<Pending>> {
-        if orphaned {
+    fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
+        let path = &ep.path[..];
+        if ep.orphaned {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         }
@@ -318,23 +308,24 @@ impl Recorder {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         }
-        if created {
+        if ep.created {
             return Ok(Some(Pending {
                 replaces: None,
+                fsynced: ep.fsynced,
                 key,
-                who,
+                who: ep.who.clone(),
                 time_ns: now_ns(),
                 id: self.reserve_id()?,
                 since: Instant::now(),
             }));
         }
         let after = self.capture_fresh(path, &st)?;
-        if before.as_ref() == Some(&after) {
+        if ep.before.as_ref() == Some(&after) {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         }
-        let mut change = self.change(ChangeKind::Modify, path, &who);
-        change.before = before;
+        let mut change = self.change(ChangeKind::Modify, path, &ep.who);
+        change.before = ep.before.clone();
         change.after = Some(after);
         change.links = self.other_names(key, path);
         let manifest = self.manifest_of_names(path, &change.links, seen_of(&st));
@@ -463,10 +454,11 @@ impl Recorder {
             let manifest = self.manifest_of_names(&ep_path, &change.links, seen_of(&st));
             self.record_one(change, &manifest)?;
         }
-        self.put_marker(&ep_path, Some(now.clone()), &who)?;
+        self.put_marker(&ep_path, Some(now.clone()), &who, None)?;
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
             ep.before = Some(now);
             ep.created = false;
+            ep.fsynced = None;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use super::links::moved_below;
 use super::saves::RenamedAway;
 use super::{Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{Change, ChangeKind, FileKind, FileState};
+use crate::history::change::{Change, ChangeKind, FileKind, FileState, Fsynced};
 use crate::history::db::Extra;
 use crate::history::who::By;
 
@@ -113,15 +113,16 @@ impl Recorder {
             match episodes.get_mut(&key) {
                 Some(ep) if ep.path == from => {
                     ep.path = to.to_vec();
-                    Some((ep.before.clone(), ep.who.clone(), ep.created))
+                    Some((ep.before.clone(), ep.who.clone(), ep.created, ep.fsynced))
                 }
                 _ => None,
             }
         };
-        if let Some((before, who, created)) = moved {
+        if let Some((before, who, created, fsynced)) = moved {
             self.history.drop_open_episode(from)?;
-            if !created && self.records(to, false) {
-                self.put_marker(to, before, &who)?;
+            // A new file has a marker only once fsynced.
+            if (!created || fsynced.is_some()) && self.records(to, false) {
+                self.put_marker(to, before, &who, fsynced)?;
             }
         }
         Ok(())
@@ -294,12 +295,12 @@ impl Recorder {
         // An episode still open on the source moves with it. If it created the file, this is a
         // save-by-rename still being written: its end records one change of the target.
         if !exchange
-            && let Some((was_created, before, ep_who)) =
+            && let Some((was_created, before, ep_who, fsynced)) =
                 self.move_episode(src_st, src, dst, &dst_before)
         {
             self.history.drop_open_episode(src)?;
             if dst_recorded {
-                self.put_marker(dst, before, &ep_who)?;
+                self.put_marker(dst, before, &ep_who, fsynced)?;
             }
             if was_created {
                 return Ok(Vec::new());
@@ -311,9 +312,10 @@ impl Recorder {
         if !exchange && let Some(p) = lock(&self.pending).remove(src) {
             // Save-by-rename: a new file renamed into place. One change of the target, which
             // happens now (the temporary file's id goes back unless something came since).
+            // The temporary's marker (if it was fsynced) goes in the same batch.
             self.release_id(p.id);
-            self.history.drop_open_episode(src)?;
             if !dst_recorded {
+                self.history.drop_open_episode(src)?;
                 return Ok(out);
             }
             let kind = if dst_before.is_some() {
@@ -322,11 +324,13 @@ impl Recorder {
                 ChangeKind::Create
             };
             let Some((after, seen)) = self.pending_content(src, &p, dst)? else {
+                self.history.drop_open_episode(src)?;
                 return Ok(out);
             };
             if dst_before.as_ref() == Some(&after) {
                 // Saved as it was (`sed -i` that matched nothing): nothing happened.
                 self.history.put_manifest(&[(dst.to_vec(), Some(seen))])?;
+                self.history.drop_open_episode(src)?;
                 return Ok(out);
             }
             let mut change = self.change(kind, dst, &p.who);
@@ -334,7 +338,15 @@ impl Recorder {
             change.after = Some(after);
             // Saved by renaming over it: a linked file loses this name.
             change.groups = groups;
-            out.push(self.record_one(change, &[(dst.to_vec(), Some(seen))])?);
+            let manifest = [(dst.to_vec(), Some(seen))];
+            out.push(self.record(
+                change,
+                &Extra {
+                    finish_episode: Some(src),
+                    manifest: &manifest,
+                    move_under: None,
+                },
+            )?);
             return Ok(out);
         }
         if !src_recorded && !dst_recorded {
@@ -439,13 +451,14 @@ impl Recorder {
     /// Episodes of files below a renamed folder go on under its new name, markers too; with
     /// `exchange`, those below `to` go below `from` at the same time.
     fn move_episodes_under(&self, from: &[u8], to: &[u8], exchange: bool) -> Result<()> {
-        // (old path, new path, before, who, created) of each episode moved.
+        // (old path, new path, before, who, created, fsynced) of each episode moved.
         type Moved = (
             Vec<u8>,
             Vec<u8>,
             Option<FileState>,
             crate::history::Who,
             bool,
+            Option<Fsynced>,
         );
         let moved: Vec<Moved> = {
             let mut episodes = lock(&self.episodes);
@@ -455,7 +468,14 @@ impl Recorder {
                     let new = moved_below(&ep.path, from, to)
                         .or_else(|| exchange.then(|| moved_below(&ep.path, to, from)).flatten())?;
                     let old = std::mem::replace(&mut ep.path, new.clone());
-                    Some((old, new, ep.before.clone(), ep.who.clone(), ep.created))
+                    Some((
+                        old,
+                        new,
+                        ep.before.clone(),
+                        ep.who.clone(),
+                        ep.created,
+                        ep.fsynced,
+                    ))
                 })
                 .collect()
         };
@@ -464,24 +484,29 @@ impl Recorder {
         for (old, ..) in &moved {
             self.history.drop_open_episode(old)?;
         }
-        for (_, new, before, who, created) in moved {
-            if !created && self.records(&new, false) {
-                self.put_marker(&new, before, &who)?;
+        for (_, new, before, who, created, fsynced) in moved {
+            if (!created || fsynced.is_some()) && self.records(&new, false) {
+                self.put_marker(&new, before, &who, fsynced)?;
             }
         }
         Ok(())
     }
 
     /// Move the episode open on `src_st`'s file from `src` to `dst`. A created file renamed
-    /// over an existing one becomes that file's modify. Returns (was it created, its before,
-    /// who), if there was one.
+    /// over an existing one becomes that file's modify (with a marker of an ordinary
+    /// episode). Returns (was it created, its before, who, fsynced), if there was one.
     fn move_episode(
         &self,
         src_st: &libc::stat,
         src: &[u8],
         dst: &[u8],
         dst_before: &Option<FileState>,
-    ) -> Option<(bool, Option<FileState>, crate::history::Who)> {
+    ) -> Option<(
+        bool,
+        Option<FileState>,
+        crate::history::Who,
+        Option<Fsynced>,
+    )> {
         let mut episodes = lock(&self.episodes);
         let ep = episodes.get_mut(&key_of(src_st))?;
         if ep.path != src {
@@ -492,8 +517,9 @@ impl Recorder {
         if ep.created && dst_before.is_some() {
             ep.created = false;
             ep.before = dst_before.clone();
+            ep.fsynced = None;
         }
-        Some((was_created, ep.before.clone(), ep.who.clone()))
+        Some((was_created, ep.before.clone(), ep.who.clone(), ep.fsynced))
     }
 
     /// An operation recorded in advance failed: take its changes back.

@@ -9,10 +9,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::capture::{Source, seen_of};
+use super::capture::{Source, key_of, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileState, Seen};
+use crate::history::change::{ChangeKind, FileState, Fsynced, Seen};
 use crate::history::db::Extra;
 use crate::history::join;
 use crate::history::who::Who;
@@ -34,6 +34,8 @@ pub(super) struct Pending {
     /// The file this one replaces in a rename-away save (see `saves`): its state before, so
     /// the create is recorded as a `modify`.
     pub(super) replaces: Option<FileState>,
+    /// Fsynced: its marker is in the store ([`Recorder::sync_file`]).
+    pub(super) fsynced: Option<Fsynced>,
 }
 
 impl Recorder {
@@ -95,7 +97,7 @@ impl Recorder {
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         if !self.records(path, false) {
             // Its folder became ignored while it was held back.
-            return Ok(());
+            return self.history.drop_open_episode(path);
         }
         if p.replaces.is_none()
             && let Some(original) = self.saved_keeping_backup(path, &p)?
@@ -104,13 +106,13 @@ impl Recorder {
         }
         let Some((after, seen)) = self.pending_content(path, &p, path)? else {
             self.release_id(p.id);
-            return Ok(());
+            return self.history.drop_open_episode(path);
         };
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
             self.release_id(p.id);
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
-            return Ok(());
+            return self.history.drop_open_episode(path);
         }
         let kind = match p.replaces {
             Some(_) => ChangeKind::Modify,
@@ -131,6 +133,54 @@ impl Recorder {
             },
             Some(p.id),
         )?;
+        Ok(())
+    }
+
+    /// `fsync` of the file `st` (the handle's own `fstat`): what the history has of it is made
+    /// durable. A new file whose create is not recorded yet (still being written, or held
+    /// back) is not recorded now, as that would end it too early: an editor fsyncs the
+    /// temporary file it then renames over its target, which must stay one `modify`. Its
+    /// marker is written instead (an open-episode marker with no before state, or the saved
+    /// file's in a rename-away save), with who made it and the file as this fsync left it, so
+    /// that after a crash the next mount records its create as theirs (`recovery.rs`). The
+    /// marker goes with the batch that records the create, or when the file goes first.
+    /// Other files' held-back creates stay held back.
+    pub fn sync_file(&self, st: &libc::stat) -> Result<()> {
+        let _pins = self.pin_scope();
+        {
+            // As an episode's end holds them: the file's episode and held-back create stay
+            // where they are (not ended, recorded, renamed or moved with a folder) meanwhile.
+            let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+            let _held = self.hold(&[key_of(st)]);
+            self.mark_fsynced(st)?;
+        }
+        self.drain()?;
+        Ok(self.history.store().sync()?)
+    }
+
+    /// Write (or write again, with the file as it is now) the marker of the new file `st` if
+    /// its create is not recorded yet. Written under the table's lock that holds it, so a
+    /// rename-away save that makes it a `modify` (`saves.rs`) writes its marker before or
+    /// after this one, never in between.
+    fn mark_fsynced(&self, st: &libc::stat) -> Result<()> {
+        let key = key_of(st);
+        let fsynced = Some(Fsynced::of(st));
+        {
+            let mut episodes = lock(&self.episodes);
+            if let Some(ep) = episodes.get_mut(&key) {
+                // An episode of a file that was there before has had its marker from the start.
+                if !ep.orphaned && (ep.created || ep.fsynced.is_some()) {
+                    self.put_marker(&ep.path, ep.before.clone(), &ep.who, fsynced)?;
+                    ep.fsynced = fsynced;
+                }
+                return Ok(());
+            }
+        }
+        let mut pending = lock(&self.pending);
+        if let Some((path, p)) = pending.iter_mut().find(|(_, p)| p.key == key) {
+            self.put_marker(path, p.replaces.clone(), &p.who, fsynced)?;
+            p.fsynced = fsynced;
+        }
         Ok(())
     }
 

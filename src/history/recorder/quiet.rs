@@ -7,8 +7,8 @@
 //! recorded folder is new (its `mkdir` is the last change to its name, within [`BURST`]),
 //! everything recorded at or below it since that `mkdir` is retracted: the burst that made the
 //! folder leaves no history. The same happens when a new folder is renamed to a name that is
-//! ignored (a temporary build folder moved into place). A folder that existed before keeps its
-//! history; from then on it is ignored.
+//! ignored (a temporary build folder moved into place), and when a `.gitignore` above it comes
+//! to name it. A folder that existed before keeps its history; from then on it is ignored.
 
 use std::time::Duration;
 
@@ -22,6 +22,10 @@ use crate::store::{Order, Query};
 /// How recent a folder's creation must be for what was recorded of it to be taken back when
 /// it turns out to be a regenerable tree.
 pub const BURST: Duration = Duration::from_secs(60);
+
+/// How many of the newest changes a changed `.gitignore` looks through for folders it makes
+/// ignored ([`Recorder::quiet_newly_ignored`]).
+const RECENT_CHANGES: usize = 20_000;
 
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
@@ -43,10 +47,18 @@ impl Recorder {
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .set_rewindignore(&rules);
+            return self.quiet_newly_ignored(b"");
         }
         let (dir, name) = split(path);
         if !RULE_FILES.contains(&name) {
             return Ok(());
+        }
+        if name == b".gitignore" {
+            self.ignore
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .forget(dir);
+            self.quiet_newly_ignored(dir)?;
         }
         let marked = {
             let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
@@ -61,6 +73,59 @@ impl Recorder {
             self.quiet_burst(dir)?;
         }
         Ok(())
+    }
+
+    /// The rules about what is below `dir` changed (its `.gitignore`, or `.rewindignore` for
+    /// the whole workspace): every folder below it made moments ago that they now ignore, and
+    /// whose own folder they do not, has its burst taken back, as when a marker is written into
+    /// it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
+    fn quiet_newly_ignored(&self, dir: &[u8]) -> Result<()> {
+        let since = now_ns().saturating_sub(BURST.as_nanos() as u64);
+        let mut made: Vec<Vec<u8>> = Vec::new();
+        // The changes of the last minute, newest first; a folder made further back than
+        // `RECENT_CHANGES` changes ago (a minute of heavy load) keeps its history.
+        self.history.for_each(
+            &Query {
+                after_id: Some(self.history.id_at_time(since)?),
+                since_ns: Some(since),
+                order: Order::NewestFirst,
+                limit: Some(RECENT_CHANGES),
+                ..Query::default()
+            },
+            |c| {
+                if c.kind == ChangeKind::Mkdir && c.path != dir && at_or_under(&c.path, dir) {
+                    made.push(c.path);
+                }
+                true
+            },
+        )?;
+        made.sort();
+        made.dedup();
+        let mut quieted: Vec<Vec<u8>> = Vec::new();
+        for path in made {
+            if quieted.iter().any(|q| at_or_under(&path, q)) {
+                continue;
+            }
+            if !self.ignores(&path, true) || self.ignores(split(&path).0, true) {
+                continue;
+            }
+            if self.quiet_burst(&path)? {
+                quieted.push(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// A file was renamed to `path`: a rule file saved by rename (`sed -i .gitignore`, an
+    /// editor's save) decides as one written in place.
+    pub fn renamed_to(&self, path: &[u8]) {
+        let (_, name) = split(path);
+        if path != b".rewindignore" && !RULE_FILES.contains(&name) {
+            return;
+        }
+        if let Err(e) = self.note_rules(path) {
+            tracing::warn!("{} renamed into place: {e}", String::from_utf8_lossy(path));
+        }
     }
 
     /// A name changed (unlink, rmdir, rename, to or from `path`): forget what was read of it.
@@ -121,12 +186,15 @@ impl Recorder {
         lock(&self.pending).retain(|path, p| {
             let keep = !under(path.as_slice());
             if !keep {
-                dropped.push(p.id);
+                dropped.push((path.clone(), p.id, p.fsynced.is_some()));
             }
             keep
         });
-        for id in dropped {
+        for (path, id, marked) in dropped {
             self.release_id(id);
+            if marked {
+                self.history.drop_open_episode(&path)?;
+            }
         }
         self.drain()?;
         // The folder's making: its last change other than a chmod (pytest makes its cache

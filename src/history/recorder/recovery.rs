@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::Recorder;
 use super::capture::{kind_of, seen_of};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileKind, FileState, Hash, Seen};
+use crate::history::change::{ChangeKind, FileKind, FileState, Fsynced, Hash, Seen};
 use crate::history::db::Extra;
 use crate::history::ignore::at_or_under;
+use crate::history::name::{EXTERNAL_AGENT, ROLLBACK_AGENT};
 use crate::history::who::Who;
 
 /// What the scan at mount found.
@@ -31,16 +32,32 @@ impl Recorder {
         let mut report = Recovery::default();
         for (path, ep) in self.history.open_episodes()? {
             // A rollback's write cut short is still the rollback's (a restore).
-            let restore = ep.agent == "rewind";
-            let who = Who {
-                session: ep.session,
-                agent: ep.agent,
-                pid: ep.pid,
-                process: ep.process,
-                restore,
-                turn: ep.turn,
-                tool: ep.tool,
-                uid: ep.uid,
+            let restore = ep.agent == ROLLBACK_AGENT;
+            // A new file fsynced before its create was recorded is theirs only if the file at
+            // the path is the one fsynced, as the fsync left it; otherwise (replaced, written
+            // to since, or renamed away) nothing says who made what is there.
+            let fsynced_as_left = ep.fsynced.is_none_or(|f| {
+                self.source
+                    .lstat(&path)
+                    .is_ok_and(|st| Fsynced::of(&st) == f)
+            });
+            let who = if fsynced_as_left {
+                Who {
+                    session: ep.session,
+                    agent: ep.agent,
+                    pid: ep.pid,
+                    process: ep.process,
+                    restore,
+                    turn: ep.turn,
+                    tool: ep.tool,
+                    uid: ep.uid,
+                }
+            } else {
+                tracing::info!(
+                    "recovery: {} is not the file an fsync left there; its change is external",
+                    String::from_utf8_lossy(&path)
+                );
+                self.external()
             };
             if !self.records(&path, false) {
                 self.history.drop_open_episode(&path)?;
@@ -142,17 +159,22 @@ impl Recorder {
         Ok(out)
     }
 
-    fn record_external(&self, old: &HashMap<Vec<u8>, Seen>, current: &Tree) -> Result<usize> {
-        let who = Who {
+    /// Who made what changed while nothing was watching.
+    fn external(&self) -> Who {
+        Who {
             session: self.who.default_session().to_string(),
-            agent: "external".into(),
+            agent: EXTERNAL_AGENT.into(),
             pid: 0,
             process: "external".into(),
             restore: false,
             turn: None,
             tool: None,
             uid: None,
-        };
+        }
+    }
+
+    fn record_external(&self, old: &HashMap<Vec<u8>, Seen>, current: &Tree) -> Result<usize> {
+        let who = self.external();
         // What we knew of a path: its last recorded state if that matches the manifest.
         let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
             let last = self.history.last_change_until(path, u64::MAX)?;

@@ -73,8 +73,12 @@ impl Recorder {
             return Ok(false);
         }
         let original = away.change.after.clone();
+        // The new file's marker says from now on that it is a modify from the original (a
+        // crash before it is recorded then gives that modify, by its process): written under
+        // the lock of the table that holds it, as an fsync writes it (`pending.rs`).
         let converted = match lock(&self.pending).get_mut(&away.from) {
             Some(p) if p.who.pid == pid && p.replaces.is_none() => {
+                self.put_marker(&away.from, original.clone(), &p.who, p.fsynced)?;
                 p.replaces = original.clone();
                 true
             }
@@ -85,6 +89,7 @@ impl Recorder {
         {
             // Still being written (RELEASE comes after close): its end records the modify.
             Some(ep) => {
+                self.put_marker(&away.from, original.clone(), &ep.who, ep.fsynced)?;
                 ep.created = false;
                 ep.before = original.clone();
                 true

@@ -26,7 +26,7 @@ pub use v1::{
     CheckpointRecord, KnownFileRecord, KnownRecord, ManifestRecord, SeenRecord, SessionRecord,
 };
 pub use v2::{ToolRecord, TurnRecord};
-pub use v3::{ChangeRecord, EpisodeRecord, StateRecord};
+pub use v3::{ChangeRecord, EpisodeRecord, FsyncedRecord, StateRecord};
 
 /// The version byte of values written now, per record family.
 pub const CHANGE_VERSION: u8 = 3;
@@ -141,9 +141,22 @@ impl ChangeRecord {
     }
 }
 
+/// The trailer tag of an open-episode marker's fsynced file.
+const FSYNCED: u8 = 1;
+
 impl EpisodeRecord {
+    /// Version 3, then (for a new file fsynced before its create was recorded) a trailer: tag
+    /// 1 and the file in postcard. Readers that predate it stop at the end of the record and
+    /// take the marker as any marker of a new file (its create recorded with the marker's
+    /// who, without checking that the file is the one fsynced), so the store's format version
+    /// stays as it was.
     pub fn encode(&self) -> Vec<u8> {
-        encode(EPISODE_VERSION, self)
+        let mut out = encode(EPISODE_VERSION, self);
+        if let Some(f) = &self.fsynced {
+            out.push(FSYNCED);
+            postcard::to_io(f, &mut out).expect("postcard encodes plain records into a Vec");
+        }
+        out
     }
 
     pub fn decode(cf: &'static str, key: &[u8], value: &[u8]) -> Result<EpisodeRecord, Error> {
@@ -153,7 +166,16 @@ impl EpisodeRecord {
                 Ok(v2.into())
             }
             (2, rest) => Ok(body::<v2::EpisodeRecord>(cf, key, rest)?.into()),
-            (3, rest) => body(cf, key, rest),
+            (3, rest) => {
+                let (mut episode, tail): (EpisodeRecord, &[u8]) =
+                    postcard::take_from_bytes(rest)
+                        .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
+                // A trailer this version does not know is left alone.
+                if let [FSYNCED, fsynced @ ..] = tail {
+                    episode.fsynced = Some(body(cf, key, fsynced)?);
+                }
+                Ok(episode)
+            }
             (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
         }
     }

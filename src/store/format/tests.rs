@@ -243,6 +243,36 @@ fn open_episode_markers_of_both_versions() {
         EpisodeRecord::decode("open_episodes", b"p", &pinned_v3).unwrap(),
         v3
     );
+
+    // A new file fsynced before its create was recorded: the same bytes, then the trailer
+    // (tag 1, device 2049, inode 77, size 14, mtime zigzag-encoded), which a reader that does
+    // not know it never sees.
+    let mut fsynced = v3.clone();
+    fsynced.before = None;
+    fsynced.fsynced = Some(FsyncedRecord {
+        dev: 2049,
+        ino: 77,
+        size: 14,
+        mtime_ns: 1_700_000_000_123_456_789,
+    });
+    let pinned_fsynced =
+        hex("03004d02733106636c6175646592210376696d01020001feff030181104d0eaab4aed8c7bfce972f");
+    assert_eq!(fsynced.encode(), pinned_fsynced);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_fsynced).unwrap(),
+        fsynced
+    );
+    let old_reader: EpisodeRecord = postcard::from_bytes(&pinned_fsynced[1..]).unwrap();
+    assert_eq!(
+        old_reader,
+        EpisodeRecord {
+            fsynced: None,
+            ..fsynced.clone()
+        }
+    );
+    // A damaged trailer is an error that names the key.
+    let damaged = &pinned_fsynced[..pinned_fsynced.len() - 3];
+    assert!(EpisodeRecord::decode("open_episodes", b"p", damaged).is_err());
 }
 
 #[test]

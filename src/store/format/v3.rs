@@ -89,6 +89,20 @@ pub struct EpisodeRecord {
     pub turn: Option<u32>,
     pub tool: Option<ToolRecord>,
     pub uid: Option<u32>,
+    /// For a new file whose create was not recorded yet when it was fsynced: which file was
+    /// fsynced, and how it was then. Kept in a trailer after the record (see
+    /// [`EpisodeRecord::encode`](super::EpisodeRecord::encode)), not in it.
+    #[serde(skip)]
+    pub fsynced: Option<FsyncedRecord>,
+}
+
+/// The file an `fsync` made durable: its device and inode, size and modification time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsyncedRecord {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
 }
 
 impl From<v2::EpisodeRecord> for EpisodeRecord {
@@ -103,6 +117,7 @@ impl From<v2::EpisodeRecord> for EpisodeRecord {
             turn: e.turn,
             tool: e.tool,
             uid: None,
+            fsynced: None,
         }
     }
 }
