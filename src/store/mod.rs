@@ -41,6 +41,7 @@ mod open;
 mod pins;
 mod query;
 mod sessions;
+mod similar;
 mod write;
 
 use std::collections::HashMap;
@@ -150,6 +151,9 @@ pub struct Store {
     /// The newest id a checkpoint named: an id set aside at or below it is never handed out
     /// again, even if it goes unused.
     pinned: AtomicU64,
+    /// Recently recorded contents by file name and extension: where a new path's first
+    /// version looks for a delta base (`similar.rs`). A leaf lock.
+    similar: Mutex<similar::Similar>,
 }
 
 /// A read lock on the open database.

@@ -396,6 +396,7 @@ impl Store {
             pins: Default::default(),
             pinned: AtomicU64::new(0),
             wanted: AtomicU64::new(0),
+            similar: Default::default(),
         };
         match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
             Some(found) if found > FORMAT_VERSION => {

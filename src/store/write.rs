@@ -446,6 +446,19 @@ impl Store {
             .unwrap_or_else(|e| e.into_inner())
             .extend(sessions);
         *last_id += fresh;
+        // A file's content, or what a delete or a move took away: a base for the first
+        // version of a path with its name or extension (a checkout that moves a file deletes
+        // it here and creates it there).
+        for change in &out {
+            let file = |s: &Option<super::StateRecord>| {
+                s.as_ref()
+                    .filter(|s| s.kind == super::format::kind::FILE)
+                    .and_then(|s| Some((super::Hash(s.hash?), s.size)))
+            };
+            if let Some((hash, size)) = file(&change.after).or_else(|| file(&change.before)) {
+                self.note_similar(&change.path, hash, size);
+            }
+        }
         Ok(out)
     }
 

@@ -1230,3 +1230,62 @@ fn a_session_started_through_ctl_covers_the_shell_and_its_children() {
     assert!(who[2].1.starts_with("mount-"), "{who:?}");
     assert_eq!(who[2].2, "unknown");
 }
+
+/// A file a checkout moves (deleted here, created there with an edit): the new path's first
+/// version is stored as a delta on the old path's content. Once gc removed the old path's
+/// history and another file took its name, no change refers to that content, yet it is kept
+/// as the base, and the moved file's version reads back byte-exact after a remount.
+#[test]
+fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_kept_by_gc_across_a_remount() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let text: String = (0..400)
+        .map(|i| format!("    let value_{i} = compute({i}, \"{i:x}\"); // line {i}\n"))
+        .collect();
+    let moved = text.replace("line 200", "line 200, edited as it moved");
+    fs::create_dir_all(ws.path().join("old")).unwrap();
+    fs::create_dir_all(ws.path().join("new")).unwrap();
+    fs::write(ws.path().join("old/lib.rs"), &text).unwrap();
+    sync(&ws);
+    fs::remove_file(ws.path().join("old/lib.rs")).unwrap();
+    fs::write(ws.path().join("new/lib.rs"), &moved).unwrap();
+    sync(&ws);
+    fs::write(ws.path().join("old/lib.rs"), "another file\n").unwrap();
+    sync(&ws);
+    rw_ok(&ws, &["gc", "--max-size", "1K"]);
+    ws.unmount();
+
+    let (base, id) = {
+        let history = history(&ws.store());
+        let store = history.store();
+        let base = Hash::of(text.as_bytes());
+        let all = history.query(&Query::default()).unwrap();
+        let create = all
+            .iter()
+            .find(|c| c.path == b"new/lib.rs")
+            .expect("the moved file's create is kept");
+        let hash = create.after.as_ref().unwrap().hash.unwrap();
+        assert_eq!(hash, Hash::of(moved.as_bytes()));
+        assert_eq!(store.delta_base_of(&hash).unwrap(), Some(base));
+        let refers = all
+            .iter()
+            .flat_map(|c| [&c.before, &c.after])
+            .flatten()
+            .any(|s| s.hash == Some(base));
+        assert!(
+            !refers,
+            "gc removed every change that refers to the old content"
+        );
+        assert!(store.has_blob(&base).unwrap(), "the base is kept");
+        (base, create.id)
+    };
+    ws.mount();
+    let shown = rw(&ws, &["cat", "new/lib.rs", "--at", &id.to_string()]);
+    assert!(shown.status.success(), "{shown:?}");
+    assert!(
+        shown.stdout == moved.as_bytes(),
+        "the moved version reads back"
+    );
+    ws.unmount();
+    assert!(history(&ws.store()).store().read_blob(&base).unwrap() == text.as_bytes());
+}

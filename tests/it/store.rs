@@ -1030,7 +1030,8 @@ fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
         let versions: Vec<Hash> = (0..5)
             .map(|v| version(&history, "src/a.rs", v + 1, &source(300, v as usize)))
             .collect();
-        let other = version(&history, "src/b.rs", 9, &source(200, 7));
+        // Nothing like src/a.rs (another extension, other text): stored whole.
+        let other = version(&history, "notes.txt", 9, &noise(2000, 7));
         let depth = depths(history.store());
         assert_eq!(
             versions.iter().map(|h| depth[h]).collect::<Vec<_>>(),
@@ -1060,12 +1061,130 @@ fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
         "{msg}"
     );
     assert!(msg.contains("src/a.rs"), "{msg}");
-    assert!(!msg.contains("src/b.rs"), "{msg}");
+    assert!(!msg.contains("notes.txt"), "{msg}");
     assert_eq!(store.paths_needing(&versions[1]).unwrap(), [b"src/a.rs"]);
     // The version itself is named as damaged, not as a base.
     let err = store.read_blob(&versions[1]).unwrap_err().to_string();
     assert!(!err.contains("delta base"), "{err}");
     // What does not need it reads.
     assert!(store.read_blob(&versions[0]).unwrap() == source(300, 0));
-    assert!(store.read_blob(&other).unwrap() == source(200, 7));
+    assert!(store.read_blob(&other).unwrap() == noise(2000, 7));
+}
+
+fn base_of(store: &Store, hash: &Hash) -> Option<Hash> {
+    store.delta_base_of(hash).unwrap()
+}
+
+/// Record the delete of `path`, whose content was `content` (`hash`).
+fn delete(h: &History, path: &str, t: u64, content: &[u8], hash: Hash) {
+    let mut c = change(path, t, "s1", "claude");
+    c.kind = ChangeKind::Delete;
+    c.before = Some(file(content, hash));
+    record(h, c).unwrap();
+}
+
+/// A file moved by a checkout (deleted here, created there with an edit) and a new file with
+/// the name of one elsewhere: the new paths' first versions are stored as deltas on the other
+/// paths' content. They read back byte-exact, after gc removed every change of the other
+/// paths (their content stays, as a base) and after the store is opened again.
+#[test]
+fn a_new_paths_delta_on_another_paths_content_reads_back_after_gc_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let moved = source(300, 3);
+    let named = source(200, 9);
+    let (moved_hash, named_hash, old_base, mod_base) = {
+        let history = open(dir.path());
+        // Versions of old/lib.rs, then it moves to new/lib.rs (and is edited on the way).
+        let mut last = (Hash::of(b""), Vec::new());
+        for v in 0..3 {
+            let data = source(300, v);
+            last = (version(&history, "old/lib.rs", v as u64 + 1, &data), data);
+        }
+        delete(&history, "old/lib.rs", 4, &last.1, last.0);
+        let moved_hash = version(&history, "new/lib.rs", 5, &moved);
+        // Another file takes the old name: the delete is no longer old/lib.rs's newest change.
+        version(&history, "old/lib.rs", 6, &noise(3000, 1));
+        // A mod.rs in a folder of its own, then another one elsewhere.
+        let mod_base = version(&history, "a/mod.rs", 7, &source(200, 8));
+        let named_hash = version(&history, "b/mod.rs", 8, &named);
+        let store = history.store();
+        assert_eq!(base_of(store, &moved_hash), Some(last.0));
+        assert_eq!(base_of(store, &named_hash), Some(mod_base));
+        assert!(store.read_blob(&moved_hash).unwrap() == moved);
+        (moved_hash, named_hash, last.0, mod_base)
+    };
+    // gc removes old/lib.rs's history before the new file took its name: no change refers to
+    // the content new/lib.rs's delta is stored on any more.
+    {
+        let history = open(dir.path());
+        let report = history
+            .gc(&GcPolicy {
+                older_than_ns: Some(6),
+                max_bytes: None,
+                dry_run: false,
+            })
+            .unwrap();
+        assert_eq!(report.changes_removed, 4);
+        let store = history.store();
+        let refers = |c: &Change| {
+            [&c.before, &c.after]
+                .into_iter()
+                .flatten()
+                .any(|s| s.hash == Some(old_base))
+        };
+        let all = history.query(&Query::default()).unwrap();
+        assert!(!all.iter().any(refers), "no change refers to the base");
+        assert!(store.has_blob(&old_base).unwrap(), "the base is kept");
+        assert!(store.read_blob(&moved_hash).unwrap() == moved);
+        assert!(store.read_blob(&named_hash).unwrap() == named);
+        assert!(store.read_blob(&mod_base).unwrap() == source(200, 8));
+    }
+    // And again once the store is opened anew, every recorded content checked.
+    let history = open(dir.path());
+    let store = history.store();
+    assert!(store.read_blob(&moved_hash).unwrap() == moved);
+    assert!(store.read_blob(&named_hash).unwrap() == named);
+    for c in history.query(&Query::default()).unwrap() {
+        for s in [c.before, c.after].into_iter().flatten() {
+            store.verify_blob(&s.hash.unwrap()).unwrap();
+        }
+    }
+}
+
+/// A damaged base that another path's delta is stored on: reading that path's content is the
+/// clear error naming the base and both paths whose recorded content needs it.
+#[test]
+fn a_damaged_base_of_another_paths_delta_names_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, moved) = {
+        let history = open(dir.path());
+        let base = version(&history, "old/lib.rs", 1, &source(300, 0));
+        delete(&history, "old/lib.rs", 2, &source(300, 0), base);
+        let moved = version(&history, "new/lib.rs", 3, &source(300, 1));
+        assert_eq!(base_of(history.store(), &moved), Some(base));
+        (base, moved)
+    };
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let mut value = db.get_cf(blobs, base.0).unwrap().unwrap();
+        let last = value.len() - 1;
+        value[last] ^= 0x40;
+        db.put_cf(blobs, base.0, value).unwrap();
+    }
+    let history = open(dir.path());
+    let err = history.store().read_blob(&moved).unwrap_err();
+    let msg = err.to_string();
+    assert!(err.is_damaged(), "{msg}");
+    assert!(msg.contains(&moved.to_hex()), "{msg}");
+    assert!(
+        msg.contains(&format!("delta base {}", base.to_hex())),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("old/lib.rs") && msg.contains("new/lib.rs"),
+        "{msg}"
+    );
 }
