@@ -170,6 +170,29 @@ fn log_waits_for_a_held_back_create_being_recorded() {
     assert_eq!(kinds_of(&ws, "f"), ["modify"]);
 }
 
+/// A rename-away save whose new file's end is being recorded when the original is deleted (the
+/// kernel's RELEASE of the new file came first, and the end is slow: `REWIND_TEST_SLOW_END`):
+/// the delete waits for the end, and the save is still one `modify`.
+#[test]
+fn a_rename_away_save_is_one_modify_while_its_new_file_is_being_ended() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("b.txt"), "keep\n").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_END", "300")]);
+    let script = r#"
+import os, time
+os.rename("b.txt", "b.txt.orig")
+with open("b.txt", "w") as f:
+    f.write("kept\n")
+# The RELEASE is handled (and the end paused) before the delete arrives.
+time.sleep(0.1)
+os.remove("b.txt.orig")
+"#;
+    python(&dir, script);
+    assert_eq!(kinds_of(&ws, "b.txt"), ["modify"]);
+    assert_eq!(kinds_of(&ws, "b.txt.orig"), Vec::<String>::new());
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]

@@ -41,6 +41,10 @@ pub(super) struct Episode {
 /// How many openers an episode lists before it stops listing them.
 const MAX_OPENERS: usize = 16;
 
+/// For the tests: how long the end of an episode pauses between the table of episodes and the
+/// record (`REWIND_TEST_SLOW_END`).
+static SLOW_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_END");
+
 /// How long reading the history waits for the RELEASE of a file whose writers are gone.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -234,7 +238,22 @@ impl Recorder {
             }
             episodes.remove(&key).expect("present above")
         };
-        self.end_or_keep(key, ep)
+        self.end_in_flight(key, ep)
+    }
+
+    /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
+    /// meanwhile: between the table of episodes and the table of held-back creates, a new
+    /// file is in neither, and a rename-away save must not take it for absent.
+    fn end_in_flight(&self, key: Key, ep: Episode) -> Result<()> {
+        let path = ep.path.clone();
+        lock(&self.ends_in_flight).push(path.clone());
+        SLOW_END.pause();
+        let result = self.end_or_keep(key, ep);
+        let mut in_flight = lock(&self.ends_in_flight);
+        if let Some(i) = in_flight.iter().position(|p| *p == path) {
+            in_flight.swap_remove(i);
+        }
+        result
     }
 
     /// Record the end of an episode with no handle left. If the store cannot take it (a full
@@ -284,7 +303,7 @@ impl Recorder {
                     _ => continue,
                 }
             };
-            self.end_or_keep(key, ep)?;
+            self.end_in_flight(key, ep)?;
         }
         Ok(())
     }

@@ -84,6 +84,10 @@ pub struct Recorder {
     /// Held shared by every episode end in progress; [`Recorder::settle`] takes it exclusively
     /// to wait for them.
     ending: RwLock<()>,
+    /// The paths of episodes whose end is being recorded now (taken out of `episodes`, not yet
+    /// held back in `pending` or recorded); a leaf lock. A rename-away save waits for its new
+    /// file's end ([`saves`]).
+    ends_in_flight: Mutex<Vec<Vec<u8>>>,
     /// Wakes the writer thread: a token is sent when `deferred` gets something.
     wake: (Sender<()>, Receiver<()>),
     /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
@@ -119,6 +123,7 @@ impl Recorder {
             renamed_away: Mutex::new(HashMap::new()),
             links: Mutex::new(links::Links::default()),
             ending: RwLock::new(()),
+            ends_in_flight: Mutex::new(Vec::new()),
             wake: crossbeam_channel::bounded(1),
             session_owners: Mutex::new(HashMap::new()),
             panic_on: std::env::var_os("REWIND_TEST_PANIC")

@@ -27,6 +27,9 @@ use crate::history::change::{Change, ChangeKind, FileState};
 /// How long a rename-away save may take from the rename to the delete.
 pub(super) const SAVE_WINDOW: Duration = Duration::from_secs(5);
 
+/// How long a rename-away save waits for its new file's end to be recorded (it is on its way).
+const END_WAIT: Duration = Duration::from_secs(2);
+
 /// A regular file renamed to a new name, remembered for a moment.
 pub(super) struct RenamedAway {
     pub(super) from: Vec<u8>,
@@ -73,29 +76,16 @@ impl Recorder {
             return Ok(false);
         }
         let original = away.change.after.clone();
-        // The new file's marker says from now on that it is a modify from the original (a
-        // crash before it is recorded then gives that modify, by its process): written under
-        // the lock of the table that holds it, as an fsync writes it (`pending.rs`).
-        let converted = match lock(&self.pending).get_mut(&away.from) {
-            Some(p) if p.who.pid == pid && p.replaces.is_none() => {
-                self.put_marker(&away.from, original.clone(), &p.who, p.fsynced)?;
-                p.replaces = original.clone();
-                true
-            }
-            _ => false,
-        } || match lock(&self.episodes)
-            .values_mut()
-            .find(|ep| ep.path == away.from && ep.created && ep.who.pid == pid)
+        let mut converted = self.convert_to_modify(&away.from, &original, pid)?;
+        // The new file's end may be on its way from one table to the other: wait for it.
+        let give_up = Instant::now() + END_WAIT;
+        while !converted
+            && lock(&self.ends_in_flight).contains(&away.from)
+            && Instant::now() < give_up
         {
-            // Still being written (RELEASE comes after close): its end records the modify.
-            Some(ep) => {
-                self.put_marker(&away.from, original.clone(), &ep.who, ep.fsynced)?;
-                ep.created = false;
-                ep.before = original.clone();
-                true
-            }
-            None => false,
-        };
+            std::thread::sleep(Duration::from_millis(1));
+            converted = self.convert_to_modify(&away.from, &original, pid)?;
+        }
         if !converted {
             return Ok(false);
         }
@@ -105,6 +95,38 @@ impl Recorder {
             self.forget_known(key_of(st));
         }
         Ok(true)
+    }
+
+    /// The new file `pid` wrote at `path` (held back, or still being written) becomes a modify
+    /// from `original`: whether there was one.
+    fn convert_to_modify(
+        &self,
+        path: &[u8],
+        original: &Option<FileState>,
+        pid: u32,
+    ) -> Result<bool> {
+        // The new file's marker says from now on that it is a modify from the original (a
+        // crash before it is recorded then gives that modify, by its process): written under
+        // the lock of the table that holds it, as an fsync writes it (`pending.rs`).
+        if let Some(p) = lock(&self.pending).get_mut(path)
+            && p.who.pid == pid
+            && p.replaces.is_none()
+        {
+            self.put_marker(path, original.clone(), &p.who, p.fsynced)?;
+            p.replaces = original.clone();
+            return Ok(true);
+        }
+        if let Some(ep) = lock(&self.episodes)
+            .values_mut()
+            .find(|ep| ep.path == path && ep.created && ep.who.pid == pid)
+        {
+            // Still being written (RELEASE comes after close): its end records the modify.
+            self.put_marker(path, original.clone(), &ep.who, ep.fsynced)?;
+            ep.created = false;
+            ep.before = original.clone();
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// `path`, a new file that `p`'s process wrote under a name it renamed away moments ago,
