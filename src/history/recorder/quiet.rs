@@ -77,8 +77,8 @@ impl Recorder {
 
     /// The rules about what is below `dir` changed (its `.gitignore`, or `.rewindignore` for
     /// the whole workspace): every folder below it made moments ago that they now ignore, and
-    /// whose own folder they do not, has its burst taken back, as when a marker is written into
-    /// it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
+    /// that is not inside one taken back already, has its burst taken back, as when a marker
+    /// is written into it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
     fn quiet_newly_ignored(&self, dir: &[u8]) -> Result<()> {
         let since = now_ns().saturating_sub(BURST.as_nanos() as u64);
         let mut made: Vec<Vec<u8>> = Vec::new();
@@ -106,7 +106,10 @@ impl Recorder {
             if quieted.iter().any(|q| at_or_under(&path, q)) {
                 continue;
             }
-            if !self.ignores(&path, true) || self.ignores(split(&path).0, true) {
+            // Not only a folder whose own folder is not ignored: below a folder the rules
+            // name that keeps its history (made earlier, or shown by a checkpoint), a
+            // subfolder made moments ago is taken back alone.
+            if !self.ignores(&path, true) {
                 continue;
             }
             if self.quiet_burst(&path)? {
