@@ -388,6 +388,22 @@ fn a_folder_gitignored_moments_after_it_was_made_leaves_no_history() {
     assert_eq!(fs::read_to_string(p.join("out/o.txt")).unwrap(), "o\n");
 }
 
+/// The folders made in the last minute are known again after a remount (the daemon keeps
+/// them in memory, so that a `.gitignore` write does not read the history): one made before
+/// the remount and named by a `.gitignore` after it leaves no history.
+#[test]
+fn a_folder_made_before_a_remount_and_gitignored_after_it_leaves_no_history() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let p = ws.path();
+    sh(&p, "mkdir gen && echo 1 > gen/1 && echo keep > keep.txt");
+    wait_recorded_of(&ws, "gen/1", 1);
+    ws.unmount();
+    ws.mount();
+    sh(&p, "echo 'gen/' > .gitignore");
+    assert_eq!(history(&ws), ["create keep.txt", "create .gitignore"]);
+}
+
 /// A subfolder made moments ago inside a folder that keeps its history (a checkpoint shows
 /// it) leaves no history either when a `.gitignore` comes to name the outer folder: its
 /// `mkdir` is not kept alone, so a rollback to the checkpoint does not skip it (exit 1) for

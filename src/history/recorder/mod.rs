@@ -88,6 +88,9 @@ pub struct Recorder {
     /// held back in `pending` or recorded); a leaf lock. A rename-away save waits for its new
     /// file's end ([`saves`]).
     ends_in_flight: Mutex<Vec<Vec<u8>>>,
+    /// The folders made in the last minute, for a changed `.gitignore` to look through
+    /// ([`quiet`]); a leaf lock.
+    recent_mkdirs: Mutex<quiet::RecentMkdirs>,
     /// Wakes the writer thread: a token is sent when `deferred` gets something.
     wake: (Sender<()>, Receiver<()>),
     /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
@@ -124,6 +127,7 @@ impl Recorder {
             links: Mutex::new(links::Links::default()),
             ending: RwLock::new(()),
             ends_in_flight: Mutex::new(Vec::new()),
+            recent_mkdirs: Mutex::new(quiet::RecentMkdirs::new()),
             wake: crossbeam_channel::bounded(1),
             session_owners: Mutex::new(HashMap::new()),
             panic_on: std::env::var_os("REWIND_TEST_PANIC")
@@ -131,6 +135,7 @@ impl Recorder {
                 .filter(|n| !n.is_empty()),
         };
         recorder.load_known()?;
+        recorder.load_recent_mkdirs()?;
         Ok(recorder)
     }
 

@@ -155,6 +155,9 @@ impl Recorder {
         let mut change = self.change(kind, path, &who);
         change.after = Some(self.capture(path, &st)?);
         self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
+        if kind == ChangeKind::Mkdir {
+            lock(&self.recent_mkdirs).made(path);
+        }
         Ok(())
     }
 

@@ -27,6 +27,59 @@ pub const BURST: Duration = Duration::from_secs(60);
 /// ignored ([`Recorder::quiet_newly_ignored`]).
 const RECENT_CHANGES: usize = 20_000;
 
+/// How many of the last minute's folders [`RecentMkdirs`] holds.
+const RECENT_MKDIRS: usize = 4096;
+
+/// The folders recorded as made in the last [`BURST`], newest last, so that a changed
+/// `.gitignore` finds the ones it now names without reading the history (a write of a
+/// `.gitignore` must cost what a write costs).
+pub(super) struct RecentMkdirs {
+    made: std::collections::VecDeque<(Vec<u8>, u64)>,
+    /// Folders made at or after this time may be missing from `made` (they were made before
+    /// the mount, or pushed out by newer ones).
+    incomplete_until: u64,
+}
+
+impl RecentMkdirs {
+    /// Empty, and incomplete for the last minute until [`load`](Recorder::load_recent_mkdirs)
+    /// has read the history.
+    pub(super) fn new() -> RecentMkdirs {
+        RecentMkdirs {
+            made: std::collections::VecDeque::new(),
+            incomplete_until: now_ns(),
+        }
+    }
+
+    pub(super) fn made(&mut self, path: &[u8]) {
+        let now = now_ns();
+        let since = now.saturating_sub(BURST.as_nanos() as u64);
+        while self.made.front().is_some_and(|(_, t)| *t < since) {
+            self.made.pop_front();
+        }
+        if self.made.len() >= RECENT_MKDIRS
+            && let Some((_, t)) = self.made.pop_front()
+        {
+            self.incomplete_until = self.incomplete_until.max(t);
+        }
+        self.made.push_back((path.to_vec(), now));
+    }
+
+    /// The folders made at or after `since` strictly below `dir`, or `None` if some may be
+    /// missing.
+    pub(super) fn since(&self, since: u64, dir: &[u8]) -> Option<Vec<Vec<u8>>> {
+        if self.incomplete_until >= since {
+            return None;
+        }
+        Some(
+            self.made
+                .iter()
+                .filter(|(p, t)| *t >= since && p != dir && at_or_under(p, dir))
+                .map(|(p, _)| p.clone())
+                .collect(),
+        )
+    }
+}
+
 fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|b| *b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
@@ -75,15 +128,12 @@ impl Recorder {
         Ok(())
     }
 
-    /// The rules about what is below `dir` changed (its `.gitignore`, or `.rewindignore` for
-    /// the whole workspace): every folder below it made moments ago that they now ignore, and
-    /// that is not inside one taken back already, has its burst taken back, as when a marker
-    /// is written into it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
-    fn quiet_newly_ignored(&self, dir: &[u8]) -> Result<()> {
-        let since = now_ns().saturating_sub(BURST.as_nanos() as u64);
-        let mut made: Vec<Vec<u8>> = Vec::new();
-        // The changes of the last minute, newest first; a folder made further back than
-        // `RECENT_CHANGES` changes ago (a minute of heavy load) keeps its history.
+    /// At the mount: the folders the history says were made in the last minute.
+    pub(super) fn load_recent_mkdirs(&self) -> Result<()> {
+        let now = now_ns();
+        let since = now.saturating_sub(BURST.as_nanos() as u64);
+        let mut made = Vec::new();
+        let mut complete = true;
         self.history.for_each(
             &Query {
                 after_id: Some(self.history.id_at_time(since)?),
@@ -93,12 +143,58 @@ impl Recorder {
                 ..Query::default()
             },
             |c| {
-                if c.kind == ChangeKind::Mkdir && c.path != dir && at_or_under(&c.path, dir) {
-                    made.push(c.path);
+                if c.kind == ChangeKind::Mkdir {
+                    if made.len() == RECENT_MKDIRS {
+                        complete = false;
+                        return false;
+                    }
+                    made.push((c.path, c.time_ns));
                 }
                 true
             },
         )?;
+        made.reverse();
+        let mut recent = lock(&self.recent_mkdirs);
+        recent.made = made.into();
+        // Past `RECENT_CHANGES` changes, or `RECENT_MKDIRS` folders, the history is asked.
+        recent.incomplete_until = if complete { 0 } else { now };
+        Ok(())
+    }
+
+    /// The rules about what is below `dir` changed (its `.gitignore`, or `.rewindignore` for
+    /// the whole workspace): every folder below it made moments ago that they now ignore, and
+    /// that is not inside one taken back already, has its burst taken back, as when a marker
+    /// is written into it (`mkdir gen`, files in it, then `gen/` added to `.gitignore`).
+    fn quiet_newly_ignored(&self, dir: &[u8]) -> Result<()> {
+        let since = now_ns().saturating_sub(BURST.as_nanos() as u64);
+        let known = lock(&self.recent_mkdirs).since(since, dir);
+        let mut made: Vec<Vec<u8>> = match known {
+            Some(made) => made,
+            None => {
+                // Not all of the last minute's folders are at hand (since the mount, or more
+                // than the list holds): the history has them. The changes of the last
+                // minute, newest first; a folder made further back than `RECENT_CHANGES`
+                // changes ago (a minute of heavy load) keeps its history.
+                let mut made = Vec::new();
+                self.history.for_each(
+                    &Query {
+                        after_id: Some(self.history.id_at_time(since)?),
+                        since_ns: Some(since),
+                        order: Order::NewestFirst,
+                        limit: Some(RECENT_CHANGES),
+                        ..Query::default()
+                    },
+                    |c| {
+                        if c.kind == ChangeKind::Mkdir && c.path != dir && at_or_under(&c.path, dir)
+                        {
+                            made.push(c.path);
+                        }
+                        true
+                    },
+                )?;
+                made
+            }
+        };
         made.sort();
         made.dedup();
         let mut quieted: Vec<Vec<u8>> = Vec::new();
