@@ -135,7 +135,10 @@ impl Recorder {
                 .filter(|n| !n.is_empty()),
         };
         recorder.load_known()?;
-        recorder.load_recent_mkdirs()?;
+        // A damaged change does not stop the mount: a `.gitignore` write then asks the history.
+        if let Err(e) = recorder.load_recent_mkdirs() {
+            tracing::warn!("the last minute's folders are not known: {e}");
+        }
         Ok(recorder)
     }
 
