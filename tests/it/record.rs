@@ -925,6 +925,38 @@ os.close(os.open("base.txt", os.O_WRONLY))
     ws.unmount();
 }
 
+/// Two new files fsynced and held back, nothing recorded after them, then a SIGKILL: the next
+/// mount records them in the order they were made (the ids set aside for them), not in path
+/// order. Each is made by a child process (`dd conv=fsync`), and a `turn end` of another
+/// session through `.rewind/ctl` waits for its end (its writer is gone) without recording any
+/// held-back create.
+#[test]
+fn held_back_creates_keep_their_order_across_a_crash() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+import subprocess
+def made(name):
+    subprocess.run(["sh", "-c", "printf 'x\\n' | dd of=" + name + " conv=fsync status=none"], check=True)
+    with open(".rewind/ctl", "r+b", buffering=0) as c:
+        c.write(b"turn end --session elsewhere\n")
+        c.read()
+made("z-first")
+made("a-second")
+"#,
+    );
+    let all = log(&ws);
+    let order: Vec<&str> = all.iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(order, ["z-first", "a-second"], "{all:#?}");
+    for f in ["z-first", "a-second"] {
+        assert_eq!(who_changed(&ws, f), by_agent_t("create"), "{f}");
+    }
+    ws.unmount();
+}
+
 /// An editor's durable save (write a temporary file, fsync it, rename it over the target) is
 /// still one `modify` of the target, and leaves no marker behind: after a SIGKILL right after
 /// it and a remount, no create of the temporary file appears. So is vim's rename-away save
