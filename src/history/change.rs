@@ -9,8 +9,8 @@ use std::fmt;
 
 use crate::store::format::{change_kind as ck, kind as fk};
 use crate::store::{
-    ChangeRecord, CheckpointRecord, EpisodeRecord, FsyncedRecord, SeenRecord, SessionRecord,
-    StateRecord, ToolRecord, TurnRecord,
+    ChangeRecord, CheckpointRecord, EpisodeRecord, FsyncedRecord, ReservedRecord, SeenRecord,
+    SessionRecord, StateRecord, ToolRecord, TurnRecord,
 };
 pub use crate::store::{Hash, Order};
 
@@ -318,6 +318,17 @@ pub struct OpenEpisode {
     /// For a new file whose create is not recorded yet: the file as an `fsync` left it (the
     /// marker was written then, so that the create survives a crash with who made it).
     pub fsynced: Option<Fsynced>,
+    /// For a new file whose create is held back: the id set aside for it and when the create
+    /// happened, so that a crash before it is recorded still records it in its place.
+    pub reserved: Option<Reserved>,
+}
+
+/// The id set aside for a held-back create ([`Recorder`](super::Recorder)'s `reserve_id`)
+/// and the time of the create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reserved {
+    pub id: u64,
+    pub time_ns: u64,
 }
 
 /// A file as an `fsync` left it: which file (device and inode) and its size and modification
@@ -517,6 +528,10 @@ impl From<&OpenEpisode> for EpisodeRecord {
                 size: f.size,
                 mtime_ns: f.mtime_ns,
             }),
+            reserved: e.reserved.map(|r| ReservedRecord {
+                id: r.id,
+                time_ns: r.time_ns,
+            }),
         }
     }
 }
@@ -538,6 +553,10 @@ impl From<EpisodeRecord> for OpenEpisode {
                 ino: f.ino,
                 size: f.size,
                 mtime_ns: f.mtime_ns,
+            }),
+            reserved: e.reserved.map(|r| Reserved {
+                id: r.id,
+                time_ns: r.time_ns,
             }),
         }
     }

@@ -261,6 +261,16 @@ impl History {
         self.store.release_id(id);
     }
 
+    /// Whether `id` was handed out and holds nothing (see [`Store::id_unused`](store::Store::id_unused)).
+    pub fn id_unused(&self, id: u64) -> Result<bool> {
+        Ok(self.store.id_unused(id)?)
+    }
+
+    /// The id the next change gets.
+    pub fn next_id(&self) -> u64 {
+        self.store.next_id()
+    }
+
     pub fn retract(&self, c: &Change) -> Result<()> {
         Ok(self.store.retract(&ChangeRecord::from(c))?)
     }

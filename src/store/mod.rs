@@ -56,7 +56,7 @@ pub use counts::Counts;
 pub use error::{Error, Result};
 pub use format::{
     ChangeRecord, CheckpointRecord, CommentRecord, EpisodeRecord, FsyncedRecord, KnownFileRecord,
-    KnownRecord, SeenRecord, SessionRecord, StateRecord, ToolRecord, TurnRecord,
+    KnownRecord, ReservedRecord, SeenRecord, SessionRecord, StateRecord, ToolRecord, TurnRecord,
 };
 /// The `meta` key of the files whose content the last mount knew to be stored
 /// ([`KnownRecord`]); a gc that deletes blobs deletes it in the same batch.

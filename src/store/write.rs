@@ -363,6 +363,26 @@ impl Store {
         }
     }
 
+    /// Whether `id`, handed out already (at most the last), is free for a change recorded
+    /// late with it (a held-back create a crash cut short, with the id its marker says was set
+    /// aside for it): no change has it, none was retracted with it, and gc's horizon is below
+    /// it. An id past the last is not: nothing was recorded after it, and the next id is its
+    /// place.
+    pub fn id_unused(&self, id: u64) -> Result<bool> {
+        let last = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if id == 0 || id > *last || self.horizon()?.is_some_and(|h| h.id >= id) {
+            return Ok(false);
+        }
+        let db = self.db()?;
+        let taken = |cf: &'static str, key: &[u8]| -> Result<bool> {
+            Ok(db
+                .get_pinned_cf(db.cf(cf), key)
+                .map_err(Store::db_error("read id"))?
+                .is_some())
+        };
+        Ok(!taken(CF_CHANGES, &keys::change(id))? && !taken(CF_META, &keys::retracted(id))?)
+    }
+
     /// [`record_many`](Store::record_many), where an item may bring an id set aside with
     /// [`reserve_id`](Store::reserve_id).
     pub fn record_with_ids(

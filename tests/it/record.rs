@@ -859,6 +859,104 @@ fn an_fsynced_new_file_keeps_who_made_it_across_a_crash_without_passthrough() {
     an_fsynced_new_file_keeps_who_made_it_across_a_crash(&["--no-passthrough"]);
 }
 
+/// Change ids follow the order things happened across a crash too (hostile5, finding 3): a
+/// new file fsynced and closed (its create held back, with the id set aside for it in its
+/// marker), then another file edited (recorded), then a SIGKILL: at the remount the create is
+/// recorded with its id, before the edit, so `rollback --since` the edit leaves the new file
+/// alone and `cat --at` the edit finds it. (The edit is made by a child process and the file
+/// then opened for writing again: an open after its writer is gone records the edit, if its
+/// RELEASE has not already, before the kill.)
+#[test]
+fn a_held_back_create_keeps_its_place_before_a_later_edit_across_a_crash() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("base.txt"), "base\n").unwrap();
+    ws.mount();
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+import subprocess
+with open("n1", "w") as f:
+    f.write("one\n"); f.flush(); os.fsync(f.fileno())
+subprocess.run(["sh", "-c", "echo changed > base.txt"], check=True)
+os.close(os.open("base.txt", os.O_WRONLY))
+"#,
+    );
+    let all = log(&ws);
+    let id_of = |kind: &str, path: &str| {
+        let found: Vec<u64> = all
+            .iter()
+            .filter(|c| c["kind"] == kind && c["path"] == path)
+            .map(|c| c["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(found.len(), 1, "one {kind} of {path}: {all:#?}");
+        found[0]
+    };
+    let (made, edited) = (id_of("create", "n1"), id_of("modify", "base.txt"));
+    assert!(
+        made < edited,
+        "n1 was made before base.txt was edited: {all:#?}"
+    );
+    assert_eq!(who_changed(&ws, "n1"), by_agent_t("create"));
+    // Back to the point of the edit: nothing came after it (n1 is not removed).
+    let edit = edited.to_string();
+    let out = rw(&ws, &["rollback", "--since", &edit, "--dry-run"]);
+    let plan =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !plan.contains("n1"),
+        "a rollback to the edit removes n1:\n{plan}"
+    );
+    // Back to n1's create: the edit is undone, n1 stays.
+    let plan = rw_ok(
+        &ws,
+        &["rollback", "--since", &made.to_string(), "--dry-run"],
+    );
+    assert!(plan.contains("base.txt"), "{plan}");
+    assert!(
+        !plan.contains("n1"),
+        "a rollback to n1's create removes it:\n{plan}"
+    );
+    assert_eq!(rw_ok(&ws, &["cat", "n1", "--at", &edit]), "one\n");
+    assert_eq!(
+        rw_ok(&ws, &["cat", "base.txt", "--at", &made.to_string()]),
+        "base\n"
+    );
+    ws.unmount();
+}
+
+/// Two new files fsynced and held back, nothing recorded after them, then a SIGKILL: the next
+/// mount records them in the order they were made (the ids set aside for them), not in path
+/// order. Each is made by a child process (`dd conv=fsync`), and a `turn end` of another
+/// session through `.rewind/ctl` waits for its end (its writer is gone) without recording any
+/// held-back create.
+#[test]
+fn held_back_creates_keep_their_order_across_a_crash() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+import subprocess
+def made(name):
+    subprocess.run(["sh", "-c", "printf 'x\\n' | dd of=" + name + " conv=fsync status=none"], check=True)
+    with open(".rewind/ctl", "r+b", buffering=0) as c:
+        c.write(b"turn end --session elsewhere\n")
+        c.read()
+made("z-first")
+made("a-second")
+"#,
+    );
+    let all = log(&ws);
+    let order: Vec<&str> = all.iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(order, ["z-first", "a-second"], "{all:#?}");
+    for f in ["z-first", "a-second"] {
+        assert_eq!(who_changed(&ws, f), by_agent_t("create"), "{f}");
+    }
+    ws.unmount();
+}
+
 /// An editor's durable save (write a temporary file, fsync it, rename it over the target) is
 /// still one `modify` of the target, and leaves no marker behind: after a SIGKILL right after
 /// it and a remount, no create of the temporary file appears. So is vim's rename-away save

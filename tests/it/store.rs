@@ -632,6 +632,7 @@ fn gc_keeps_content_in_flight() {
                 tool: None,
                 uid: Some(1000),
                 fsynced: None,
+                reserved: None,
             },
         )
         .unwrap();

@@ -12,7 +12,7 @@ use super::capture::{key_of, kind_of, seen_of};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileKind, FileState, Fsynced, OpenEpisode};
+use crate::history::change::{ChangeKind, FileKind, FileState, Fsynced, OpenEpisode, Reserved};
 use crate::history::db::Extra;
 use crate::history::rollback::Writer;
 use crate::history::time::now_ns;
@@ -178,6 +178,20 @@ impl Recorder {
         who: &Who,
         fsynced: Option<Fsynced>,
     ) -> Result<()> {
+        self.put_marker_with(path, before, who, fsynced, None)
+    }
+
+    /// [`put_marker`](Recorder::put_marker), for a held-back create with the id set aside for
+    /// it and its time (`reserved`), which the next mount records it with if a crash comes
+    /// first (`recovery.rs`).
+    pub(super) fn put_marker_with(
+        &self,
+        path: &[u8],
+        before: Option<FileState>,
+        who: &Who,
+        fsynced: Option<Fsynced>,
+        reserved: Option<Reserved>,
+    ) -> Result<()> {
         let marker = OpenEpisode {
             before,
             time_ns: now_ns(),
@@ -189,6 +203,7 @@ impl Recorder {
             tool: who.tool.clone(),
             uid: who.uid,
             fsynced,
+            reserved,
         };
         self.history.put_open_episode(path, &marker)
     }
@@ -328,7 +343,7 @@ impl Recorder {
             return Ok(None);
         }
         if ep.created {
-            return Ok(Some(Pending {
+            let p = Pending {
                 replaces: None,
                 fsynced: ep.fsynced,
                 key,
@@ -336,7 +351,18 @@ impl Recorder {
                 time_ns: now_ns(),
                 id: self.reserve_id()?,
                 since: Instant::now(),
-            }));
+            };
+            // A new file fsynced has a marker: it now says which id and time the create has,
+            // so that a crash before it is recorded leaves it in its place. Written before the
+            // create is in the table of held-back ones, where the pending thread could record
+            // it (and take the marker away) first.
+            if p.fsynced.is_some()
+                && let Err(e) = self.put_pending_marker(path, &p)
+            {
+                self.release_id(p.id);
+                return Err(e);
+            }
+            return Ok(Some(p));
         }
         let after = self.capture_fresh(path, &st)?;
         if ep.before.as_ref() == Some(&after) {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::capture::{Source, key_of, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileState, Fsynced, Seen};
+use crate::history::change::{ChangeKind, FileState, Fsynced, Reserved, Seen};
 use crate::history::db::Extra;
 use crate::history::join;
 use crate::history::who::Who;
@@ -178,10 +178,32 @@ impl Recorder {
         }
         let mut pending = lock(&self.pending);
         if let Some((path, p)) = pending.iter_mut().find(|(_, p)| p.key == key) {
-            self.put_marker(path, p.replaces.clone(), &p.who, fsynced)?;
+            self.put_pending_marker(
+                path,
+                &Pending {
+                    fsynced,
+                    ..p.clone()
+                },
+            )?;
             p.fsynced = fsynced;
         }
         Ok(())
+    }
+
+    /// Write the marker of the held-back create `p` of `path`, with the id set aside for it
+    /// and its time: a crash before it is recorded leaves it to the next mount, which records
+    /// it with them if that id is still free (`recovery.rs`).
+    pub(super) fn put_pending_marker(&self, path: &[u8], p: &Pending) -> Result<()> {
+        self.put_marker_with(
+            path,
+            p.replaces.clone(),
+            &p.who,
+            p.fsynced,
+            Some(Reserved {
+                id: p.id,
+                time_ns: p.time_ns,
+            }),
+        )
     }
 
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`), after the

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::Recorder;
 use super::capture::{kind_of, seen_of};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileKind, FileState, Fsynced, Hash, Seen};
+use crate::history::change::{
+    Change, ChangeKind, FileKind, FileState, Fsynced, Hash, Reserved, Seen,
+};
 use crate::history::db::Extra;
 use crate::history::ignore::at_or_under;
 use crate::history::name::{EXTERNAL_AGENT, ROLLBACK_AGENT};
@@ -30,7 +32,11 @@ impl Recorder {
     pub fn recover(&self) -> Result<Recovery> {
         let _pins = self.pin_scope();
         let mut report = Recovery::default();
-        for (path, ep) in self.history.open_episodes()? {
+        // Held-back creates first, in the order of the ids set aside for them (they ended
+        // before the crash); then the episodes the crash cut short, which went on until it.
+        let mut episodes = self.history.open_episodes()?;
+        episodes.sort_by_key(|(_, ep)| ep.reserved.map_or(u64::MAX, |r| r.id));
+        for (path, ep) in episodes {
             // A rollback's write cut short is still the rollback's (a restore).
             let restore = ep.agent == ROLLBACK_AGENT;
             // A new file fsynced before its create was recorded is theirs only if the file at
@@ -88,13 +94,19 @@ impl Recorder {
                 let mut change = self.change(kind, &path, &who);
                 change.before = ep.before;
                 change.after = after;
+                // (A file changed since the fsync was changed after the crash, by nobody
+                // known: that change goes last.)
+                let id = match ep.reserved {
+                    Some(r) if fsynced_as_left => self.place(&path, r, &mut change)?,
+                    _ => None,
+                };
                 let manifest = [(path.clone(), now.as_ref().map(seen_of))];
                 let extra = Extra {
                     finish_episode: Some(&path),
                     manifest: &manifest,
                     move_under: None,
                 };
-                self.record(change, &extra)?;
+                self.record_as(change, &extra, id)?;
                 report.episodes += 1;
             } else {
                 self.history.drop_open_episode(&path)?;
@@ -113,6 +125,28 @@ impl Recorder {
             .collect();
         self.history.replace_manifest(&entries)?;
         Ok(report)
+    }
+
+    /// Where the held-back create (or save) of `path` that a crash cut short goes, by what its
+    /// marker says of it (`r`): with the id set aside for it if that id is still free (the
+    /// answer); next (`None`), if nothing was recorded after the id was set aside; both with
+    /// the create's time, set in `change`. Otherwise (its id went to another change) it goes
+    /// last at the time of the scan, as a marker without an id does.
+    fn place(&self, path: &[u8], r: Reserved, change: &mut Change) -> Result<Option<u64>> {
+        if self.history.id_unused(r.id)? {
+            change.time_ns = r.time_ns;
+            return Ok(Some(r.id));
+        }
+        if r.id >= self.history.next_id() {
+            change.time_ns = r.time_ns;
+        } else {
+            tracing::info!(
+                "recovery: the id {} set aside for {} is taken; it is recorded last",
+                r.id,
+                String::from_utf8_lossy(path)
+            );
+        }
+        Ok(None)
     }
 
     /// Every recorded path in the workspace, with its stat. Notes the names of hard-linked

@@ -112,7 +112,13 @@ impl Recorder {
             && p.who.pid == pid
             && p.replaces.is_none()
         {
-            self.put_marker(path, original.clone(), &p.who, p.fsynced)?;
+            self.put_pending_marker(
+                path,
+                &Pending {
+                    replaces: original.clone(),
+                    ..p.clone()
+                },
+            )?;
             p.replaces = original.clone();
             return Ok(true);
         }

@@ -26,7 +26,7 @@ pub use v1::{
     CheckpointRecord, KnownFileRecord, KnownRecord, ManifestRecord, SeenRecord, SessionRecord,
 };
 pub use v2::{ToolRecord, TurnRecord};
-pub use v3::{ChangeRecord, EpisodeRecord, FsyncedRecord, StateRecord};
+pub use v3::{ChangeRecord, EpisodeRecord, FsyncedRecord, ReservedRecord, StateRecord};
 
 /// The version byte of values written now, per record family.
 pub const CHANGE_VERSION: u8 = 3;
@@ -143,18 +143,26 @@ impl ChangeRecord {
 
 /// The trailer tag of an open-episode marker's fsynced file.
 const FSYNCED: u8 = 1;
+/// The trailer tag of the id set aside for a held-back create.
+const RESERVED: u8 = 2;
 
 impl EpisodeRecord {
-    /// Version 3, then (for a new file fsynced before its create was recorded) a trailer: tag
-    /// 1 and the file in postcard. Readers that predate it stop at the end of the record and
-    /// take the marker as any marker of a new file (its create recorded with the marker's
-    /// who, without checking that the file is the one fsynced), so the store's format version
-    /// stays as it was.
+    /// Version 3, then trailers, each a tag and a record in postcard: (for a new file fsynced
+    /// before its create was recorded) tag 1 and the file, then (for a held-back create) tag 2
+    /// and the id set aside for it with its time. Readers that predate them stop at the end of
+    /// the record (or of the first trailer, or at a tag they do not know) and take the marker
+    /// as one without them: a held-back create recorded with a new id at the next mount, a
+    /// new file's create recorded without checking that the file is the one fsynced. So the
+    /// store's format version stays as it was.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = encode(EPISODE_VERSION, self);
         if let Some(f) = &self.fsynced {
             out.push(FSYNCED);
             postcard::to_io(f, &mut out).expect("postcard encodes plain records into a Vec");
+        }
+        if let Some(r) = &self.reserved {
+            out.push(RESERVED);
+            postcard::to_io(r, &mut out).expect("postcard encodes plain records into a Vec");
         }
         out
     }
@@ -167,18 +175,38 @@ impl EpisodeRecord {
             }
             (2, rest) => Ok(body::<v2::EpisodeRecord>(cf, key, rest)?.into()),
             (3, rest) => {
-                let (mut episode, tail): (EpisodeRecord, &[u8]) =
-                    postcard::take_from_bytes(rest)
-                        .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))?;
-                // A trailer this version does not know is left alone.
-                if let [FSYNCED, fsynced @ ..] = tail {
-                    episode.fsynced = Some(body(cf, key, fsynced)?);
+                let (mut episode, mut tail): (EpisodeRecord, &[u8]) = take(cf, key, rest)?;
+                // A trailer this version does not know is left alone, with what follows it.
+                loop {
+                    tail = match tail {
+                        [FSYNCED, rest @ ..] => {
+                            let (f, rest) = take(cf, key, rest)?;
+                            episode.fsynced = Some(f);
+                            rest
+                        }
+                        [RESERVED, rest @ ..] => {
+                            let (r, rest) = take(cf, key, rest)?;
+                            episode.reserved = Some(r);
+                            rest
+                        }
+                        _ => break,
+                    };
                 }
                 Ok(episode)
             }
             (v, _) => Err(corrupt(cf, key, format!("unknown record version {v}"))),
         }
     }
+}
+
+/// Decode a `T` at the start of `bytes`, and what follows it.
+fn take<'a, T: DeserializeOwned>(
+    cf: &'static str,
+    key: &[u8],
+    bytes: &'a [u8],
+) -> Result<(T, &'a [u8]), Error> {
+    postcard::take_from_bytes(bytes)
+        .map_err(|e| corrupt(cf, key, format!("undecodable record: {e}")))
 }
 
 macro_rules! v1_only {

@@ -273,6 +273,58 @@ fn open_episode_markers_of_both_versions() {
     // A damaged trailer is an error that names the key.
     let damaged = &pinned_fsynced[..pinned_fsynced.len() - 3];
     assert!(EpisodeRecord::decode("open_episodes", b"p", damaged).is_err());
+
+    // A held-back create's marker: the same bytes, then a second trailer (tag 2, id 2, time
+    // 300), which a reader that knows only the first never sees (it decodes the fsynced file
+    // and stops), nor one that knows neither.
+    let reserved = EpisodeRecord {
+        reserved: Some(ReservedRecord {
+            id: 2,
+            time_ns: 300,
+        }),
+        ..fsynced.clone()
+    };
+    let mut pinned_reserved = pinned_fsynced.clone();
+    pinned_reserved.extend_from_slice(&hex("0202ac02"));
+    assert_eq!(reserved.encode(), pinned_reserved);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_reserved).unwrap(),
+        reserved
+    );
+    // The reader before this one decoded the fsynced file after tag 1 and ignored the rest.
+    let record_len = encode(EPISODE_VERSION, &reserved).len();
+    let older: FsyncedRecord = postcard::from_bytes(&pinned_reserved[record_len + 1..]).unwrap();
+    assert_eq!(Some(older), fsynced.fsynced);
+    let old_reader: EpisodeRecord = postcard::from_bytes(&pinned_reserved[1..]).unwrap();
+    assert_eq!(
+        old_reader,
+        EpisodeRecord {
+            fsynced: None,
+            reserved: None,
+            ..reserved.clone()
+        }
+    );
+    // Without an fsync (a rename-away save held back): the second trailer alone.
+    let saved = EpisodeRecord {
+        fsynced: None,
+        ..reserved.clone()
+    };
+    let mut pinned_saved = encode(EPISODE_VERSION, &saved);
+    pinned_saved.extend_from_slice(&hex("0202ac02"));
+    assert_eq!(saved.encode(), pinned_saved);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &pinned_saved).unwrap(),
+        saved
+    );
+    // A damaged second trailer is an error too; a tag no version knows is left alone.
+    let damaged = &pinned_reserved[..pinned_reserved.len() - 1];
+    assert!(EpisodeRecord::decode("open_episodes", b"p", damaged).is_err());
+    let mut unknown = pinned_reserved.clone();
+    unknown.extend_from_slice(&[9, 9, 9]);
+    assert_eq!(
+        EpisodeRecord::decode("open_episodes", b"p", &unknown).unwrap(),
+        reserved
+    );
 }
 
 #[test]

@@ -94,6 +94,18 @@ pub struct EpisodeRecord {
     /// [`EpisodeRecord::encode`](super::EpisodeRecord::encode)), not in it.
     #[serde(skip)]
     pub fsynced: Option<FsyncedRecord>,
+    /// For a new file whose create is held back: the id set aside for it and when it
+    /// happened, so that a crash before it is recorded still records it in its place. Kept in
+    /// a second trailer (see [`EpisodeRecord::encode`](super::EpisodeRecord::encode)).
+    #[serde(skip)]
+    pub reserved: Option<ReservedRecord>,
+}
+
+/// The id set aside for a held-back create, and the time of the create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservedRecord {
+    pub id: u64,
+    pub time_ns: u64,
 }
 
 /// The file an `fsync` made durable: its device and inode, size and modification time.
@@ -118,6 +130,7 @@ impl From<v2::EpisodeRecord> for EpisodeRecord {
             tool: e.tool,
             uid: None,
             fsynced: None,
+            reserved: None,
         }
     }
 }
