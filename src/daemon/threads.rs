@@ -99,8 +99,9 @@ const TRIM_ABOVE: u64 = 16 << 20;
 /// after a large free raises its mmap threshold, so even big tables freed later stay on the
 /// heap): a daemon that recorded a burst would keep its peak for good. Once resident memory
 /// has grown by [`TRIM_ABOVE`] since the last trim and then stopped growing for
-/// [`TRIM_EVERY`] (the burst is over), `malloc_trim` returns what is free; memory still in
-/// use stays, and is not trimmed again until it grows further.
+/// [`TRIM_EVERY`] (the burst is over), or grown by four times that during a long burst,
+/// `malloc_trim` returns what is free; memory still in use stays, and is not trimmed again
+/// until it grows further.
 pub fn trim_memory() {
     #[cfg(target_env = "gnu")]
     spawn("trim", move || {
@@ -110,7 +111,7 @@ pub fn trim_memory() {
             std::thread::sleep(TRIM_EVERY);
             let now = resident();
             base = base.min(now);
-            if now >= base + TRIM_ABOVE && now <= last {
+            if now >= base + TRIM_ABOVE && (now <= last || now >= base + 4 * TRIM_ABOVE) {
                 // SAFETY: malloc_trim only returns free pages; it is safe at any time.
                 unsafe { libc::malloc_trim(0) };
                 base = resident();
