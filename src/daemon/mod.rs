@@ -94,6 +94,7 @@ impl Daemon {
             threads::writer(rec.clone());
             threads::store_recovery(store.clone());
         }
+        threads::trim_memory();
         let fs = fs::filesystem(&self.mount, backing, recorder.clone(), state.clone())?;
         let core = fs.core().clone();
         let workspace = self.mount.workspace.clone();

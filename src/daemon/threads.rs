@@ -90,6 +90,51 @@ pub fn store_recovery(store: Arc<Store>) {
     });
 }
 
+/// How often the trim thread looks at the daemon's resident memory.
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+/// Growth of resident memory since the last trim worth giving back.
+const TRIM_ABOVE: u64 = 16 << 20;
+
+/// Give the system back the memory a burst of work freed. glibc keeps freed heap pages (and
+/// after a large free raises its mmap threshold, so even big tables freed later stay on the
+/// heap): a daemon that recorded a burst would keep its peak for good. Once resident memory
+/// has grown by [`TRIM_ABOVE`] since the last trim and then stopped growing for
+/// [`TRIM_EVERY`] (the burst is over), or grown by four times that during a long burst,
+/// `malloc_trim` returns what is free; memory still in use stays, and is not trimmed again
+/// until it grows further.
+pub fn trim_memory() {
+    #[cfg(target_env = "gnu")]
+    spawn("trim", move || {
+        let mut base = resident();
+        let mut last = base;
+        loop {
+            std::thread::sleep(TRIM_EVERY);
+            let now = resident();
+            base = base.min(now);
+            if now >= base + TRIM_ABOVE && (now <= last || now >= base + 4 * TRIM_ABOVE) {
+                // SAFETY: malloc_trim only returns free pages; it is safe at any time.
+                unsafe { libc::malloc_trim(0) };
+                base = resident();
+            }
+            last = now;
+        }
+    });
+}
+
+/// The daemon's resident memory in bytes (0 if `/proc` cannot say).
+#[cfg(target_env = "gnu")]
+fn resident() -> u64 {
+    crate::procfs::status_of_self()
+        .and_then(|s| {
+            s.field("VmRSS")?
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
 /// How long after mounting retention first runs.
 const FIRST_GC: Duration = Duration::from_secs(60);
 

@@ -10,8 +10,9 @@ use crate::history::change::{FileKind, FileState, Owner, Seen};
 use crate::history::{Error, Result, show_path};
 use crate::store::{Hash, KNOWN_KEY, KnownFileRecord, KnownRecord};
 
-/// How many files the cache knows at most (about 200 bytes each); past it, it starts again.
-const KNOWN_MAX: usize = 100_000;
+/// How many files the cache knows at most (an entry is 96 bytes, about 13 MB in all); past
+/// it, it starts again with a new table, so the old one's memory is given back.
+pub(super) const KNOWN_MAX: usize = 100_000;
 
 /// Read access to the workspace underneath the mount.
 pub trait Source: Send + Sync {
@@ -67,9 +68,27 @@ impl Sig {
     }
 }
 
-/// The last captured state of each backing file, valid while its [`Sig`] is unchanged, with
-/// the store's sweep count when its content was known to be stored.
-pub(super) type Known = std::collections::HashMap<Key, (Sig, FileState, u64)>;
+/// What the cache keeps of a regular file it captured: its content's hash, valid while its
+/// [`Sig`] is unchanged (the size is the signature's), with the store's sweep count when the
+/// content was known to be stored. Mode and owner are read from the stat each time.
+#[derive(Clone, Copy)]
+pub(super) struct KnownFile {
+    sig: Sig,
+    hash: Hash,
+    sweeps: u64,
+}
+
+/// The last captured content of each backing file, by backing key.
+pub(super) type Known = std::collections::HashMap<Key, KnownFile>;
+
+/// Put `file` into `known`, starting a new table once it holds `max` files.
+fn remember(known: &mut Known, key: Key, file: KnownFile, max: usize) {
+    if known.len() >= max && !known.contains_key(&key) {
+        // A new table rather than `clear()`, which would keep the old one's capacity.
+        *known = Known::default();
+    }
+    known.insert(key, file);
+}
 
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
@@ -119,19 +138,19 @@ impl Recorder {
                 let sig = Sig::of(st);
                 let cached = lock(&self.known)
                     .get(&key)
-                    .filter(|(s, ..)| use_cache && *s == sig)
-                    .map(|(_, state, sweeps)| (state.clone(), *sweeps));
+                    .filter(|k| use_cache && k.sig == sig)
+                    .copied();
                 // Reusing stored content: keep it from a gc running meanwhile (if one already
                 // removed it, read the file again).
-                if let Some((state, sweeps)) = cached
-                    && state
-                        .hash
-                        .is_none_or(|h| store.keep_blob_since(&h, sweeps).unwrap_or(false))
+                if let Some(k) = cached
+                    && store.keep_blob_since(&k.hash, k.sweeps).unwrap_or(false)
                 {
                     return Ok(FileState {
+                        kind: FileKind::File,
+                        size: sig.size as u64,
                         mode,
+                        hash: Some(k.hash),
                         owner,
-                        ..state
                     });
                 }
                 let sweeps = store.sweeps();
@@ -151,11 +170,16 @@ impl Recorder {
                     hash: Some(hash),
                     owner,
                 };
-                let mut known = lock(&self.known);
-                if known.len() > KNOWN_MAX {
-                    known.clear();
+                // Only content read whole at the size `st` gives stands for the file while its
+                // signature holds.
+                if size as i64 == sig.size {
+                    remember(
+                        &mut lock(&self.known),
+                        key,
+                        KnownFile { sig, hash, sweeps },
+                        KNOWN_MAX,
+                    );
                 }
-                known.insert(key, (sig, state.clone(), sweeps));
                 Ok(state)
             }
             FileKind::Symlink => {
@@ -186,16 +210,13 @@ impl Recorder {
     pub fn save_known(&self) -> Result<()> {
         let files: Vec<KnownFileRecord> = lock(&self.known)
             .iter()
-            .filter(|(_, (_, state, _))| state.kind == FileKind::File)
-            .filter_map(|(key, (sig, state, _))| {
-                Some(KnownFileRecord {
-                    dev: key.0,
-                    ino: key.1,
-                    size: sig.size,
-                    mtime: sig.mtime,
-                    ctime: sig.ctime,
-                    hash: state.hash?.0,
-                })
+            .map(|(key, k)| KnownFileRecord {
+                dev: key.0,
+                ino: key.1,
+                size: k.sig.size,
+                mtime: k.sig.mtime,
+                ctime: k.sig.ctime,
+                hash: k.hash.0,
             })
             .collect();
         if files.is_empty() {
@@ -226,19 +247,17 @@ impl Recorder {
         let sweeps = store.sweeps();
         let mut known = lock(&self.known);
         for f in record.files.into_iter().take(KNOWN_MAX) {
-            let state = FileState {
-                kind: FileKind::File,
-                size: f.size as u64,
-                mode: 0,
-                hash: Some(Hash(f.hash)),
-                owner: None,
-            };
             let sig = Sig {
                 size: f.size,
                 mtime: f.mtime,
                 ctime: f.ctime,
             };
-            known.insert((f.dev, f.ino), (sig, state, sweeps));
+            let file = KnownFile {
+                sig,
+                hash: Hash(f.hash),
+                sweeps,
+            };
+            known.insert((f.dev, f.ino), file);
         }
         Ok(())
     }
@@ -251,11 +270,45 @@ impl Recorder {
     /// Only a file's times changed (no episode open, so its content cannot have): keep its
     /// last capture valid under the new stat.
     pub(super) fn refresh_known(&self, st: &libc::stat) {
-        if let Some((sig, state, _)) = lock(&self.known).get_mut(&key_of(st))
-            && sig.size() == st.st_size
-            && state.kind == FileKind::File
+        if let Some(k) = lock(&self.known).get_mut(&key_of(st))
+            && k.sig.size() == st.st_size
         {
-            *sig = Sig::of(st);
+            k.sig = Sig::of(st);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(n: u8) -> KnownFile {
+        KnownFile {
+            sig: Sig {
+                size: n.into(),
+                mtime: (1, 2),
+                ctime: (3, 4),
+            },
+            hash: Hash([n; 32]),
+            sweeps: 0,
+        }
+    }
+
+    #[test]
+    fn the_cache_starts_over_with_a_small_table_past_its_bound() {
+        let mut known = Known::default();
+        for n in 0..200u8 {
+            remember(&mut known, (1, n.into()), file(n), 200);
+        }
+        let full = known.capacity();
+        // A file already known is updated in place.
+        remember(&mut known, (1, 7), file(9), 200);
+        assert_eq!(known.len(), 200);
+        assert_eq!(known[&(1, 7)].hash, Hash([9; 32]));
+        // One more starts a new table holding only it, without the old one's capacity.
+        remember(&mut known, (1, 500), file(1), 200);
+        assert_eq!(known.len(), 1);
+        assert_eq!(known[&(1, 500)].hash, Hash([1; 32]));
+        assert!(known.capacity() < full, "{} of {full}", known.capacity());
     }
 }

@@ -58,14 +58,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// How many unrecorded paths are told apart for each reason (a table of at most about 5 MB
+/// each): past it the count `status` shows stops growing rather than the memory.
+const UNRECORDED_MAX: usize = 250_000;
+
 pub struct Recorder {
     history: History,
     source: Arc<dyn Source>,
     who: Attributor,
     turns: Turns,
     ignore: RwLock<IgnoreRules>,
-    /// The paths passed through unrecorded since the mount, by reason (hashes of their names;
-    /// a leaf lock).
+    /// The paths passed through unrecorded since the mount, by reason (hashes of their names,
+    /// at most [`UNRECORDED_MAX`] each; a leaf lock).
     unrecorded: Mutex<HashMap<Reason, HashSet<u64>>>,
     /// Held shared by an operation recorded after it happened (a new object, a held-back
     /// create) from its check of the ignore rules to its record, and exclusively while a
@@ -200,7 +204,7 @@ impl Recorder {
         std::hash::Hash::hash(path, &mut h);
         let mut all = lock(&self.unrecorded);
         let seen = all.entry(reason).or_default();
-        if seen.len() < 10_000_000 {
+        if seen.len() < UNRECORDED_MAX {
             seen.insert(std::hash::Hasher::finish(&h));
         }
         false
