@@ -2291,12 +2291,19 @@ fn completions_and_the_manual_are_generated_from_the_commands() {
 }
 
 /// `cargo install --path . --debug` works and the installed binary runs. It reuses the shared
-/// build cache (`CARGO_TARGET_DIR`, as `rcargo` sets it), offline and with the lock file; a
+/// build cache (its build directory: `CARGO_BUILD_BUILD_DIR`, or `CARGO_TARGET_DIR` as
+/// scripts/test sets it), offline and with the lock file; a
 /// build that starts compiling RocksDB again is stopped and fails the test (that is 25 minutes
 /// of C++, and would mean the install resolves features differently from the build).
 #[test]
 fn cargo_install_works() {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    // The shared cache holds the build's intermediate files (its build directory); the final
+    // binary goes to a target directory of this test's own. Installing into the shared one
+    // would put `target/debug/rewind` there again (unlink, then link), and every other test's
+    // `rewind mount` running at that moment would find its own executable gone when it
+    // starts the daemon (`current_exe`).
+    let build = std::env::var_os("CARGO_BUILD_BUILD_DIR")
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/rewind/target")
@@ -2305,12 +2312,14 @@ fn cargo_install_works() {
         .prefix("rewind-install-")
         .tempdir()
         .unwrap();
+    let target = root.path().join("target");
     let cargo = option_env!("CARGO").unwrap_or("cargo");
     let mut child = Command::new(cargo)
         .args(["install", "--path"])
         .arg(env!("CARGO_MANIFEST_DIR"))
         .args(["--debug", "--locked", "--offline", "--root"])
         .arg(root.path())
+        .env("CARGO_BUILD_BUILD_DIR", &build)
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("RUSTFLAGS")
         .stdout(Stdio::null())
