@@ -27,6 +27,9 @@ pub const BURST: Duration = Duration::from_secs(60);
 /// ignored ([`Recorder::quiet_newly_ignored`]).
 const RECENT_CHANGES: usize = 20_000;
 
+/// A folder made, and when.
+type Made = (Vec<u8>, u64);
+
 /// How many of the last minute's folders [`RecentMkdirs`] holds.
 const RECENT_MKDIRS: usize = 4096;
 
@@ -34,7 +37,7 @@ const RECENT_MKDIRS: usize = 4096;
 /// `.gitignore` finds the ones it now names without reading the history (a write of a
 /// `.gitignore` must cost what a write costs).
 pub(super) struct RecentMkdirs {
-    made: std::collections::VecDeque<(Vec<u8>, u64)>,
+    made: std::collections::VecDeque<Made>,
     /// Folders made at or after this time may be missing from `made` (they were made before
     /// the mount, or pushed out by newer ones).
     incomplete_until: u64,
@@ -128,10 +131,10 @@ impl Recorder {
         Ok(())
     }
 
-    /// At the mount: the folders the history says were made in the last minute.
-    pub(super) fn load_recent_mkdirs(&self) -> Result<()> {
-        let now = now_ns();
-        let since = now.saturating_sub(BURST.as_nanos() as u64);
+    /// The folders the history says were made since `since` (its newest `RECENT_CHANGES`
+    /// changes at most), oldest first, and whether that is all of them: at most `max` are
+    /// taken.
+    fn mkdirs_recorded_since(&self, since: u64, max: usize) -> Result<(Vec<Made>, bool)> {
         let mut made = Vec::new();
         let mut complete = true;
         self.history.for_each(
@@ -144,7 +147,7 @@ impl Recorder {
             },
             |c| {
                 if c.kind == ChangeKind::Mkdir {
-                    if made.len() == RECENT_MKDIRS {
+                    if made.len() == max {
                         complete = false;
                         return false;
                     }
@@ -154,6 +157,14 @@ impl Recorder {
             },
         )?;
         made.reverse();
+        Ok((made, complete))
+    }
+
+    /// At the mount: the folders the history says were made in the last minute.
+    pub(super) fn load_recent_mkdirs(&self) -> Result<()> {
+        let now = now_ns();
+        let (made, complete) =
+            self.mkdirs_recorded_since(now.saturating_sub(BURST.as_nanos() as u64), RECENT_MKDIRS)?;
         let mut recent = lock(&self.recent_mkdirs);
         recent.made = made.into();
         // Past `RECENT_CHANGES` changes, or `RECENT_MKDIRS` folders, the history is asked.
@@ -170,30 +181,17 @@ impl Recorder {
         let known = lock(&self.recent_mkdirs).since(since, dir);
         let mut made: Vec<Vec<u8>> = match known {
             Some(made) => made,
-            None => {
-                // Not all of the last minute's folders are at hand (since the mount, or more
-                // than the list holds): the history has them. The changes of the last
-                // minute, newest first; a folder made further back than `RECENT_CHANGES`
-                // changes ago (a minute of heavy load) keeps its history.
-                let mut made = Vec::new();
-                self.history.for_each(
-                    &Query {
-                        after_id: Some(self.history.id_at_time(since)?),
-                        since_ns: Some(since),
-                        order: Order::NewestFirst,
-                        limit: Some(RECENT_CHANGES),
-                        ..Query::default()
-                    },
-                    |c| {
-                        if c.kind == ChangeKind::Mkdir && c.path != dir && at_or_under(&c.path, dir)
-                        {
-                            made.push(c.path);
-                        }
-                        true
-                    },
-                )?;
-                made
-            }
+            // Not all of the last minute's folders are at hand (more than the list holds, or
+            // the history could not be read at the mount): the history has them; a folder
+            // made further back than `RECENT_CHANGES` changes ago (a minute of heavy load)
+            // keeps its history.
+            None => self
+                .mkdirs_recorded_since(since, usize::MAX)?
+                .0
+                .into_iter()
+                .map(|(path, _)| path)
+                .filter(|path| path != dir && at_or_under(path, dir))
+                .collect(),
         };
         made.sort();
         made.dedup();
