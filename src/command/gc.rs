@@ -61,6 +61,12 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
             r.bytes_before, r.bytes_after, r.disk_before, r.disk_after
         ));
     }
+    if r.repacked > 0 {
+        out.push(format!(
+            "repacked {}: older versions stored as deltas on newer ones",
+            count(r.repacked as usize, "blob")
+        ));
+    }
     for (session, n) in &r.sessions_cut {
         out.push(format!(
             "  session {session}: {} {}",
