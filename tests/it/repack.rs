@@ -348,3 +348,125 @@ fn a_mounted_gc_repacks_and_every_version_reads_back_across_a_remount() {
     ws.mount();
     check(&ws);
 }
+
+/// Enough files for the repack's dictionary (trained on the newest versions of 48 files that
+/// share most of their lines): the files are stored as deltas on it, everything reads back
+/// after a reopen, and a damaged dictionary is an error naming it and every path that needs
+/// it.
+#[test]
+fn files_stored_on_the_repacks_dictionary_read_back_and_a_damaged_one_names_the_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each file: 120 lines drawn from a pool of 400 that all files share, in an order of
+    // its own, and 30 lines of its own. No other single file holds much of it; the pool is
+    // what a dictionary learns.
+    let pool: Vec<String> = (0..400)
+        .map(|k| {
+            format!(
+                "    let shared_{k} = table.lookup({k}, \"{:x}\");\n",
+                k * 7919
+            )
+        })
+        .collect();
+    let text = |i: usize, v: usize| {
+        let mut t = format!("//! File {i}, version {v}.\n");
+        let mut seed = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for n in 0..150 {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            if n % 5 == 4 {
+                t.push_str(&format!("    let own_{i}_{n}_{v} = {:x};\n", seed >> 20));
+            } else {
+                t.push_str(&pool[(seed >> 33) as usize % pool.len()]);
+            }
+        }
+        t.into_bytes()
+    };
+    let mut newest = Vec::new();
+    let stored_before;
+    {
+        let h = open(dir.path());
+        for i in 0..48 {
+            for v in 0..2 {
+                let data = text(i, v);
+                let hash = version(&h, &format!("src/m{i}.rs"), (i * 2 + v) as u64 + 1, &data);
+                if v == 1 {
+                    newest.push((hash, data));
+                }
+            }
+        }
+        stored_before = h.store().stats().unwrap().blob_bytes;
+    }
+    let dictionary = {
+        let h = open(dir.path());
+        let report = gc(&h, None);
+        assert!(report.bytes_after < stored_before, "{report:?}");
+        let store = h.store();
+        let bases: HashSet<Hash> = newest
+            .iter()
+            .filter_map(|(hash, _)| base_of(store, hash))
+            .collect();
+        let dictionary: Vec<Hash> = bases
+            .into_iter()
+            .filter(|b| {
+                store
+                    .read_blob(b)
+                    .unwrap()
+                    .starts_with(&[0x37, 0xA4, 0x30, 0xEC])
+            })
+            .collect();
+        assert_eq!(dictionary.len(), 1, "one dictionary");
+        let on_it = newest
+            .iter()
+            .filter(|(hash, _)| base_of(store, hash) == Some(dictionary[0]))
+            .count();
+        assert!(on_it >= 10, "{on_it} files on the dictionary");
+        dictionary[0]
+    };
+    {
+        let h = open(dir.path());
+        for (hash, data) in &newest {
+            assert!(h.store().read_blob(hash).unwrap() == *data);
+        }
+        assert_all_read(&h);
+        assert_no_cycle(h.store());
+        // The dictionary is kept by gc (no change names it), and a gc after that one has
+        // nothing to do.
+        let report = gc(&h, None);
+        assert_eq!(
+            (report.repacked, report.blobs_removed),
+            (0, 0),
+            "{report:?}"
+        );
+        assert!(h.store().has_blob(&dictionary).unwrap());
+    }
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let mut value = db.get_cf(blobs, dictionary.0).unwrap().unwrap();
+        let last = value.len() - 1;
+        value[last] ^= 0x40;
+        db.put_cf(blobs, dictionary.0, value).unwrap();
+    }
+    let h = open(dir.path());
+    let (hash, _) = newest
+        .iter()
+        .find(|(hash, _)| base_of(h.store(), hash) == Some(dictionary))
+        .unwrap();
+    let msg = h.store().read_blob(hash).unwrap_err().to_string();
+    assert!(
+        msg.contains(&format!("delta base {}", dictionary.to_hex())),
+        "{msg}"
+    );
+    let needing = h.store().paths_needing(&dictionary).unwrap();
+    assert!(needing.len() >= 10, "{needing:?}");
+    for path in &needing {
+        assert!(path.starts_with(b"src/m"), "{path:?}");
+    }
+    assert!(
+        msg.contains(std::str::from_utf8(&needing[0]).unwrap()),
+        "{msg}"
+    );
+}
