@@ -692,6 +692,8 @@ impl Store {
     /// recorded content needs it.
     fn content(&self, hash: &Hash, value: Vec<u8>) -> Result<Vec<u8>> {
         let mut chain = vec![(*hash, value)];
+        // The chain's last base, if it is the dictionary read last (already checked).
+        let mut cached: Option<std::sync::Arc<Vec<u8>>> = None;
         loop {
             let (h, value) = chain.last().expect("not empty");
             let base = match parse(h, value) {
@@ -711,6 +713,10 @@ impl Store {
                     "its delta chain is longer than any written",
                 ));
             }
+            if let Some(dictionary) = self.dictionary_read(&base) {
+                cached = Some(dictionary);
+                break;
+            }
             match self.value_of(&base) {
                 Ok(value) => chain.push((base, value)),
                 Err(e) => {
@@ -725,7 +731,8 @@ impl Store {
             let Ok(Stored::Frame(frame) | Stored::Delta { frame, .. }) = parse(h, value) else {
                 unreachable!("parsed above")
             };
-            let data = decompress(frame, content.as_deref())
+            let dict = content.as_deref().or(cached.as_deref().map(Vec::as_slice));
+            let data = decompress(frame, dict)
                 .and_then(|data| {
                     (Hash::of(&data) == *h)
                         .then_some(data)
@@ -738,9 +745,22 @@ impl Store {
                         self.damaged_base(hash, &chain[..=i], &why)
                     }
                 })?;
+            if i > 0 && dict.is_none() && data.starts_with(&DICT_MAGIC) {
+                // A repack's dictionary: the base of many heads, read again and again.
+                let mut last = self.dictionary.lock().unwrap_or_else(|e| e.into_inner());
+                *last = Some((*h, std::sync::Arc::new(data.clone())));
+            }
             content = Some(data);
         }
         Ok(content.expect("the chain holds the blob itself"))
+    }
+
+    /// The content of `hash` if it is the dictionary read last (`Store::dictionary`).
+    fn dictionary_read(&self, hash: &Hash) -> Option<std::sync::Arc<Vec<u8>>> {
+        let last = self.dictionary.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .filter(|(h, _)| h == hash)
+            .map(|(_, d)| d.clone())
     }
 
     /// The error for a blob whose delta chain breaks at its last link: which base, and the

@@ -155,6 +155,10 @@ pub struct Store {
     /// Held by a gc from start to end, repack included: a repack takes bases that only a gc
     /// removes (`repack.rs`). Taken before `writer`.
     gc_lock: Mutex<()>,
+    /// The last base read that is a zstd dictionary (a repack's, which many heads are stored
+    /// on: `repack.rs`), decoded and checked, so that reading them does not decode it each
+    /// time. A leaf lock.
+    dictionary: Mutex<Option<(Hash, std::sync::Arc<Vec<u8>>)>>,
     /// Recently recorded contents by file name and extension: where a new path's first
     /// version looks for a delta base (`similar.rs`). A leaf lock.
     similar: Mutex<similar::Similar>,

@@ -282,7 +282,7 @@ impl Store {
             }
         }
 
-        for (hash, rank) in ranks.iter_mut() {
+        for (hash, rank) in &mut ranks {
             if let Some(len) = headers.get(hash).and_then(|h| h.len)
                 && heads.contains(hash)
             {
