@@ -16,8 +16,9 @@
 //!   read back, beside a version of the same size stored whole.
 //! - `git`: a real repository's first-parent history replayed with `git checkout -f` in a
 //!   mount (this project's own, or `--repo PATH`; `--commits N` takes the newest N): the
-//!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
-//!   and how long the slowest version takes to read back.
+//!   content rewind stored, as recorded and after a `rewind gc` through the daemon (which
+//!   removes nothing and repacks), beside the pack `git gc --aggressive` makes of the same
+//!   commits, and how long the slowest version takes to read back.
 //!
 //! - `capture`: storing a new `--mib` MiB file (W4's repeating block, then noise) as the
 //!   recorder does after a create: wall and CPU time.
