@@ -184,7 +184,15 @@ impl Store {
         if plan.dry_run || !plan.repack || self.check_writable().is_err() {
             return Ok(report);
         }
-        let repacked = self.repack()?;
+        // What was removed stays removed: a repack cut short by an error (a full disk, say)
+        // leaves every blob readable, and the next gc takes it up again.
+        let repacked = match self.repack() {
+            Ok(repacked) => repacked,
+            Err(e) => {
+                tracing::warn!("gc: the repack stopped: {e}");
+                return Ok(report);
+            }
+        };
         report.repacked = repacked.rewritten;
         if repacked.rewritten > 0 {
             tracing::info!(
