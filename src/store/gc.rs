@@ -52,8 +52,11 @@ pub struct GcReport {
     pub horizon: Option<Horizon>,
     /// Sessions that lost changes in this gc, with how many.
     pub sessions_cut: BTreeMap<String, u64>,
-    /// Blobs the repack re-encoded (as deltas on newer versions, or whole).
+    /// Blobs the repack re-encoded (as deltas on newer versions, or whole), and the bases
+    /// it left unneeded, which were then removed (not in `blobs_removed`: that is the plan a
+    /// dry run shows).
     pub repacked: u64,
+    pub repack_freed: u64,
 }
 
 /// The newest change gc ever removed: the state right after it is the oldest point still
@@ -215,7 +218,7 @@ impl Store {
                 dry_run: false,
                 repack: false,
             })?;
-            report.blobs_removed += again.blobs_removed;
+            report.repack_freed = again.blobs_removed;
             freed = again.blobs_removed > 0;
         }
         if repacked.rewritten > 0 {
@@ -387,6 +390,7 @@ impl Store {
             horizon,
             sessions_cut,
             repacked: 0,
+            repack_freed: 0,
         };
         if plan.dry_run {
             return Ok(report);

@@ -434,8 +434,8 @@ fn files_stored_on_the_repacks_dictionary_read_back_and_a_damaged_one_names_the_
         // nothing to do.
         let report = gc(&h, None);
         assert_eq!(
-            (report.repacked, report.blobs_removed),
-            (0, 0),
+            (report.repacked, report.blobs_removed, report.repack_freed),
+            (0, 0, 0),
             "{report:?}"
         );
         assert!(h.store().has_blob(&dictionary).unwrap());
