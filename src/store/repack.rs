@@ -2,12 +2,13 @@
 //!
 //! At write time a version can only be a delta on what is already stored, an older version:
 //! every added line is in the new version's delta, as literals. Afterwards, each path's
-//! newest version can stay as it is and the older ones become deltas on the version after
-//! them (*reverse* deltas, as git's pack makes them), which mostly copy. [`Store::repack`]
-//! does that, run by gc once it has removed what it removes.
+//! newest version (its *head*) can stay whole and the older ones become deltas on the version
+//! after them (*reverse* deltas, as git's pack makes them), which mostly copy; a head may
+//! itself be a delta on a similar file, or on a zstd dictionary trained on all heads.
+//! [`Store::repack`] does that, run by gc once it has removed what it removes.
 //!
-//! No cycle, ever: every blob gets a *rank*, the newest change referring to it (its content
-//! after that change counting above its content before), ties broken by hash, and a blob is
+//! No cycle, ever: every blob gets a *rank* ([`Rank`]: heads above everything else, by size;
+//! other versions by the newest change referring to them; ties broken by hash), and a blob is
 //! only re-encoded on one of higher rank. Blobs are taken highest rank first, each given its
 //! final encoding before any of lower rank, so a delta only ever refers to a blob already in
 //! its final encoding (and a blob whose current encoding breaks the rule, a forward delta,
