@@ -16,8 +16,9 @@
 //!   read back, beside a version of the same size stored whole.
 //! - `git`: a real repository's first-parent history replayed with `git checkout -f` in a
 //!   mount (this project's own, or `--repo PATH`; `--commits N` takes the newest N): the
-//!   content rewind stored, beside the pack `git gc --aggressive` makes of the same commits,
-//!   and how long the slowest version takes to read back.
+//!   content rewind stored, as recorded and after a `rewind gc` through the daemon (which
+//!   removes nothing and repacks), beside the pack `git gc --aggressive` makes of the same
+//!   commits, and how long the slowest version takes to read back.
 //!
 //! - `capture`: storing a new `--mib` MiB file (W4's repeating block, then noise) as the
 //!   recorder does after a create: wall and CPU time.
@@ -164,38 +165,48 @@ fn main() {
             arg(&args, "--repo").unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
         let commits: usize = arg(&args, "--commits").unwrap_or(usize::MAX);
         let r = replay(&work.join("git"), &repo, commits);
+        for (when, st) in [
+            ("as recorded", &r.before_gc),
+            ("after `rewind gc` (repack)", &r.after_gc),
+        ] {
+            rows.push((
+                format!(
+                    "{} commits of {} replayed with `git checkout -f` in the mount, {when}: \
+                     stored content vs `git gc --aggressive` of the same commits",
+                    r.commits,
+                    repo.display()
+                ),
+                format!(
+                    "{:.2}× git ({:.2} MiB stored in {} blobs, {} of them deltas in {:.2} MiB; \
+                     git's pack {:.2} MiB with {} blobs; store on disk {:.2} MiB)",
+                    st.stored as f64 / r.pack as f64,
+                    st.stored as f64 / MIB,
+                    st.blobs,
+                    st.deltas,
+                    st.delta_bytes as f64 / MIB,
+                    r.pack as f64 / MIB,
+                    r.versions,
+                    st.disk as f64 / MIB,
+                ),
+                "≤ 0.8× git",
+            ));
+            rows.push((
+                format!("reading every version stored, {when}: slowest (deepest delta chain)"),
+                format!(
+                    "{:.2} ms ({} bytes, chain of {}); all {} in {:.2} s",
+                    st.slowest.as_secs_f64() * 1e3,
+                    st.slowest_size,
+                    st.slowest_depth,
+                    st.blobs,
+                    st.read_all.as_secs_f64()
+                ),
+                "fast",
+            ));
+        }
         rows.push((
-            format!(
-                "{} commits of {} replayed with `git checkout -f` in the mount: stored content vs \
-                 `git gc --aggressive` of the same commits",
-                r.commits,
-                repo.display()
-            ),
-            format!(
-                "{:.2}× git ({:.2} MiB stored in {} blobs, {} of them deltas; git's pack {:.2} MiB \
-                 with {} blobs; store on disk {:.2} MiB)",
-                r.stored as f64 / r.pack as f64,
-                r.stored as f64 / MIB,
-                r.blobs,
-                r.deltas,
-                r.pack as f64 / MIB,
-                r.versions,
-                r.disk as f64 / MIB,
-            ),
-            "≤ 0.8× git",
-        ));
-        rows.push((
-            "reading every version stored in that replay: slowest (deepest delta chain)"
-                .to_string(),
-            format!(
-                "{:.2} ms ({} bytes, chain of {}); all {} in {:.2} s",
-                r.slowest.as_secs_f64() * 1e3,
-                r.slowest_size,
-                r.slowest_depth,
-                r.blobs,
-                r.read_all.as_secs_f64()
-            ),
-            "fast",
+            "that `rewind gc` (mounted; removes nothing, repacks)".to_string(),
+            format!("{:.2} s", r.gc_time.as_secs_f64()),
+            "",
         ));
     }
     if want("tree") {
@@ -599,15 +610,24 @@ fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
 /// What [`replay`] measured.
 struct Replay {
     commits: usize,
+    /// The store as the replay left it, and after `rewind gc` (which repacks).
+    before_gc: Stored,
+    after_gc: Stored,
+    gc_time: std::time::Duration,
+    /// The pack of the same commits after `git gc --aggressive`, and how many file versions
+    /// (blobs) it holds.
+    pack: u64,
+    versions: usize,
+}
+
+/// What a store holds.
+struct Stored {
     /// Stored content (the bytes of the store's blob values) and the store's files (`du`).
     stored: u64,
     disk: u64,
     blobs: u64,
     deltas: u64,
-    /// The pack of the same commits after `git gc --aggressive`, and how many file versions
-    /// (blobs) it holds.
-    pack: u64,
-    versions: usize,
+    delta_bytes: u64,
     /// The slowest blob to read back, its size and delta chain; all blobs read once.
     slowest: std::time::Duration,
     slowest_size: u64,
@@ -675,31 +695,19 @@ fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
         }
     }
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
-    let disk = du(&store);
-
-    let store = Store::open_read_only(&store).unwrap();
-    let stats = store.stats().unwrap();
-    let (mut slowest, mut slowest_size, mut slowest_depth) = (Default::default(), 0, 0);
-    let mut deltas = 0;
+    let before_gc = stored(&store, "as recorded");
+    // Then `rewind gc` through the daemon, as a user would run it: it removes nothing here
+    // (everything is newer than its --keep) and repacks (older versions as deltas on newer).
+    mount(work, &data, &ws, &store);
     let t = Instant::now();
-    let mut delta_bytes = 0;
-    for (hash, depth, stored) in store.blob_depths().unwrap() {
-        deltas += u64::from(depth > 0);
-        if depth > 0 {
-            delta_bytes += stored;
-        }
-        let one = Instant::now();
-        let size = store.verify_blob(&hash).unwrap();
-        if one.elapsed() > slowest {
-            (slowest, slowest_size, slowest_depth) = (one.elapsed(), size, depth);
-        }
-    }
-    let read_all = t.elapsed();
-    eprintln!(
-        "{deltas} deltas: {:.2} MiB; the rest stored whole: {:.2} MiB",
-        delta_bytes as f64 / MIB,
-        (stats.blob_bytes - delta_bytes) as f64 / MIB
+    rewind(
+        &ws,
+        &data,
+        &["gc".as_ref(), "--keep".as_ref(), "36500d".as_ref()],
     );
+    let gc_time = t.elapsed();
+    rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
+    let after_gc = stored(&store, "after `rewind gc`");
 
     // The same trees as a linear history of their own, fetched alone into an empty repository.
     let mut parent: Option<String> = None;
@@ -739,12 +747,46 @@ fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
         .sum();
     Replay {
         commits: commits.len(),
+        before_gc,
+        after_gc,
+        gc_time,
+        pack,
+        versions,
+    }
+}
+
+/// The content a store holds (closed), and how long reading each version back takes.
+fn stored(store: &Path, when: &str) -> Stored {
+    let disk = du(store);
+    let store = Store::open_read_only(store).unwrap();
+    let stats = store.stats().unwrap();
+    let (mut slowest, mut slowest_size, mut slowest_depth) = (Default::default(), 0, 0);
+    let mut deltas = 0;
+    let t = Instant::now();
+    let mut delta_bytes = 0;
+    for (hash, depth, stored) in store.blob_depths().unwrap() {
+        deltas += u64::from(depth > 0);
+        if depth > 0 {
+            delta_bytes += stored;
+        }
+        let one = Instant::now();
+        let size = store.verify_blob(&hash).unwrap();
+        if one.elapsed() > slowest {
+            (slowest, slowest_size, slowest_depth) = (one.elapsed(), size, depth);
+        }
+    }
+    let read_all = t.elapsed();
+    eprintln!(
+        "{when}: {deltas} deltas: {:.2} MiB; the rest stored whole: {:.2} MiB",
+        delta_bytes as f64 / MIB,
+        (stats.blob_bytes - delta_bytes) as f64 / MIB
+    );
+    Stored {
         stored: stats.blob_bytes,
         disk,
         blobs: stats.blobs,
         deltas,
-        pack,
-        versions,
+        delta_bytes,
         slowest,
         slowest_size,
         slowest_depth,

@@ -61,6 +61,20 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
             r.bytes_before, r.bytes_after, r.disk_before, r.disk_after
         ));
     }
+    if r.repacked > 0 {
+        out.push(format!(
+            "repacked {}: older versions stored as deltas on newer ones{}",
+            count(r.repacked as usize, "blob"),
+            if r.repack_freed > 0 {
+                format!(
+                    "; {} no longer needed removed",
+                    count(r.repack_freed as usize, "base")
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     for (session, n) in &r.sessions_cut {
         out.push(format!(
             "  session {session}: {} {}",

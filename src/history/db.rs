@@ -473,6 +473,7 @@ impl History {
             max_bytes: policy.max_bytes,
             protect: &protect,
             dry_run: policy.dry_run,
+            repack: true,
         })?)
     }
 

@@ -53,10 +53,10 @@ pub const MAX_DEPTH: u8 = 50;
 pub const CHAIN_BYTES: usize = 16 << 20;
 /// A delta is kept only if it is smaller than this share of the whole frame (in tenths): one
 /// that saves less is not worth a longer chain.
-const DELTA_PAYS: usize = 9;
+pub(super) const DELTA_PAYS: usize = 9;
 /// Content this short is stored whole without trying: a delta's header alone (35 bytes, and a
 /// frame's 9 or more) is about what its whole frame takes.
-const DELTA_MIN: usize = 64;
+pub(super) const DELTA_MIN: usize = 64;
 /// The first bytes of a zstd dictionary: zstd would take content starting so as a dictionary
 /// of its own format, so it is never a base.
 const DICT_MAGIC: [u8; 4] = 0xEC30_A437u32.to_le_bytes();
@@ -73,7 +73,7 @@ const FILE_LEVEL: i32 = 9;
 const FILE_LEVEL_UP_TO: usize = 128 << 10;
 
 /// The zstd level of a file's content of `len` bytes.
-fn file_level(len: usize) -> i32 {
+pub(super) fn file_level(len: usize) -> i32 {
     if len <= FILE_LEVEL_UP_TO {
         FILE_LEVEL
     } else {
@@ -154,14 +154,72 @@ fn compress(data: &[u8], dict: Option<&[u8]>, level: i32) -> Vec<u8> {
     out
 }
 
+/// [`compress`], `None` where zstd refuses: a dictionary starting with zstd's magic is read
+/// as one in zstd's format, and may be a damaged one.
+fn try_compress(data: &[u8], dict: &[u8], level: i32) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+    CCTX.with_borrow_mut(|c| c.compress_using_dict(&mut out, data, dict, level))
+        .ok()?;
+    Some(out)
+}
+
 /// The delta value of `data` on `base` (stored at `depth - 1`).
 pub fn encode_delta(data: &[u8], base: &Hash, base_content: &[u8], depth: u8) -> Vec<u8> {
-    let frame = compress(data, Some(base_content), file_level(data.len()));
+    encode_delta_at(data, base, base_content, depth, file_level(data.len()))
+}
+
+/// [`encode_delta`] at `level`.
+fn encode_delta_at(
+    data: &[u8],
+    base: &Hash,
+    base_content: &[u8],
+    depth: u8,
+    level: i32,
+) -> Vec<u8> {
+    let frame = compress(data, Some(base_content), level);
     let mut out = Vec::with_capacity(35 + frame.len());
     out.extend_from_slice(&[BLOB_VERSION, DELTA, depth]);
     out.extend_from_slice(&base.0);
     out.extend_from_slice(&frame);
     out
+}
+
+/// The delta value of `data` (whose hash is `hash`) on `base` at `level`, once it was checked
+/// to decode back to `data`; `None` if zstd refuses the base or the delta does not decode.
+/// Unlike a capture's, the base may be a dictionary in zstd's format (the repack's, see
+/// `repack.rs`): reading decodes it the same way.
+pub(super) fn encode_delta_checked(
+    data: &[u8],
+    hash: &Hash,
+    base: &Hash,
+    base_content: &[u8],
+    depth: u8,
+    level: i32,
+) -> Option<Vec<u8>> {
+    if data.len() < DELTA_MIN {
+        return None;
+    }
+    let frame = try_compress(data, base_content, level)?;
+    let back = decompress(&frame, Some(base_content)).ok()?;
+    if Hash::of(&back) != *hash {
+        return None;
+    }
+    let mut out = Vec::with_capacity(35 + frame.len());
+    out.extend_from_slice(&[BLOB_VERSION, DELTA, depth]);
+    out.extend_from_slice(&base.0);
+    out.extend_from_slice(&frame);
+    Some(out)
+}
+
+/// The size of `data`'s frame compressed at `level`.
+pub(super) fn whole_size(data: &[u8], level: i32) -> usize {
+    compress(data, None, level).len()
+}
+
+/// The size of `data`'s frame compressed at `level` with `dict` as its dictionary (`usize::MAX`
+/// if zstd refuses it).
+pub(super) fn delta_size(data: &[u8], dict: &[u8], level: i32) -> usize {
+    try_compress(data, dict, level).map_or(usize::MAX, |f| f.len())
 }
 
 /// Decompress a frame, with `dict` if it was compressed against one. At most [`CHUNK`] bytes:
@@ -193,11 +251,11 @@ fn decompress(frame: &[u8], dict: Option<&[u8]>) -> std::result::Result<Vec<u8>,
 
 /// Content stored whole, at [`LEVEL`]: a chunk of a large file, a link's target.
 pub fn encode_inline(data: &[u8]) -> Vec<u8> {
-    encode_whole(data, LEVEL)
+    encode_whole_at(data, LEVEL)
 }
 
 /// Content stored whole, at `level`.
-fn encode_whole(data: &[u8], level: i32) -> Vec<u8> {
+pub(super) fn encode_whole_at(data: &[u8], level: i32) -> Vec<u8> {
     let compressed = compress(data, None, level);
     let mut out = Vec::with_capacity(2 + compressed.len());
     out.extend_from_slice(&[BLOB_VERSION, INLINE]);
@@ -328,7 +386,7 @@ impl Store {
     /// Write a blob's value, and the counts with it (`counts.rs`). Unless `replace`, nothing
     /// is written if the blob is stored: the same content captured at once by two threads is
     /// stored (and counted) once. Returns the size of the value written (0 if none was).
-    fn put_value(
+    pub(super) fn put_value(
         &self,
         context: &'static str,
         hash: &Hash,
@@ -370,7 +428,7 @@ impl Store {
     /// extension (`similar.rs`). Anything in the way (no base, a damaged one, a chain at its
     /// bound) is a reason to store it whole.
     fn version_value(&self, path: &[u8], data: &[u8]) -> Vec<u8> {
-        let whole = || encode_whole(data, file_level(data.len()));
+        let whole = || encode_whole_at(data, file_level(data.len()));
         if data.len() < DELTA_MIN {
             return whole();
         }
@@ -590,7 +648,7 @@ impl Store {
     /// The blob a blob stored as a delta is stored on (`None` for one stored otherwise), for
     /// checks.
     pub fn delta_base_of(&self, hash: &Hash) -> Result<Option<Hash>> {
-        Ok(delta_base(&self.value(hash)?).map(|(base, _)| base))
+        Ok(delta_base(&self.value_of(hash)?).map(|(base, _)| base))
     }
 
     /// How many gcs so far have deleted blobs.
@@ -611,7 +669,7 @@ impl Store {
     }
 
     /// A blob's stored value.
-    fn value(&self, hash: &Hash) -> Result<Vec<u8>> {
+    pub(super) fn value_of(&self, hash: &Hash) -> Result<Vec<u8>> {
         let db = self.db()?;
         let value = db
             .get_pinned_cf(db.cf(CF_BLOBS), hash.0)
@@ -621,7 +679,7 @@ impl Store {
     }
 
     fn blob(&self, hash: &Hash) -> Result<Blob> {
-        let value = self.value(hash)?;
+        let value = self.value_of(hash)?;
         match parse(hash, &value)? {
             Stored::Manifest(m) => Ok(Blob::Chunked(m)),
             _ => self.content(hash, value).map(Blob::Inline),
@@ -634,6 +692,8 @@ impl Store {
     /// recorded content needs it.
     fn content(&self, hash: &Hash, value: Vec<u8>) -> Result<Vec<u8>> {
         let mut chain = vec![(*hash, value)];
+        // The chain's last base, if it is the dictionary read last (already checked).
+        let mut cached: Option<std::sync::Arc<Vec<u8>>> = None;
         loop {
             let (h, value) = chain.last().expect("not empty");
             let base = match parse(h, value) {
@@ -644,13 +704,20 @@ impl Store {
                 }
                 Err(e) => return Err(self.damaged_base(hash, &chain, &reason(e))),
             };
-            if chain.len() > usize::from(MAX_DEPTH) {
+            // Chains are written within MAX_DEPTH, but a capture that took a blob as its base
+            // while a repack made that blob deeper counted the old depth (`repack.rs`): such
+            // a chain may be longer, never longer than a depth byte counts. Longer is a loop.
+            if chain.len() > usize::from(u8::MAX) {
                 return Err(corrupt_blob(
                     hash,
                     "its delta chain is longer than any written",
                 ));
             }
-            match self.value(&base) {
+            if let Some(dictionary) = self.dictionary_read(&base) {
+                cached = Some(dictionary);
+                break;
+            }
+            match self.value_of(&base) {
                 Ok(value) => chain.push((base, value)),
                 Err(e) => {
                     chain.push((base, Vec::new()));
@@ -664,7 +731,8 @@ impl Store {
             let Ok(Stored::Frame(frame) | Stored::Delta { frame, .. }) = parse(h, value) else {
                 unreachable!("parsed above")
             };
-            let data = decompress(frame, content.as_deref())
+            let dict = content.as_deref().or(cached.as_deref().map(Vec::as_slice));
+            let data = decompress(frame, dict)
                 .and_then(|data| {
                     (Hash::of(&data) == *h)
                         .then_some(data)
@@ -677,9 +745,22 @@ impl Store {
                         self.damaged_base(hash, &chain[..=i], &why)
                     }
                 })?;
+            if i > 0 && dict.is_none() && data.starts_with(&DICT_MAGIC) {
+                // A repack's dictionary: the base of many heads, read again and again.
+                let mut last = self.dictionary.lock().unwrap_or_else(|e| e.into_inner());
+                *last = Some((*h, std::sync::Arc::new(data.clone())));
+            }
             content = Some(data);
         }
         Ok(content.expect("the chain holds the blob itself"))
+    }
+
+    /// The content of `hash` if it is the dictionary read last (`Store::dictionary`).
+    fn dictionary_read(&self, hash: &Hash) -> Option<std::sync::Arc<Vec<u8>>> {
+        let last = self.dictionary.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .filter(|(h, _)| h == hash)
+            .map(|(_, d)| d.clone())
     }
 
     /// The error for a blob whose delta chain breaks at its last link: which base, and the

@@ -27,6 +27,9 @@ pub struct GcPlan<'a> {
     pub protect: &'a dyn Fn(&[ChangeRecord]) -> HashSet<u64>,
     /// Only say what would be removed.
     pub dry_run: bool,
+    /// Then re-encode older versions as deltas on newer ones where that is smaller
+    /// (`repack.rs`), and free the bases that no longer need to stay. Not in a dry run.
+    pub repack: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,6 +52,11 @@ pub struct GcReport {
     pub horizon: Option<Horizon>,
     /// Sessions that lost changes in this gc, with how many.
     pub sessions_cut: BTreeMap<String, u64>,
+    /// Blobs the repack re-encoded (as deltas on newer versions, or whole), and the bases
+    /// it left unneeded, which were then removed (not in `blobs_removed`: that is the plan a
+    /// dry run shows).
+    pub repacked: u64,
+    pub repack_freed: u64,
 }
 
 /// The newest change gc ever removed: the state right after it is the oldest point still
@@ -173,6 +181,59 @@ impl Store {
         if !plan.dry_run {
             self.check_may_free()?;
         }
+        let _gc = self.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut report = self.sweep(plan)?;
+        // No repack on a full disk: it writes before it frees.
+        if plan.dry_run || !plan.repack || self.check_writable().is_err() {
+            return Ok(report);
+        }
+        // What was removed stays removed: a repack cut short by an error (a full disk, say)
+        // leaves every blob readable, and the next gc takes it up again.
+        let repacked = match self.repack() {
+            Ok(repacked) => repacked,
+            Err(e) => {
+                tracing::warn!("gc: the repack stopped: {e}");
+                return Ok(report);
+            }
+        };
+        report.repacked = repacked.rewritten;
+        if repacked.rewritten > 0 {
+            tracing::info!(
+                rewritten = repacked.rewritten,
+                deltas = repacked.deltas,
+                before = repacked.bytes_before,
+                after = repacked.bytes_after,
+                "repacked older versions as deltas on newer ones"
+            );
+        }
+        let mut freed = false;
+        if repacked.freed_bases {
+            // Bases kept only for the deltas that were on them go now: the same sweep, with
+            // no change to remove.
+            let nothing = |_: &[ChangeRecord]| HashSet::new();
+            let again = self.sweep(&GcPlan {
+                older_than_ns: None,
+                max_bytes: None,
+                protect: &nothing,
+                dry_run: false,
+                repack: false,
+            })?;
+            report.repack_freed = again.blobs_removed;
+            freed = again.blobs_removed > 0;
+        }
+        if repacked.rewritten > 0 {
+            if !freed {
+                // The old values are still in RocksDB's files until they are compacted.
+                self.give_back_space()?;
+            }
+            report.bytes_after = self.stats()?.blob_bytes;
+            report.disk_after = disk_usage(&self.dir);
+        }
+        Ok(report)
+    }
+
+    /// The removal part of [`gc`](Store::gc), under `gc_lock`.
+    fn sweep(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
         // Hold the writer lock so no change is recorded between planning and deleting.
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let disk_before = disk_usage(&self.dir);
@@ -328,6 +389,8 @@ impl Store {
             over_target,
             horizon,
             sessions_cut,
+            repacked: 0,
+            repack_freed: 0,
         };
         if plan.dry_run {
             return Ok(report);

@@ -26,7 +26,7 @@
 //! writes go to the WAL without fsync, so they survive the death of the process, and
 //! [`Store::sync`] makes them survive the machine's.
 //!
-//! Lock order (see docs/design.md): `writer` before `pins` before `counts`; `db` (a read lock for
+//! Lock order (see docs/design.md): `gc_lock` before `writer` before `pins` before `counts`; `db` (a read lock for
 //! every operation, the write lock only to reopen) is taken last and never held while
 //! waiting for another lock.
 
@@ -40,6 +40,7 @@ pub mod keys;
 mod open;
 mod pins;
 mod query;
+mod repack;
 mod sessions;
 mod similar;
 mod write;
@@ -151,6 +152,13 @@ pub struct Store {
     /// The newest id a checkpoint named: an id set aside at or below it is never handed out
     /// again, even if it goes unused.
     pinned: AtomicU64,
+    /// Held by a gc from start to end, repack included: a repack takes bases that only a gc
+    /// removes (`repack.rs`). Taken before `writer`.
+    gc_lock: Mutex<()>,
+    /// The last base read that is a zstd dictionary (a repack's, which many heads are stored
+    /// on: `repack.rs`), decoded and checked, so that reading them does not decode it each
+    /// time. A leaf lock.
+    dictionary: Mutex<Option<(Hash, std::sync::Arc<Vec<u8>>)>>,
     /// Recently recorded contents by file name and extension: where a new path's first
     /// version looks for a delta base (`similar.rs`). A leaf lock.
     similar: Mutex<similar::Similar>,

@@ -395,6 +395,8 @@ impl Store {
             counts: Default::default(),
             pins: Default::default(),
             pinned: AtomicU64::new(0),
+            gc_lock: Mutex::new(()),
+            dictionary: Mutex::new(None),
             wanted: AtomicU64::new(0),
             similar: Default::default(),
         };

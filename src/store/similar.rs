@@ -29,7 +29,7 @@ pub(crate) struct Similar {
 }
 
 /// The last component of `path`, and its extension (from the last dot, empty without one).
-fn name_and_extension(path: &[u8]) -> (&[u8], &[u8]) {
+pub(super) fn name_and_extension(path: &[u8]) -> (&[u8], &[u8]) {
     let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
     let extension = match name.iter().rposition(|&b| b == b'.') {
         Some(dot) if dot > 0 => &name[dot..],

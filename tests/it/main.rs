@@ -18,6 +18,7 @@ mod posix;
 mod programs;
 mod quiet;
 mod record;
+mod repack;
 mod retention;
 mod roundtrip;
 mod scale;

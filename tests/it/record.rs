@@ -1354,10 +1354,11 @@ fn a_session_started_through_ctl_covers_the_shell_and_its_children() {
 
 /// A file a checkout moves (deleted here, created there with an edit): the new path's first
 /// version is stored as a delta on the old path's content. Once gc removed the old path's
-/// history and another file took its name, no change refers to that content, yet it is kept
-/// as the base, and the moved file's version reads back byte-exact after a remount.
+/// history and another file took its name, no change refers to that content: gc's repack
+/// stores the moved version whole and the old content goes, and the moved file's version
+/// reads back byte-exact after a remount.
 #[test]
-fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_kept_by_gc_across_a_remount() {
+fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_until_gc_repacks_it_across_a_remount() {
     let mut ws = Workspace::new();
     ws.mount();
     let text: String = (0..400)
@@ -1373,21 +1374,27 @@ fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_kept_by_gc_across_a_rem
     sync(&ws);
     fs::write(ws.path().join("old/lib.rs"), "another file\n").unwrap();
     sync(&ws);
+    ws.unmount();
+    let base = Hash::of(text.as_bytes());
+    let hash = Hash::of(moved.as_bytes());
+    assert_eq!(
+        history(&ws.store()).store().delta_base_of(&hash).unwrap(),
+        Some(base),
+        "as recorded, a delta on the old content"
+    );
+    ws.mount();
     rw_ok(&ws, &["gc", "--max-size", "1K"]);
     ws.unmount();
 
-    let (base, id) = {
+    let id = {
         let history = history(&ws.store());
         let store = history.store();
-        let base = Hash::of(text.as_bytes());
         let all = history.query(&Query::default()).unwrap();
         let create = all
             .iter()
             .find(|c| c.path == b"new/lib.rs")
             .expect("the moved file's create is kept");
-        let hash = create.after.as_ref().unwrap().hash.unwrap();
-        assert_eq!(hash, Hash::of(moved.as_bytes()));
-        assert_eq!(store.delta_base_of(&hash).unwrap(), Some(base));
+        assert_eq!(create.after.as_ref().unwrap().hash.unwrap(), hash);
         let refers = all
             .iter()
             .flat_map(|c| [&c.before, &c.after])
@@ -1397,8 +1404,9 @@ fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_kept_by_gc_across_a_rem
             !refers,
             "gc removed every change that refers to the old content"
         );
-        assert!(store.has_blob(&base).unwrap(), "the base is kept");
-        (base, create.id)
+        assert_eq!(store.delta_base_of(&hash).unwrap(), None, "stored whole");
+        assert!(!store.has_blob(&base).unwrap(), "the old content is freed");
+        create.id
     };
     ws.mount();
     let shown = rw(&ws, &["cat", "new/lib.rs", "--at", &id.to_string()]);
@@ -1408,5 +1416,5 @@ fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_kept_by_gc_across_a_rem
         "the moved version reads back"
     );
     ws.unmount();
-    assert!(history(&ws.store()).store().read_blob(&base).unwrap() == text.as_bytes());
+    assert!(history(&ws.store()).store().read_blob(&hash).unwrap() == moved.as_bytes());
 }

@@ -13,15 +13,15 @@ use rewind::store::{self, ALL_CFS, CHUNK, Hash, Order, Query, Store, keys};
 use crate::common::noise;
 
 /// The history over a store opened (or created) in `dir`.
-fn open(dir: &std::path::Path) -> History {
+pub(crate) fn open(dir: &std::path::Path) -> History {
     History::new(Arc::new(Store::open(dir).unwrap()))
 }
 
-fn record(h: &History, c: Change) -> Result<Change, Error> {
+pub(crate) fn record(h: &History, c: Change) -> Result<Change, Error> {
     h.record(c, &Extra::default())
 }
 
-fn file(content: &[u8], hash: Hash) -> FileState {
+pub(crate) fn file(content: &[u8], hash: Hash) -> FileState {
     FileState {
         kind: FileKind::File,
         size: content.len() as u64,
@@ -34,7 +34,7 @@ fn file(content: &[u8], hash: Hash) -> FileState {
     }
 }
 
-fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
+pub(crate) fn change(path: &str, time_ns: u64, session: &str, agent: &str) -> Change {
     Change {
         id: 0,
         time_ns,
@@ -914,7 +914,7 @@ fn a_damaged_chunk_is_an_error_naming_it_and_the_content() {
 
 /// Source-like text of `lines` lines of 64 bytes as of `version`: each version edits every
 /// 50th line.
-fn source(lines: usize, version: usize) -> Vec<u8> {
+pub(crate) fn source(lines: usize, version: usize) -> Vec<u8> {
     let mut out = String::new();
     for i in 0..lines {
         let edited = match version.checked_sub(i % 50) {
@@ -931,7 +931,7 @@ fn source(lines: usize, version: usize) -> Vec<u8> {
 
 /// Record `after` as the new content of `path` (stored as the recorder stores a file's
 /// content: as a delta on the path's previous content when that pays). Returns its hash.
-fn version(h: &History, path: &str, t: u64, after: &[u8]) -> Hash {
+pub(crate) fn version(h: &History, path: &str, t: u64, after: &[u8]) -> Hash {
     let (hash, _) = h.store().put_file_reader(path.as_bytes(), after).unwrap();
     let before = h
         .last_change_until(path.as_bytes(), u64::MAX)
@@ -944,7 +944,28 @@ fn version(h: &History, path: &str, t: u64, after: &[u8]) -> Hash {
     hash
 }
 
-fn depths(store: &Store) -> std::collections::HashMap<Hash, u32> {
+/// gc of the changes older than `t`, never the newest change of a path (as `History::gc`),
+/// without the repack that follows it there: what gc alone keeps.
+fn gc_without_repack(h: &History, t: u64) -> store::GcReport {
+    let protect = |all: &[store::ChangeRecord]| {
+        let mut newest = std::collections::HashMap::new();
+        for c in all {
+            newest.insert(c.path.clone(), c.id);
+        }
+        newest.into_values().collect()
+    };
+    h.store()
+        .gc(&store::GcPlan {
+            older_than_ns: Some(t),
+            max_bytes: None,
+            protect: &protect,
+            dry_run: false,
+            repack: false,
+        })
+        .unwrap()
+}
+
+pub(crate) fn depths(store: &Store) -> std::collections::HashMap<Hash, u32> {
     store
         .blob_depths()
         .unwrap()
@@ -984,13 +1005,7 @@ fn gc_keeps_the_bases_of_kept_deltas_and_they_read_back() {
     // goes with every older one.
     let store = open(dir.path());
     let keep_from = count - 2;
-    let report = store
-        .gc(&GcPolicy {
-            older_than_ns: Some(keep_from as u64 + 1),
-            max_bytes: None,
-            dry_run: false,
-        })
-        .unwrap();
+    let report = gc_without_repack(&store, keep_from as u64 + 1);
     assert_eq!(report.changes_removed, keep_from as u64);
     let whole = 2 * (bound + 1);
     assert_eq!(chain[whole], 0);
@@ -1072,12 +1087,12 @@ fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
     assert!(store.read_blob(&other).unwrap() == noise(2000, 7));
 }
 
-fn base_of(store: &Store, hash: &Hash) -> Option<Hash> {
+pub(crate) fn base_of(store: &Store, hash: &Hash) -> Option<Hash> {
     store.delta_base_of(hash).unwrap()
 }
 
 /// Record the delete of `path`, whose content was `content` (`hash`).
-fn delete(h: &History, path: &str, t: u64, content: &[u8], hash: Hash) {
+pub(crate) fn delete(h: &History, path: &str, t: u64, content: &[u8], hash: Hash) {
     let mut c = change(path, t, "s1", "claude");
     c.kind = ChangeKind::Delete;
     c.before = Some(file(content, hash));
@@ -1118,13 +1133,7 @@ fn a_new_paths_delta_on_another_paths_content_reads_back_after_gc_and_reopen() {
     // the content new/lib.rs's delta is stored on any more.
     {
         let history = open(dir.path());
-        let report = history
-            .gc(&GcPolicy {
-                older_than_ns: Some(6),
-                max_bytes: None,
-                dry_run: false,
-            })
-            .unwrap();
+        let report = gc_without_repack(&history, 6);
         assert_eq!(report.changes_removed, 4);
         let store = history.store();
         let refers = |c: &Change| {
