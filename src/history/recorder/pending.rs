@@ -245,6 +245,12 @@ impl Recorder {
             SLOW_PENDING.pause();
             self.record_create_or_keep(&path, p)?;
         }
+        // A burst of creates (an untar: a table of tens of thousands) would leave its capacity
+        // behind for the daemon's life; an empty table gives it back.
+        let mut pending = lock(&self.pending);
+        if pending.is_empty() {
+            pending.shrink_to_fit();
+        }
         Ok(())
     }
 
