@@ -16,7 +16,7 @@
 //!   read back, beside a version of the same size stored whole.
 //! - `git`: a real repository's first-parent history replayed with `git checkout -f` in a
 //!   mount (this project's own, or `--repo PATH`; `--commits N` takes the newest N): the
-//!   content rewind stored, as recorded and after a `rewind gc` through the daemon (which
+//!   content rewind stored, as recorded and after a `rewind gc --repack` through the daemon (which
 //!   removes nothing and repacks), beside the pack `git gc --aggressive` makes of the same
 //!   commits, and how long the slowest version takes to read back.
 //!
@@ -167,7 +167,7 @@ fn main() {
         let r = replay(&work.join("git"), &repo, commits);
         for (when, st) in [
             ("as recorded", &r.before_gc),
-            ("after `rewind gc` (repack)", &r.after_gc),
+            ("after `rewind gc --repack`", &r.after_gc),
         ] {
             rows.push((
                 format!(
@@ -204,7 +204,7 @@ fn main() {
             ));
         }
         rows.push((
-            "that `rewind gc` (mounted; removes nothing, repacks)".to_string(),
+            "that `rewind gc --repack` (mounted; removes nothing, repacks)".to_string(),
             format!("{:.2} s", r.gc_time.as_secs_f64()),
             "",
         ));
@@ -421,6 +421,7 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
             older_than_ns: Some(split),
             max_bytes: None,
             dry_run: false,
+            repack: false,
         })
         .unwrap();
     let last = history.store().stats().unwrap().last_id;
@@ -610,7 +611,7 @@ fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
 /// What [`replay`] measured.
 struct Replay {
     commits: usize,
-    /// The store as the replay left it, and after `rewind gc` (which repacks).
+    /// The store as the replay left it, and after `rewind gc --repack`.
     before_gc: Stored,
     after_gc: Stored,
     gc_time: std::time::Duration,
@@ -696,18 +697,23 @@ fn replay(work: &Path, repo: &Path, limit: usize) -> Replay {
     }
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
     let before_gc = stored(&store, "as recorded");
-    // Then `rewind gc` through the daemon, as a user would run it: it removes nothing here
+    // Then `rewind gc --repack` through the daemon, as a user would run it: it removes nothing here
     // (everything is newer than its --keep) and repacks (older versions as deltas on newer).
     mount(work, &data, &ws, &store);
     let t = Instant::now();
     rewind(
         &ws,
         &data,
-        &["gc".as_ref(), "--keep".as_ref(), "36500d".as_ref()],
+        &[
+            "gc".as_ref(),
+            "--keep".as_ref(),
+            "36500d".as_ref(),
+            "--repack".as_ref(),
+        ],
     );
     let gc_time = t.elapsed();
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
-    let after_gc = stored(&store, "after `rewind gc`");
+    let after_gc = stored(&store, "after `rewind gc --repack`");
 
     // The same trees as a linear history of their own, fetched alone into an empty repository.
     let mut parent: Option<String> = None;

@@ -123,6 +123,7 @@ fn main() {
             older_than_ns: Some(1_700_000_000_000_000_000 + n / 2 * 1_000_000),
             max_bytes: None,
             dry_run: false,
+            repack: false,
         })
         .unwrap();
     let gc_half = t.elapsed();
@@ -132,6 +133,7 @@ fn main() {
             older_than_ns: Some(0),
             max_bytes: None,
             dry_run: false,
+            repack: false,
         })
         .unwrap();
     let gc_nothing = t.elapsed();

@@ -27,6 +27,9 @@ pub struct GcPolicy {
     pub max_bytes: Option<u64>,
     /// Only say what would be removed (the same plan a run carries out).
     pub dry_run: bool,
+    /// Then re-encode older versions as deltas on newer ones (`store/repack.rs`): only when
+    /// asked (`rewind gc --repack`), never by the retention the daemon applies by itself.
+    pub repack: bool,
 }
 
 #[derive(Clone)]
@@ -473,7 +476,7 @@ impl History {
             max_bytes: policy.max_bytes,
             protect: &protect,
             dry_run: policy.dry_run,
-            repack: true,
+            repack: policy.repack,
         })?)
     }
 

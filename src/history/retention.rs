@@ -91,6 +91,7 @@ impl Retention {
                 .map(|(_, ns)| time::now_ns().saturating_sub(*ns)),
             max_bytes: self.max_size.as_ref().map(|(_, b)| *b),
             dry_run: false,
+            repack: false,
         }
     }
 

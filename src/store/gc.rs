@@ -57,6 +57,9 @@ pub struct GcReport {
     /// dry run shows).
     pub repacked: u64,
     pub repack_freed: u64,
+    /// A repack was asked for and not made: the store holds this many contents, more than
+    /// the most a repack takes on (the second number, [`REPACK_MAX_BLOBS`](super::REPACK_MAX_BLOBS)).
+    pub repack_refused: Option<(u64, u64)>,
 }
 
 /// The newest change gc ever removed: the state right after it is the oldest point still
@@ -185,6 +188,15 @@ impl Store {
         let mut report = self.sweep(plan)?;
         // No repack on a full disk: it writes before it frees.
         if plan.dry_run || !plan.repack || self.check_writable().is_err() {
+            return Ok(report);
+        }
+        // The repack holds what it knows of every stored content in memory (about 2 KB
+        // each, measured, most of it its maps): bounded by refusing a bigger store.
+        let contents = self.counts().blobs;
+        let most = super::repack::most_blobs();
+        if contents > most {
+            tracing::warn!("gc: not repacked: {contents} contents stored");
+            report.repack_refused = Some((contents, most));
             return Ok(report);
         }
         // What was removed stays removed: a repack cut short by an error (a full disk, say)
@@ -391,6 +403,7 @@ impl Store {
             sessions_cut,
             repacked: 0,
             repack_freed: 0,
+            repack_refused: None,
         };
         if plan.dry_run {
             return Ok(report);

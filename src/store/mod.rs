@@ -67,6 +67,7 @@ pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
 pub use open::{check_outside, private_files, resolve};
 pub use pins::{PinScope, Pins};
 pub use query::{Order, Query};
+pub use repack::REPACK_MAX_BLOBS;
 pub use write::{Extra, Room};
 
 /// The store format this build writes; a store with a newer one is refused, an older one is

@@ -63,6 +63,19 @@ const DICT_SAMPLE_BYTES: usize = 8 << 20;
 /// after another, so the next one's base was usually just read.
 const CACHE_BYTES: usize = 64 << 20;
 
+/// The most stored contents a repack takes on: it keeps about 2 KB for each in memory while
+/// it runs (its maps of ranks, names, neighbours and headers, and the allocator's overhead;
+/// measured in the daemon, 90 -> 200 MiB for 60,000), so a bigger store is not repacked.
+pub const REPACK_MAX_BLOBS: u64 = 100_000;
+
+/// [`REPACK_MAX_BLOBS`], or for tests `REWIND_TEST_REPACK_MAX`.
+pub(super) fn most_blobs() -> u64 {
+    std::env::var("REWIND_TEST_REPACK_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(REPACK_MAX_BLOBS)
+}
+
 /// What a repack did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RepackReport {

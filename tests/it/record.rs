@@ -1383,7 +1383,7 @@ fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_until_gc_repacks_it_acr
         "as recorded, a delta on the old content"
     );
     ws.mount();
-    rw_ok(&ws, &["gc", "--max-size", "1K"]);
+    rw_ok(&ws, &["gc", "--max-size", "1K", "--repack"]);
     ws.unmount();
 
     let id = {

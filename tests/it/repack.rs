@@ -31,6 +31,7 @@ fn gc(h: &History, before: Option<u64>) -> rewind::history::GcReport {
         older_than_ns: before,
         max_bytes: None,
         dry_run: false,
+        repack: true,
     })
     .unwrap()
 }
@@ -313,7 +314,7 @@ fn a_mounted_gc_repacks_and_every_version_reads_back_across_a_remount() {
         sync(&ws);
         texts.push(text);
     }
-    let out = rw_ok(&ws, &["gc", "--keep", "3650d"]);
+    let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
     assert!(out.contains("repacked"), "{out}");
     let ids: Vec<String> = rw_ok(&ws, &["log", "--json"])
         .lines()
@@ -469,4 +470,51 @@ fn files_stored_on_the_repacks_dictionary_read_back_and_a_damaged_one_names_the_
         msg.contains(std::str::from_utf8(&needing[0]).unwrap()),
         "{msg}"
     );
+}
+
+/// The repack is only made when asked for (`gc --repack`), never by gc's removal alone (the
+/// retention the daemon applies by itself), and a store with more contents than a repack
+/// takes on is refused with a line that says so, with nothing re-encoded.
+#[test]
+fn gc_repacks_only_when_asked_and_refuses_a_store_too_big_for_it() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    for v in 0..6 {
+        let text: String = (0..200)
+            .map(|i| format!("fn f{i}() -> u32 {{ {} }}\n", i * v))
+            .collect();
+        fs::write(ws.path().join("lib.rs"), text).unwrap();
+        sync(&ws);
+    }
+    ws.unmount();
+    let values = |ws: &Workspace| {
+        let h = open(&ws.store());
+        h.store().blob_depths().unwrap()
+    };
+    let before = values(&ws);
+
+    let plain = rw_ok(&ws, &["gc", "--keep", "3650d"]);
+    assert!(!plain.contains("repack"), "{plain}");
+    assert_eq!(
+        values(&ws),
+        before,
+        "gc without --repack re-encodes nothing"
+    );
+
+    let refused =
+        crate::common::rw_env(&ws, &["gc", "--repack"], &[("REWIND_TEST_REPACK_MAX", "3")]);
+    assert!(refused.status.success(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        said.contains("not repacked: the store holds 6 contents, more than the 3"),
+        "{said}"
+    );
+    assert_eq!(values(&ws), before, "a refused repack re-encodes nothing");
+
+    let made = rw_ok(&ws, &["gc", "--repack"]);
+    assert!(made.contains("repacked"), "{made}");
+    assert_ne!(values(&ws), before, "the repack re-encodes");
+    let h = open(&ws.store());
+    assert_no_cycle(h.store());
+    assert_all_read(&h);
 }

@@ -477,6 +477,7 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
             older_than_ns: Some(50),
             max_bytes: None,
             dry_run: false,
+            repack: false,
         })
         .unwrap();
     assert_eq!(report.changes_removed, 2);
@@ -528,6 +529,7 @@ fn gc_by_size_removes_oldest_history_first() {
             older_than_ns: None,
             max_bytes: Some(4 * 66_000),
             dry_run: false,
+            repack: false,
         })
         .unwrap();
     assert!(report.bytes_after <= 4 * 66_000, "{report:?}");
@@ -565,6 +567,7 @@ fn gc_keeps_content_in_flight() {
         older_than_ns: Some(u64::MAX),
         max_bytes: Some(0),
         dry_run: false,
+        repack: false,
     };
     let capture = store.store().pin_scope();
     // Stored, then a gc, then the change that uses it.
