@@ -19,6 +19,7 @@ mod programs;
 mod quiet;
 mod record;
 mod repack;
+mod repack_hostile;
 mod retention;
 mod roundtrip;
 mod scale;
