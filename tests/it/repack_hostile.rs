@@ -63,10 +63,10 @@ fn a_dry_run_gc_never_re_encodes_a_stored_value() {
     assert_eq!(before.1, None, "no repack yet");
 
     ws.mount();
-    let out = rw_ok(&ws, &["gc", "--dry-run", "--keep", "3650d"]);
+    let out = rw_ok(&ws, &["gc", "--dry-run", "--repack", "--keep", "3650d"]);
     assert!(out.contains("dry run"), "{out}");
     assert!(!out.contains("repacked"), "{out}");
-    let out = rw(&ws, &["gc", "--dry-run", "--max-size", "1K"]);
+    let out = rw(&ws, &["gc", "--dry-run", "--repack", "--max-size", "1K"]);
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("repacked"),
         "{out:?}"
@@ -84,7 +84,7 @@ fn a_dry_run_gc_never_re_encodes_a_stored_value() {
     }
 
     ws.mount();
-    let out = rw_ok(&ws, &["gc", "--keep", "3650d"]);
+    let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
     assert!(out.contains("repacked"), "{out}");
     ws.unmount();
     let repacked = blob_values(&ws.store());
@@ -133,7 +133,7 @@ fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
         ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_REPACK_KILL", kill_after)]);
         // New versions since the last repack, so that each gc has work to cut short.
         saved.extend(save_versions(&ws, 2));
-        let out = rw(&ws, &["gc", "--keep", "3650d"]);
+        let out = rw(&ws, &["gc", "--keep", "3650d", "--repack"]);
         assert!(!out.status.success(), "killed at {kill_after}: {out:?}");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("stopped"),
@@ -144,7 +144,7 @@ fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
         ws.unmount();
     }
     ws.mount();
-    let out = rw_ok(&ws, &["gc", "--keep", "3650d"]);
+    let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
     assert!(out.contains("repacked"), "{out}");
     assert_every_version_reads_back(&ws, &saved);
 }
