@@ -92,7 +92,6 @@ impl Daemon {
             }
             threads::pending(rec.clone());
             threads::writer(rec.clone());
-            threads::ends(rec.clone());
             threads::store_recovery(store.clone());
         }
         threads::trim_memory();

@@ -56,20 +56,6 @@ pub fn writer(recorder: Arc<Recorder>) {
     });
 }
 
-/// Record the ends of writes left to this thread (see `Recorder::end_write`), so that the
-/// writer's next requests do not wait for them.
-pub fn ends(recorder: Arc<Recorder>) {
-    let wakeups = recorder.ends_wakeups();
-    spawn("ends", move || {
-        for () in &wakeups {
-            if let Err(e) = recorder.retry_ends() {
-                tracing::error!("cannot record the end of a write: {e}");
-                std::thread::sleep(Duration::from_secs(1));
-            }
-        }
-    });
-}
-
 /// Record held-back creates once they are old enough, and what the store could not take
 /// before (see `Recorder::flush_pending_older`).
 pub fn pending(recorder: Arc<Recorder>) {

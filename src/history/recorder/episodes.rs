@@ -8,8 +8,6 @@
 
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
-
 use super::capture::{key_of, kind_of, seen_of};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
@@ -38,32 +36,7 @@ pub(super) struct Episode {
     /// A new file fsynced before its create was recorded: its marker is in the store, with
     /// the file as the last `fsync` left it ([`Recorder::sync_file`]).
     pub(super) fsynced: Option<Fsynced>,
-    /// Its last handle was released and its end is left to the `ends` thread
-    /// ([`Recorder::end_write`]): the id and time of that moment, which its change is
-    /// recorded with.
-    pub(super) closed: Option<Closed>,
 }
-
-/// When an episode whose end is recorded later ended: the id set aside for its change then
-/// (after every change before it, before every change after), and the time.
-#[derive(Clone, Copy)]
-pub(super) struct Closed {
-    pub(super) id: u64,
-    pub(super) time_ns: u64,
-}
-
-/// How many ended episodes may wait for the `ends` thread; past it an end is recorded at
-/// once, by the RELEASE that ends it (as when no `ends` thread runs).
-const CLOSED_MAX: usize = 256;
-
-/// Files whose end changes what is recorded from then on (the rules of `ignore.rs` and the
-/// markers of `quiet.rs`): recorded at their RELEASE, as soon as can be.
-const RULES_FILES: [&[u8]; 4] = [
-    b".gitignore",
-    b".rewindignore",
-    b"CACHEDIR.TAG",
-    b"pyvenv.cfg",
-];
 
 /// How many openers an episode lists before it stops listing them.
 const MAX_OPENERS: usize = 16;
@@ -191,7 +164,6 @@ impl Recorder {
                 openers: vec![pid],
                 awaited: false,
                 fsynced: None,
-                closed: None,
             });
         Ok(())
     }
@@ -265,13 +237,7 @@ impl Recorder {
         }
     }
 
-    /// A handle that began an episode was released. At the last one, record what changed:
-    /// now, or (a file that was there before, while the `ends` thread runs) by that thread,
-    /// with an id set aside now, so that the writer's next requests do not share the machine
-    /// with storing what it wrote. Until then the episode stays in the table, closed: whatever
-    /// holds the file next ([`hold`](Recorder::hold): an open for writing, an unlink, a
-    /// rename, a chmod) and every settle records it first, so nothing can tell it from an end
-    /// recorded at once, except a watcher of `.rewind/events`, which sees it a moment later.
+    /// A handle that began an episode was released. At the last one, record what changed.
     pub fn end_write(&self, key: Key) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
@@ -285,75 +251,9 @@ impl Recorder {
             if ep.opens > 0 {
                 return Ok(());
             }
-            let closed = episodes.values().filter(|ep| ep.closed.is_some()).count();
-            let ep = episodes.get(&key).expect("present above");
-            if self.ends_later(ep, closed) {
-                None
-            } else {
-                Some(episodes.remove(&key).expect("present above"))
-            }
+            episodes.remove(&key).expect("present above")
         };
-        if let Some(ep) = ep {
-            return self.end_in_flight(key, ep);
-        }
-        let closed = match self.reserve_id() {
-            Ok(id) => Closed {
-                id,
-                time_ns: now_ns(),
-            },
-            Err(e) => {
-                tracing::warn!("recording the end of a write now: {e}");
-                let ep = lock(&self.episodes).remove(&key).expect("held above");
-                return self.end_in_flight(key, ep);
-            }
-        };
-        if let Some(ep) = lock(&self.episodes).get_mut(&key) {
-            ep.closed = Some(closed);
-        }
-        let _ = self.ends_wake.0.try_send(());
-        Ok(())
-    }
-
-    /// Whether the end of `ep` (its last handle just released) is left to the `ends` thread,
-    /// with `closed` ends waiting for it already. A new file's end is quick (its create is
-    /// held back, not captured), so is one whose file is gone; a rules file changes what is
-    /// recorded next.
-    fn ends_later(&self, ep: &Episode, closed: usize) -> bool {
-        let name = ep.path.rsplit(|b| *b == b'/').next().unwrap_or(&ep.path);
-        self.ends_thread.load(std::sync::atomic::Ordering::Relaxed)
-            && !ep.created
-            && !ep.orphaned
-            && closed < CLOSED_MAX
-            && !RULES_FILES.contains(&name)
-            && self.history.store().writable()
-    }
-
-    /// Record the end of `key`'s episode if it is closed and waiting for the `ends` thread
-    /// (see [`end_write`](Recorder::end_write)). Called with the file held; a failure is
-    /// logged, and the episode kept for [`retry_ends`](Self::retry_ends).
-    pub(super) fn end_closed(&self, key: Key) {
-        let ep = {
-            let mut episodes = lock(&self.episodes);
-            match episodes.get(&key) {
-                Some(ep) if ep.opens == 0 && ep.closed.is_some() => {
-                    episodes.remove(&key).expect("present above")
-                }
-                _ => return,
-            }
-        };
-        let _pins = self.pin_scope();
-        if let Err(e) = self.end_in_flight(key, ep) {
-            tracing::error!("cannot record the end of a write: {e}");
-        }
-    }
-
-    /// Wakes when an episode's end is left to the `ends` thread: for that thread, which from
-    /// then on is given the ends of writes ([`end_write`](Recorder::end_write)) and records
-    /// them with [`retry_ends`](Recorder::retry_ends).
-    pub fn ends_wakeups(&self) -> Receiver<()> {
-        self.ends_thread
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self.ends_wake.1.clone()
+        self.end_in_flight(key, ep)
     }
 
     /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
@@ -393,26 +293,21 @@ impl Recorder {
                         awaited: false,
                         ..ep
                     });
-                } else if let Some(closed) = ep.closed {
-                    // Not to be tried again: nothing takes its place.
-                    self.release_id(closed.id);
                 }
                 Err(e)
             }
         }
     }
 
-    /// Record the ends of episodes with no handle left: those left to the `ends` thread (see
-    /// [`end_write`](Self::end_write)), in the order they ended, and those the store could not
-    /// take when their last handle went (see [`end_or_keep`](Self::end_or_keep)).
-    pub fn retry_ends(&self) -> Result<()> {
-        let mut stalled: Vec<(u64, Key)> = lock(&self.episodes)
+    /// Record the ends of episodes the store could not take when their last handle went (see
+    /// [`end_or_keep`](Self::end_or_keep)).
+    pub(super) fn retry_ends(&self) -> Result<()> {
+        let stalled: Vec<Key> = lock(&self.episodes)
             .iter()
             .filter(|(_, ep)| ep.opens == 0)
-            .map(|(key, ep)| (ep.closed.map_or(u64::MAX, |c| c.id), *key))
+            .map(|(key, _)| *key)
             .collect();
-        stalled.sort_unstable();
-        for (_, key) in stalled {
+        for key in stalled {
             // As `end_write` holds them.
             let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
             let _held = self.hold(&[key]);
@@ -431,26 +326,21 @@ impl Recorder {
     /// Record the end of an episode; a created file is returned to be held back instead.
     fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
         let path = &ep.path[..];
-        // Nothing to record: its marker goes, and the id set aside for it, if any, back.
-        let nothing = || -> Result<Option<Pending>> {
-            self.history.drop_open_episode(path)?;
-            if let Some(closed) = ep.closed {
-                self.release_id(closed.id);
-            }
-            Ok(None)
-        };
         if ep.orphaned {
-            return nothing();
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
         }
         // Gone, or the name now belongs to something else: what this file became is not in the
         // tree.
         let Some(st) = self.stat_if_same(path, key) else {
-            return nothing();
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
         };
         self.note_rules(path)?;
         if !self.records(path, false) {
             // Its folder became ignored meanwhile (this file may be the marker).
-            return nothing();
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
         }
         if ep.created {
             let p = Pending {
@@ -476,24 +366,21 @@ impl Recorder {
         }
         let after = self.capture_fresh(path, &st)?;
         if ep.before.as_ref() == Some(&after) {
-            return nothing();
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
         }
         let mut change = self.change(ChangeKind::Modify, path, &ep.who);
-        if let Some(closed) = ep.closed {
-            change.time_ns = closed.time_ns;
-        }
         change.before = ep.before.clone();
         change.after = Some(after);
         change.links = self.other_names(key, path);
         let manifest = self.manifest_of_names(path, &change.links, seen_of(&st));
-        self.record_as(
+        self.record(
             change,
             &Extra {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
             },
-            ep.closed.map(|c| c.id),
         )?;
         Ok(None)
     }
@@ -502,10 +389,7 @@ impl Recorder {
     pub fn open_writers(&self) -> Vec<Writer> {
         let episodes = lock(&self.episodes);
         let mut out = Vec::new();
-        for (key, ep) in episodes
-            .iter()
-            .filter(|(_, ep)| !ep.orphaned && ep.closed.is_none())
-        {
+        for (key, ep) in episodes.iter().filter(|(_, ep)| !ep.orphaned) {
             for path in std::iter::once(ep.path.clone()).chain(self.other_names(*key, &ep.path)) {
                 out.push(Writer {
                     path,
@@ -518,12 +402,9 @@ impl Recorder {
         out
     }
 
-    /// Whether a write episode is open on the file `st` (one whose end only waits for the
-    /// `ends` thread is not).
+    /// Whether a write episode is open on the file `st`.
     pub fn is_open(&self, st: &libc::stat) -> bool {
-        lock(&self.episodes)
-            .get(&key_of(st))
-            .is_some_and(|ep| ep.closed.is_none())
+        lock(&self.episodes).contains_key(&key_of(st))
     }
 
     /// A rollback is about to rewrite `path` in place while another process holds it open for

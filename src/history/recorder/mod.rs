@@ -97,10 +97,6 @@ pub struct Recorder {
     recent_mkdirs: Mutex<quiet::RecentMkdirs>,
     /// Wakes the writer thread: a token is sent when `deferred` gets something.
     wake: (Sender<()>, Receiver<()>),
-    /// Wakes the `ends` thread: a token is sent when an episode's end is left to it.
-    ends_wake: (Sender<()>, Receiver<()>),
-    /// The `ends` thread runs ([`Recorder::ends_wakeups`]): ends of writes may be left to it.
-    ends_thread: std::sync::atomic::AtomicBool,
     /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
     session_owners: Mutex<HashMap<String, u32>>,
     /// For the tests of the panic policy only: the file name whose create panics while it
@@ -137,8 +133,6 @@ impl Recorder {
             ends_in_flight: Mutex::new(Vec::new()),
             recent_mkdirs: Mutex::new(quiet::RecentMkdirs::new()),
             wake: crossbeam_channel::bounded(1),
-            ends_wake: crossbeam_channel::bounded(1),
-            ends_thread: std::sync::atomic::AtomicBool::new(false),
             session_owners: Mutex::new(HashMap::new()),
             panic_on: std::env::var_os("REWIND_TEST_PANIC")
                 .map(|n| n.into_encoded_bytes())
@@ -280,39 +274,23 @@ impl Recorder {
     }
 
     /// Hold the locks of these files (in a fixed order, so two holders never deadlock) for an
-    /// operation on them and its bookkeeping: a rename, an unlink, the end of an episode. An
-    /// episode of one of them that ended and waits for the `ends` thread is recorded first, so
-    /// the operation comes after it, as it did.
+    /// operation on them and its bookkeeping: a rename, an unlink, the end of an episode.
     pub fn hold(&self, keys: &[Key]) -> Vec<std::sync::MutexGuard<'_, ()>> {
         let mut stripes: Vec<usize> = keys.iter().map(|k| Self::stripe_of(*k)).collect();
         stripes.sort_unstable();
         stripes.dedup();
-        let held = stripes
+        stripes
             .into_iter()
             .map(|i| lock(&self.stripes[i]))
-            .collect();
-        for key in keys {
-            self.end_closed(*key);
-        }
-        held
+            .collect()
     }
 
     /// Keep episodes from ending while a folder is renamed: an end that had already taken its
     /// episode when the episodes below the folder were moved would record the file under its
-    /// old path after the rename. Ends waiting for the `ends` thread are recorded first, under
-    /// the paths they ended at. Taken before [`hold`](Recorder::hold), and kept until the
+    /// old path after the rename. Taken before [`hold`](Recorder::hold), and kept until the
     /// rename is done.
     pub fn pause_endings(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        let paused = self.ending.write().unwrap_or_else(|e| e.into_inner());
-        let closed: Vec<Key> = lock(&self.episodes)
-            .iter()
-            .filter(|(_, ep)| ep.closed.is_some())
-            .map(|(key, _)| *key)
-            .collect();
-        for key in closed {
-            drop(self.hold(&[key]));
-        }
-        paused
+        self.ending.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Record everything that has happened: wait for episode ends in progress (a large file's
@@ -333,8 +311,7 @@ impl Recorder {
     pub fn settle_for_views(&self) -> Result<()> {
         self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
-        self.drain()?;
-        self.retry_ends()
+        self.drain()
     }
 
     /// [`settle`](Recorder::settle) for reading the history (`log`, `cat`, `status`, `diff`,
@@ -350,9 +327,6 @@ impl Recorder {
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
-        }
-        if let Err(e) = self.retry_ends() {
-            tracing::warn!("reading without the ends of some writes: {e}");
         }
         let held: Vec<(Vec<u8>, std::time::Instant, Key)> = lock(&self.pending)
             .iter()

@@ -222,7 +222,6 @@ impl Recorder {
     pub fn flush_pending_of(&self, session: &str) -> Result<()> {
         let _pins = self.pin_scope();
         self.drain()?;
-        self.retry_ends()?;
         self.flush_pending_where(|p| p.who.session == session)
     }
 
