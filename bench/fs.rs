@@ -392,5 +392,35 @@ fn main() {
             .collect();
         println!("| {label} | {} |", cells.join(" | "));
     }
+    recording_cost(&targets, &labels, &samples);
     let _ = fs::remove_dir_all(&work);
+}
+
+/// What recording costs, as robust as a shared machine allows: for each metric, the ratio of
+/// recording on to off within each run (the two run one after the other, so the machine's
+/// drift over minutes weighs on both alike), and the median of those ratios with their range.
+/// With many short runs (`--only W2 --runs 40`) this settles where the medians above do not.
+fn recording_cost(targets: &[Target], labels: &[String], samples: &[Vec<Vec<f64>>]) {
+    let at = |name: &str| targets.iter().position(|t| t.name == name);
+    let (Some(on), Some(off)) = (at("rewind"), at("rewind-norecord")) else {
+        return;
+    };
+    println!();
+    println!("| recording on / off, median of each run's ratio [range] | runs |");
+    println!("|---|---|");
+    for (m, label) in labels.iter().enumerate() {
+        let ratios: Vec<f64> = samples[on][m]
+            .iter()
+            .zip(&samples[off][m])
+            .map(|(a, b)| a / b)
+            .collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(*r), hi.max(*r)));
+        let n = ratios.len();
+        println!(
+            "| {label} | {:.2}× [{lo:.2}–{hi:.2}] | {n} |",
+            median(ratios)
+        );
+    }
 }

@@ -36,6 +36,8 @@ use super::{CF_BLOBS, Error, Result, Store, keys};
 
 /// The largest content stored as one value, and the largest chunk.
 pub const CHUNK: usize = 1 << 20;
+/// What content is first read into when stored, before it grows.
+const FIRST_READ: usize = 8 << 10;
 /// Content-defined chunk sizes (FastCDC 2020, normalization level 1): the smallest, the
 /// average a boundary is aimed at, the largest. Small enough that an edit costs little and
 /// appends rewrite a small tail; large enough that a 256 MiB file is a thousand chunks.
@@ -544,9 +546,11 @@ impl Store {
     }
 
     fn put_reader(&self, reader: impl Read, path: Option<&[u8]>) -> Result<(Hash, u64)> {
-        // Most content is small: read it into a buffer of its own size, not a chunk's.
+        // Most content is small: read it into a buffer about its own size, not a chunk's; one
+        // of a few KiB to begin with, which most files fill with one read (an empty one grows
+        // by small probes, a read each: five for a 360-byte file).
         let mut reader = reader;
-        let mut first = Vec::new();
+        let mut first = Vec::with_capacity(FIRST_READ);
         (&mut reader)
             .take(CHUNK as u64 + 1)
             .read_to_end(&mut first)
