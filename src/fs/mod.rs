@@ -573,8 +573,13 @@ impl Filesystem for RewindFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if let Some(c) = self.control_for(ino) {
+            // Parallel writes: each writer of `ctl` has a handle (and a line) of its own, and
+            // a command answers its write only when it is done; without the flag the kernel
+            // holds the file's lock over each write, so one long command (a gc, a rollback)
+            // would hold up every other `rewind` command and hook until it ended.
+            let flags_out = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
             return match c.open(req, ino, flags.0) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+                Ok(fh) => reply.opened(FileHandle(fh), flags_out),
                 Err(e) => reply.error(e),
             };
         }

@@ -369,3 +369,94 @@ fn a_big_rollback_shows_its_progress_on_a_terminal_and_none_when_output_is_not_o
     assert_eq!(crate::common::stderr(&out), "");
     assert!(ok(out).contains("rollback-3: restored 301 paths"));
 }
+
+/// A long command through `.rewind/ctl` (here a rollback held halfway, as a big one or a gc
+/// would take minutes) does not hold up the others: `rewind log` answers meanwhile. The
+/// kernel used to hold `ctl`'s lock over each write until its command answered.
+#[test]
+fn a_long_command_does_not_hold_up_the_others() {
+    let mut ws = Workspace::new();
+    let hold = ws.plain().join("hold");
+    let out = ws
+        .command(&["mount"])
+        .arg(ws.path())
+        .arg("--store")
+        .arg(ws.store())
+        .env("REWIND_TEST_HOLD_PROGRESS", &hold)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ws.mark_mounted();
+    sh(
+        &ws.path(),
+        "mkdir t && for i in $(seq 20); do echo $i > t/f$i; done",
+    );
+    ok(rw(&ws, &["checkpoint", "full"]));
+    sh(&ws.path(), "rm -rf t");
+
+    fs::write(&hold, b"").unwrap();
+    let taken = hold.with_extension("taken");
+    let mut rollback = ws
+        .command(&[
+            "-C".as_ref(),
+            ws.path().as_os_str(),
+            "rollback".as_ref(),
+            "--to".as_ref(),
+            "full".as_ref(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !taken.exists() {
+        assert!(
+            waited.elapsed().as_secs() < 60,
+            "the rollback never reached its hold"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // While it is held: another command runs to its end (given a minute; it used to wait
+    // for the rollback, which waits here for ever).
+    let mut log = ws
+        .command(&[
+            "-C".as_ref(),
+            ws.path().as_os_str(),
+            "log".as_ref(),
+            "-n".as_ref(),
+            "1".as_ref(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = log.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed().as_secs() >= 60 {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let still_held = rollback.try_wait().unwrap().is_none();
+    fs::remove_file(&hold).unwrap();
+    if status.is_none() {
+        let _ = log.kill();
+    }
+    let log_out = log.wait_with_output().unwrap();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "log waited for the held rollback"
+    );
+    assert!(still_held, "the rollback was still held while log answered");
+    // The newest change then: a restore the held rollback made before its hold.
+    let shown = String::from_utf8_lossy(&log_out.stdout).into_owned();
+    assert_eq!(shown.lines().count(), 1, "{shown}");
+    assert!(rollback.wait().unwrap().success());
+    assert_eq!(fs::read_to_string(ws.path().join("t/f7")).unwrap(), "7\n");
+}

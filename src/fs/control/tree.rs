@@ -235,8 +235,10 @@ impl Control {
             | Node::Turns
             | Node::TurnsOf(_)
             | Node::Turn(..) => Kind::Dir,
+            // As long as the longest line: the kernel lets writes run in parallel
+            // (`RewindFs::open`) only within a file's size, so a command line fits in it.
             Node::Ctl => Kind::File {
-                size: 0,
+                size: super::ctl::LINE_MAX as u64,
                 writable: true,
             },
             Node::AtPath { at, path } => match self.view().state_at(path, *at)?.state() {
