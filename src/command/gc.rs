@@ -45,6 +45,13 @@ pub fn run(args: &GcArgs, env: &mut Env<'_>) -> Result<Outcome> {
     for line in report(&r, args.max_size.as_deref()) {
         env.println(&line)?;
     }
+    if args.dry_run && args.repack {
+        // Not previewed: what a repack saves is known only by encoding every version.
+        env.println(
+            "the run then repacks (older versions as deltas on newer ones); the stored content \
+             above is before that",
+        )?;
+    }
     Ok(Outcome::Done)
 }
 
@@ -76,8 +83,9 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     }
     if r.repacked > 0 {
         out.push(format!(
-            "repacked {}: older versions stored as deltas on newer ones{}",
+            "repacked {}: {} now stored as deltas{}",
             count(r.repacked as usize, "blob"),
+            r.repacked_deltas,
             if r.repack_freed > 0 {
                 format!(
                     "; {} no longer needed removed",

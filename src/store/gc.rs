@@ -57,6 +57,9 @@ pub struct GcReport {
     /// dry run shows).
     pub repacked: u64,
     pub repack_freed: u64,
+    /// Of the blobs re-encoded, how many are now deltas (the rest are stored whole, or only
+    /// had their chain's depth written again).
+    pub repacked_deltas: u64,
     /// A repack was asked for and not made: the store holds this many contents, more than
     /// the most a repack takes on (the second number, [`REPACK_MAX_BLOBS`](super::REPACK_MAX_BLOBS)).
     pub repack_refused: Option<(u64, u64)>,
@@ -209,6 +212,7 @@ impl Store {
             }
         };
         report.repacked = repacked.rewritten;
+        report.repacked_deltas = repacked.deltas;
         if repacked.rewritten > 0 {
             tracing::info!(
                 rewritten = repacked.rewritten,
@@ -402,6 +406,7 @@ impl Store {
             horizon,
             sessions_cut,
             repacked: 0,
+            repacked_deltas: 0,
             repack_freed: 0,
             repack_refused: None,
         };

@@ -66,6 +66,7 @@ fn a_dry_run_gc_never_re_encodes_a_stored_value() {
     let out = rw_ok(&ws, &["gc", "--dry-run", "--repack", "--keep", "3650d"]);
     assert!(out.contains("dry run"), "{out}");
     assert!(!out.contains("repacked"), "{out}");
+    assert!(out.contains("the run then repacks"), "{out}");
     let out = rw(&ws, &["gc", "--dry-run", "--repack", "--max-size", "1K"]);
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("repacked"),

@@ -307,18 +307,15 @@ fn tail(shown: &str) -> &str {
     &shown[start..]
 }
 
-/// A big rollback shows a progress bar on a terminal, fed by the daemon's `.rewind/progress`;
-/// with its output going to a file or a pipe it shows none.
-#[test]
-fn a_big_rollback_shows_its_progress_on_a_terminal_and_none_when_output_is_not_one() {
-    let mut ws = Workspace::new();
-    let hold = ws.plain().join("hold");
+/// Mount `ws` with its daemon holding every rollback halfway while `hold` exists
+/// (`REWIND_TEST_HOLD_PROGRESS`).
+fn mount_holding_rollbacks(ws: &mut Workspace, hold: &Path) {
     let out = ws
         .command(&["mount"])
         .arg(ws.path())
         .arg("--store")
         .arg(ws.store())
-        .env("REWIND_TEST_HOLD_PROGRESS", &hold)
+        .env("REWIND_TEST_HOLD_PROGRESS", hold)
         .output()
         .unwrap();
     assert!(
@@ -327,6 +324,15 @@ fn a_big_rollback_shows_its_progress_on_a_terminal_and_none_when_output_is_not_o
         String::from_utf8_lossy(&out.stderr)
     );
     ws.mark_mounted();
+}
+
+/// A big rollback shows a progress bar on a terminal, fed by the daemon's `.rewind/progress`;
+/// with its output going to a file or a pipe it shows none.
+#[test]
+fn a_big_rollback_shows_its_progress_on_a_terminal_and_none_when_output_is_not_one() {
+    let mut ws = Workspace::new();
+    let hold = ws.plain().join("hold");
+    mount_holding_rollbacks(&mut ws, &hold);
     sh(
         &ws.path(),
         "mkdir t && for i in $(seq 300); do echo $i > t/f$i; done",
@@ -377,20 +383,7 @@ fn a_big_rollback_shows_its_progress_on_a_terminal_and_none_when_output_is_not_o
 fn a_long_command_does_not_hold_up_the_others() {
     let mut ws = Workspace::new();
     let hold = ws.plain().join("hold");
-    let out = ws
-        .command(&["mount"])
-        .arg(ws.path())
-        .arg("--store")
-        .arg(ws.store())
-        .env("REWIND_TEST_HOLD_PROGRESS", &hold)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    ws.mark_mounted();
+    mount_holding_rollbacks(&mut ws, &hold);
     sh(
         &ws.path(),
         "mkdir t && for i in $(seq 20); do echo $i > t/f$i; done",
