@@ -254,7 +254,12 @@ impl Core {
             }
         };
         if existing.is_none() {
-            self.chown_new(caller, &path)?;
+            super::namespace::SLOW_MADE.pause();
+            if let Err(e) = self.chown_new(caller, &path) {
+                // Not given to its caller: take it back, as nothing is recorded yet.
+                let _ = self.backing.unlink(&parent_path, name, false);
+                return Err(e);
+            }
         } else if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }

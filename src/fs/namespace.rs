@@ -15,7 +15,6 @@ use super::attr::{attr, key};
 use super::backing::{self, join};
 use super::{Caller, Core, Names, Result, record_errno};
 use crate::history::ChangeKind;
-use crate::history::who::By;
 
 fn check_name(name: &OsStr) -> Result<()> {
     if name.len() > 255 {
@@ -85,12 +84,32 @@ impl Core {
         }
     }
 
-    /// Record a new object at `path` after it was made.
-    fn record_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
-        match &self.recorder {
-            Some(rec) => rec.after_new(kind, path, by).map_err(record_errno),
-            None => Ok(()),
+    /// Give the object this call just made at `parent`/`name` to its caller and record it. If
+    /// either fails, the object is taken back (it is new and empty, so nothing is lost) and the
+    /// call fails: nothing stays in the workspace unrecorded. `ready_for` passing before it
+    /// was made does not make its record certain: the store may start refusing writes in
+    /// between (another record filled its disk).
+    fn own_and_record_new(
+        &self,
+        caller: &Caller,
+        kind: ChangeKind,
+        parent: &[u8],
+        name: &OsStr,
+    ) -> Result<()> {
+        SLOW_MADE.pause();
+        let path = join(parent, name);
+        let recorded = self
+            .chown_new(caller, &path)
+            .and_then(|()| match &self.recorder {
+                Some(rec) => rec
+                    .after_new(kind, &path, caller.by())
+                    .map_err(record_errno),
+                None => Ok(()),
+            });
+        if recorded.is_err() {
+            let _ = self.backing.unlink(parent, name, kind == ChangeKind::Mkdir);
         }
+        recorded
     }
 
     /// Give a newly created object to the user who asked for it (we may be root).
@@ -100,6 +119,28 @@ impl Core {
                 .chown(path, Some(caller.uid), Some(caller.gid))?;
         }
         Ok(())
+    }
+
+    /// Record the new name `parent`/`name` of the file at `target`, just linked; if it cannot
+    /// be recorded, the name is taken back (the file keeps its others) and the call fails.
+    fn record_link(
+        &self,
+        caller: &Caller,
+        target: &[u8],
+        parent: &[u8],
+        name: &OsStr,
+    ) -> Result<()> {
+        let Some(rec) = &self.recorder else {
+            return Ok(());
+        };
+        SLOW_MADE.pause();
+        let recorded = rec
+            .after_link(target, &join(parent, name), caller.by())
+            .map_err(record_errno);
+        if recorded.is_err() {
+            let _ = self.backing.unlink(parent, name, false);
+        }
+        recorded
     }
 
     // ---- cores, on paths -------------------------------------------------------------------
@@ -115,8 +156,7 @@ impl Core {
         let path = join(parent, name);
         self.ready_for(&path, true)?;
         self.backing.mkdir(parent, name, mode)?;
-        self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Mkdir, &path, caller.by())
+        self.own_and_record_new(caller, ChangeKind::Mkdir, parent, name)
     }
 
     pub(crate) fn mknod_at(
@@ -131,8 +171,7 @@ impl Core {
         let path = join(parent, name);
         self.ready_for(&path, false)?;
         self.backing.mknod(parent, name, mode, rdev)?;
-        self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Create, &path, caller.by())
+        self.own_and_record_new(caller, ChangeKind::Create, parent, name)
     }
 
     pub(crate) fn symlink_at(
@@ -146,8 +185,7 @@ impl Core {
         let path = join(parent, name);
         self.ready_for(&path, false)?;
         self.backing.symlink(parent, name, target)?;
-        self.chown_new(caller, &path)?;
-        self.record_new(ChangeKind::Symlink, &path, caller.by())
+        self.own_and_record_new(caller, ChangeKind::Symlink, parent, name)
     }
 
     /// Give what is at `target` (not a folder, and as `link(2)`, a symlink itself) the new
@@ -170,10 +208,7 @@ impl Core {
         // As `link`: the file stays locked until its link is recorded.
         let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
         self.backing.link(target, parent, name)?;
-        if let Some(rec) = &self.recorder {
-            rec.after_link(target, &path, caller.by())
-                .map_err(record_errno)?;
-        }
+        self.record_link(caller, target, parent, name)?;
         Ok(self.backing.stat(target)?)
     }
 
@@ -460,10 +495,12 @@ impl Core {
             .zip(file)
             .map(|(rec, k)| rec.hold(&[k]));
         self.backing.link(&path, &new_parent_path, new_name)?;
-        if let Some(rec) = &self.recorder {
-            rec.after_link(&path, &new_path, caller.by())
-                .map_err(record_errno)?;
-        }
+        self.record_link(caller, &path, &new_parent_path, new_name)?;
         self.entry(new_parent, &new_parent_path, new_name)
     }
 }
+
+/// Tests only: `REWIND_TEST_SLOW_MADE=MS` makes every create, mkdir, mknod, symlink and link
+/// wait that long between making its object (or name) and recording it, so a test can fill the store's disk
+/// in between.
+pub(super) static SLOW_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_MADE");

@@ -184,9 +184,16 @@ impl Recorder {
         }
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Link, path, &who);
-        change.after = Some(self.capture(path, &st)?);
-        self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])?;
-        Ok(())
+        let recorded = self.capture(path, &st).and_then(|after| {
+            change.after = Some(after);
+            self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])
+                .map(drop)
+        });
+        if recorded.is_err() {
+            // The caller takes the name back.
+            lock(&self.links).remove(key, path);
+        }
+        recorded
     }
 
     /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails. The
