@@ -75,6 +75,14 @@ impl Recorder {
         result
     }
 
+    /// A held-back create taken out of the table (its id given back) for an operation that was
+    /// then refused goes back in, with an id set aside again: the same one if nothing came
+    /// after it. Its file is still there, and is recorded as if never taken out.
+    pub(super) fn hold_back_again(&self, path: &[u8], p: Pending) {
+        let id = self.reserve_id_again();
+        lock(&self.pending).insert(path.to_vec(), Pending { id, ..p });
+    }
+
     /// The content of a held-back new file, captured now as the next version of `version_of`
     /// (its own path, or the one it is saved over), and the stat it was captured under (for
     /// the manifest: times may have moved since the create); `None` if it is gone.
