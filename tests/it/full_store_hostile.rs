@@ -9,7 +9,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::common::{Disk, SmallFs, Workspace, noise, ok, wait_for};
+use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, wait_for};
 use crate::trust::{every_file_is_in_the_history, run_within, rw_within, sh_within};
 
 /// A workspace mounted with its store on a small ext4 (`env`: the daemon's test knobs).
@@ -73,15 +73,20 @@ fn errno(r: std::io::Result<()>) -> Result<(), Option<i32>> {
 
 /// New files that the store could not record yet (still open, or closed and held back) are
 /// renamed and deleted while it refuses writes: a save of one over an existing file, a rename
-/// of one still open, a delete of one still open. Each such call is refused, and the file it
-/// leaves is recorded once there is room. (A refused save used to forget its temporary file's
-/// create; a refused rename or delete left the open file's episode moved or orphaned, so its
-/// end recorded nothing.)
+/// of one still open, a delete of one still open, a rename of the folder above one still open
+/// (and above a file being changed). Each such call is refused, and the file it leaves is
+/// recorded once there is room. (A refused save used to forget its temporary file's create; a
+/// refused rename or delete left the open file's episode moved or orphaned, so its end
+/// recorded nothing.)
 #[test]
 fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_later() {
     let (small, mut ws) = mounted_on_small_ext4(&[]);
     let root = ws.path().to_path_buf();
-    sh_within(&root, 60, "echo target > target && echo held > held");
+    sh_within(
+        &root,
+        60,
+        "echo target > target && echo held > held && mkdir dir && echo old > dir/old",
+    );
     ok(rw_within(&ws, &["sync"]));
     let held = fs::OpenOptions::new()
         .append(true)
@@ -97,6 +102,12 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     let saved = open_new("target.tmp");
     let moved = open_new("moved.new");
     let deleted = open_new("deleted.new");
+    let inner = open_new("dir/inner.new");
+    let mut old = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("dir/old"))
+        .unwrap();
+    old.write_all(b"appended while there was room\n").unwrap();
 
     let filler = fill_until_refused(&small, &ws, held);
     // An editor's save: the temporary file closed (its create cannot be recorded, so it is
@@ -105,12 +116,22 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     let save = errno(fs::rename(root.join("target.tmp"), root.join("target")));
     let rename = errno(fs::rename(root.join("moved.new"), root.join("moved")));
     let delete = errno(fs::remove_file(root.join("deleted.new")));
+    // A folder renamed with files still open below it, a new one and one being changed.
+    let folder = errno(fs::rename(root.join("dir"), root.join("dir2")));
     drop(moved);
     drop(deleted);
+    drop(inner);
+    drop(old);
     eprintln!(
-        "while the store refused writes: save {save:?}, rename {rename:?}, delete {delete:?}"
+        "while the store refused writes: save {save:?}, rename {rename:?}, delete {delete:?}, \
+         folder {folder:?}"
     );
-    for (what, result) in [("save", save), ("rename", rename), ("delete", delete)] {
+    for (what, result) in [
+        ("save", save),
+        ("rename", rename),
+        ("delete", delete),
+        ("folder", folder),
+    ] {
         // Whichever way each went, the tree below is checked against the history.
         assert!(
             matches!(result, Ok(()) | Err(Some(libc::ENOSPC))),
@@ -121,4 +142,68 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     free_and_settle(&ws, &filler);
     every_file_is_in_the_history(&ws);
     ws.unmount();
+}
+
+/// A folder removed while the store's disk fills: `REWIND_TEST_SLOW_RMDIR` holds the rmdir
+/// between removing it and recording it, while the disk fills and the store comes to refuse
+/// writes. The rmdir is then recorded once there is room (or, refused, leaves the folder
+/// there). (It used to fail with ENOSPC with the folder gone, and never be recorded.)
+#[test]
+fn a_folder_removed_while_the_store_disk_fills_is_recorded_later() {
+    let (small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_SLOW_RMDIR", "6000")]);
+    let root = ws.path().to_path_buf();
+    sh_within(&root, 60, "mkdir gone && echo held > held");
+    ok(rw_within(&ws, &["sync"]));
+    let held = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("held"))
+        .unwrap();
+    let daemon = daemon_pid(&ws);
+    let gone = root.join("gone");
+    let rmdir = std::thread::spawn(move || errno(fs::remove_dir(gone)));
+    // The rmdir is held between the removal and its record: one of the daemon's FUSE threads
+    // sleeps.
+    assert!(
+        wait_for(30, || fuse_thread_sleeps(daemon)),
+        "the rmdir did not reach its pause"
+    );
+    let filler = fill_until_refused(&small, &ws, held);
+    let result = rmdir.join().unwrap();
+    eprintln!("rmdir while the disk filled: {result:?}");
+    free_and_settle(&ws, &filler);
+    // Listed, not looked up: the kernel keeps its entry of a folder whose rmdir failed.
+    let there = fs::read_dir(&root)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == "gone");
+    let log = ok(rw_within(&ws, &["log", "--json"]));
+    let recorded = log.lines().any(|l| {
+        let c: serde_json::Value = serde_json::from_str(l).unwrap();
+        c["path"] == "gone" && c["kind"] == "rmdir"
+    });
+    match result {
+        Ok(()) => assert!(
+            !there && recorded,
+            "removed: there {there}, recorded {recorded}"
+        ),
+        Err(e) => {
+            assert_eq!(e, Some(libc::ENOSPC));
+            assert!(
+                there,
+                "refused, but the folder is gone (recorded: {recorded})"
+            );
+        }
+    }
+    ws.unmount();
+}
+
+/// Whether one of the daemon `pid`'s FUSE threads is asleep (in a test pause).
+fn fuse_thread_sleeps(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|t| {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let wchan = fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+        comm.starts_with("fuser-") && wchan.contains("nanosleep")
+    })
 }

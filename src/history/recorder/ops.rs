@@ -203,7 +203,10 @@ impl Recorder {
         Ok(())
     }
 
-    /// `path` was removed by `rmdir`; `st` is how it was.
+    /// `path` was removed by `rmdir`; `st` is how it was. If the store cannot take its record
+    /// now (it may have started refusing writes since its caller checked), the record is
+    /// queued as a delete is, and written once the store takes writes again: the folder is
+    /// gone already, and a refusal would leave it gone with nothing to record it.
     pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
         let _pins = self.pin_scope();
         if !self.records(path, true) {
@@ -211,9 +214,24 @@ impl Recorder {
         }
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Rmdir, path, &who);
+        // A folder's state holds no content: nothing to store.
         change.before = Some(self.capture(path, st)?);
-        self.record_one(change, &[(path.to_vec(), None)])?;
-        Ok(())
+        let manifest = vec![(path.to_vec(), None)];
+        match self.record_one(change.clone(), &manifest) {
+            Err(crate::history::Error::Store(e)) => {
+                tracing::warn!(
+                    "the rmdir of {} is recorded once the store takes writes: {e}",
+                    crate::history::show_path(path)
+                );
+                self.defer(Prepared {
+                    change,
+                    manifest,
+                    _pins: self.history.store().pin(None),
+                });
+                Ok(())
+            }
+            other => other.map(drop),
+        }
     }
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
