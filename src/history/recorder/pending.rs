@@ -103,9 +103,14 @@ impl Recorder {
 
     fn record_create(&self, path: &[u8], mut p: Pending) -> Result<()> {
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
+        // Its id is given back only once nothing can fail any more: a failure keeps the create
+        // held back with its id (`record_create_or_keep`), and an id given back twice could
+        // take another's, set aside meanwhile, so that two changes get one id.
         if !self.records(path, false) {
             // Its folder became ignored while it was held back.
-            return self.history.drop_open_episode(path);
+            self.history.drop_open_episode(path)?;
+            self.release_id(p.id);
+            return Ok(());
         }
         if p.replaces.is_none()
             && let Some(original) = self.saved_keeping_backup(path, &p)?
@@ -113,14 +118,16 @@ impl Recorder {
             p.replaces = Some(original);
         }
         let Some((after, seen)) = self.pending_content(path, &p, path)? else {
+            self.history.drop_open_episode(path)?;
             self.release_id(p.id);
-            return self.history.drop_open_episode(path);
+            return Ok(());
         };
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
-            self.release_id(p.id);
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
-            return self.history.drop_open_episode(path);
+            self.history.drop_open_episode(path)?;
+            self.release_id(p.id);
+            return Ok(());
         }
         let kind = match p.replaces {
             Some(_) => ChangeKind::Modify,
