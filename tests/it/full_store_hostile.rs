@@ -74,7 +74,8 @@ fn errno(r: std::io::Result<()>) -> Result<(), Option<i32>> {
 /// New files that the store could not record yet (still open, or closed and held back) are
 /// renamed and deleted while it refuses writes: a save of one over an existing file, a rename
 /// of one still open, a delete of one still open, a rename of the folder above one still open
-/// (and above a file being changed). Each such call is refused, and the file it leaves is
+/// (and above a file being changed), a rename of a folder just made to an ignored name. Each
+/// such call is refused, and the file it leaves is
 /// recorded once there is room. (A refused save used to forget its temporary file's create; a
 /// refused rename or delete left the open file's episode moved or orphaned, so its end
 /// recorded nothing.)
@@ -85,7 +86,8 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     sh_within(
         &root,
         60,
-        "echo target > target && echo held > held && mkdir dir && echo old > dir/old",
+        "echo target > target && echo held > held && mkdir dir && echo old > dir/old \
+         && echo build/ > .gitignore && mkdir tmp",
     );
     ok(rw_within(&ws, &["sync"]));
     let held = fs::OpenOptions::new()
@@ -103,6 +105,7 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     let moved = open_new("moved.new");
     let deleted = open_new("deleted.new");
     let inner = open_new("dir/inner.new");
+    let made = open_new("tmp/made.new");
     let mut old = fs::OpenOptions::new()
         .append(true)
         .open(root.join("dir/old"))
@@ -122,15 +125,20 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
     drop(deleted);
     drop(inner);
     drop(old);
+    // A folder made moments ago, renamed to a name `.gitignore` names (as cargo makes its
+    // `target`), with a new file below it held back.
+    drop(made);
+    let ignored = errno(fs::rename(root.join("tmp"), root.join("build")));
     eprintln!(
         "while the store refused writes: save {save:?}, rename {rename:?}, delete {delete:?}, \
-         folder {folder:?}"
+         folder {folder:?}, into an ignored name {ignored:?}"
     );
     for (what, result) in [
         ("save", save),
         ("rename", rename),
         ("delete", delete),
         ("folder", folder),
+        ("into an ignored name", ignored),
     ] {
         // Whichever way each went, the tree below is checked against the history.
         assert!(
