@@ -501,12 +501,13 @@ impl Recorder {
             let manifest = self.manifest_of_names(&ep_path, &change.links, seen_of(&st));
             self.record_one(change, &manifest)?;
         }
-        self.put_marker(&ep_path, Some(now.clone()), &who, None)?;
+        // The episode goes on from what was just recorded even if the store then refuses its
+        // marker: its end must not record that part again (a second create of a new file).
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
-            ep.before = Some(now);
+            ep.before = Some(now.clone());
             ep.created = false;
             ep.fsynced = None;
         }
-        Ok(())
+        self.put_marker(&ep_path, Some(now), &who, None)
     }
 }
