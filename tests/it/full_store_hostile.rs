@@ -155,17 +155,28 @@ fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_late
 /// A folder removed while the store's disk fills: `REWIND_TEST_SLOW_RMDIR` holds the rmdir
 /// between removing it and recording it, while the disk fills and the store comes to refuse
 /// writes. The rmdir is then recorded once there is room (or, refused, leaves the folder
-/// there). (It used to fail with ENOSPC with the folder gone, and never be recorded.)
+/// there). (It used to fail with ENOSPC with the folder gone, and never be recorded.) A write
+/// that ends while the store refuses, after that, is recorded too.
 #[test]
 fn a_folder_removed_while_the_store_disk_fills_is_recorded_later() {
     let (small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_SLOW_RMDIR", "6000")]);
     let root = ws.path().to_path_buf();
-    sh_within(&root, 60, "mkdir gone && echo held > held");
+    sh_within(
+        &root,
+        60,
+        "mkdir gone && echo held > held && echo late > late",
+    );
     ok(rw_within(&ws, &["sync"]));
     let held = fs::OpenOptions::new()
         .append(true)
         .open(root.join("held"))
         .unwrap();
+    // A writer that ends after the rmdir's record is queued.
+    let mut late = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("late"))
+        .unwrap();
+    late.write_all(b"written while there was room\n").unwrap();
     let daemon = daemon_pid(&ws);
     let gone = root.join("gone");
     let rmdir = std::thread::spawn(move || errno(fs::remove_dir(gone)));
@@ -178,7 +189,9 @@ fn a_folder_removed_while_the_store_disk_fills_is_recorded_later() {
     let filler = fill_until_refused(&small, &ws, held);
     let result = rmdir.join().unwrap();
     eprintln!("rmdir while the disk filled: {result:?}");
+    drop(late);
     free_and_settle(&ws, &filler);
+    every_file_is_in_the_history(&ws);
     // Listed, not looked up: the kernel keeps its entry of a folder whose rmdir failed.
     let there = fs::read_dir(&root)
         .unwrap()

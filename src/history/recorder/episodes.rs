@@ -267,11 +267,18 @@ impl Recorder {
         // The id of the moment the file was closed, set aside before anything slow (reading
         // and storing what was written): an operation the writer makes after its `close()`
         // may be handled meanwhile, and must come after it in the history.
-        let result = self.reserve_id().and_then(|id| {
-            let ended = (id, now_ns());
-            SLOW_END.pause();
-            self.end_or_keep(key, ep, ended)
-        });
+        let result = match self.reserve_id() {
+            Ok(id) => {
+                let ended = (id, now_ns());
+                SLOW_END.pause();
+                self.end_or_keep(key, ep, ended)
+            }
+            // The store refuses the deletes queued before it: kept, as a refused end is.
+            Err(e) => {
+                self.keep_unended(key, ep, &e);
+                Err(e)
+            }
+        };
         let mut in_flight = lock(&self.ends_in_flight);
         if let Some(i) = in_flight.iter().position(|p| *p == path) {
             in_flight.swap_remove(i);
@@ -297,16 +304,22 @@ impl Recorder {
             Err(e) => {
                 // Not recorded: a retry sets an id aside again.
                 self.release_id(id);
-                if matches!(e, crate::history::Error::Store(_)) {
-                    lock(&self.episodes).entry(key).or_insert(Episode {
-                        opens: 0,
-                        openers: Vec::new(),
-                        awaited: false,
-                        ..ep
-                    });
-                }
+                self.keep_unended(key, ep, &e);
                 Err(e)
             }
+        }
+    }
+
+    /// An episode whose end the store could not take (`e`) stays in the table with no handle
+    /// open, for [`retry_ends`](Self::retry_ends).
+    fn keep_unended(&self, key: Key, ep: Episode, e: &crate::history::Error) {
+        if matches!(e, crate::history::Error::Store(_)) {
+            lock(&self.episodes).entry(key).or_insert(Episode {
+                opens: 0,
+                openers: Vec::new(),
+                awaited: false,
+                ..ep
+            });
         }
     }
 
