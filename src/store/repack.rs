@@ -126,9 +126,14 @@ const CHUNK_OF: u8 = 4;
 const FINAL: u8 = 8;
 /// ... a delta whose base is not stored: left as it is, and never a base.
 const NO_BASE: u8 = 16;
+/// ... named by some change.
+const NAMED: u8 = 32;
+/// ... named by a change newer than the last repack.
+const NEW: u8 = 64;
 
-/// What the repack knows of one stored blob, compact: a store of a million contents keeps a
-/// million of these (and an index by hash) while it runs.
+/// What the repack knows of one stored blob, compact (56 bytes): a store of a million
+/// contents keeps a million of these while it runs, sorted by hash (the index is a binary
+/// search).
 struct Node {
     hash: Hash,
     /// The blob its stored value is a delta on (an index), or [`NONE`].
@@ -139,10 +144,8 @@ struct Node {
     /// that does not say).
     len: u32,
     /// The file name and extension it was last recorded under (hashed), for [`Window`].
-    name: u64,
-    extension: u64,
-    /// The newest change that names it (0: none).
-    newest: u64,
+    name: u32,
+    extension: u32,
     /// The depth its value says.
     depth: u8,
     /// Its final chain's depth, once [`FINAL`].
@@ -152,10 +155,33 @@ struct Node {
     users: u8,
 }
 
-/// Every stored blob but manifests, by index, and each path's versions.
+/// Every stored blob but manifests, by index: sorted by hash up to `sorted`, then the
+/// dictionary if this run made it.
 struct Graph {
     nodes: Vec<Node>,
-    ids: HashMap<Hash, u32>,
+    sorted: usize,
+}
+
+/// Each path's versions, oldest first (`versions[starts[p]..starts[p + 1]]`), the paths in
+/// the order the repack takes them (`order`): by their newest version's size, largest first.
+struct Paths {
+    versions: Vec<u32>,
+    starts: Vec<u32>,
+    order: Vec<u32>,
+}
+
+impl Paths {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The paths' versions, in the repack's order.
+    fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        self.order.iter().map(|&p| {
+            let p = p as usize;
+            &self.versions[self.starts[p] as usize..self.starts[p + 1] as usize]
+        })
+    }
 }
 
 /// A name's 64-bit hash (SipHash with fixed keys: the same in every call).
@@ -182,6 +208,16 @@ impl Overlay {
 }
 
 impl Graph {
+    /// The index of the blob `hash`.
+    fn index(&self, hash: &Hash) -> Option<u32> {
+        match self.nodes[..self.sorted].binary_search_by(|n| n.hash.cmp(hash)) {
+            Ok(i) => Some(i as u32),
+            Err(_) => (self.sorted..self.nodes.len())
+                .find(|&i| self.nodes[i].hash == *hash)
+                .map(|i| i as u32),
+        }
+    }
+
     /// The depth of `i`'s final chain, if it is final (or will be, in `overlay`).
     fn final_depth(&self, i: u32, overlay: &Overlay) -> Option<u8> {
         let n = &self.nodes[i as usize];
@@ -266,16 +302,15 @@ impl Store {
         })
     }
 
-    /// Every stored blob (but manifests) and each path's versions, oldest first, the paths
-    /// in the order the repack takes them: by their newest version's size, largest first.
-    fn scan_for_repack(&self) -> Result<(Graph, Vec<Vec<u32>>, u64)> {
+    /// Every stored blob (but manifests), and each path's versions.
+    fn scan_for_repack(&self, since: u64) -> Result<(Graph, Paths, u64)> {
         let mut g = Graph {
-            nodes: Vec::new(),
-            ids: HashMap::new(),
+            nodes: Vec::with_capacity(self.counts().blobs as usize + 1),
+            sorted: 0,
         };
-        // Delta bases by hash until every blob has its index.
-        let mut bases: Vec<(u32, Hash)> = Vec::new();
         let mut chunks: Vec<Hash> = Vec::new();
+        // Two passes over the blobs (in hash order): the blobs, then their bases' indexes
+        // (rather than every base's hash kept meanwhile).
         {
             let db = self.db()?;
             for item in db.iterator_cf(db.cf(CF_BLOBS), IteratorMode::Start) {
@@ -291,48 +326,52 @@ impl Store {
                     .and_then(|f| zstd::zstd_safe::get_frame_content_size(f).ok().flatten())
                     .filter(|len| *len <= CHUNK as u64)
                     .map_or(NONE, |len| len as u32);
-                let i = g.nodes.len() as u32;
-                let (base, depth) = match blobs::delta_base(&value) {
-                    Some((base, depth)) => {
-                        bases.push((i, base));
-                        (NONE - 1, depth)
-                    }
-                    None => (NONE, 0),
+                let (flags, depth) = match blobs::delta_base(&value) {
+                    Some((_, depth)) => (NO_BASE, depth),
+                    None => (0, 0),
                 };
                 g.nodes.push(Node {
                     hash,
-                    base,
+                    base: NONE,
                     stored: value.len().min(u32::MAX as usize) as u32,
                     len,
                     name: 0,
                     extension: 0,
-                    newest: 0,
                     depth,
                     fin: 0,
-                    flags: 0,
+                    flags,
                     users: 0,
                 });
-                g.ids.insert(hash, i);
             }
-        }
-        for (i, base) in bases {
-            match g.ids.get(&base) {
-                Some(&b) => {
-                    g.nodes[i as usize].base = b;
+            g.sorted = g.nodes.len();
+            for item in db.iterator_cf(db.cf(CF_BLOBS), IteratorMode::Start) {
+                let (key, value) = item.map_err(Store::db_error("scan blobs"))?;
+                let (Some((base, _)), Ok(hash)) = (
+                    blobs::delta_base(&value),
+                    <[u8; 32]>::try_from(&key[..]).map(Hash),
+                ) else {
+                    continue;
+                };
+                let (Some(i), Some(b)) = (g.index(&hash), g.index(&base)) else {
+                    continue;
+                };
+                let n = &mut g.nodes[i as usize];
+                if n.flags & NO_BASE != 0 {
+                    n.flags &= !NO_BASE;
+                    n.base = b;
                     let users = &mut g.nodes[b as usize].users;
                     *users = users.saturating_add(1);
                 }
-                None => g.nodes[i as usize].flags |= NO_BASE,
             }
         }
         for hash in chunks {
-            if let Some(&i) = g.ids.get(&hash) {
+            if let Some(i) = g.index(&hash) {
                 g.nodes[i as usize].flags |= CHUNK_OF;
             }
         }
-        // Each path's versions, by a hash of the path (two paths sharing one would only
-        // share a plan).
-        let mut paths: HashMap<u64, Vec<u32>> = HashMap::new();
+        // Each file content a change names, under a hash of its path (two paths sharing one
+        // would only share a plan), in the changes' order; then grouped by path.
+        let mut named: Vec<(u64, u32)> = Vec::new();
         let mut newest_id = 0;
         {
             let db = self.db()?;
@@ -343,47 +382,66 @@ impl Store {
                 };
                 newest_id = newest_id.max(c.id);
                 for state in [&c.before, &c.after].into_iter().flatten() {
-                    let Some(&i) = state.hash.and_then(|h| g.ids.get(&Hash(h))) else {
+                    let Some(i) = state.hash.and_then(|h| g.index(&Hash(h))) else {
                         continue;
                     };
                     let n = &mut g.nodes[i as usize];
-                    n.newest = n.newest.max(c.id);
+                    n.flags |= NAMED;
+                    if c.id > since {
+                        n.flags |= NEW;
+                    }
                     if state.kind != super::format::kind::FILE {
                         continue;
                     }
                     let (name, extension) = super::similar::name_and_extension(&c.path);
-                    n.name = hash64(name);
-                    n.extension = hash64(extension);
+                    n.name = hash64(name) as u32;
+                    n.extension = hash64(extension) as u32;
                     n.flags |= IN_PATH;
-                    let seq = paths.entry(hash64(&c.path)).or_default();
-                    if seq.last() != Some(&i) {
-                        seq.push(i);
-                    }
+                    named.push((hash64(&c.path), i));
                 }
             }
         }
-        let mut paths: Vec<Vec<u32>> = paths.into_values().collect();
-        for seq in &paths {
-            g.nodes[*seq.last().expect("a version") as usize].flags |= HEAD;
-        }
-        let key = |seq: &Vec<u32>| {
-            let n = &g.nodes[*seq.last().expect("a version") as usize];
-            (n.len.wrapping_add(1), n.hash)
+        named.sort_by_key(|(path, _)| *path);
+        let mut paths = Paths {
+            versions: Vec::with_capacity(named.len()),
+            starts: Vec::new(),
+            order: Vec::new(),
         };
-        paths.sort_unstable_by_key(|seq| std::cmp::Reverse(key(seq)));
+        let mut last_path = None;
+        for (path, i) in named {
+            if last_path != Some(path) {
+                last_path = Some(path);
+                paths.starts.push(paths.versions.len() as u32);
+            } else if paths.versions.last() == Some(&i) {
+                continue;
+            }
+            paths.versions.push(i);
+        }
+        paths.starts.push(paths.versions.len() as u32);
+        paths.versions.shrink_to_fit();
+        let head = |p: usize| paths.versions[paths.starts[p + 1] as usize - 1];
+        for p in 0..paths.starts.len() - 1 {
+            g.nodes[head(p) as usize].flags |= HEAD;
+        }
+        let mut order: Vec<u32> = (0..paths.starts.len() as u32 - 1).collect();
+        order.sort_unstable_by_key(|&p| {
+            let n = &g.nodes[head(p as usize) as usize];
+            std::cmp::Reverse((n.len.wrapping_add(1), n.hash))
+        });
+        paths.order = order;
         Ok((g, paths, newest_id))
     }
 
     /// A dictionary trained on the heads' contents, stored as a blob (whole), if it pays
-    /// against what the heads' paths store now: each head on it must beat what its path
-    /// pays for a version stored on no version of its own (the root of its chain within the
-    /// path: whole, or a delta on another path's content), by twice the dictionary's size in
-    /// all.
-    fn make_dictionary(&self, g: &Graph, paths: &[Vec<u32>]) -> Result<Option<Hash>> {
+    /// against what the heads' paths store now: each head on it is weighed against what its
+    /// path pays for a version stored on no version of its own (the root of its chain within
+    /// the path: whole, or a delta on another path's content), and in all they must save
+    /// more than the dictionary's stored size.
+    fn make_dictionary(&self, g: &Graph, paths: &Paths) -> Result<Option<Hash>> {
         let mut samples: Vec<Vec<u8>> = Vec::new();
         let mut paid: Vec<usize> = Vec::new();
         let mut total = 0;
-        for seq in paths {
+        for seq in paths.iter() {
             let head = *seq.last().expect("a version");
             let n = &g.nodes[head as usize];
             if n.len == NONE || !(blobs::DELTA_MIN..=REPACK_LEVEL_UP_TO).contains(&(n.len as usize))
@@ -420,7 +478,10 @@ impl Store {
             .iter()
             .zip(&paid)
             .map(|(s, paid)| {
-                let delta = blobs::delta_size(s, &dict, SEARCH_LEVEL).saturating_add(35);
+                // At the capture's level (what `paid` was stored at): level 3 underrates
+                // what a dictionary saves (on this project's history, 108 KB against 176 KB).
+                let delta = blobs::delta_size(s, &dict, blobs::file_level(s.len()));
+                let delta = delta.saturating_add(35);
                 paid.saturating_sub(delta)
             })
             .sum();
@@ -430,7 +491,7 @@ impl Store {
             samples = samples.len(),
             "repack: dictionary trained"
         );
-        if saved < 2 * value.len() {
+        if saved <= value.len() {
             return Ok(None);
         }
         let hash = Hash::of(&dict);
@@ -445,7 +506,7 @@ impl Store {
         self.check_writable()?;
         let repacked = self.repacked()?;
         let since = repacked.up_to;
-        let (mut g, paths, newest_id) = self.scan_for_repack()?;
+        let (mut g, paths, newest_id) = self.scan_for_repack(since)?;
         let window = Window::new(&g);
 
         // The dictionary: made once, when there are enough heads to train it on, and kept
@@ -458,8 +519,8 @@ impl Store {
             };
         }
         let dict = match dictionary {
-            Dictionary::Made(hash) => match g.ids.get(&hash) {
-                Some(&i) => Some(i),
+            Dictionary::Made(hash) => match g.index(&hash) {
+                Some(i) => Some(i),
                 None if self.has_blob(&hash)? => {
                     // Made by this run, after the scan.
                     let i = g.nodes.len() as u32;
@@ -470,13 +531,11 @@ impl Store {
                         len: NONE,
                         name: 0,
                         extension: 0,
-                        newest: 0,
                         depth: 0,
                         fin: 0,
                         flags: 0,
                         users: 0,
                     });
-                    g.ids.insert(hash, i);
                     Some(i)
                 }
                 None => None,
@@ -496,32 +555,43 @@ impl Store {
             cache: Cache::default(),
             kill: kill_after(),
         };
-        for seq in &paths {
+        for seq in paths.iter() {
             // Both plans for the path: as it is stored (each version on the one before, as
             // recorded), and re-encoded (the newest whole or on a similar file or the
             // dictionary, each older one on the next newer). The smaller is written.
             let mut keep = Overlay::default();
             let keepable = seq.iter().all(|&i| g.keep_chain(i, &mut keep));
-            let considered = seq.iter().all(|&i| g.nodes[i as usize].newest <= since);
+            let considered = seq.iter().all(|&i| g.nodes[i as usize].flags & NEW == 0);
             let plan = if keepable && considered {
                 keep
             } else {
-                let rewrite = self.rewrite_plan(&g, seq, since, &window, dict, &mut run.cache);
-                // A plan's cost: its path's versions, and blobs no change names that it keeps
-                // only as its own bases (stored on by one blob: gc frees them once nothing is).
+                let rewrite = self.rewrite_plan(&g, seq, &window, dict, &mut run.cache);
+                // A plan's cost: its path's versions, and the blobs no change names that it
+                // keeps only for them (each stored on by one blob, itself counted: gc frees
+                // them once nothing is). An overlay lists a base before what is on it.
                 let cost = |o: &Overlay| -> u64 {
-                    o.order
-                        .iter()
-                        .filter(|(i, ..)| {
-                            let n = &g.nodes[*i as usize];
-                            seq.contains(i)
-                                || (n.newest == 0 && n.users == 1 && n.flags & CHUNK_OF == 0)
-                        })
-                        .map(|(i, _, value)| match value {
-                            Some(v) => v.len() as u64,
-                            None => u64::from(g.nodes[*i as usize].stored),
-                        })
-                        .sum()
+                    let mut counted: HashSet<u32> = seq.iter().copied().collect();
+                    let mut sum = 0;
+                    for (i, _, value) in o.order.iter().rev() {
+                        if !counted.contains(i) {
+                            continue;
+                        }
+                        let n = &g.nodes[*i as usize];
+                        let Some(value) = value else {
+                            sum += u64::from(n.stored);
+                            let b = n.base;
+                            if b != NONE
+                                && o.at.contains_key(&b)
+                                && g.nodes[b as usize].flags & (NAMED | CHUNK_OF) == 0
+                                && g.nodes[b as usize].users == 1
+                            {
+                                counted.insert(b);
+                            }
+                            continue;
+                        };
+                        sum += value.len() as u64;
+                    }
+                    sum
                 };
                 // What the rewrite leaves as it is counts as it is stored.
                 let left: u64 = seq
@@ -559,7 +629,6 @@ impl Store {
         &self,
         g: &Graph,
         seq: &[u32],
-        since: u64,
         window: &Window,
         dict: Option<u32>,
         cache: &mut Cache,
@@ -585,7 +654,7 @@ impl Store {
                     .filter(|d| *d <= bound),
             };
             if let Some(depth) = current
-                && n.newest <= since
+                && n.flags & NEW == 0
             {
                 // Unchanged since a repack considered it, on a final base.
                 plan.insert(i, depth, None);
@@ -637,8 +706,7 @@ impl Store {
             let value = match value {
                 Some(value) => {
                     let new_base = blobs::delta_base(&value).map(|(b, _)| b);
-                    if new_base.is_some_and(|b| g.ids.get(&b).is_some_and(|b| skipped.contains(b)))
-                    {
+                    if new_base.is_some_and(|b| g.index(&b).is_some_and(|b| skipped.contains(&b))) {
                         skipped.insert(i);
                         continue;
                     }
@@ -670,7 +738,7 @@ impl Store {
                     // nothing at all: a sweep finds out.
                     r.freed_bases = true;
                 }
-                let new_base = new_base.map_or(NONE, |b| g.ids[&b]);
+                let new_base = new_base.and_then(|b| g.index(&b)).unwrap_or(NONE);
                 let n = &mut g.nodes[i as usize];
                 n.stored = value.len() as u32;
                 n.depth = depth;
@@ -822,32 +890,28 @@ enum Encoded {
     New(u8, Vec<u8>),
 }
 
-/// The contents of paths a version tries as bases: by file name and by extension, sorted
-/// by size (indexes into the [`Graph`]).
+/// The contents of paths a version tries as bases: by file name, and by extension sorted
+/// by size (indexes into the [`Graph`], in two sorted lists).
 struct Window {
-    by_name: HashMap<u64, Vec<u32>>,
-    by_extension: HashMap<u64, Vec<(u32, u32)>>,
+    by_name: Vec<(u32, u32)>,
+    by_extension: Vec<(u32, u32, u32)>,
 }
 
 impl Window {
     fn new(g: &Graph) -> Self {
         let mut w = Window {
-            by_name: HashMap::new(),
-            by_extension: HashMap::new(),
+            by_name: Vec::new(),
+            by_extension: Vec::new(),
         };
         for (i, n) in g.nodes.iter().enumerate() {
             if n.flags & IN_PATH == 0 || n.flags & (CHUNK_OF | NO_BASE) != 0 || n.len == NONE {
                 continue;
             }
-            w.by_name.entry(n.name).or_default().push(i as u32);
-            w.by_extension
-                .entry(n.extension)
-                .or_default()
-                .push((n.len, i as u32));
+            w.by_name.push((n.name, i as u32));
+            w.by_extension.push((n.extension, n.len, i as u32));
         }
-        for list in w.by_extension.values_mut() {
-            list.sort_unstable();
-        }
+        w.by_name.sort_unstable();
+        w.by_extension.sort_unstable();
         w
     }
 
@@ -860,25 +924,28 @@ impl Window {
         eligible: impl Fn(u32) -> Option<(u32, u8)>,
     ) -> Vec<(u32, u8)> {
         let n = &g.nodes[i as usize];
-        let (Some(names), Some(list)) = (
-            self.by_name.get(&n.name),
-            self.by_extension.get(&n.extension),
-        ) else {
-            return Vec::new();
-        };
-        let len = n.len;
-        let mut out: Vec<(u32, u8)> = names
+        let from = self.by_name.partition_point(|(name, _)| *name < n.name);
+        let mut out: Vec<(u32, u8)> = self.by_name[from..]
             .iter()
-            .filter_map(|&c| eligible(c))
+            .take_while(|(name, _)| *name == n.name)
+            .filter_map(|&(_, c)| eligible(c))
             .take(WINDOW_NAMES)
             .collect();
-        let at = list.partition_point(|(l, _)| *l < len);
+        let from = self
+            .by_extension
+            .partition_point(|(e, ..)| *e < n.extension);
+        let to = self
+            .by_extension
+            .partition_point(|(e, ..)| *e <= n.extension);
+        let list = &self.by_extension[from..to];
+        let len = n.len;
+        let at = list.partition_point(|(_, l, _)| *l < len);
         // Outwards from `len`, the closer side first.
         let (mut below, mut above) = (at, at);
         let mut found = 0;
         for _ in 0..WINDOW_SCAN {
             let next = match (below.checked_sub(1), list.get(above)) {
-                (Some(b), Some((la, _))) if len - list[b].0 <= la - len => {
+                (Some(b), Some((_, la, _))) if len - list[b].1 <= la - len => {
                     below = b;
                     b
                 }
@@ -892,7 +959,7 @@ impl Window {
                 }
                 (None, None) => break,
             };
-            let (_, c) = list[next];
+            let (_, _, c) = list[next];
             if out.iter().any(|(o, _)| *o == c) {
                 continue;
             }
