@@ -226,6 +226,7 @@ impl Core {
         if dir {
             self.ready_for(&path, true)?;
             self.freeing(key(&st), true, unlink)?;
+            SLOW_RMDIR.pause();
             if let Some(rec) = &self.recorder {
                 rec.after_rmdir(&path, &st, caller.by())
                     .map_err(record_errno)?;
@@ -504,3 +505,7 @@ impl Core {
 /// wait that long between making its object (or name) and recording it, so a test can fill the store's disk
 /// in between.
 pub(super) static SLOW_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_MADE");
+
+/// Tests only: `REWIND_TEST_SLOW_RMDIR=MS` makes every rmdir wait that long between removing
+/// its folder and recording it, so a test can fill the store's disk in between.
+static SLOW_RMDIR: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RMDIR");

@@ -356,7 +356,11 @@ impl Store {
         if let Some(path) = path {
             // Noted once the content is stored (below) or known to be: the next new path
             // with its name or extension may use it as a base.
-            let note = || self.note_similar(path, *hash, data.len() as u64);
+            // ... and kept in memory as the base of this path's next version (`recent.rs`).
+            let note = || {
+                self.note_similar(path, *hash, data.len() as u64);
+                self.recent_contents().keep(*hash, data);
+            };
             if self.keep_blob(hash)? {
                 note();
                 return self.check_writable().map(|()| 0);
@@ -370,6 +374,10 @@ impl Store {
             return self.check_writable().map(|()| 0);
         }
         self.put_value("put blob", hash, &encode_inline(data), false)
+    }
+
+    fn recent_contents(&self) -> std::sync::MutexGuard<'_, super::recent::Recent> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `hash` (of `size` bytes) is the newest content recorded for `path` (`similar.rs`).
@@ -477,12 +485,16 @@ impl Store {
         if depth > max_depth(data.len()) {
             return None;
         }
-        let base_content = match self.content(base, value) {
-            Ok(content) => content,
-            Err(e) => {
-                tracing::warn!("storing a version of {path:?} whole: its base {base}: {e}");
-                return None;
-            }
+        let kept = self.recent_contents().get(base);
+        let base_content: std::borrow::Cow<'_, [u8]> = match kept {
+            Some(ref content) => std::borrow::Cow::Borrowed(content),
+            None => match self.content(base, value) {
+                Ok(content) => std::borrow::Cow::Owned(content),
+                Err(e) => {
+                    tracing::warn!("storing a version of {path:?} whole: its base {base}: {e}");
+                    return None;
+                }
+            },
         };
         if base_content.starts_with(&DICT_MAGIC) {
             return None;

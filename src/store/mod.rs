@@ -40,6 +40,7 @@ pub mod keys;
 mod open;
 mod pins;
 mod query;
+mod recent;
 mod repack;
 mod sessions;
 mod similar;
@@ -163,6 +164,9 @@ pub struct Store {
     /// Recently recorded contents by file name and extension: where a new path's first
     /// version looks for a delta base (`similar.rs`). A leaf lock.
     similar: Mutex<similar::Similar>,
+    /// The contents of the versions recorded last: the base of the next version of the same
+    /// file, not read back (`recent.rs`). A leaf lock.
+    recent: Mutex<recent::Recent>,
 }
 
 /// A read lock on the open database.

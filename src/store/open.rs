@@ -399,6 +399,7 @@ impl Store {
             dictionary: Mutex::new(None),
             wanted: AtomicU64::new(0),
             similar: Default::default(),
+            recent: Default::default(),
         };
         match store.meta(FORMAT_KEY)?.and_then(|v| v.first().copied()) {
             Some(found) if found > FORMAT_VERSION => {

@@ -4,6 +4,7 @@ mod agents;
 mod comments;
 mod common;
 mod full_disk;
+mod full_store_hostile;
 mod git;
 mod history;
 mod hostile;

@@ -193,6 +193,75 @@ os.remove("b.txt.orig")
     assert_eq!(kinds_of(&ws, "b.txt.orig"), Vec::<String>::new());
 }
 
+/// The end of a write is recorded after the writer's close (the kernel's RELEASE comes
+/// asynchronously; its recording is slowed down here: `REWIND_TEST_SLOW_END`), with the id and
+/// time of the moment it ended: a change made elsewhere after the close has the larger id (it
+/// used to get the smaller one when the end was slow), times follow ids, and the next
+/// operation on the file comes after it, so the history stays a chain (a second write is a
+/// change of its own, a rename or delete comes after the modify, not before it).
+#[test]
+fn an_edit_ended_in_the_background_keeps_its_place() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    for name in ["a", "b", "c", "d", "f"] {
+        fs::write(dir.join(name), "one\n").unwrap();
+    }
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_END", "300")]);
+    // Each pause lets the kernel's RELEASE of the file just closed be handled (its end is
+    // then waiting, slowed down) before the next operation arrives.
+    let script = r#"
+import os, time
+def edit(path, text):
+    with open(path, "a") as f:
+        f.write(text)
+    time.sleep(0.1)
+edit("f", "two\n")
+os.mkdir("g")
+edit("a", "two\n")
+edit("a", "three\n")
+edit("b", "two\n")
+os.rename("b", "b2")
+edit("c", "two\n")
+os.remove("c")
+edit("d", "two\n")
+os.chmod("d", 0o600)
+"#;
+    python(&dir, script);
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        [
+            "modify f",
+            "mkdir g",
+            "modify a",
+            "modify a",
+            "modify b",
+            "rename b2 <- b",
+            "modify c",
+            "delete c",
+            "modify d",
+            "chmod d"
+        ],
+        "{changes:#?}"
+    );
+    let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=10).collect::<Vec<u64>>(), "no gap");
+    let times: Vec<&str> = changes
+        .iter()
+        .map(|c| c["time"].as_str().unwrap())
+        .collect();
+    assert!(times.is_sorted(), "times out of order: {times:?}");
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    let text = |state: &Value| String::from_utf8(content(&store, state).unwrap()).unwrap();
+    assert_eq!(text(&changes[2]["after"]), "one\ntwo\n");
+    assert_eq!(text(&changes[3]["before"]), "one\ntwo\n");
+    assert_eq!(text(&changes[3]["after"]), "one\ntwo\nthree\n");
+    assert_eq!(text(&changes[4]["after"]), "one\ntwo\n");
+    assert_eq!(text(&changes[7]["before"]), "one\ntwo\n");
+    assert_eq!(text(&changes[9]["before"]), "one\ntwo\n");
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]

@@ -20,14 +20,14 @@ const NOBODY: u32 = 65534;
 
 /// `rewind ARGS` from inside the workspace, failed (and killed) if it takes more than a
 /// minute: these tests are about nothing hanging, so a hang says where it is.
-fn rw_within(ws: &Workspace, args: &[&str]) -> Output {
+pub(crate) fn rw_within(ws: &Workspace, args: &[&str]) -> Output {
     let mut cmd = ws.command(args);
     cmd.current_dir(ws.path());
     run_within(cmd, 60, &format!("rewind {}", args.join(" ")))
 }
 
 /// Run `cmd` to the end, but fail the test (and kill it) if it takes more than `secs`.
-fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
+pub(crate) fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -51,7 +51,7 @@ fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
 }
 
 /// A shell script in `dir`, with a deadline.
-fn sh_within(dir: &Path, secs: u64, script: &str) -> Output {
+pub(crate) fn sh_within(dir: &Path, secs: u64, script: &str) -> Output {
     let mut cmd = Command::new("bash");
     cmd.arg("-ec").arg(script).current_dir(dir);
     let out = run_within(cmd, secs, script);
@@ -2415,7 +2415,7 @@ fn a_store_disk_that_fills_while_things_are_being_made_leaves_nothing_unrecorded
 
 /// Every file in the workspace: its newest change leaves it with the content it has, that
 /// content is in the store (`.rewind/versions/PATH/ID`), and `rewind cat PATH` prints it.
-fn every_file_is_in_the_history(ws: &Workspace) {
+pub(crate) fn every_file_is_in_the_history(ws: &Workspace) {
     let root = ws.path();
     let all = changes(ws);
     let mut wrong = Vec::new();

@@ -264,8 +264,21 @@ impl Recorder {
     fn end_in_flight(&self, key: Key, ep: Episode) -> Result<()> {
         let path = ep.path.clone();
         lock(&self.ends_in_flight).push(path.clone());
-        SLOW_END.pause();
-        let result = self.end_or_keep(key, ep);
+        // The id of the moment the file was closed, set aside before anything slow (reading
+        // and storing what was written): an operation the writer makes after its `close()`
+        // may be handled meanwhile, and must come after it in the history.
+        let result = match self.reserve_id() {
+            Ok(id) => {
+                let ended = (id, now_ns());
+                SLOW_END.pause();
+                self.end_or_keep(key, ep, ended)
+            }
+            // The store refuses the deletes queued before it: kept, as a refused end is.
+            Err(e) => {
+                self.keep_unended(key, ep, &e);
+                Err(e)
+            }
+        };
         let mut in_flight = lock(&self.ends_in_flight);
         if let Some(i) = in_flight.iter().position(|p| *p == path) {
             in_flight.swap_remove(i);
@@ -277,8 +290,9 @@ impl Recorder {
     /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
-    fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
-        match self.finish_episode(key, &ep) {
+    fn end_or_keep(&self, key: Key, ep: Episode, ended: (u64, u64)) -> Result<()> {
+        let (id, _) = ended;
+        match self.finish_episode(key, &ep, ended) {
             Ok(Some(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, p);
                 if let Some(old) = replaced {
@@ -288,16 +302,24 @@ impl Recorder {
             }
             Ok(None) => Ok(()),
             Err(e) => {
-                if matches!(e, crate::history::Error::Store(_)) {
-                    lock(&self.episodes).entry(key).or_insert(Episode {
-                        opens: 0,
-                        openers: Vec::new(),
-                        awaited: false,
-                        ..ep
-                    });
-                }
+                // Not recorded: a retry sets an id aside again.
+                self.release_id(id);
+                self.keep_unended(key, ep, &e);
                 Err(e)
             }
+        }
+    }
+
+    /// An episode whose end the store could not take (`e`) stays in the table with no handle
+    /// open, for [`retry_ends`](Self::retry_ends).
+    fn keep_unended(&self, key: Key, ep: Episode, e: &crate::history::Error) {
+        if matches!(e, crate::history::Error::Store(_)) {
+            lock(&self.episodes).entry(key).or_insert(Episode {
+                opens: 0,
+                openers: Vec::new(),
+                awaited: false,
+                ..ep
+            });
         }
     }
 
@@ -325,23 +347,33 @@ impl Recorder {
         Ok(())
     }
 
-    /// Record the end of an episode; a created file is returned to be held back instead.
-    fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
+    /// Record the end of an episode as change `id` at time `time_ns` (`ended`: set aside when
+    /// it ended); a created file is returned to be held back instead, with them. When nothing
+    /// is recorded, the id is given back; on an error, the caller gives it back.
+    fn finish_episode(
+        &self,
+        key: Key,
+        ep: &Episode,
+        (id, time_ns): (u64, u64),
+    ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.orphaned {
             self.history.drop_open_episode(path)?;
+            self.release_id(id);
             return Ok(None);
         }
         // Gone, or the name now belongs to something else: what this file became is not in the
         // tree.
         let Some(st) = self.stat_if_same(path, key) else {
             self.history.drop_open_episode(path)?;
+            self.release_id(id);
             return Ok(None);
         };
         self.note_rules(path)?;
         if !self.records(path, false) {
             // Its folder became ignored meanwhile (this file may be the marker).
             self.history.drop_open_episode(path)?;
+            self.release_id(id);
             return Ok(None);
         }
         if ep.created {
@@ -350,39 +382,39 @@ impl Recorder {
                 fsynced: ep.fsynced,
                 key,
                 who: ep.who.clone(),
-                time_ns: now_ns(),
-                id: self.reserve_id()?,
+                time_ns,
+                id,
                 since: Instant::now(),
             };
             // A new file fsynced has a marker: it now says which id and time the create has,
             // so that a crash before it is recorded leaves it in its place. Written before the
             // create is in the table of held-back ones, where the pending thread could record
             // it (and take the marker away) first.
-            if p.fsynced.is_some()
-                && let Err(e) = self.put_pending_marker(path, &p)
-            {
-                self.release_id(p.id);
-                return Err(e);
+            if p.fsynced.is_some() {
+                self.put_pending_marker(path, &p)?;
             }
             return Ok(Some(p));
         }
         let after = self.capture_fresh(path, &st)?;
         if ep.before.as_ref() == Some(&after) {
             self.history.drop_open_episode(path)?;
+            self.release_id(id);
             return Ok(None);
         }
         let mut change = self.change(ChangeKind::Modify, path, &ep.who);
+        change.time_ns = time_ns;
         change.before = ep.before.clone();
         change.after = Some(after);
         change.links = self.other_names(key, path);
         let manifest = self.manifest_of_names(path, &change.links, seen_of(&st));
-        self.record(
+        self.record_as(
             change,
             &Extra {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
             },
+            Some(id),
         )?;
         Ok(None)
     }
@@ -501,12 +533,13 @@ impl Recorder {
             let manifest = self.manifest_of_names(&ep_path, &change.links, seen_of(&st));
             self.record_one(change, &manifest)?;
         }
-        self.put_marker(&ep_path, Some(now.clone()), &who, None)?;
+        // The episode goes on from what was just recorded even if the store then refuses its
+        // marker: its end must not record that part again (a second create of a new file).
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
-            ep.before = Some(now);
+            ep.before = Some(now.clone());
             ep.created = false;
             ep.fsynced = None;
         }
-        Ok(())
+        self.put_marker(&ep_path, Some(now), &who, None)
     }
 }

@@ -235,6 +235,18 @@ impl Recorder {
         Ok(id)
     }
 
+    /// [`reserve_id`](Recorder::reserve_id) for a held-back create put back after a refused
+    /// operation (`hold_back_again`): without writing the queued deletes first, which the
+    /// store may be refusing too. They came after its file was made.
+    pub(super) fn reserve_id_again(&self) -> u64 {
+        let _deferred = lock(&self.journal.deferred);
+        let id = self.history.reserve_id();
+        lock(&self.journal.order)
+            .reserved
+            .insert(id, std::time::Instant::now());
+        id
+    }
+
     /// Record `prepared` soon, on the writer thread, batched with others. For changes whose
     /// content is already stored and whose operation has already happened (a delete): if the
     /// daemon dies first, the next mount finds the path gone and records the delete, content

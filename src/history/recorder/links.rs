@@ -30,6 +30,19 @@ impl Links {
         }
     }
 
+    /// Every name `key` is known by, if it has several.
+    pub(super) fn names_of(&self, key: Key) -> Option<BTreeSet<Vec<u8>>> {
+        self.names.get(&key).cloned()
+    }
+
+    /// Put back what [`names_of`](Links::names_of) said.
+    pub(super) fn set(&mut self, key: Key, names: Option<BTreeSet<Vec<u8>>>) {
+        match names {
+            Some(names) => self.names.insert(key, names),
+            None => self.names.remove(&key),
+        };
+    }
+
     pub(super) fn moved(&mut self, key: Key, from: &[u8], to: &[u8]) {
         if let Some(names) = self.names.get_mut(&key)
             && names.remove(from)

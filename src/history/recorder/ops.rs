@@ -14,6 +14,41 @@ use crate::history::change::{Change, ChangeKind, FileKind, FileState, Fsynced};
 use crate::history::db::Extra;
 use crate::history::who::By;
 
+/// An episode moved below a renamed folder: its path before and after, and what its marker
+/// holds.
+struct Moved {
+    old: Vec<u8>,
+    new: Vec<u8>,
+    before: Option<FileState>,
+    who: crate::history::Who,
+    created: bool,
+    fsynced: Option<Fsynced>,
+}
+
+/// The episode open on a renamed file: what it was (to put back if the rename is refused) and
+/// what its marker holds now.
+struct EpisodeMoved {
+    created: bool,
+    before: Option<FileState>,
+    fsynced: Option<Fsynced>,
+    who: crate::history::Who,
+    before_now: Option<FileState>,
+    fsynced_now: Option<Fsynced>,
+}
+
+/// What a rename's bookkeeping changed, to put back if the rename is refused.
+#[derive(Default)]
+struct RenameUndo {
+    /// The replaced target's file and the names it had.
+    replaced_names: Option<(super::Key, Option<std::collections::BTreeSet<Vec<u8>>>)>,
+    /// The replaced target's episode, taken as having nothing more to record.
+    orphaned: Option<super::Key>,
+    /// Episodes below a renamed folder.
+    moved_under: Vec<Moved>,
+    /// The episode open on the renamed file.
+    src_episode: Option<EpisodeMoved>,
+}
+
 impl Recorder {
     /// `path` (described by `st`) is about to be unlinked: its content is stored now. Returns
     /// the delete to hand to [`defer`](Recorder::defer) once the unlink has succeeded. The
@@ -21,19 +56,18 @@ impl Recorder {
     pub fn before_unlink(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Prepared>> {
         let _pins = self.pin_scope();
         let key = key_of(st);
-        {
-            let mut episodes = lock(&self.episodes);
-            if let Some(ep) = episodes.get_mut(&key)
-                && ep.created
-                && ep.path == path
-                && st.st_nlink <= 1
-            {
-                // A file created and deleted while still open: a temporary file.
+        let temporary = lock(&self.episodes)
+            .get(&key)
+            .is_some_and(|ep| ep.created && ep.path == path && st.st_nlink <= 1);
+        if temporary {
+            // A file created and deleted while still open: a temporary file. If the store
+            // refuses even dropping its marker, the unlink fails and the episode goes on, so
+            // its end records the file it leaves.
+            self.history.drop_open_episode(path)?;
+            if let Some(ep) = lock(&self.episodes).get_mut(&key) {
                 ep.orphaned = true;
-                drop(episodes);
-                self.history.drop_open_episode(path)?;
-                return Ok(None);
             }
+            return Ok(None);
         }
         // What the file's open episode wrote so far comes before its deletion.
         if self.records(path, false) {
@@ -42,22 +76,63 @@ impl Recorder {
         // Asked before this name is dropped: a file left with one name is no longer kept.
         let others = self.other_names(key, path);
         let other = others.first().cloned();
-        lock(&self.links).remove(key, path);
-        {
-            let mut episodes = lock(&self.episodes);
-            if let Some(ep) = episodes.get_mut(&key)
-                && ep.path == path
+        let names = {
+            let mut links = lock(&self.links);
+            let names = links.names_of(key);
+            links.remove(key, path);
+            names
+        };
+        // Where the file's episode went, to put it back if the unlink is refused (the store
+        // refuses writes): otherwise its end would record nothing of the file that stays.
+        let mut episode_moved = false;
+        let mut orphaned = false;
+        let prepared = (|| {
             {
-                // The episode goes on under another name of the file, if it has one.
-                match other {
-                    Some(other) if st.st_nlink > 1 => {
-                        drop(episodes);
-                        self.move_marker(key, path, &other)?;
+                let mut episodes = lock(&self.episodes);
+                if let Some(ep) = episodes.get_mut(&key)
+                    && ep.path == path
+                {
+                    // The episode goes on under another name of the file, if it has one.
+                    match other {
+                        Some(other) if st.st_nlink > 1 => {
+                            drop(episodes);
+                            episode_moved = true;
+                            self.move_marker(key, path, &other)?;
+                        }
+                        _ => {
+                            orphaned = !ep.orphaned;
+                            ep.orphaned = true;
+                        }
                     }
-                    _ => ep.orphaned = true,
+                }
+            }
+            self.prepare_delete(path, st, by, others)
+        })();
+        if prepared.is_err() {
+            lock(&self.links).set(key, names);
+            if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+                if episode_moved {
+                    ep.path = path.to_vec();
+                }
+                if orphaned {
+                    ep.orphaned = false;
                 }
             }
         }
+        prepared
+    }
+
+    /// The rest of [`before_unlink`](Recorder::before_unlink), once the name is dropped from
+    /// the bookkeeping: a held-back create or a save taken care of, the content stored, the
+    /// delete made ready.
+    fn prepare_delete(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        by: By,
+        others: Vec<Vec<u8>>,
+    ) -> Result<Option<Prepared>> {
+        let key = key_of(st);
         self.flush_saved(path)?;
         let held = lock(&self.pending).remove(path);
         if let Some(p) = held {
@@ -128,7 +203,10 @@ impl Recorder {
         Ok(())
     }
 
-    /// `path` was removed by `rmdir`; `st` is how it was.
+    /// `path` was removed by `rmdir`; `st` is how it was. If the store cannot take its record
+    /// now (it may have started refusing writes since its caller checked), the record is
+    /// queued as a delete is, and written once the store takes writes again: the folder is
+    /// gone already, and a refusal would leave it gone with nothing to record it.
     pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
         let _pins = self.pin_scope();
         if !self.records(path, true) {
@@ -136,9 +214,24 @@ impl Recorder {
         }
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Rmdir, path, &who);
+        // A folder's state holds no content: nothing to store.
         change.before = Some(self.capture(path, st)?);
-        self.record_one(change, &[(path.to_vec(), None)])?;
-        Ok(())
+        let manifest = vec![(path.to_vec(), None)];
+        match self.record_one(change.clone(), &manifest) {
+            Err(crate::history::Error::Store(e)) => {
+                tracing::warn!(
+                    "the rmdir of {} is recorded once the store takes writes: {e}",
+                    crate::history::show_path(path)
+                );
+                self.defer(Prepared {
+                    change,
+                    manifest,
+                    _pins: self.history.store().pin(None),
+                });
+                Ok(())
+            }
+            other => other.map(drop),
+        }
     }
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
@@ -301,123 +394,173 @@ impl Recorder {
             _ => None,
         };
         let groups = self.groups_renamed(src, src_st, dst, dst_st, exchange);
-        self.rename_bookkeeping(src, src_st, dst, dst_st, exchange)?;
-        // An episode still open on the source moves with it. If it created the file, this is a
-        // save-by-rename still being written: its end records one change of the target.
-        if !exchange
-            && let Some((was_created, before, ep_who, fsynced)) =
-                self.move_episode(src_st, src, dst, &dst_before)
-        {
-            self.history.drop_open_episode(src)?;
-            if dst_recorded {
-                self.put_marker(dst, before, &ep_who, fsynced)?;
-            }
-            if was_created {
-                return Ok(Vec::new());
-            }
-        }
-        let mut out = Vec::new();
-        let src_seen = seen_of(src_st);
-        self.flush_saved(src)?;
-        if !exchange && let Some(p) = lock(&self.pending).remove(src) {
-            // Save-by-rename: a new file renamed into place. One change of the target, which
-            // happens now (the temporary file's id goes back unless something came since).
-            // The temporary's marker (if it was fsynced) goes in the same batch.
-            self.release_id(p.id);
-            if !dst_recorded {
+        // Names, caches and open episodes follow the rename before it happens. If what comes
+        // after fails (the store refuses writes), the rename is refused and they are put back:
+        // a file left where it was must not be looked for where it never went (the end of its
+        // episode would find nothing there, and record nothing).
+        let mut undo = self.rename_bookkeeping(src, src_st, dst, dst_st, exchange);
+        let recorded = (|| {
+            self.move_markers(&undo.moved_under)?;
+            // An episode still open on the source moves with it. If it created the file, this
+            // is a save-by-rename still being written: its end records one change of the
+            // target.
+            if !exchange && let Some(moved) = self.move_episode(src_st, src, dst, &dst_before) {
+                let (was_created, before, ep_who, fsynced) = {
+                    let now = undo.src_episode.insert(moved);
+                    (
+                        now.created,
+                        now.before_now.clone(),
+                        now.who.clone(),
+                        now.fsynced_now,
+                    )
+                };
                 self.history.drop_open_episode(src)?;
-                return Ok(out);
+                if dst_recorded {
+                    self.put_marker(dst, before, &ep_who, fsynced)?;
+                }
+                if was_created {
+                    return Ok(Vec::new());
+                }
             }
-            let kind = if dst_before.is_some() {
-                ChangeKind::Modify
+            let mut out = Vec::new();
+            let src_seen = seen_of(src_st);
+            self.flush_saved(src)?;
+            let held = if exchange {
+                None
             } else {
-                ChangeKind::Create
+                lock(&self.pending).remove(src)
             };
-            let Some((after, seen)) = self.pending_content(src, &p, dst)? else {
-                self.history.drop_open_episode(src)?;
-                return Ok(out);
-            };
-            if dst_before.as_ref() == Some(&after) {
-                // Saved as it was (`sed -i` that matched nothing): nothing happened.
-                self.history.put_manifest(&[(dst.to_vec(), Some(seen))])?;
-                self.history.drop_open_episode(src)?;
+            if let Some(p) = held {
+                // Save-by-rename: a new file renamed into place. One change of the target,
+                // which happens now (the temporary file's id goes back unless something came
+                // since). The temporary's marker (if it was fsynced) goes in the same batch.
+                self.release_id(p.id);
+                let saved = self.record_save(src, dst, &p, dst_recorded, dst_before, groups);
+                if saved.is_err() {
+                    // Refused: the temporary file stays where it is, still held back.
+                    self.hold_back_again(src, p);
+                }
+                return saved;
+            }
+            if !src_recorded && !dst_recorded {
                 return Ok(out);
             }
-            let mut change = self.change(kind, dst, &p.who);
-            change.before = dst_before;
-            change.after = Some(after);
-            // Saved by renaming over it: a linked file loses this name.
+            let src_state = self.capture(src, src_st)?;
+            let mut change = self.change(ChangeKind::Rename, dst, &who);
+            change.from = src_recorded.then(|| src.to_vec());
+            change.before = dst_before.clone();
+            change.after = dst_recorded.then(|| src_state.clone());
             change.groups = groups;
-            let manifest = [(dst.to_vec(), Some(seen))];
-            out.push(self.record(
-                change,
-                &Extra {
-                    finish_episode: Some(src),
-                    manifest: &manifest,
-                    move_under: None,
-                },
-            )?);
-            return Ok(out);
-        }
-        if !src_recorded && !dst_recorded {
-            return Ok(out);
-        }
-        let src_state = self.capture(src, src_st)?;
-        let mut change = self.change(ChangeKind::Rename, dst, &who);
-        change.from = src_recorded.then(|| src.to_vec());
-        change.before = dst_before.clone();
-        change.after = dst_recorded.then(|| src_state.clone());
-        change.groups = groups;
-        let mut manifest = vec![(dst.to_vec(), dst_recorded.then(|| src_seen.clone()))];
-        if exchange {
-            if let Some(st) = dst_st {
-                manifest.push((src.to_vec(), Some(seen_of(st))));
+            let mut manifest = vec![(dst.to_vec(), dst_recorded.then(|| src_seen.clone()))];
+            if exchange {
+                if let Some(st) = dst_st {
+                    manifest.push((src.to_vec(), Some(seen_of(st))));
+                }
+            } else {
+                manifest.push((src.to_vec(), None));
             }
+            // An exchange swaps what is below the two folders.
+            let move_under = (src_dir || dst_dir).then_some((src, dst));
+            let extra = Extra {
+                finish_episode: None,
+                manifest: &manifest,
+                move_under,
+            };
+            let recorded = self.record(change, &extra)?;
+            if !src_dir
+                && !exchange
+                && dst_st.is_none()
+                && src_recorded
+                && dst_recorded
+                && kind_of(src_st) == FileKind::File
+            {
+                self.remember_renamed_away(
+                    dst,
+                    RenamedAway {
+                        from: src.to_vec(),
+                        key: key_of(src_st),
+                        change: recorded.clone(),
+                        pid: by.pid,
+                        at: Instant::now(),
+                    },
+                );
+            }
+            out.push(recorded);
+            if exchange && let Some(dst_before) = dst_before {
+                let mut back = self.change(ChangeKind::Rename, src, &who);
+                // The first half's time marks the pair as one exchange (`history::view`).
+                back.time_ns = out.last().map_or(back.time_ns, |c| c.time_ns);
+                back.from = Some(dst.to_vec());
+                back.before = Some(src_state);
+                back.after = Some(dst_before);
+                match self.record(back, &Extra::default()) {
+                    Ok(back) => out.push(back),
+                    Err(e) => {
+                        // The caller retracts nothing when this fails: the first half goes here.
+                        self.retract(&out);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(out)
+        })();
+        if recorded.is_err() {
+            self.undo_rename_bookkeeping(src, src_st, dst, dst_st, exchange, undo);
+        }
+        recorded
+    }
+
+    /// Record a save-by-rename: the held-back new file `p` at `src` renamed over `dst`, as one
+    /// change of `dst` (nothing if saved as it was).
+    fn record_save(
+        &self,
+        src: &[u8],
+        dst: &[u8],
+        p: &super::pending::Pending,
+        dst_recorded: bool,
+        dst_before: Option<FileState>,
+        groups: Vec<Vec<Vec<u8>>>,
+    ) -> Result<Vec<Change>> {
+        if !dst_recorded {
+            self.history.drop_open_episode(src)?;
+            return Ok(Vec::new());
+        }
+        let kind = if dst_before.is_some() {
+            ChangeKind::Modify
         } else {
-            manifest.push((src.to_vec(), None));
-        }
-        // An exchange swaps what is below the two folders.
-        let move_under = (src_dir || dst_dir).then_some((src, dst));
-        let extra = Extra {
-            finish_episode: None,
-            manifest: &manifest,
-            move_under,
+            ChangeKind::Create
         };
-        let recorded = self.record(change, &extra)?;
-        if !src_dir
-            && !exchange
-            && dst_st.is_none()
-            && src_recorded
-            && dst_recorded
-            && kind_of(src_st) == FileKind::File
-        {
-            self.remember_renamed_away(
-                dst,
-                RenamedAway {
-                    from: src.to_vec(),
-                    key: key_of(src_st),
-                    change: recorded.clone(),
-                    pid: by.pid,
-                    at: Instant::now(),
-                },
-            );
+        let Some((after, seen)) = self.pending_content(src, p, dst)? else {
+            self.history.drop_open_episode(src)?;
+            return Ok(Vec::new());
+        };
+        if dst_before.as_ref() == Some(&after) {
+            // Saved as it was (`sed -i` that matched nothing): nothing happened.
+            self.history.put_manifest(&[(dst.to_vec(), Some(seen))])?;
+            self.history.drop_open_episode(src)?;
+            return Ok(Vec::new());
         }
-        out.push(recorded);
-        if exchange && let Some(dst_before) = dst_before {
-            let mut back = self.change(ChangeKind::Rename, src, &who);
-            // The first half's time marks the pair as one exchange (`history::view`).
-            back.time_ns = out.last().map_or(back.time_ns, |c| c.time_ns);
-            back.from = Some(dst.to_vec());
-            back.before = Some(src_state);
-            back.after = Some(dst_before);
-            out.push(self.record(back, &Extra::default())?);
-        }
-        Ok(out)
+        let mut change = self.change(kind, dst, &p.who);
+        change.before = dst_before;
+        change.after = Some(after);
+        // Saved by renaming over it: a linked file loses this name.
+        change.groups = groups;
+        let manifest = [(dst.to_vec(), Some(seen))];
+        Ok(vec![self.record(
+            change,
+            &Extra {
+                finish_episode: Some(src),
+                manifest: &manifest,
+                move_under: None,
+            },
+        )?])
     }
 
     /// Names, caches and open episodes follow a rename (done before it, under the files'
     /// locks; a failed rename leaves them pointing at the new names, which the next access
-    /// corrects).
+    /// corrects). Only in memory: the markers of the episodes moved below a folder are moved
+    /// by [`move_markers`](Recorder::move_markers). Returns how to put it all back
+    /// ([`undo_rename_bookkeeping`](Recorder::undo_rename_bookkeeping)).
     fn rename_bookkeeping(
         &self,
         src: &[u8],
@@ -425,26 +568,33 @@ impl Recorder {
         dst: &[u8],
         dst_st: Option<&libc::stat>,
         exchange: bool,
-    ) -> Result<()> {
+    ) -> RenameUndo {
+        let mut undo = RenameUndo::default();
         let src_dir = kind_of(src_st) == FileKind::Dir;
         if let Some(st) = dst_st
             && !exchange
             && key_of(st) != key_of(src_st)
         {
-            lock(&self.links).remove(key_of(st), dst);
+            let mut links = lock(&self.links);
+            undo.replaced_names = Some((key_of(st), links.names_of(key_of(st))));
+            links.remove(key_of(st), dst);
+            drop(links);
             if st.st_nlink <= 1 {
                 // Replaced: its inode number may be reused by the next file created, and its
                 // open episode has nothing more to record.
                 self.forget_known(key_of(st));
-                if let Some(ep) = lock(&self.episodes).get_mut(&key_of(st)) {
+                if let Some(ep) = lock(&self.episodes).get_mut(&key_of(st))
+                    && !ep.orphaned
+                {
                     ep.orphaned = true;
+                    undo.orphaned = Some(key_of(st));
                 }
             }
         }
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
         if src_dir || dst_dir {
             lock(&self.links).moved_dir(src, dst, exchange);
-            self.move_episodes_under(src, dst, exchange)?;
+            undo.moved_under = self.move_episodes_under(src, dst, exchange);
         }
         if !src_dir {
             lock(&self.links).moved(key_of(src_st), src, dst);
@@ -455,48 +605,90 @@ impl Recorder {
         {
             lock(&self.links).moved(key_of(st), dst, src);
         }
-        Ok(())
+        undo
     }
 
-    /// Episodes of files below a renamed folder go on under its new name, markers too; with
-    /// `exchange`, those below `to` go below `from` at the same time.
-    fn move_episodes_under(&self, from: &[u8], to: &[u8], exchange: bool) -> Result<()> {
-        // (old path, new path, before, who, created, fsynced) of each episode moved.
-        type Moved = (
-            Vec<u8>,
-            Vec<u8>,
-            Option<FileState>,
-            crate::history::Who,
-            bool,
-            Option<Fsynced>,
-        );
-        let moved: Vec<Moved> = {
-            let mut episodes = lock(&self.episodes);
-            episodes
-                .values_mut()
-                .filter_map(|ep| {
-                    let new = moved_below(&ep.path, from, to)
-                        .or_else(|| exchange.then(|| moved_below(&ep.path, to, from)).flatten())?;
-                    let old = std::mem::replace(&mut ep.path, new.clone());
-                    Some((
-                        old,
-                        new,
-                        ep.before.clone(),
-                        ep.who.clone(),
-                        ep.created,
-                        ep.fsynced,
-                    ))
+    /// The rename whose bookkeeping this was is refused: names and episodes go back where they
+    /// were (in reverse order), and the markers moved with them, as far as the store takes it.
+    fn undo_rename_bookkeeping(
+        &self,
+        src: &[u8],
+        src_st: &libc::stat,
+        dst: &[u8],
+        dst_st: Option<&libc::stat>,
+        exchange: bool,
+        undo: RenameUndo,
+    ) {
+        let src_dir = kind_of(src_st) == FileKind::Dir;
+        let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
+        if let Some(was) = undo.src_episode
+            && let Some(ep) = lock(&self.episodes).get_mut(&key_of(src_st))
+            && ep.path == dst
+        {
+            ep.path = src.to_vec();
+            ep.created = was.created;
+            ep.before = was.before;
+            ep.fsynced = was.fsynced;
+        }
+        if exchange
+            && !dst_dir
+            && let Some(st) = dst_st
+        {
+            lock(&self.links).moved(key_of(st), src, dst);
+        }
+        if !src_dir {
+            lock(&self.links).moved(key_of(src_st), dst, src);
+        }
+        if src_dir || dst_dir {
+            lock(&self.links).moved_dir(dst, src, exchange);
+            let back = self.move_episodes_under(dst, src, exchange);
+            if let Err(e) = self.move_markers(&back) {
+                tracing::warn!("markers of files below a folder whose rename was refused: {e}");
+            }
+        }
+        if let Some(key) = undo.orphaned
+            && let Some(ep) = lock(&self.episodes).get_mut(&key)
+        {
+            ep.orphaned = false;
+        }
+        if let Some((key, names)) = undo.replaced_names {
+            lock(&self.links).set(key, names);
+        }
+    }
+
+    /// Episodes of files below a renamed folder go on under its new name (in memory; their
+    /// markers with [`move_markers`](Recorder::move_markers)); with `exchange`, those below
+    /// `to` go below `from` at the same time. Returns the episodes moved.
+    fn move_episodes_under(&self, from: &[u8], to: &[u8], exchange: bool) -> Vec<Moved> {
+        let mut episodes = lock(&self.episodes);
+        episodes
+            .values_mut()
+            .filter_map(|ep| {
+                let new = moved_below(&ep.path, from, to)
+                    .or_else(|| exchange.then(|| moved_below(&ep.path, to, from)).flatten())?;
+                let old = std::mem::replace(&mut ep.path, new.clone());
+                Some(Moved {
+                    old,
+                    new,
+                    before: ep.before.clone(),
+                    who: ep.who.clone(),
+                    created: ep.created,
+                    fsynced: ep.fsynced,
                 })
-                .collect()
-        };
+            })
+            .collect()
+    }
+
+    /// The markers of episodes moved below a folder follow them.
+    fn move_markers(&self, moved: &[Moved]) -> Result<()> {
         // All old markers go before any new one is written: in an exchange a new path may be
         // another episode's old one.
-        for (old, ..) in &moved {
-            self.history.drop_open_episode(old)?;
+        for m in moved {
+            self.history.drop_open_episode(&m.old)?;
         }
-        for (_, new, before, who, created, fsynced) in moved {
-            if (!created || fsynced.is_some()) && self.records(&new, false) {
-                self.put_marker(&new, before, &who, fsynced)?;
+        for m in moved {
+            if (!m.created || m.fsynced.is_some()) && self.records(&m.new, false) {
+                self.put_marker(&m.new, m.before.clone(), &m.who, m.fsynced)?;
             }
         }
         Ok(())
@@ -504,32 +696,38 @@ impl Recorder {
 
     /// Move the episode open on `src_st`'s file from `src` to `dst`. A created file renamed
     /// over an existing one becomes that file's modify (with a marker of an ordinary
-    /// episode). Returns (was it created, its before, who, fsynced), if there was one.
+    /// episode). Returns what it was and is now, if there was one.
     fn move_episode(
         &self,
         src_st: &libc::stat,
         src: &[u8],
         dst: &[u8],
         dst_before: &Option<FileState>,
-    ) -> Option<(
-        bool,
-        Option<FileState>,
-        crate::history::Who,
-        Option<Fsynced>,
-    )> {
+    ) -> Option<EpisodeMoved> {
         let mut episodes = lock(&self.episodes);
         let ep = episodes.get_mut(&key_of(src_st))?;
         if ep.path != src {
             return None;
         }
         ep.path = dst.to_vec();
-        let was_created = ep.created;
+        let was = EpisodeMoved {
+            created: ep.created,
+            before: ep.before.clone(),
+            fsynced: ep.fsynced,
+            who: ep.who.clone(),
+            before_now: None,
+            fsynced_now: None,
+        };
         if ep.created && dst_before.is_some() {
             ep.created = false;
             ep.before = dst_before.clone();
             ep.fsynced = None;
         }
-        Some((was_created, ep.before.clone(), ep.who.clone(), ep.fsynced))
+        Some(EpisodeMoved {
+            before_now: ep.before.clone(),
+            fsynced_now: ep.fsynced,
+            ..was
+        })
     }
 
     /// An operation recorded in advance failed: take its changes back.

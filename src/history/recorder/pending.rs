@@ -75,6 +75,14 @@ impl Recorder {
         result
     }
 
+    /// A held-back create taken out of the table (its id given back) for an operation that was
+    /// then refused goes back in, with an id set aside again: the same one if nothing came
+    /// after it. Its file is still there, and is recorded as if never taken out.
+    pub(super) fn hold_back_again(&self, path: &[u8], p: Pending) {
+        let id = self.reserve_id_again();
+        lock(&self.pending).insert(path.to_vec(), Pending { id, ..p });
+    }
+
     /// The content of a held-back new file, captured now as the next version of `version_of`
     /// (its own path, or the one it is saved over), and the stat it was captured under (for
     /// the manifest: times may have moved since the create); `None` if it is gone.
@@ -95,9 +103,14 @@ impl Recorder {
 
     fn record_create(&self, path: &[u8], mut p: Pending) -> Result<()> {
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
+        // Its id is given back only once nothing can fail any more: a failure keeps the create
+        // held back with its id (`record_create_or_keep`), and an id given back twice could
+        // take another's, set aside meanwhile, so that two changes get one id.
         if !self.records(path, false) {
             // Its folder became ignored while it was held back.
-            return self.history.drop_open_episode(path);
+            self.history.drop_open_episode(path)?;
+            self.release_id(p.id);
+            return Ok(());
         }
         if p.replaces.is_none()
             && let Some(original) = self.saved_keeping_backup(path, &p)?
@@ -105,14 +118,16 @@ impl Recorder {
             p.replaces = Some(original);
         }
         let Some((after, seen)) = self.pending_content(path, &p, path)? else {
+            self.history.drop_open_episode(path)?;
             self.release_id(p.id);
-            return self.history.drop_open_episode(path);
+            return Ok(());
         };
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
-            self.release_id(p.id);
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
-            return self.history.drop_open_episode(path);
+            self.history.drop_open_episode(path)?;
+            self.release_id(p.id);
+            return Ok(());
         }
         let kind = match p.replaces {
             Some(_) => ChangeKind::Modify,

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::pending::Pending;
 use super::{Recorder, lock};
 use crate::history::Result;
 use crate::history::change::ChangeKind;
@@ -283,14 +284,32 @@ impl Recorder {
         lock(&self.pending).retain(|path, p| {
             let keep = !under(path.as_slice());
             if !keep {
-                dropped.push((path.clone(), p.id, p.fsynced.is_some()));
+                dropped.push((path.clone(), p.clone()));
             }
             keep
         });
-        for (path, id, marked) in dropped {
-            self.release_id(id);
-            if marked {
-                self.history.drop_open_episode(&path)?;
+        let quieted = self.take_back_burst(dir, &dropped);
+        if quieted.is_err() {
+            // The store refuses writes: what it was doing (a rename into an ignored name) is
+            // refused, and the new files it dropped stay, held back again to be recorded.
+            for (path, p) in dropped {
+                self.hold_back_again(&path, p);
+            }
+        }
+        quieted
+    }
+
+    /// [`quiet_burst`](Recorder::quiet_burst) once the held-back creates below `dir` are out
+    /// of the table (`dropped`): their ids given back, their markers dropped, and what was
+    /// recorded of the folder since it was made taken back.
+    fn take_back_burst(&self, dir: &[u8], dropped: &[(Vec<u8>, Pending)]) -> Result<bool> {
+        let under = |p: &[u8]| at_or_under(p, dir);
+        for (_, p) in dropped {
+            self.release_id(p.id);
+        }
+        for (path, p) in dropped {
+            if p.fsynced.is_some() {
+                self.history.drop_open_episode(path)?;
             }
         }
         self.drain()?;

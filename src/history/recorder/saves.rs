@@ -172,11 +172,13 @@ impl Recorder {
         if self.checkpointed_since(away.change.id)? {
             return Ok(None);
         }
-        self.history.retract(&away.change)?;
+        // The backup's create first: if the store refuses the retraction after it, the
+        // history has the backup twice (renamed to, and made), never not at all.
         let mut create = self.change(ChangeKind::Create, &backup, &p.who);
         create.time_ns = away.change.time_ns;
         create.after = away.change.after.clone();
         self.record_one(create, &[(backup, Some(seen_of(&st)))])?;
+        self.history.retract(&away.change)?;
         Ok(away.change.after)
     }
 

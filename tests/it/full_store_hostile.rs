@@ -1,0 +1,230 @@
+//! A full store disk, met the hostile way: nothing reaches the workspace unrecorded, nothing
+//! fails after changing the workspace, and nothing the store refused is dropped instead of
+//! recorded later. Each test puts the store on a small ext4, fills that disk to the last byte
+//! until the store refuses writes, acts through the mount (real syscalls), then frees the disk
+//! and checks that every file in the workspace is in the history with its content.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, wait_for};
+use crate::trust::{every_file_is_in_the_history, run_within, rw_within, sh_within};
+
+/// A workspace mounted with its store on a small ext4 (`env`: the daemon's test knobs).
+fn mounted_on_small_ext4(env: &[(&str, &str)]) -> (SmallFs, Workspace) {
+    let Some(small) = SmallFs::of(Disk::Ext4, 192) else {
+        panic!("cannot mount a small ext4 for the store (needs root)");
+    };
+    let mut ws = Workspace::new();
+    let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store").arg(small.path().join("store"));
+    cmd.envs(env.iter().copied());
+    ok(run_within(cmd, 60, "mount"));
+    ws.mark_mounted();
+    (small, ws)
+}
+
+/// Fill the store's disk to the last byte, then end `held` (a file opened for writing while
+/// there was room) with more than fits: its record fails, and the store refuses writes from
+/// then on. Returns the file that fills the disk.
+fn fill_until_refused(small: &SmallFs, ws: &Workspace, mut held: fs::File) -> PathBuf {
+    let filler = small.path().join("filler");
+    {
+        use std::os::fd::AsRawFd;
+        let mut f = fs::File::create(&filler).unwrap();
+        let most = small.available().saturating_sub(4 << 20);
+        // SAFETY: fallocate on a file we own, with a length from the disk's own figure.
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, most as libc::off_t) };
+        assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
+        let chunk = vec![0x5au8; 64 << 10];
+        while f.write_all(&chunk).and_then(|()| f.sync_all()).is_ok() {}
+    }
+    held.write_all(&noise(3 << 20, 7)).unwrap();
+    drop(held);
+    assert!(
+        wait_for(30, || {
+            fs::read_to_string(ws.path().join(".rewind/status"))
+                .is_ok_and(|s| s.contains("NOT RECORDING"))
+        }),
+        "the store did not come to refuse writes"
+    );
+    filler
+}
+
+/// Free the store's disk, wait until the store takes writes again, and record everything.
+fn free_and_settle(ws: &Workspace, filler: &Path) {
+    fs::remove_file(filler).unwrap();
+    assert!(
+        wait_for(30, || ok(rw_within(ws, &["status"]))
+            .lines()
+            .any(|l| l == "recording: recording")),
+        "recording did not resume: {}",
+        ok(rw_within(ws, &["status"]))
+    );
+    ok(rw_within(ws, &["sync"]));
+}
+
+/// The errno of a failed call, for the test's report.
+fn errno(r: std::io::Result<()>) -> Result<(), Option<i32>> {
+    r.map_err(|e| e.raw_os_error())
+}
+
+/// New files that the store could not record yet (still open, or closed and held back) are
+/// renamed and deleted while it refuses writes: a save of one over an existing file, a rename
+/// of one still open, a delete of one still open, a rename of the folder above one still open
+/// (and above a file being changed), a rename of a folder just made to an ignored name. Each
+/// such call is refused, and the file it leaves is
+/// recorded once there is room. (A refused save used to forget its temporary file's create; a
+/// refused rename or delete left the open file's episode moved or orphaned, so its end
+/// recorded nothing.)
+#[test]
+fn new_files_renamed_or_deleted_while_the_store_refuses_writes_are_recorded_later() {
+    let (small, mut ws) = mounted_on_small_ext4(&[]);
+    let root = ws.path().to_path_buf();
+    sh_within(
+        &root,
+        60,
+        "echo target > target && echo held > held && mkdir dir && echo old > dir/old \
+         && echo build/ > .gitignore && mkdir tmp",
+    );
+    ok(rw_within(&ws, &["sync"]));
+    let held = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("held"))
+        .unwrap();
+    // Made while there was room; still open when the store starts refusing.
+    let open_new = |name: &str| {
+        let mut f = fs::File::create(root.join(name)).unwrap();
+        f.write_all(format!("{name}: written while there was room\n").as_bytes())
+            .unwrap();
+        f
+    };
+    let saved = open_new("target.tmp");
+    let moved = open_new("moved.new");
+    let deleted = open_new("deleted.new");
+    let inner = open_new("dir/inner.new");
+    let made = open_new("tmp/made.new");
+    let mut old = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("dir/old"))
+        .unwrap();
+    old.write_all(b"appended while there was room\n").unwrap();
+
+    let filler = fill_until_refused(&small, &ws, held);
+    // An editor's save: the temporary file closed (its create cannot be recorded, so it is
+    // held back), then renamed over its target.
+    drop(saved);
+    let save = errno(fs::rename(root.join("target.tmp"), root.join("target")));
+    let rename = errno(fs::rename(root.join("moved.new"), root.join("moved")));
+    let delete = errno(fs::remove_file(root.join("deleted.new")));
+    // A folder renamed with files still open below it, a new one and one being changed.
+    let folder = errno(fs::rename(root.join("dir"), root.join("dir2")));
+    drop(moved);
+    drop(deleted);
+    drop(inner);
+    drop(old);
+    // A folder made moments ago, renamed to a name `.gitignore` names (as cargo makes its
+    // `target`), with a new file below it held back.
+    drop(made);
+    let ignored = errno(fs::rename(root.join("tmp"), root.join("build")));
+    eprintln!(
+        "while the store refused writes: save {save:?}, rename {rename:?}, delete {delete:?}, \
+         folder {folder:?}, into an ignored name {ignored:?}"
+    );
+    for (what, result) in [
+        ("save", save),
+        ("rename", rename),
+        ("delete", delete),
+        ("folder", folder),
+        ("into an ignored name", ignored),
+    ] {
+        // Whichever way each went, the tree below is checked against the history.
+        assert!(
+            matches!(result, Ok(()) | Err(Some(libc::ENOSPC))),
+            "{what}: {result:?}"
+        );
+    }
+
+    free_and_settle(&ws, &filler);
+    every_file_is_in_the_history(&ws);
+    ws.unmount();
+}
+
+/// A folder removed while the store's disk fills: `REWIND_TEST_SLOW_RMDIR` holds the rmdir
+/// between removing it and recording it, while the disk fills and the store comes to refuse
+/// writes. The rmdir is then recorded once there is room (or, refused, leaves the folder
+/// there). (It used to fail with ENOSPC with the folder gone, and never be recorded.) A write
+/// that ends while the store refuses, after that, is recorded too.
+#[test]
+fn a_folder_removed_while_the_store_disk_fills_is_recorded_later() {
+    let (small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_SLOW_RMDIR", "6000")]);
+    let root = ws.path().to_path_buf();
+    sh_within(
+        &root,
+        60,
+        "mkdir gone && echo held > held && echo late > late",
+    );
+    ok(rw_within(&ws, &["sync"]));
+    let held = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("held"))
+        .unwrap();
+    // A writer that ends after the rmdir's record is queued.
+    let mut late = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("late"))
+        .unwrap();
+    late.write_all(b"written while there was room\n").unwrap();
+    let daemon = daemon_pid(&ws);
+    let gone = root.join("gone");
+    let rmdir = std::thread::spawn(move || errno(fs::remove_dir(gone)));
+    // The rmdir is held between the removal and its record: one of the daemon's FUSE threads
+    // sleeps.
+    assert!(
+        wait_for(30, || fuse_thread_sleeps(daemon)),
+        "the rmdir did not reach its pause"
+    );
+    let filler = fill_until_refused(&small, &ws, held);
+    let result = rmdir.join().unwrap();
+    eprintln!("rmdir while the disk filled: {result:?}");
+    drop(late);
+    free_and_settle(&ws, &filler);
+    every_file_is_in_the_history(&ws);
+    // Listed, not looked up: the kernel keeps its entry of a folder whose rmdir failed.
+    let there = fs::read_dir(&root)
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == "gone");
+    let log = ok(rw_within(&ws, &["log", "--json"]));
+    let recorded = log.lines().any(|l| {
+        let c: serde_json::Value = serde_json::from_str(l).unwrap();
+        c["path"] == "gone" && c["kind"] == "rmdir"
+    });
+    match result {
+        Ok(()) => assert!(
+            !there && recorded,
+            "removed: there {there}, recorded {recorded}"
+        ),
+        Err(e) => {
+            assert_eq!(e, Some(libc::ENOSPC));
+            assert!(
+                there,
+                "refused, but the folder is gone (recorded: {recorded})"
+            );
+        }
+    }
+    ws.unmount();
+}
+
+/// Whether one of the daemon `pid`'s FUSE threads is asleep (in a test pause).
+fn fuse_thread_sleeps(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).any(|t| {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let wchan = fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
+        comm.starts_with("fuser-") && wchan.contains("nanosleep")
+    })
+}
