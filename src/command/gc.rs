@@ -23,9 +23,9 @@ pub struct GcArgs {
     /// Say what would be done and do nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Then re-encode stored content as git's pack does: older versions as deltas on newer
-    /// ones (takes minutes and about 2 KB of memory per stored content; refused above
-    /// 100,000 stored contents).
+    /// Then re-encode stored content as git's pack does where that stores less: older
+    /// versions as deltas on newer ones (takes minutes and under 1 KB of memory per stored
+    /// content; refused above 200,000 stored contents).
     #[arg(long)]
     pub repack: bool,
 }

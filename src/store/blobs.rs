@@ -213,11 +213,6 @@ pub(super) fn encode_delta_checked(
     Some(out)
 }
 
-/// The size of `data`'s frame compressed at `level`.
-pub(super) fn whole_size(data: &[u8], level: i32) -> usize {
-    compress(data, None, level).len()
-}
-
 /// The size of `data`'s frame compressed at `level` with `dict` as its dictionary (`usize::MAX`
 /// if zstd refuses it).
 pub(super) fn delta_size(data: &[u8], dict: &[u8], level: i32) -> usize {

@@ -193,8 +193,8 @@ impl Store {
         if plan.dry_run || !plan.repack || self.check_writable().is_err() {
             return Ok(report);
         }
-        // The repack holds what it knows of every stored content in memory (about 2 KB
-        // each, measured, most of it its maps): bounded by refusing a bigger store.
+        // The repack holds what it knows of every stored content in memory (under 1 KB
+        // each, measured): bounded by refusing a bigger store.
         let contents = self.counts().blobs;
         let most = super::repack::most_blobs();
         if contents > most {

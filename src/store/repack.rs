@@ -7,14 +7,20 @@
 //! itself be a delta on a similar file, or on a zstd dictionary trained on all heads.
 //! [`Store::repack`] does that, run by gc once it has removed what it removes.
 //!
-//! No cycle, ever: every blob gets a *rank* ([`Rank`]: heads above everything else, by size;
-//! other versions by the newest change referring to them; ties broken by hash), and a blob is
-//! only re-encoded on one of higher rank. Blobs are taken highest rank first, each given its
-//! final encoding before any of lower rank, so a delta only ever refers to a blob already in
-//! its final encoding (and a blob whose current encoding breaks the rule, a forward delta,
-//! is re-encoded before anything may use it). An interrupted repack leaves blobs of high
-//! rank in their new encoding and the rest in their old one, and neither can reach the
-//! other in a loop. Chains stay within [`max_depth`], counted on the new encodings.
+//! Each path is weighed as a whole, git's way: its chain as it is stored (each version on
+//! the one before, as recorded), or rewritten (the newest whole or on a similar file or the
+//! dictionary, each older one on the next newer); the plan that stores fewer bytes is
+//! written, so a repack never makes the stored content larger. Paths are taken by their
+//! newest version's size, largest first (a smaller file may then be stored on a larger one).
+//!
+//! No cycle, ever: a blob is only given a base that is already *final* (in the encoding it
+//! keeps for the rest of the run), and a final blob's chain only goes through final blobs.
+//! Keeping a version as it is makes its whole current chain final with it, bottom first; a
+//! rewritten path's newest version is written first, each older one after the version it is
+//! stored on. So a new encoding can never lead back to the blob it is for, and an
+//! interrupted repack leaves final blobs (which only reach final blobs) and blobs in their
+//! old encodings (whose graph had no loop). Chains stay within [`max_depth`], counted on the
+//! final encodings; a kept value whose chain changed depth gets its depth byte rewritten.
 //!
 //! Each re-encoding is one put of the blob's value under the same key (the hash of the whole
 //! content), written after its base is stored and its delta was checked to decode back to the
@@ -61,12 +67,16 @@ const DICT_SAMPLE_BYTES: usize = 8 << 20;
 
 /// Contents kept in memory to be used as bases, in bytes: a path's versions are taken one
 /// after another, so the next one's base was usually just read.
-const CACHE_BYTES: usize = 64 << 20;
+const CACHE_BYTES: usize = 8 << 20;
 
-/// The most stored contents a repack takes on: it keeps about 2 KB for each in memory while
-/// it runs (its maps of ranks, names, neighbours and headers, and the allocator's overhead;
-/// measured in the daemon, 90 -> 200 MiB for 60,000), so a bigger store is not repacked.
-pub const REPACK_MAX_BLOBS: u64 = 100_000;
+/// The most stored contents a repack takes on. Its own tables take about 100 bytes a content
+/// (a 56-byte `Node` each, 16 bytes per file content a change names while the paths are
+/// grouped, 20 in the `Window`), plus an 8 MiB cache of contents; measured in a debug
+/// daemon with RocksDB's bounded buffers filling as it writes, its peak rose 21.7 MiB for
+/// 6,000 contents and 64.3 MiB for 60,000 (0.83 KB a content between the two; the first
+/// repack took 163 MiB for 60,000). At that slope 200,000 contents cost about what 100,000
+/// did before (2 KB each).
+pub const REPACK_MAX_BLOBS: u64 = 200_000;
 
 /// [`REPACK_MAX_BLOBS`], or for tests `REWIND_TEST_REPACK_MAX`.
 pub(super) fn most_blobs() -> u64 {
@@ -88,33 +98,6 @@ pub struct RepackReport {
     pub bytes_after: u64,
     /// Some blob that was a base before may be needed by nothing now (a sweep frees it).
     pub freed_bases: bool,
-}
-
-/// A blob's place in the order: only a blob of higher rank may be its base. Compared field
-/// by field: a path's newest version (a head) ranks above every older one, heads by size
-/// (so a smaller file is a delta on a larger one, as in git's pack), older versions by the
-/// newest change that refers to them, so each is a delta on a newer one.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-struct Rank {
-    /// 1 for a head.
-    head: u8,
-    /// A head's size; another version's newest change.
-    key: u64,
-    /// 1 when the newest change has the blob as its content after, 0 as before.
-    after: u8,
-    hash: Hash,
-    /// The newest change that refers to it (unique `hash` before it: never compared).
-    id: u64,
-}
-
-/// A blob's value header, as scanned.
-#[derive(Clone, Copy)]
-struct Header {
-    base: Option<(Hash, u8)>,
-    stored: u64,
-    /// The content's length (from the zstd frame's header); `None` for a manifest or a value
-    /// whose frame does not say.
-    len: Option<u64>,
 }
 
 /// The frame of a value stored whole or as a delta.
@@ -140,6 +123,170 @@ fn kill_after() -> Option<u64> {
     std::env::var("REWIND_TEST_REPACK_KILL").ok()?.parse().ok()
 }
 
+/// No index: a whole blob's base, an unknown length.
+const NONE: u32 = u32::MAX;
+
+/// [`Node::flags`]: the content of a file some path had (the repack may re-encode it).
+const IN_PATH: u8 = 1;
+/// ... the newest content of some path.
+const HEAD: u8 = 2;
+/// ... a chunk of large content: left as it is (chunks are read without their deltas' bases).
+const CHUNK_OF: u8 = 4;
+/// ... in its final encoding: [`Node::fin`] is its chain's depth.
+const FINAL: u8 = 8;
+/// ... a delta whose base is not stored: left as it is, and never a base.
+const NO_BASE: u8 = 16;
+/// ... named by some change.
+const NAMED: u8 = 32;
+/// ... named by a change newer than the last repack.
+const NEW: u8 = 64;
+
+/// What the repack knows of one stored blob, compact (56 bytes): a store of a million
+/// contents keeps a million of these while it runs, sorted by hash (the index is a binary
+/// search).
+struct Node {
+    hash: Hash,
+    /// The blob its stored value is a delta on (an index), or [`NONE`].
+    base: u32,
+    /// Its stored value's size.
+    stored: u32,
+    /// The content's length (from the zstd frame's header), or [`NONE`] (a manifest, a frame
+    /// that does not say).
+    len: u32,
+    /// The file name and extension it was last recorded under (hashed), for [`Window`].
+    name: u32,
+    extension: u32,
+    /// The depth its value says.
+    depth: u8,
+    /// Its final chain's depth, once [`FINAL`].
+    fin: u8,
+    flags: u8,
+    /// How many blobs are stored on it (saturating: 255 is many).
+    users: u8,
+}
+
+/// Every stored blob but manifests, by index: sorted by hash up to `sorted`, then the
+/// dictionary if this run made it.
+struct Graph {
+    nodes: Vec<Node>,
+    sorted: usize,
+}
+
+/// Each path's versions, oldest first (`versions[starts[p]..starts[p + 1]]`), the paths in
+/// the order the repack takes them (`order`): by their newest version's size, largest first.
+struct Paths {
+    versions: Vec<u32>,
+    starts: Vec<u32>,
+    order: Vec<u32>,
+}
+
+impl Paths {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The paths' versions, in the repack's order.
+    fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        self.order.iter().map(|&p| {
+            let p = p as usize;
+            &self.versions[self.starts[p] as usize..self.starts[p + 1] as usize]
+        })
+    }
+}
+
+/// A name's 64-bit hash (SipHash with fixed keys: the same in every call).
+fn hash64(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
+}
+
+/// Nodes given their final encoding by a plan not yet written: their depth, and in the order
+/// they must be written (a base before what is stored on it), with the new value if any.
+#[derive(Default)]
+struct Overlay {
+    order: Vec<(u32, u8, Option<Vec<u8>>)>,
+    at: HashMap<u32, u8>,
+}
+
+impl Overlay {
+    fn insert(&mut self, i: u32, depth: u8, value: Option<Vec<u8>>) {
+        self.at.insert(i, depth);
+        self.order.push((i, depth, value));
+    }
+}
+
+impl Graph {
+    /// The index of the blob `hash`.
+    fn index(&self, hash: &Hash) -> Option<u32> {
+        match self.nodes[..self.sorted].binary_search_by(|n| n.hash.cmp(hash)) {
+            Ok(i) => Some(i as u32),
+            Err(_) => (self.sorted..self.nodes.len())
+                .find(|&i| self.nodes[i].hash == *hash)
+                .map(|i| i as u32),
+        }
+    }
+
+    /// The depth of `i`'s final chain, if it is final (or will be, in `overlay`).
+    fn final_depth(&self, i: u32, overlay: &Overlay) -> Option<u8> {
+        let n = &self.nodes[i as usize];
+        if n.flags & FINAL != 0 {
+            return Some(n.fin);
+        }
+        overlay.at.get(&i).copied()
+    }
+
+    /// The longest chain `i` may be read through.
+    fn bound(&self, i: u32) -> u8 {
+        match self.nodes[i as usize].len {
+            NONE => blobs::MAX_DEPTH,
+            len => max_depth(len as usize),
+        }
+    }
+
+    /// Plan `i` to stay as it is stored, and with it every blob its chain goes through that
+    /// is not final yet (bottom first in `overlay`): false, with nothing planned, if a chain
+    /// would pass its bound or a base is missing.
+    fn keep_chain(&self, i: u32, overlay: &mut Overlay) -> bool {
+        if self.final_depth(i, overlay).is_some() {
+            return true;
+        }
+        let mut chain = Vec::new();
+        let mut at = i;
+        let mut below: Option<u8> = loop {
+            let n = &self.nodes[at as usize];
+            if n.flags & NO_BASE != 0 || chain.len() > usize::from(u8::MAX) {
+                return false;
+            }
+            chain.push(at);
+            if n.base == NONE {
+                break None;
+            }
+            at = n.base;
+            if let Some(d) = self.final_depth(at, overlay) {
+                break Some(d);
+            }
+        };
+        let mut depths = Vec::with_capacity(chain.len());
+        for &c in chain.iter().rev() {
+            let depth = match below {
+                None => 0,
+                Some(d) if d < u8::MAX => d + 1,
+                Some(_) => return false,
+            };
+            if depth > self.bound(c) && self.nodes[c as usize].flags & IN_PATH != 0 {
+                return false;
+            }
+            depths.push((c, depth));
+            below = Some(depth);
+        }
+        for (c, depth) in depths {
+            overlay.insert(c, depth, None);
+        }
+        true
+    }
+}
 impl Store {
     /// The newest change id a completed repack saw.
     fn repacked(&self) -> Result<Repacked> {
@@ -165,113 +312,15 @@ impl Store {
         })
     }
 
-    /// A dictionary trained on the heads' contents, stored as a blob (whole), if it pays: it
-    /// saves at least twice what it takes.
-    fn make_dictionary(&self, heads: &[(Hash, usize)]) -> Result<Option<Hash>> {
-        let mut samples: Vec<Vec<u8>> = Vec::new();
-        let mut total = 0;
-        for (hash, len) in heads {
-            if !(blobs::DELTA_MIN..=REPACK_LEVEL_UP_TO).contains(len) {
-                continue;
-            }
-            if total + len > DICT_SAMPLE_BYTES {
-                break;
-            }
-            if let Ok(content) = self.read_blob(hash) {
-                total += content.len();
-                samples.push(content);
-            }
-        }
-        if samples.len() < DICT_MIN_SAMPLES || total < DICT_MIN_BYTES {
-            return Ok(None);
-        }
-        let size = (total / DICT_SHARE).clamp(DICT_SIZE.0, DICT_SIZE.1);
-        let Ok(dict) = zstd::dict::from_samples(&samples, size) else {
-            return Ok(None);
+    /// Every stored blob (but manifests), and each path's versions.
+    fn scan_for_repack(&self, since: u64) -> Result<(Graph, Paths, u64)> {
+        let mut g = Graph {
+            nodes: Vec::with_capacity(self.counts().blobs as usize + 1),
+            sorted: 0,
         };
-        let value = blobs::encode_whole_at(&dict, REPACK_LEVEL);
-        let saved: i64 = samples
-            .iter()
-            .map(|s| {
-                let whole = blobs::whole_size(s, SEARCH_LEVEL) as i64;
-                let delta = blobs::delta_size(s, &dict, SEARCH_LEVEL);
-                (whole - delta.min(whole as usize) as i64).max(0)
-            })
-            .sum();
-        if saved < 2 * value.len() as i64 {
-            return Ok(None);
-        }
-        let hash = Hash::of(&dict);
-        self.put_value("repack dictionary", &hash, &value, false)?;
-        Ok(Some(hash))
-    }
-
-    /// Re-encode older versions of each path as deltas on newer ones where that is smaller
-    /// (see the module's comment). Only gc calls it, under its lock, so no blob it uses as a
-    /// base is removed meanwhile; changes and content recorded meanwhile are left as they are.
-    pub(super) fn repack(&self) -> Result<RepackReport> {
-        self.check_writable()?;
-        let mut report = RepackReport::default();
-        let repacked = self.repacked()?;
-        let since = repacked.up_to;
-
-        // Every change's file contents: their ranks, and each path's versions in order.
-        let mut ranks: HashMap<Hash, Rank> = HashMap::new();
-        let mut versions: HashMap<Vec<u8>, Vec<Hash>> = HashMap::new();
-        // The path each file content was recorded under last.
-        let mut names: HashMap<Hash, Vec<u8>> = HashMap::new();
-        let mut newest_id = 0;
-        {
-            let db = self.db()?;
-            for item in db.iterator_cf(db.cf(CF_CHANGES), IteratorMode::Start) {
-                let (key, value) = item.map_err(Store::db_error("scan changes"))?;
-                let Ok(c) = ChangeRecord::decode(CF_CHANGES, &key, &value) else {
-                    continue;
-                };
-                newest_id = newest_id.max(c.id);
-                for (state, after) in [(&c.before, 0), (&c.after, 1)] {
-                    let Some(hash) = state.as_ref().and_then(|s| s.hash).map(Hash) else {
-                        continue;
-                    };
-                    let rank = Rank {
-                        head: 0,
-                        key: c.id,
-                        after,
-                        hash,
-                        id: c.id,
-                    };
-                    let r = ranks.entry(hash).or_insert(rank);
-                    *r = (*r).max(rank);
-                    if state
-                        .as_ref()
-                        .is_some_and(|s| s.kind == super::format::kind::FILE)
-                    {
-                        names.insert(hash, c.path.clone());
-                        let seq = versions.entry(c.path.clone()).or_default();
-                        if seq.last() != Some(&hash) {
-                            seq.push(hash);
-                        }
-                    }
-                }
-            }
-        }
-        // Neighbours (the version before and after, in any path) are the bases tried first.
-        // A path's newest version (a head), and a version no neighbour is a base for, also
-        // tries the contents of other paths most like it (`Window`), as git's pack does.
-        let mut neighbours: HashMap<Hash, Vec<Hash>> = HashMap::new();
-        let mut heads: HashSet<Hash> = HashSet::new();
-        for seq in versions.values() {
-            for pair in seq.windows(2) {
-                neighbours.entry(pair[0]).or_default().push(pair[1]);
-                neighbours.entry(pair[1]).or_default().push(pair[0]);
-            }
-            heads.extend(seq.last());
-        }
-        drop(versions);
-
-        // Every blob's header; chunks of large content are left as they are.
-        let mut headers: HashMap<Hash, Header> = HashMap::new();
-        let mut chunks: HashSet<Hash> = HashSet::new();
+        let mut chunks: Vec<Hash> = Vec::new();
+        // Two passes over the blobs (in hash order): the blobs, then their bases' indexes
+        // (rather than every base's hash kept meanwhile).
         {
             let db = self.db()?;
             for item in db.iterator_cf(db.cf(CF_BLOBS), IteratorMode::Start) {
@@ -284,167 +333,291 @@ impl Store {
                     continue;
                 }
                 let len = frame_of(&value)
-                    .and_then(|f| zstd::zstd_safe::get_frame_content_size(f).ok().flatten());
-                headers.insert(
-                    hash,
-                    Header {
-                        base: blobs::delta_base(&value),
-                        stored: value.len() as u64,
-                        len,
-                    },
-                );
-            }
-        }
-
-        for (hash, rank) in &mut ranks {
-            if let Some(len) = headers.get(hash).and_then(|h| h.len)
-                && heads.contains(hash)
-            {
-                rank.head = 1;
-                rank.key = len;
-                rank.after = 0;
-            }
-        }
-        // Highest rank first.
-        let mut order: Vec<Rank> = ranks
-            .values()
-            .filter(|r| !chunks.contains(&r.hash))
-            .filter(|r| {
-                headers
-                    .get(&r.hash)
-                    .and_then(|h| h.len)
-                    .is_some_and(|len| len as usize <= CHUNK)
-            })
-            .copied()
-            .collect();
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        let window = Window::new(&order, &names, &headers);
-        drop(names);
-
-        // Blobs in their final encoding, with the depth of their chain: the only bases a
-        // blob taken later may have.
-        let mut done: HashMap<Hash, u8> = HashMap::new();
-        // The dictionary: made once, when there are enough heads to train it on, and kept
-        // while anything is stored on it. It ranks above everything and is stored whole.
-        let mut dictionary = repacked.dictionary;
-        if dictionary == Dictionary::NotYet {
-            let heads: Vec<(Hash, usize)> = order
-                .iter()
-                .filter(|r| r.head == 1)
-                .map(|r| (r.hash, r.key as usize))
-                .collect();
-            if heads.len() >= DICT_MIN_SAMPLES {
-                dictionary = match self.make_dictionary(&heads)? {
-                    Some(hash) => Dictionary::Made(hash),
-                    None => Dictionary::NotWorth,
+                    .and_then(|f| zstd::zstd_safe::get_frame_content_size(f).ok().flatten())
+                    .filter(|len| *len <= CHUNK as u64)
+                    .map_or(NONE, |len| len as u32);
+                let (flags, depth) = match blobs::delta_base(&value) {
+                    Some((_, depth)) => (NO_BASE, depth),
+                    None => (0, 0),
                 };
+                g.nodes.push(Node {
+                    hash,
+                    base: NONE,
+                    stored: value.len().min(u32::MAX as usize) as u32,
+                    len,
+                    name: 0,
+                    extension: 0,
+                    depth,
+                    fin: 0,
+                    flags,
+                    users: 0,
+                });
+            }
+            g.sorted = g.nodes.len();
+            for item in db.iterator_cf(db.cf(CF_BLOBS), IteratorMode::Start) {
+                let (key, value) = item.map_err(Store::db_error("scan blobs"))?;
+                let (Some((base, _)), Ok(hash)) = (
+                    blobs::delta_base(&value),
+                    <[u8; 32]>::try_from(&key[..]).map(Hash),
+                ) else {
+                    continue;
+                };
+                let (Some(i), Some(b)) = (g.index(&hash), g.index(&base)) else {
+                    continue;
+                };
+                let n = &mut g.nodes[i as usize];
+                if n.flags & NO_BASE != 0 {
+                    n.flags &= !NO_BASE;
+                    n.base = b;
+                    let users = &mut g.nodes[b as usize].users;
+                    *users = users.saturating_add(1);
+                }
             }
         }
-        let dict = match dictionary {
-            Dictionary::Made(hash) if self.has_blob(&hash)? => {
-                let top = Rank {
-                    head: 2,
-                    key: 0,
-                    after: 0,
-                    hash,
-                    id: u64::MAX,
-                };
-                ranks.insert(hash, top);
-                done.insert(hash, 0);
-                Some(hash)
+        for hash in chunks {
+            if let Some(i) = g.index(&hash) {
+                g.nodes[i as usize].flags |= CHUNK_OF;
             }
-            _ => None,
-        };
-        let mut cache = Cache::default();
-        let kill = kill_after();
-        for rank in order {
-            let hash = rank.hash;
-            let header = headers[&hash];
-            let len = header.len.expect("filtered above") as usize;
-            let bound = max_depth(len);
-            // The current encoding stands if its base is final and ranks higher, and its chain
-            // is within bounds counted on the final encodings.
-            let current = match header.base {
-                None => Some(0),
-                Some((base, _)) => done
-                    .get(&base)
-                    .filter(|_| ranks.get(&base).is_some_and(|r| *r > rank))
-                    .map(|d| d + 1)
-                    .filter(|d| *d <= bound),
-            };
-            let considered = rank.id <= since;
-            let plan = match current {
-                // Unchanged since a repack considered it: as it is, with its depth written
-                // right.
-                Some(depth) if considered => Plan::Keep(depth),
-                _ => {
-                    // A base must rank higher, be final, and keep the chain within bounds.
-                    let eligible = |n: &Hash| -> Option<(Hash, u8)> {
-                        ranks.get(n).filter(|r| **r > rank)?;
-                        let depth = done.get(n)? + 1;
-                        (depth <= bound).then_some((*n, depth))
+        }
+        // Each file content a change names, under a hash of its path (two paths sharing one
+        // would only share a plan), in the changes' order; then grouped by path.
+        let mut named: Vec<(u64, u32)> = Vec::new();
+        let mut newest_id = 0;
+        {
+            let db = self.db()?;
+            for item in db.iterator_cf(db.cf(CF_CHANGES), IteratorMode::Start) {
+                let (key, value) = item.map_err(Store::db_error("scan changes"))?;
+                let Ok(c) = ChangeRecord::decode(CF_CHANGES, &key, &value) else {
+                    continue;
+                };
+                newest_id = newest_id.max(c.id);
+                for state in [&c.before, &c.after].into_iter().flatten() {
+                    let Some(i) = state.hash.and_then(|h| g.index(&Hash(h))) else {
+                        continue;
                     };
-                    let mut candidates: Vec<(Hash, u8)> = neighbours
-                        .get(&hash)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(eligible)
-                        .collect();
-                    if candidates.is_empty() || heads.contains(&hash) {
-                        for c in window
-                            .near(&hash, len as u64, eligible)
-                            .into_iter()
-                            .chain(dict.and_then(|d| eligible(&d)))
-                        {
-                            if !candidates.iter().any(|(h, _)| *h == c.0) {
-                                candidates.push(c);
-                            }
-                        }
+                    let n = &mut g.nodes[i as usize];
+                    n.flags |= NAMED;
+                    if c.id > since {
+                        n.flags |= NEW;
                     }
-                    Plan::Try(candidates, current)
+                    if state.kind != super::format::kind::FILE {
+                        continue;
+                    }
+                    let (name, extension) = super::similar::name_and_extension(&c.path);
+                    n.name = hash64(name) as u32;
+                    n.extension = hash64(extension) as u32;
+                    n.flags |= IN_PATH;
+                    named.push((hash64(&c.path), i));
                 }
-            };
-            let value = match self.encode_for_repack(&hash, &header, plan, len, &mut cache) {
-                Ok(value) => value,
-                Err(e) => {
-                    // Left as it is, and never a base: it may not be in a final encoding.
-                    tracing::warn!("repack: leaving blob {hash} as it is: {e}");
-                    continue;
-                }
-            };
-            let (depth, value) = match value {
-                Encoded::Same(depth) => {
-                    done.insert(hash, depth);
-                    continue;
-                }
-                Encoded::New(depth, value) => (depth, value),
-            };
-            // A capture using this blob as a base right now read the old encoding: leave it
-            // (it stays valid for what is done so far only if its own base is final).
-            if self.pins.lock().contains_key(&hash) {
-                if let Some(depth) = current {
-                    done.insert(hash, depth);
-                }
+            }
+        }
+        named.sort_by_key(|(path, _)| *path);
+        let mut paths = Paths {
+            versions: Vec::with_capacity(named.len()),
+            starts: Vec::new(),
+            order: Vec::new(),
+        };
+        let mut last_path = None;
+        for (path, i) in named {
+            if last_path != Some(path) {
+                last_path = Some(path);
+                paths.starts.push(paths.versions.len() as u32);
+            } else if paths.versions.last() == Some(&i) {
                 continue;
             }
-            let old_base = header.base.map(|(b, _)| b);
-            let new_base = blobs::delta_base(&value).map(|(b, _)| b);
-            self.put_value("repack", &hash, &value, true)?;
-            report.rewritten += 1;
-            report.deltas += u64::from(new_base.is_some());
-            report.bytes_before += header.stored;
-            report.bytes_after += value.len() as u64;
-            if old_base.is_some() && new_base != old_base {
-                // The old base may now be needed by nothing but its own changes, or by
-                // nothing at all: a sweep finds out.
-                report.freed_bases = true;
+            paths.versions.push(i);
+        }
+        paths.starts.push(paths.versions.len() as u32);
+        paths.versions.shrink_to_fit();
+        let head = |p: usize| paths.versions[paths.starts[p + 1] as usize - 1];
+        for p in 0..paths.starts.len() - 1 {
+            g.nodes[head(p) as usize].flags |= HEAD;
+        }
+        let mut order: Vec<u32> = (0..paths.starts.len() as u32 - 1).collect();
+        order.sort_unstable_by_key(|&p| {
+            let n = &g.nodes[head(p as usize) as usize];
+            std::cmp::Reverse((n.len.wrapping_add(1), n.hash))
+        });
+        paths.order = order;
+        Ok((g, paths, newest_id))
+    }
+
+    /// A dictionary trained on the heads' contents, stored as a blob (whole), if it pays
+    /// against what the heads' paths store now: each head on it is weighed against what its
+    /// path pays for a version stored on no version of its own (the root of its chain within
+    /// the path: whole, or a delta on another path's content), and in all they must save
+    /// more than the dictionary's stored size.
+    fn make_dictionary(&self, g: &Graph, paths: &Paths) -> Result<Option<Hash>> {
+        let mut samples: Vec<Vec<u8>> = Vec::new();
+        let mut paid: Vec<usize> = Vec::new();
+        let mut total = 0;
+        for seq in paths.iter() {
+            let head = *seq.last().expect("a version");
+            let n = &g.nodes[head as usize];
+            if n.len == NONE || !(blobs::DELTA_MIN..=REPACK_LEVEL_UP_TO).contains(&(n.len as usize))
+            {
+                continue;
             }
-            done.insert(hash, depth);
-            if kill == Some(report.rewritten) {
-                // SAFETY: kill(2) of this very process, for a test.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            if total + n.len as usize > DICT_SAMPLE_BYTES {
+                break;
+            }
+            // The root of the head's chain within its path.
+            let mut root = head;
+            for _ in 0..u8::MAX {
+                let base = g.nodes[root as usize].base;
+                if base == NONE || !seq.contains(&base) {
+                    break;
+                }
+                root = base;
+            }
+            if let Ok(content) = self.read_blob(&n.hash) {
+                total += content.len();
+                samples.push(content);
+                paid.push(g.nodes[root as usize].stored as usize);
             }
         }
+        if samples.len() < DICT_MIN_SAMPLES || total < DICT_MIN_BYTES {
+            return Ok(None);
+        }
+        let size = (total / DICT_SHARE).clamp(DICT_SIZE.0, DICT_SIZE.1);
+        let Ok(dict) = zstd::dict::from_samples(&samples, size) else {
+            return Ok(None);
+        };
+        let value = blobs::encode_whole_at(&dict, REPACK_LEVEL);
+        let saved: usize = samples
+            .iter()
+            .zip(&paid)
+            .map(|(s, paid)| {
+                // At the capture's level (what `paid` was stored at): level 3 underrates
+                // what a dictionary saves (on this project's history, 108 KB against 176 KB).
+                let delta = blobs::delta_size(s, &dict, blobs::file_level(s.len()));
+                let delta = delta.saturating_add(35);
+                paid.saturating_sub(delta)
+            })
+            .sum();
+        tracing::info!(
+            size = value.len(),
+            saved,
+            samples = samples.len(),
+            "repack: dictionary trained"
+        );
+        if saved <= value.len() {
+            return Ok(None);
+        }
+        let hash = Hash::of(&dict);
+        self.put_value("repack dictionary", &hash, &value, false)?;
+        Ok(Some(hash))
+    }
+
+    /// Re-encode each path's versions where that makes them smaller in all (see the module's
+    /// comment). Only gc calls it, under its lock, so no blob it uses as a base is removed
+    /// meanwhile; changes and content recorded meanwhile are left as they are.
+    pub(super) fn repack(&self) -> Result<RepackReport> {
+        self.check_writable()?;
+        let repacked = self.repacked()?;
+        let since = repacked.up_to;
+        let (mut g, paths, newest_id) = self.scan_for_repack(since)?;
+        let window = Window::new(&g);
+
+        // The dictionary: made once, when there are enough heads to train it on, and kept
+        // while anything is stored on it. Stored whole, final from the start.
+        let mut dictionary = repacked.dictionary;
+        if dictionary == Dictionary::NotYet && paths.len() >= DICT_MIN_SAMPLES {
+            dictionary = match self.make_dictionary(&g, &paths)? {
+                Some(hash) => Dictionary::Made(hash),
+                None => Dictionary::NotWorth,
+            };
+        }
+        let dict = match dictionary {
+            Dictionary::Made(hash) => match g.index(&hash) {
+                Some(i) => Some(i),
+                None if self.has_blob(&hash)? => {
+                    // Made by this run, after the scan.
+                    let i = g.nodes.len() as u32;
+                    g.nodes.push(Node {
+                        hash,
+                        base: NONE,
+                        stored: 0,
+                        len: NONE,
+                        name: 0,
+                        extension: 0,
+                        depth: 0,
+                        fin: 0,
+                        flags: 0,
+                        users: 0,
+                    });
+                    Some(i)
+                }
+                None => None,
+            },
+            _ => None,
+        };
+        if let Some(d) = dict {
+            let n = &mut g.nodes[d as usize];
+            if n.base == NONE {
+                n.flags |= FINAL;
+                n.fin = 0;
+            }
+        }
+
+        let mut run = Run {
+            report: RepackReport::default(),
+            cache: Cache::default(),
+            kill: kill_after(),
+        };
+        for seq in paths.iter() {
+            // Both plans for the path: as it is stored (each version on the one before, as
+            // recorded), and re-encoded (the newest whole or on a similar file or the
+            // dictionary, each older one on the next newer). The smaller is written.
+            let mut keep = Overlay::default();
+            let keepable = seq.iter().all(|&i| g.keep_chain(i, &mut keep));
+            let considered = seq.iter().all(|&i| g.nodes[i as usize].flags & NEW == 0);
+            let plan = if keepable && considered {
+                keep
+            } else {
+                let rewrite = self.rewrite_plan(&g, seq, &window, dict, &mut run.cache);
+                // A plan's cost: its path's versions, and the blobs no change names that it
+                // keeps only for them (each stored on by one blob, itself counted: gc frees
+                // them once nothing is). An overlay lists a base before what is on it.
+                let cost = |o: &Overlay| -> u64 {
+                    let mut counted: HashSet<u32> = seq.iter().copied().collect();
+                    let mut sum = 0;
+                    for (i, _, value) in o.order.iter().rev() {
+                        if !counted.contains(i) {
+                            continue;
+                        }
+                        let n = &g.nodes[*i as usize];
+                        let Some(value) = value else {
+                            sum += u64::from(n.stored);
+                            let b = n.base;
+                            if b != NONE
+                                && o.at.contains_key(&b)
+                                && g.nodes[b as usize].flags & (NAMED | CHUNK_OF) == 0
+                                && g.nodes[b as usize].users == 1
+                            {
+                                counted.insert(b);
+                            }
+                            continue;
+                        };
+                        sum += value.len() as u64;
+                    }
+                    sum
+                };
+                // What the rewrite leaves as it is counts as it is stored.
+                let left: u64 = seq
+                    .iter()
+                    .filter(|i| g.final_depth(**i, &rewrite).is_none())
+                    .map(|i| u64::from(g.nodes[*i as usize].stored))
+                    .sum();
+                if keepable && cost(&keep) <= cost(&rewrite) + left {
+                    keep
+                } else {
+                    rewrite
+                }
+            };
+            self.write_plan(&mut g, plan, &mut run)?;
+        }
+        drop(window);
         let mut value = vec![1u8];
         value.extend_from_slice(&newest_id.to_be_bytes());
         match dictionary {
@@ -456,115 +629,260 @@ impl Store {
             }
         }
         self.put_meta(REPACKED_KEY, &value)?;
-        Ok(report)
+        drop((g, paths, run.cache));
+        // What the repack held goes back to the system now, not at the daemon's next trim.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free pages; it is safe at any time.
+        unsafe {
+            libc::malloc_trim(0)
+        };
+        Ok(run.report)
     }
 
-    /// The value `hash` should have under `plan`, or that it stays as it is.
+    /// A path's versions re-encoded: the newest first, each on the best of the bases it may
+    /// have (final ones only, so no blob can reach itself) or whole, or as it is where that
+    /// is smaller; a version that cannot be read is left out (it stays as it is).
+    fn rewrite_plan(
+        &self,
+        g: &Graph,
+        seq: &[u32],
+        window: &Window,
+        dict: Option<u32>,
+        cache: &mut Cache,
+    ) -> Overlay {
+        let mut plan = Overlay::default();
+        for pos in (0..seq.len()).rev() {
+            let i = seq[pos];
+            if g.final_depth(i, &plan).is_some() {
+                continue;
+            }
+            let n = &g.nodes[i as usize];
+            if n.flags & (CHUNK_OF | NO_BASE) != 0 || n.len == NONE {
+                // Not re-encoded: as it is, if its chain allows.
+                g.keep_chain(i, &mut plan);
+                continue;
+            }
+            let bound = g.bound(i);
+            let current = match n.base {
+                NONE => Some(0),
+                base => g
+                    .final_depth(base, &plan)
+                    .map(|d| d.saturating_add(1))
+                    .filter(|d| *d <= bound),
+            };
+            if let Some(depth) = current
+                && n.flags & NEW == 0
+            {
+                // Unchanged since a repack considered it, on a final base.
+                plan.insert(i, depth, None);
+                continue;
+            }
+            let eligible = |c: u32| -> Option<(u32, u8)> {
+                if c == i {
+                    return None;
+                }
+                let depth = g.final_depth(c, &plan)?.checked_add(1)?;
+                (depth <= bound).then_some((c, depth))
+            };
+            let mut candidates: Vec<(u32, u8)> = [pos + 1, pos.wrapping_sub(1)]
+                .into_iter()
+                .filter_map(|p| seq.get(p))
+                .filter_map(|&c| eligible(c))
+                .collect();
+            if candidates.is_empty() || pos + 1 == seq.len() {
+                for c in window
+                    .near(g, i, eligible)
+                    .into_iter()
+                    .chain(dict.and_then(eligible))
+                {
+                    if !candidates.iter().any(|(h, _)| *h == c.0) {
+                        candidates.push(c);
+                    }
+                }
+            }
+            match self.encode_for_repack(g, i, candidates, current, cache) {
+                Ok(Encoded::Same(depth)) => plan.insert(i, depth, None),
+                Ok(Encoded::New(depth, value)) => plan.insert(i, depth, Some(value)),
+                // Left as it is, and never a base here: it may not be in a final encoding.
+                Err(e) => tracing::warn!("repack: leaving blob {} as it is: {e}", n.hash),
+            }
+        }
+        plan
+    }
+
+    /// Write a plan, bases first: new values, and depth bytes that changed. A blob a capture
+    /// is using right now is left as it is, and with it what the plan stores on it.
+    fn write_plan(&self, g: &mut Graph, plan: Overlay, run: &mut Run) -> Result<()> {
+        let mut skipped: HashSet<u32> = HashSet::new();
+        for (i, depth, value) in plan.order {
+            let n = &g.nodes[i as usize];
+            if n.base != NONE && skipped.contains(&n.base) && value.is_none() {
+                skipped.insert(i);
+                continue;
+            }
+            let value = match value {
+                Some(value) => {
+                    let new_base = blobs::delta_base(&value).map(|(b, _)| b);
+                    if new_base.is_some_and(|b| g.index(&b).is_some_and(|b| skipped.contains(&b))) {
+                        skipped.insert(i);
+                        continue;
+                    }
+                    Some(value)
+                }
+                None if n.base != NONE && n.depth != depth => {
+                    let mut value = self.value_of(&n.hash)?;
+                    value[2] = depth;
+                    Some(value)
+                }
+                None => None,
+            };
+            if let Some(value) = value {
+                let hash = n.hash;
+                if self.pins.lock().contains_key(&hash) {
+                    skipped.insert(i);
+                    continue;
+                }
+                let old_base = (n.base != NONE).then(|| g.nodes[n.base as usize].hash);
+                let new_base = blobs::delta_base(&value).map(|(b, _)| b);
+                self.put_value("repack", &hash, &value, true)?;
+                let r = &mut run.report;
+                r.rewritten += 1;
+                r.deltas += u64::from(new_base.is_some());
+                r.bytes_before += u64::from(n.stored);
+                r.bytes_after += value.len() as u64;
+                if old_base.is_some() && new_base != old_base {
+                    // The old base may now be needed by nothing but its own changes, or by
+                    // nothing at all: a sweep finds out.
+                    r.freed_bases = true;
+                }
+                let new_base = new_base.and_then(|b| g.index(&b)).unwrap_or(NONE);
+                let n = &mut g.nodes[i as usize];
+                n.stored = value.len() as u32;
+                n.depth = depth;
+                let old_base = std::mem::replace(&mut n.base, new_base);
+                if old_base != new_base {
+                    if old_base != NONE {
+                        let users = &mut g.nodes[old_base as usize].users;
+                        if *users < u8::MAX {
+                            *users = users.saturating_sub(1);
+                        }
+                    }
+                    if new_base != NONE {
+                        let users = &mut g.nodes[new_base as usize].users;
+                        *users = users.saturating_add(1);
+                    }
+                }
+                if run.kill == Some(r.rewritten) {
+                    // SAFETY: kill(2) of this very process, for a test.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                }
+            }
+            let n = &mut g.nodes[i as usize];
+            n.flags |= FINAL;
+            n.fin = depth;
+        }
+        Ok(())
+    }
+
+    /// The value blob `i` should have, given its candidate bases (with the depth each
+    /// would give it) and its current encoding's depth if it may stay: the smallest delta if
+    /// it pays (the capture's rule), else as it is, else whole.
     fn encode_for_repack(
         &self,
-        hash: &Hash,
-        header: &Header,
-        plan: Plan,
-        len: usize,
+        g: &Graph,
+        i: u32,
+        candidates: Vec<(u32, u8)>,
+        current: Option<u8>,
         cache: &mut Cache,
     ) -> Result<Encoded> {
+        let n = &g.nodes[i as usize];
+        let (hash, len) = (n.hash, n.len as usize);
         let level = level_for(len);
-        match plan {
-            Plan::Keep(depth) => self.keep_as(hash, header, depth),
-            Plan::Try(candidates, current) => {
-                let data = cache.content(self, hash)?;
-                // With several bases, the best is chosen at a fast level, then encoded at
-                // the repack's.
-                let mut candidates = candidates;
-                if candidates.len() > 1 && level > SEARCH_LEVEL {
-                    let mut sized: Vec<(usize, (Hash, u8))> = Vec::new();
-                    for (base, depth) in candidates {
-                        if let Ok(content) = cache.content(self, &base) {
-                            let size = blobs::delta_size(&data, &content, SEARCH_LEVEL);
-                            sized.push((size, (base, depth)));
-                        }
-                    }
-                    candidates = sized
-                        .into_iter()
-                        .min_by_key(|(s, _)| *s)
-                        .map(|(_, c)| c)
-                        .into_iter()
-                        .collect();
+        let data = cache.content(self, &hash)?;
+        // With several bases, the best is chosen at a fast level, then encoded at the
+        // repack's.
+        let mut candidates = candidates;
+        if candidates.len() > 1 && level > SEARCH_LEVEL {
+            let mut sized: Vec<(usize, (u32, u8))> = Vec::new();
+            for (base, depth) in candidates {
+                if let Ok(content) = cache.content(self, &g.nodes[base as usize].hash) {
+                    let size = blobs::delta_size(&data, &content, SEARCH_LEVEL);
+                    sized.push((size, (base, depth)));
                 }
-                let mut best: Option<(u8, Vec<u8>)> = None;
-                for (base, depth) in candidates {
-                    let base_content = match cache.content(self, &base) {
-                        Ok(c) => c,
-                        Err(e) => {
-                            tracing::warn!("repack: not using {base} as a base: {e}");
-                            continue;
-                        }
-                    };
-                    let Some(value) = blobs::encode_delta_checked(
-                        &data,
-                        hash,
-                        &base,
-                        &base_content,
-                        depth,
-                        level,
-                    ) else {
-                        continue;
-                    };
-                    if best.as_ref().is_none_or(|(_, b)| value.len() < b.len()) {
-                        best = Some((depth, value));
-                    }
-                }
-                // The content whole at the repack's level: where there is no current
-                // encoding, or it is whole (at the level it was captured at).
-                let whole = match current {
-                    None => Some(blobs::encode_whole_at(&data, level)),
-                    Some(0) if len <= REPACK_LEVEL_UP_TO => {
-                        Some(blobs::encode_whole_at(&data, level))
-                    }
-                    Some(_) => None,
-                };
-                // What the delta must beat (the same rule as at write time): the smaller of
-                // the current value, if it may stay, and the whole.
-                let beat = [
-                    current.map(|_| header.stored as usize),
-                    whole.as_ref().map(Vec::len),
-                ]
+            }
+            candidates = sized
                 .into_iter()
-                .flatten()
-                .min()
-                .expect("one or the other");
-                if let Some((depth, delta)) = best
-                    && (delta.len() * 16 <= len || delta.len() * 10 < beat * blobs::DELTA_PAYS)
-                {
-                    return Ok(Encoded::New(depth, delta));
+                .min_by_key(|(s, _)| *s)
+                .map(|(_, c)| c)
+                .into_iter()
+                .collect();
+        }
+        let mut best: Option<(u8, Vec<u8>)> = None;
+        for (base, depth) in candidates {
+            let base = g.nodes[base as usize].hash;
+            let base_content = match cache.content(self, &base) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("repack: not using {base} as a base: {e}");
+                    continue;
                 }
-                match (current, whole) {
-                    // Whole either way: rewritten only for a clear gain.
-                    (Some(0), Some(whole)) if whole.len() * 50 < header.stored as usize * 49 => {
-                        Ok(Encoded::New(0, whole))
-                    }
-                    (Some(depth), _) => self.keep_as(hash, header, depth),
-                    (None, Some(whole)) => Ok(Encoded::New(0, whole)),
-                    (None, None) => unreachable!("made when there is no current encoding"),
-                }
+            };
+            let Some(value) =
+                blobs::encode_delta_checked(&data, &hash, &base, &base_content, depth, level)
+            else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(_, b)| value.len() < b.len()) {
+                best = Some((depth, value));
             }
         }
-    }
-
-    /// `hash`'s value as it is, its chain now `depth` long: unchanged, or the same frame under
-    /// a header that says so.
-    fn keep_as(&self, hash: &Hash, header: &Header, depth: u8) -> Result<Encoded> {
-        match header.base {
-            Some((_, stored)) if stored != depth => {
-                let mut value = self.value_of(hash)?;
-                value[2] = depth;
-                Ok(Encoded::New(depth, value))
-            }
-            _ => Ok(Encoded::Same(depth)),
+        // The content whole at the repack's level (or the capture's, where zstd's level 19
+        // comes out larger, as on some repetitive text): where there is no current
+        // encoding, or it is whole (at the level it was captured at).
+        let whole = || {
+            let high = blobs::encode_whole_at(&data, level);
+            let low = blobs::encode_whole_at(&data, blobs::file_level(len));
+            if low.len() < high.len() { low } else { high }
+        };
+        let whole = match current {
+            None => Some(whole()),
+            Some(0) if len <= REPACK_LEVEL_UP_TO => Some(whole()),
+            Some(_) => None,
+        };
+        // What the delta must beat (the same rule as at write time): the smaller of the
+        // current value, if it may stay, and the whole.
+        let beat = [
+            current.map(|_| n.stored as usize),
+            whole.as_ref().map(Vec::len),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("one or the other");
+        if let Some((depth, delta)) = best
+            && (delta.len() * 16 <= len || delta.len() * 10 < beat * blobs::DELTA_PAYS)
+            && delta.len() < beat
+        {
+            return Ok(Encoded::New(depth, delta));
         }
+        Ok(match (current, whole) {
+            // Whole either way: rewritten only for a clear gain.
+            (Some(0), Some(whole)) if whole.len() * 50 < n.stored as usize * 49 => {
+                Encoded::New(0, whole)
+            }
+            (Some(depth), _) => Encoded::Same(depth),
+            (None, Some(whole)) => Encoded::New(0, whole),
+            (None, None) => unreachable!("made when there is no current encoding"),
+        })
     }
 }
 
+/// What a repack carries from path to path.
+struct Run {
+    report: RepackReport,
+    cache: Cache,
+    kill: Option<u64>,
+}
 /// What the last completed repack left in `meta` `repacked`.
 struct Repacked {
     /// The newest change id it saw.
@@ -583,83 +901,68 @@ enum Dictionary {
     Made(Hash),
 }
 
-/// What a blob's encoding will be.
-enum Plan {
-    /// As it is, with a chain of this depth.
-    Keep(u8),
-    /// The smallest delta on one of these bases (with the depth it would have), if it pays
-    /// against the current encoding (valid, with its depth) or else against the whole.
-    Try(Vec<(Hash, u8)>, Option<u8>),
-}
-
+/// A blob's encoding in a plan: as it is (its chain this deep), or this new value.
 enum Encoded {
     Same(u8),
     New(u8, Vec<u8>),
 }
 
-/// The contents of other paths a version tries as bases: by file name and by extension,
-/// sorted by size.
+/// The contents of paths a version tries as bases: by file name, and by extension sorted
+/// by size (indexes into the [`Graph`], in two sorted lists).
 struct Window {
-    by_name: HashMap<Vec<u8>, Vec<Hash>>,
-    by_extension: HashMap<Vec<u8>, Vec<(u64, Hash)>>,
-    /// Each content's name and extension.
-    keys: HashMap<Hash, (Vec<u8>, Vec<u8>)>,
+    by_name: Vec<(u32, u32)>,
+    by_extension: Vec<(u32, u32, u32)>,
 }
 
 impl Window {
-    fn new(
-        order: &[Rank],
-        names: &HashMap<Hash, Vec<u8>>,
-        headers: &HashMap<Hash, Header>,
-    ) -> Self {
+    fn new(g: &Graph) -> Self {
         let mut w = Window {
-            by_name: HashMap::new(),
-            by_extension: HashMap::new(),
-            keys: HashMap::new(),
+            by_name: Vec::new(),
+            by_extension: Vec::new(),
         };
-        for r in order {
-            let (Some(path), Some(len)) = (names.get(&r.hash), headers[&r.hash].len) else {
+        for (i, n) in g.nodes.iter().enumerate() {
+            if n.flags & IN_PATH == 0 || n.flags & (CHUNK_OF | NO_BASE) != 0 || n.len == NONE {
                 continue;
-            };
-            let (name, extension) = super::similar::name_and_extension(path);
-            w.by_name.entry(name.to_vec()).or_default().push(r.hash);
-            w.by_extension
-                .entry(extension.to_vec())
-                .or_default()
-                .push((len, r.hash));
-            w.keys.insert(r.hash, (name.to_vec(), extension.to_vec()));
+            }
+            w.by_name.push((n.name, i as u32));
+            w.by_extension.push((n.extension, n.len, i as u32));
         }
-        for list in w.by_extension.values_mut() {
-            list.sort_unstable();
-        }
+        w.by_name.sort_unstable();
+        w.by_extension.sort_unstable();
         w
     }
 
-    /// The bases `hash` (of `len` bytes) tries, of those `eligible` allows (with their
-    /// depth): the same file name first, then the same extension, closest in size.
+    /// The bases `i` tries, of those `eligible` allows (with their depth): the same file
+    /// name first, then the same extension, closest in size.
     fn near(
         &self,
-        hash: &Hash,
-        len: u64,
-        eligible: impl Fn(&Hash) -> Option<(Hash, u8)>,
-    ) -> Vec<(Hash, u8)> {
-        let Some((name, extension)) = self.keys.get(hash) else {
-            return Vec::new();
-        };
-        let mut out: Vec<(Hash, u8)> = self.by_name[name]
+        g: &Graph,
+        i: u32,
+        eligible: impl Fn(u32) -> Option<(u32, u8)>,
+    ) -> Vec<(u32, u8)> {
+        let n = &g.nodes[i as usize];
+        let from = self.by_name.partition_point(|(name, _)| *name < n.name);
+        let mut out: Vec<(u32, u8)> = self.by_name[from..]
             .iter()
-            .filter(|h| *h != hash)
-            .filter_map(&eligible)
+            .take_while(|(name, _)| *name == n.name)
+            .filter_map(|&(_, c)| eligible(c))
             .take(WINDOW_NAMES)
             .collect();
-        let list = &self.by_extension[extension];
-        let at = list.partition_point(|(l, _)| *l < len);
+        let from = self
+            .by_extension
+            .partition_point(|(e, ..)| *e < n.extension);
+        let to = self
+            .by_extension
+            .partition_point(|(e, ..)| *e <= n.extension);
+        let list = &self.by_extension[from..to];
+        let len = n.len;
+        let at = list.partition_point(|(_, l, _)| *l < len);
         // Outwards from `len`, the closer side first.
         let (mut below, mut above) = (at, at);
         let mut found = 0;
         for _ in 0..WINDOW_SCAN {
             let next = match (below.checked_sub(1), list.get(above)) {
-                (Some(b), Some((la, _))) if len - list[b].0 <= la - len => {
+                (Some(b), Some((_, la, _))) if len - list[b].1 <= la - len => {
                     below = b;
                     b
                 }
@@ -673,12 +976,12 @@ impl Window {
                 }
                 (None, None) => break,
             };
-            let (_, h) = &list[next];
-            if h == hash || out.iter().any(|(o, _)| o == h) {
+            let (_, _, c) = list[next];
+            if out.iter().any(|(o, _)| *o == c) {
                 continue;
             }
-            if let Some(c) = eligible(h) {
-                out.push(c);
+            if let Some(e) = eligible(c) {
+                out.push(e);
                 found += 1;
                 if found == WINDOW_SIZES {
                     break;
@@ -702,16 +1005,12 @@ impl Cache {
             return Ok(c.clone());
         }
         let data = std::sync::Arc::new(store.read_blob(hash)?);
-        self.insert(*hash, data.clone());
-        Ok(data)
-    }
-
-    fn insert(&mut self, hash: Hash, data: std::sync::Arc<Vec<u8>>) {
         if self.bytes + data.len() > CACHE_BYTES {
             self.contents.clear();
             self.bytes = 0;
         }
         self.bytes += data.len();
-        self.contents.insert(hash, data);
+        self.contents.insert(*hash, data.clone());
+        Ok(data)
     }
 }

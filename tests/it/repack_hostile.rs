@@ -130,7 +130,7 @@ fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
     ws.mount();
     let mut saved = save_versions(&ws, 10);
     ws.unmount();
-    for kill_after in ["1", "9", "23"] {
+    for kill_after in ["1", "9", "15"] {
         ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_REPACK_KILL", kill_after)]);
         // New versions since the last repack, so that each gc has work to cut short.
         saved.extend(save_versions(&ws, 2));
