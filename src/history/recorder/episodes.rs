@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use super::capture::{key_of, kind_of, seen_of};
+use super::capture::{Sig, key_of, kind_of, seen_of};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
@@ -36,6 +36,9 @@ pub(super) struct Episode {
     /// A new file fsynced before its create was recorded: its marker is in the store, with
     /// the file as the last `fsync` left it ([`Recorder::sync_file`]).
     pub(super) fsynced: Option<Fsynced>,
+    /// The file's stat signature when this episode of a file that was there began (`None`
+    /// for a new file, or once cut): the same at its end, nothing was written.
+    pub(super) begun: Option<Sig>,
 }
 
 /// How many openers an episode lists before it stops listing them.
@@ -110,7 +113,7 @@ impl Recorder {
         }
         let before = self.capture(path, st)?;
         let who = self.who(by);
-        self.open_episode(key, path, Some(before), who, false, by.pid)?;
+        self.open_episode(key, path, Some(before), who, Some(Sig::of(st)), by.pid)?;
         Ok(Some(key))
     }
 
@@ -133,7 +136,7 @@ impl Recorder {
             );
         }
         let who = self.who(by);
-        self.open_episode(key_of(st), path, None, who, true, by.pid)?;
+        self.open_episode(key_of(st), path, None, who, None, by.pid)?;
         Ok(Some(key_of(st)))
     }
 
@@ -143,9 +146,11 @@ impl Recorder {
         path: &[u8],
         before: Option<FileState>,
         who: Who,
-        created: bool,
+        begun: Option<Sig>,
         pid: u32,
     ) -> Result<()> {
+        // A file that was there has a before state and a signature; a new file neither.
+        let created = begun.is_none();
         // A new file needs no marker: if the daemon dies before its end, the scan at the next
         // mount finds it anyway. A marker keeps the before state of a file being changed.
         if !created {
@@ -166,6 +171,7 @@ impl Recorder {
                 openers: vec![pid],
                 awaited: false,
                 fsynced: None,
+                begun,
             });
         Ok(())
     }
@@ -264,21 +270,7 @@ impl Recorder {
     fn end_in_flight(&self, key: Key, ep: Episode) -> Result<()> {
         let path = ep.path.clone();
         lock(&self.ends_in_flight).push(path.clone());
-        // The id of the moment the file was closed, set aside before anything slow (reading
-        // and storing what was written): an operation the writer makes after its `close()`
-        // may be handled meanwhile, and must come after it in the history.
-        let result = match self.reserve_id() {
-            Ok(id) => {
-                let ended = (id, now_ns());
-                SLOW_END.pause();
-                self.end_or_keep(key, ep, ended)
-            }
-            // The store refuses the deletes queued before it: kept, as a refused end is.
-            Err(e) => {
-                self.keep_unended(key, ep, &e);
-                Err(e)
-            }
-        };
+        let result = self.end_or_keep(key, ep);
         let mut in_flight = lock(&self.ends_in_flight);
         if let Some(i) = in_flight.iter().position(|p| *p == path) {
             in_flight.swap_remove(i);
@@ -290,9 +282,8 @@ impl Recorder {
     /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
-    fn end_or_keep(&self, key: Key, ep: Episode, ended: (u64, u64)) -> Result<()> {
-        let (id, _) = ended;
-        match self.finish_episode(key, &ep, ended) {
+    fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
+        match self.finish_episode(key, &ep) {
             Ok(Some(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, p);
                 if let Some(old) = replaced {
@@ -302,8 +293,8 @@ impl Recorder {
             }
             Ok(None) => Ok(()),
             Err(e) => {
-                // Not recorded: a retry sets an id aside again.
-                self.release_id(id);
+                // Not recorded (the store refused it, or the deletes queued before its id):
+                // a retry sets an id aside again.
                 self.keep_unended(key, ep, &e);
                 Err(e)
             }
@@ -347,35 +338,56 @@ impl Recorder {
         Ok(())
     }
 
-    /// Record the end of an episode as change `id` at time `time_ns` (`ended`: set aside when
-    /// it ended); a created file is returned to be held back instead, with them. When nothing
-    /// is recorded, the id is given back; on an error, the caller gives it back.
-    fn finish_episode(
-        &self,
-        key: Key,
-        ep: &Episode,
-        (id, time_ns): (u64, u64),
-    ) -> Result<Option<Pending>> {
+    /// Record the end of an episode; a created file is returned to be held back instead.
+    fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.orphaned {
             self.history.drop_open_episode(path)?;
-            self.release_id(id);
             return Ok(None);
         }
         // Gone, or the name now belongs to something else: what this file became is not in the
         // tree.
         let Some(st) = self.stat_if_same(path, key) else {
             self.history.drop_open_episode(path)?;
-            self.release_id(id);
             return Ok(None);
         };
         self.note_rules(path)?;
         if !self.records(path, false) {
             // Its folder became ignored meanwhile (this file may be the marker).
             self.history.drop_open_episode(path)?;
-            self.release_id(id);
             return Ok(None);
         }
+        if ep.begun.is_some_and(|begun| begun == Sig::of(&st)) {
+            // Opened for writing, and nothing written: no id set aside, so none to give back
+            // (which would leave a gap if something was recorded meanwhile).
+            self.history.drop_open_episode(path)?;
+            return Ok(None);
+        }
+        // The id of the moment the file was closed, set aside before anything slow (reading
+        // and storing what was written): an operation the writer makes after its `close()`
+        // may be handled meanwhile, and must come after it in the history.
+        let (id, time_ns) = (self.reserve_id()?, now_ns());
+        SLOW_END.pause();
+        let finished = self.finish_as(key, ep, &st, id, time_ns);
+        if finished.is_err() {
+            self.release_id(id);
+        }
+        finished
+    }
+
+    /// [`finish_episode`](Self::finish_episode) of a file that is there, as change `id` at
+    /// `time_ns`; a created file is returned to be held back, with them. When the content is
+    /// as it was, nothing is recorded and the id is given back; on an error, the caller gives
+    /// it back.
+    fn finish_as(
+        &self,
+        key: Key,
+        ep: &Episode,
+        st: &libc::stat,
+        id: u64,
+        time_ns: u64,
+    ) -> Result<Option<Pending>> {
+        let path = &ep.path[..];
         if ep.created {
             let p = Pending {
                 replaces: None,
@@ -395,7 +407,7 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        let after = self.capture_fresh(path, &st)?;
+        let after = self.capture_fresh(path, st)?;
         if ep.before.as_ref() == Some(&after) {
             self.history.drop_open_episode(path)?;
             self.release_id(id);
@@ -406,7 +418,7 @@ impl Recorder {
         change.before = ep.before.clone();
         change.after = Some(after);
         change.links = self.other_names(key, path);
-        let manifest = self.manifest_of_names(path, &change.links, seen_of(&st));
+        let manifest = self.manifest_of_names(path, &change.links, seen_of(st));
         self.record_as(
             change,
             &Extra {
@@ -538,6 +550,7 @@ impl Recorder {
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
             ep.before = Some(now.clone());
             ep.created = false;
+            ep.begun = None;
             ep.fsynced = None;
         }
         self.put_marker(&ep_path, Some(now), &who, None)
