@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, wait_for};
-use crate::trust::{every_file_is_in_the_history, run_within, rw_within, sh_within};
+use crate::trust::{changes, every_file_is_in_the_history, run_within, rw_within, sh_within};
 
 /// A workspace mounted with its store on a small ext4 (`env`: the daemon's test knobs).
 fn mounted_on_small_ext4(env: &[(&str, &str)]) -> (SmallFs, Workspace) {
@@ -227,4 +227,81 @@ fn fuse_thread_sleeps(pid: i32) -> bool {
         let wchan = fs::read_to_string(t.path().join("wchan")).unwrap_or_default();
         comm.starts_with("fuser-") && wchan.contains("nanosleep")
     })
+}
+
+/// The store's disk fills between a new file, folder or hard link being made and its record
+/// (`REWIND_TEST_SLOW_MADE` holds each one there): each is either kept, and recorded once
+/// there is room again, or refused with ENOSPC and taken back. None stays unrecorded. (A file
+/// made while the store still took writes used to be refused after it was made, and stayed.)
+#[test]
+fn a_store_disk_that_fills_while_things_are_being_made_leaves_nothing_unrecorded() {
+    let (small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_SLOW_MADE", "6000")]);
+    let root = ws.path().to_path_buf();
+    // Each in a folder of its own: the kernel makes names in one folder one at a time. Three,
+    // so that one of the daemon's four FUSE threads stays free while they wait. (A symlink
+    // or a device node is recorded as a folder is.)
+    sh_within(
+        &root,
+        60,
+        "mkdir a b c && echo keep > keep && echo held > held",
+    );
+    ok(rw_within(&ws, &["sync"]));
+    // A writer that began while there was room.
+    let held = fs::OpenOptions::new()
+        .append(true)
+        .open(root.join("held"))
+        .unwrap();
+
+    let makers: Vec<_> = [
+        ("a/new.txt", "file"),
+        ("b/new_dir", "dir"),
+        ("c/new_link", "link"),
+    ]
+    .into_iter()
+    .map(|(path, kind)| {
+        let at = root.join(path);
+        std::thread::spawn(move || {
+            let made = match kind {
+                "file" => fs::write(&at, b"made while the disk filled\n"),
+                "dir" => fs::create_dir(&at),
+                _ => fs::hard_link(at.parent().unwrap().join("../keep"), &at),
+            };
+            (path, errno(made))
+        })
+    })
+    .collect();
+    // While they wait between being made and being recorded, the disk fills to the last byte
+    // and the held writer's end cannot be stored, so the store refuses writes: a folder or link
+    // whose record comes after that is refused, and taken back.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let filler = fill_until_refused(&small, &ws, held);
+    let made: Vec<_> = makers.into_iter().map(|m| m.join().unwrap()).collect();
+    for (path, result) in &made {
+        // Listed, not looked up: a refused create leaves the kernel's negative entry for it.
+        let at = root.join(path);
+        let there = fs::read_dir(at.parent().unwrap())
+            .unwrap()
+            .any(|e| Some(e.unwrap().file_name().as_os_str()) == at.file_name());
+        match result {
+            Ok(()) => assert!(there, "{path}: made, but not there"),
+            Err(errno) => {
+                assert_eq!(*errno, Some(libc::ENOSPC), "{path}: refused");
+                assert!(!there, "{path}: refused, but left in the workspace");
+            }
+        }
+    }
+    eprintln!("made while the disk filled: {made:?}");
+
+    free_and_settle(&ws, &filler);
+    every_file_is_in_the_history(&ws);
+    let all = changes(&ws);
+    for (path, result) in &made {
+        if result.is_ok() {
+            assert!(
+                all.iter().any(|c| c["path"] == *path),
+                "{path}: made, and not in the history"
+            );
+        }
+    }
+    ws.unmount();
 }

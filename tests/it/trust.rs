@@ -136,7 +136,7 @@ fn ctl(root: &Path, cmd: &[u8]) -> (std::io::Result<()>, String) {
 }
 
 /// Every change as JSON (`rewind log --json`).
-fn changes(ws: &Workspace) -> Vec<serde_json::Value> {
+pub(crate) fn changes(ws: &Workspace) -> Vec<serde_json::Value> {
     ok(rw_within(ws, &["log", "--json"]))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -2299,117 +2299,6 @@ for i in range(400):
     sh_within(&root, 60, "echo after > after.txt && echo more >> keep");
     ok(rw_within(&ws, &["sync"]));
     every_file_is_in_the_history(&ws);
-    ws.unmount();
-}
-
-/// The store's disk fills between a new file, folder, symlink or hard link being made and its record
-/// (`REWIND_TEST_SLOW_MADE` holds each one there): each is either kept, and recorded once
-/// there is room again, or refused with ENOSPC and taken back. None stays unrecorded. (A file
-/// made while the store still took writes used to be refused after it was made, and stayed.)
-#[test]
-fn a_store_disk_that_fills_while_things_are_being_made_leaves_nothing_unrecorded() {
-    let Some(small) = SmallFs::of(Disk::Ext4, 192) else {
-        panic!("cannot mount a small ext4 for the store (needs root)");
-    };
-    let mut ws = Workspace::new();
-    let store = small.path().join("store");
-    let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
-    cmd.arg("--store")
-        .arg(&store)
-        .env("REWIND_TEST_SLOW_MADE", "6000");
-    ok(run_within(cmd, 60, "mount"));
-    ws.mark_mounted();
-    let root = ws.path().to_path_buf();
-    // Each in a folder of its own: the kernel makes names in one folder one at a time. Three,
-    // so that one of the daemon's four FUSE threads stays free while they wait. (A symlink
-    // or a device node is recorded as a folder is.)
-    sh_within(
-        &root,
-        60,
-        "mkdir a b c && echo keep > keep && echo held > held",
-    );
-    ok(rw_within(&ws, &["sync"]));
-    // A writer that began while there was room.
-    let mut held = fs::OpenOptions::new()
-        .append(true)
-        .open(root.join("held"))
-        .unwrap();
-
-    let makers: Vec<_> = [
-        ("a/new.txt", "file"),
-        ("b/new_dir", "dir"),
-        ("c/new_link", "link"),
-    ]
-    .into_iter()
-    .map(|(path, kind)| {
-        let at = root.join(path);
-        std::thread::spawn(move || {
-            let made = match kind {
-                "file" => fs::write(&at, b"made while the disk filled\n"),
-                "dir" => fs::create_dir(&at),
-                _ => fs::hard_link(at.parent().unwrap().join("../keep"), &at),
-            };
-            (path, made.map_err(|e| e.raw_os_error()))
-        })
-    })
-    .collect();
-    // While they wait between being made and being recorded, the disk fills to the last byte.
-    std::thread::sleep(Duration::from_millis(300));
-    let filler = small.path().join("filler");
-    {
-        use std::os::fd::AsRawFd;
-        let mut f = fs::File::create(&filler).unwrap();
-        let most = small.available().saturating_sub(4 << 20);
-        // SAFETY: fallocate on a file we own, with a length from the disk's own figure.
-        let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, most as libc::off_t) };
-        assert_eq!(r, 0, "fallocate: {}", std::io::Error::last_os_error());
-        let chunk = vec![0x5au8; 64 << 10];
-        while f.write_all(&chunk).and_then(|()| f.sync_all()).is_ok() {}
-    }
-    // The held writer's end cannot be stored now, so the store refuses writes: a folder,
-    // symlink or link whose record comes after that is refused, and taken back.
-    held.write_all(&noise(3 << 20, 7)).unwrap();
-    drop(held);
-    let refusing = wait_for(30, || {
-        fs::read_to_string(root.join(".rewind/status")).is_ok_and(|s| s.contains("NOT RECORDING"))
-    });
-    eprintln!("the store refused writes before the records: {refusing}");
-    let made: Vec<_> = makers.into_iter().map(|m| m.join().unwrap()).collect();
-    for (path, result) in &made {
-        // Listed, not looked up: a refused create leaves the kernel's negative entry for it.
-        let at = root.join(path);
-        let there = fs::read_dir(at.parent().unwrap())
-            .unwrap()
-            .any(|e| Some(e.unwrap().file_name().as_os_str()) == at.file_name());
-        match result {
-            Ok(()) => assert!(there, "{path}: made, but not there"),
-            Err(errno) => {
-                assert_eq!(*errno, Some(libc::ENOSPC), "{path}: refused");
-                assert!(!there, "{path}: refused, but left in the workspace");
-            }
-        }
-    }
-    eprintln!("made while the disk filled: {made:?}");
-
-    fs::remove_file(&filler).unwrap();
-    assert!(
-        wait_for(30, || ok(rw_within(&ws, &["status"]))
-            .lines()
-            .any(|l| l == "recording: recording")),
-        "recording did not resume: {}",
-        ok(rw_within(&ws, &["status"]))
-    );
-    ok(rw_within(&ws, &["sync"]));
-    every_file_is_in_the_history(&ws);
-    let all = changes(&ws);
-    for (path, result) in &made {
-        if result.is_ok() {
-            assert!(
-                all.iter().any(|c| c["path"] == *path),
-                "{path}: made, and not in the history"
-            );
-        }
-    }
     ws.unmount();
 }
 
