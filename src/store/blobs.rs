@@ -703,6 +703,8 @@ impl Store {
     /// recorded content needs it.
     fn content(&self, hash: &Hash, value: Vec<u8>) -> Result<Vec<u8>> {
         let mut chain = vec![(*hash, value)];
+        // Times the chain was read again because a repack rewrote part of it meanwhile.
+        let mut again = 0;
         // The chain's last base, if it is the dictionary read last (already checked).
         let mut cached: Option<std::sync::Arc<Vec<u8>>> = None;
         loop {
@@ -730,6 +732,13 @@ impl Store {
             }
             match self.value_of(&base) {
                 Ok(value) => chain.push((base, value)),
+                // A repack re-encoded a blob of the chain after it was read here, and the gc
+                // after it removed the base its old encoding had: read the chain again.
+                Err(_) if again < 3 && self.chain_changed(&chain) => {
+                    again += 1;
+                    chain.truncate(1);
+                    chain[0].1 = self.value_of(hash)?;
+                }
                 Err(e) => {
                     chain.push((base, Vec::new()));
                     return Err(self.damaged_base(hash, &chain, &reason(e)));
@@ -764,6 +773,13 @@ impl Store {
             content = Some(data);
         }
         Ok(content.expect("the chain holds the blob itself"))
+    }
+
+    /// Whether a blob of `chain` (as read) is now stored otherwise.
+    fn chain_changed(&self, chain: &[(Hash, Vec<u8>)]) -> bool {
+        chain
+            .iter()
+            .any(|(h, v)| self.value_of(h).ok().as_ref() != Some(v))
     }
 
     /// The content of `hash` if it is the dictionary read last (`Store::dictionary`).
@@ -834,6 +850,16 @@ impl Store {
                 }
             }
         }
+        drop(db);
+        self.paths_naming(&affected)
+    }
+
+    /// Every path a recorded change of which has one of `contents`, sorted.
+    pub(super) fn paths_naming(
+        &self,
+        contents: &std::collections::HashSet<Hash>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let db = self.db()?;
         let mut paths = std::collections::BTreeSet::new();
         for item in db.iterator_cf(db.cf(super::CF_CHANGES), rocksdb::IteratorMode::Start) {
             let (key, value) = item.map_err(Store::db_error("scan changes"))?;
@@ -844,7 +870,7 @@ impl Store {
                 .into_iter()
                 .flatten()
                 .filter_map(|s| s.hash)
-                .any(|h| affected.contains(&Hash(h)));
+                .any(|h| contents.contains(&Hash(h)));
             if needs {
                 paths.insert(c.path);
             }
@@ -1034,6 +1060,48 @@ mod tests {
         let extra = crate::store::Extra::default();
         store.record_many(vec![(change, &extra)]).unwrap();
         hash
+    }
+
+    /// A reader that read a version's value just before a repack re-encoded it, and the gc
+    /// after the repack then removed the base that old encoding was stored on, reads the
+    /// version again instead of calling it damaged (a reader racing `gc --repack`).
+    #[test]
+    fn a_read_racing_a_repack_and_the_gc_after_it_reads_the_version_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let versions: Vec<(Hash, Vec<u8>)> = (0..20)
+            .map(|v| {
+                // Pinned only until its change is written, as by the recorder.
+                let _pins = store.pin_scope();
+                let data = source(300, v * 7);
+                (version(&store, "src/a.rs", &data), data)
+            })
+            .collect();
+        let (head, data) = versions.last().unwrap();
+        let before = &versions[versions.len() - 2].0;
+        // What the reader read before the gc: the newest version, a delta on the one before.
+        let read = store.value_of(head).unwrap();
+        assert_eq!(delta_base(&read).map(|(b, _)| b), Some(*before));
+        // gc removes every change but the newest, then repacks: the newest is stored whole
+        // and the older versions, needed by nothing now, are removed.
+        let newest = |all: &[crate::store::ChangeRecord]| {
+            all.iter().map(|c| c.id).max().into_iter().collect()
+        };
+        let report = store
+            .gc(&crate::store::GcPlan {
+                older_than_ns: None,
+                max_bytes: Some(0),
+                protect: &newest,
+                dry_run: false,
+                repack: true,
+            })
+            .unwrap();
+        assert!(report.repacked > 0 && report.repack_freed > 0, "{report:?}");
+        assert!(
+            !store.has_blob(&versions[3].0).unwrap(),
+            "the old base is gone"
+        );
+        assert!(store.content(head, read).unwrap() == *data);
     }
 
     fn depth_of(store: &Store, hash: &Hash) -> u32 {
