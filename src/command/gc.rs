@@ -96,6 +96,40 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
             }
         ));
     }
+    if let Some(why) = &r.repack_stopped {
+        out.push(if r.repacked > 0 {
+            format!(
+                "the repack {why}; what it rewrote stays, the next `rewind gc --repack` goes on"
+            )
+        } else {
+            format!("not repacked: {why}")
+        });
+    }
+    if let Some(u) = &r.repack_unreadable {
+        let mut paths = u
+            .paths
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if u.paths.len() > 10 {
+            paths += &format!(" and {} more", u.paths.len() - 10);
+        }
+        if u.paths.is_empty() {
+            paths = "no recorded path".into();
+        }
+        out.push(format!(
+            "left as {}: {} that cannot be read, for: {paths} (the first: {})",
+            if u.contents == 1 {
+                "it was"
+            } else {
+                "they were"
+            },
+            count(u.contents as usize, "content"),
+            u.first
+        ));
+    }
     for (session, n) in &r.sessions_cut {
         out.push(format!(
             "  session {session}: {} {}",

@@ -63,6 +63,23 @@ pub struct GcReport {
     /// A repack was asked for and not made: the store holds this many contents, more than
     /// the most a repack takes on (the second number, [`REPACK_MAX_BLOBS`](super::REPACK_MAX_BLOBS)).
     pub repack_refused: Option<(u64, u64)>,
+    /// A repack was asked for and not made, or stopped before the end: why (what it
+    /// rewrote stays, and the next one goes on).
+    pub repack_stopped: Option<String>,
+    /// Contents the repack could not read (damaged, or stored on a damaged base), left as
+    /// they are.
+    pub repack_unreadable: Option<Unreadable>,
+}
+
+/// Contents a repack could not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unreadable {
+    /// How many.
+    pub contents: u64,
+    /// The paths whose recorded content is one of them, sorted.
+    pub paths: Vec<String>,
+    /// Why the first could not be read.
+    pub first: String,
 }
 
 /// The newest change gc ever removed: the state right after it is the oldest point still
@@ -189,8 +206,12 @@ impl Store {
         }
         let _gc = self.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut report = self.sweep(plan)?;
+        if plan.dry_run || !plan.repack {
+            return Ok(report);
+        }
         // No repack on a full disk: it writes before it frees.
-        if plan.dry_run || !plan.repack || self.check_writable().is_err() {
+        if let Err(e) = self.check_writable() {
+            report.repack_stopped = Some(format!("not started: {e}"));
             return Ok(report);
         }
         // The repack holds what it knows of every stored content in memory (under 1 KB
@@ -208,9 +229,26 @@ impl Store {
             Ok(repacked) => repacked,
             Err(e) => {
                 tracing::warn!("gc: the repack stopped: {e}");
+                report.repack_stopped = Some(e.to_string());
                 return Ok(report);
             }
         };
+        if let Some(why) = &repacked.stopped {
+            tracing::warn!("gc: the repack {why}");
+        }
+        report.repack_stopped = repacked.stopped;
+        if let Some((_, first)) = repacked.unreadable.first() {
+            let contents: HashSet<Hash> = repacked.unreadable.iter().map(|(h, _)| *h).collect();
+            let paths = self.paths_naming(&contents).unwrap_or_default();
+            report.repack_unreadable = Some(Unreadable {
+                contents: contents.len() as u64,
+                paths: paths
+                    .iter()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .collect(),
+                first: first.clone(),
+            });
+        }
         report.repacked = repacked.rewritten;
         report.repacked_deltas = repacked.deltas;
         if repacked.rewritten > 0 {
@@ -409,6 +447,8 @@ impl Store {
             repacked_deltas: 0,
             repack_freed: 0,
             repack_refused: None,
+            repack_stopped: None,
+            repack_unreadable: None,
         };
         if plan.dry_run {
             return Ok(report);

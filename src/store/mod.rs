@@ -64,7 +64,7 @@ pub use format::{
 /// ([`KnownRecord`]); a gc that deletes blobs deletes it in the same batch.
 pub const KNOWN_KEY: &[u8] = b"known";
 
-pub use gc::{Cut, GcPlan, GcReport, Horizon, disk_usage};
+pub use gc::{Cut, GcPlan, GcReport, Horizon, Unreadable, disk_usage};
 pub use open::{check_outside, private_files, resolve};
 pub use pins::{PinScope, Pins};
 pub use query::{Order, Query};

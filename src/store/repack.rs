@@ -87,7 +87,7 @@ pub(super) fn most_blobs() -> u64 {
 }
 
 /// What a repack did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RepackReport {
     /// Blobs whose stored value was rewritten.
     pub rewritten: u64,
@@ -98,6 +98,12 @@ pub struct RepackReport {
     pub bytes_after: u64,
     /// Some blob that was a base before may be needed by nothing now (a sweep frees it).
     pub freed_bases: bool,
+    /// Contents it could not read, left as they are (damaged, or on a damaged base), with
+    /// why, by hash.
+    pub unreadable: Vec<(Hash, String)>,
+    /// Why it stopped before the end (what it rewrote stays; the next repack goes on), or
+    /// was not started.
+    pub stopped: Option<String>,
 }
 
 /// The frame of a value stored whole or as a delta.
@@ -565,6 +571,22 @@ impl Store {
             cache: Cache::default(),
             kill: kill_after(),
         };
+        // Room for what it writes (new values, and the compaction that drops the old ones)
+        // beside the reserve that recording needs: not started without it.
+        let rewritable: u64 = g
+            .nodes
+            .iter()
+            .filter(|n| n.flags & IN_PATH != 0 && n.flags & CHUNK_OF == 0)
+            .map(|n| u64::from(n.stored))
+            .sum();
+        if let Some(short) = self.repack_room(rewritable) {
+            run.report.stopped = Some(format!(
+                "not started: {short}; it writes up to the {} of content it may rewrite, and \
+                 compacting the store afterwards rewrites its stored content",
+                super::write::mib(rewritable)
+            ));
+            return Ok(run.report);
+        }
         for seq in paths.iter() {
             // Both plans for the path: as it is stored (each version on the one before, as
             // recorded), and re-encoded (the newest whole or on a similar file or the
@@ -615,11 +637,28 @@ impl Store {
                     rewrite
                 }
             };
-            self.write_plan(&mut g, plan, &mut run)?;
+            // A write that fails (a full disk) stops the repack, as does a disk coming within
+            // the room it needs: what was rewritten stays, and gc still frees what it freed.
+            if let Err(e) = self.write_plan(&mut g, plan, &mut run) {
+                run.report.stopped = Some(e.to_string());
+            }
+            if run.report.stopped.is_some() {
+                break;
+            }
         }
         drop(window);
+        let mut report = run.report;
+        report.unreadable = std::mem::take(&mut run.cache.unreadable);
+        report.unreadable.sort();
+        report.unreadable.dedup_by_key(|(h, _)| *h);
+        // Cut short: the contents it did not get to are new to the next one too.
+        let up_to = if report.stopped.is_some() {
+            since
+        } else {
+            newest_id
+        };
         let mut value = vec![1u8];
-        value.extend_from_slice(&newest_id.to_be_bytes());
+        value.extend_from_slice(&up_to.to_be_bytes());
         match dictionary {
             Dictionary::NotYet => {}
             Dictionary::NotWorth => value.push(1),
@@ -628,7 +667,9 @@ impl Store {
                 value.extend_from_slice(&hash.0);
             }
         }
-        self.put_meta(REPACKED_KEY, &value)?;
+        if let Err(e) = self.put_meta(REPACKED_KEY, &value) {
+            report.stopped.get_or_insert(e.to_string());
+        }
         drop((g, paths, run.cache));
         // What the repack held goes back to the system now, not at the daemon's next trim.
         #[cfg(target_env = "gnu")]
@@ -636,7 +677,30 @@ impl Store {
         unsafe {
             libc::malloc_trim(0)
         };
-        Ok(run.report)
+        Ok(report)
+    }
+
+    /// Whether the store's disk lacks room for `bytes` more written by the repack and for
+    /// the compaction after it (which rewrites the stored content before the old files go),
+    /// beside the reserve recording needs and what RocksDB is about to write: what it
+    /// lacks, said.
+    fn repack_room(&self, bytes: u64) -> Option<String> {
+        let room = self.room()?;
+        let need = room
+            .reserve
+            .saturating_add(self.unflushed_bytes())
+            .saturating_add(self.counts().blob_bytes)
+            .saturating_add(bytes);
+        (room.free < need).then(|| {
+            format!(
+                "the disk of {} has {} free, the repack needs {} there ({} of them the \
+                 reserve rewind keeps for recording)",
+                self.dir.display(),
+                super::write::mib(room.free),
+                super::write::mib(need),
+                super::write::mib(room.reserve)
+            )
+        })
     }
 
     /// A path's versions re-encoded: the newest first, each on the best of the bases it may
@@ -741,6 +805,11 @@ impl Store {
                 if self.pins.lock().contains_key(&hash) {
                     skipped.insert(i);
                     continue;
+                }
+                // Room for this value and for the compaction after, never the reserve.
+                if let Some(short) = self.repack_room(value.len() as u64) {
+                    run.report.stopped = Some(format!("stopped: {short}"));
+                    return Ok(());
                 }
                 let old_base = (n.base != NONE).then(|| g.nodes[n.base as usize].hash);
                 let new_base = blobs::delta_base(&value).map(|(b, _)| b);
@@ -992,11 +1061,12 @@ impl Window {
     }
 }
 
-/// Recently read contents, bounded by [`CACHE_BYTES`].
+/// Recently read contents, bounded by [`CACHE_BYTES`], and those that could not be read.
 #[derive(Default)]
 struct Cache {
     contents: HashMap<Hash, std::sync::Arc<Vec<u8>>>,
     bytes: usize,
+    unreadable: Vec<(Hash, String)>,
 }
 
 impl Cache {
@@ -1004,7 +1074,13 @@ impl Cache {
         if let Some(c) = self.contents.get(hash) {
             return Ok(c.clone());
         }
-        let data = std::sync::Arc::new(store.read_blob(hash)?);
+        let data = match store.read_blob(hash) {
+            Ok(data) => std::sync::Arc::new(data),
+            Err(e) => {
+                self.unreadable.push((*hash, e.to_string()));
+                return Err(e);
+            }
+        };
         if self.bytes + data.len() > CACHE_BYTES {
             self.contents.clear();
             self.bytes = 0;

@@ -196,7 +196,7 @@ impl Store {
     /// write buffers (not yet in table files, while the log still holds them), and what a
     /// compaction rewrites before the tables it replaces go: the tables in level 0, or
     /// RocksDB's estimate of what it is behind with if that is more.
-    fn unflushed_bytes(&self) -> u64 {
+    pub(super) fn unflushed_bytes(&self) -> u64 {
         let Ok(db) = self.db() else {
             return 0;
         };

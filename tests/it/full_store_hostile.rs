@@ -13,7 +13,7 @@ use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, wait_for};
 use crate::trust::{changes, every_file_is_in_the_history, run_within, rw_within, sh_within};
 
 /// A workspace mounted with its store on a small ext4 (`env`: the daemon's test knobs).
-fn mounted_on_small_ext4(env: &[(&str, &str)]) -> (SmallFs, Workspace) {
+pub(crate) fn mounted_on_small_ext4(env: &[(&str, &str)]) -> (SmallFs, Workspace) {
     let Some(small) = SmallFs::of(Disk::Ext4, 192) else {
         panic!("cannot mount a small ext4 for the store (needs root)");
     };

@@ -2,12 +2,15 @@
 //! with the store's values compared byte for byte before and after.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rewind::store::ALL_CFS;
 
-use crate::common::{Workspace, rw, rw_ok, sync};
+use crate::common::{Workspace, ok, rw, rw_ok, sync};
+use crate::trust::{run_within, rw_within};
 
 /// A column family's values by key.
 type Values = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -148,4 +151,185 @@ fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
     let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
     assert!(out.contains("repacked"), "{out}");
     assert_every_version_reads_back(&ws, &saved);
+}
+
+/// Mount the workspace on the store at `store`.
+fn mount_on(ws: &mut Workspace, store: &Path) {
+    let mut cmd = ws.command(&[OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store").arg(store);
+    ok(run_within(cmd, 60, "mount"));
+    ws.mark_mounted();
+}
+
+/// Versions of `files` files of about 6 KB saved through the mount, each a forward delta as
+/// recorded: enough stored content that a repack of it writes a few hundred KB.
+fn save_many(ws: &Workspace, files: usize, versions: usize) -> Vec<(String, Vec<u8>)> {
+    let mut saved = Vec::new();
+    for v in 0..versions {
+        for i in 0..files {
+            let text: String = (0..120)
+                .map(|k| {
+                    format!(
+                        "    let w_{k}_{i} = g({k}, {}, \"{i}\"); // {}\n",
+                        k * i,
+                        (k + v) / 7
+                    )
+                })
+                .collect();
+            let name = format!("src/f{i}.rs");
+            let path = ws.path().join(&name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, &text).unwrap();
+            saved.push((name, text.into_bytes()));
+        }
+        sync(ws);
+    }
+    saved
+}
+
+/// `gc --repack` on a store whose disk has little more free than the reserve rewind keeps
+/// for recording: the repack is not started, gc says why, not one stored value changes, and
+/// the disk never goes below the reserve while gc runs (so the mount records on); once there
+/// is room, the same gc repacks and every version reads back. (The repack used to write its
+/// new values, and the compaction after them, into the reserve: files could not be created
+/// through the mount meanwhile, and on a fuller disk it stopped at a failed write, saying
+/// nothing.)
+#[test]
+fn a_repack_on_a_nearly_full_disk_says_so_and_never_takes_the_reserve() {
+    let (small, mut ws) = crate::full_store_hostile::mounted_on_small_ext4(&[]);
+    let saved = save_many(&ws, 40, 6);
+    // The reserve as the store counts it (a tenth of the disk): leave 256 KiB above it.
+    let reserve = small.size() / 10;
+    let filler = small.path().join("filler");
+    let len = small.available() - reserve - (256 << 10);
+    ok(std::process::Command::new("fallocate")
+        .args(["-l", &len.to_string()])
+        .arg(&filler)
+        .output()
+        .unwrap());
+    assert!(small.available() > reserve, "{} free", small.available());
+    ok(rw_within(&ws, &["sync"]));
+    let store = small.path().join("store");
+    ws.unmount();
+    let before = blob_values(&store);
+    mount_on(&mut ws, &store);
+
+    // The disk's free space, watched while gc runs.
+    let done = AtomicBool::new(false);
+    let (out, least) = std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            let mut least = u64::MAX;
+            while !done.load(Ordering::SeqCst) {
+                least = least.min(small.available());
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            least
+        });
+        let out = rw(&ws, &["gc", "--keep", "3650d", "--repack"]);
+        done.store(true, Ordering::SeqCst);
+        (out, watch.join().unwrap())
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        least >= reserve,
+        "the disk went to {least} bytes free during gc, below the {reserve}-byte reserve"
+    );
+    assert!(
+        stdout.contains("not repacked: not started: the disk of") && stdout.contains("reserve"),
+        "{stdout}"
+    );
+    let status = ok(rw_within(&ws, &["status"]));
+    assert!(
+        status.lines().any(|l| l == "recording: recording"),
+        "{status}"
+    );
+    ws.unmount();
+    assert!(
+        blob_values(&store) == before,
+        "a repack not started changed stored values"
+    );
+
+    fs::remove_file(&filler).unwrap();
+    mount_on(&mut ws, &store);
+    let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
+    assert!(
+        out.contains("repacked") && !out.contains("not repacked"),
+        "{out}"
+    );
+    assert_every_version_reads_back(&ws, &saved);
+}
+
+/// A version damaged in the store before a repack (its stored bytes flipped): `gc --repack`
+/// says it left contents it cannot read as they were and names their path, and only that
+/// path; every version that read back before the gc still reads back exactly after it
+/// (the repack built nothing on the damaged chain), mounted again too.
+#[test]
+fn a_repack_names_the_paths_of_damaged_contents_and_spreads_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let saved = save_versions(&ws, 6);
+    ws.unmount();
+    // The third version of lib.rs, on which the later ones are stored as recorded.
+    let damaged = rewind::store::Hash::of(
+        &saved
+            .iter()
+            .filter(|(p, _)| p == "lib.rs")
+            .nth(2)
+            .unwrap()
+            .1,
+    );
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(false);
+        let db = rocksdb::DB::open_cf(&opts, ws.store(), ALL_CFS).unwrap();
+        let blobs = db.cf_handle("blobs").unwrap();
+        let mut value = db.get_cf(blobs, damaged.0).unwrap().unwrap();
+        let last = value.len() - 1;
+        value[last] ^= 0x40;
+        db.put_cf(blobs, damaged.0, value).unwrap();
+    }
+    ws.mount();
+    let readable = versions_reading_back(&ws, &saved);
+    assert!(
+        readable.iter().any(|(_, p)| p == "lib.rs") && readable.len() < saved.len(),
+        "{readable:?}"
+    );
+    let out = rw(&ws, &["gc", "--keep", "3650d", "--repack"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("cannot be read"))
+        .unwrap_or_else(|| panic!("no word of the damaged contents: {stdout}"));
+    assert!(line.contains("for: lib.rs (the first"), "{line}");
+    assert!(
+        !line.contains("main.rs") && !line.contains("util/mod.rs"),
+        "{line}"
+    );
+    assert_eq!(versions_reading_back(&ws, &saved), readable);
+    ws.unmount();
+    ws.mount();
+    assert_eq!(versions_reading_back(&ws, &saved), readable);
+}
+
+/// The changes (id, path) whose content reads back through `rewind cat --at`, each checked
+/// to be one of the versions saved to its path.
+fn versions_reading_back(ws: &Workspace, saved: &[(String, Vec<u8>)]) -> Vec<(String, String)> {
+    let log = rw_ok(ws, &["log", "--json"]);
+    let mut read = Vec::new();
+    for line in log.lines() {
+        let c: serde_json::Value = serde_json::from_str(line).unwrap();
+        let path = c["path"].as_str().unwrap();
+        let id = c["id"].to_string();
+        let out = rw(ws, &["cat", path, "--at", &id]);
+        if out.status.success() {
+            assert!(
+                saved.iter().any(|(p, d)| p == path && *d == out.stdout),
+                "change {id} of {path} reads back as something never written"
+            );
+            read.push((id, path.to_string()));
+        }
+    }
+    read
 }
