@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use rewind::store::Store;
+use rewind::store::{Hash, Store};
 
 const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
 const MIB: f64 = (1 << 20) as f64;
@@ -193,10 +193,14 @@ fn main() {
             rows.push((
                 format!("reading every version stored, {when}: slowest (deepest delta chain)"),
                 format!(
-                    "{:.2} ms ({} bytes, chain of {}); all {} in {:.2} s",
+                    "{:.2} ms ({} bytes, chain of {}; read again: {:.2} ms); the deepest \
+                     chain ({}) read again: {:.2} ms; all {} in {:.2} s",
                     st.slowest.as_secs_f64() * 1e3,
                     st.slowest_size,
                     st.slowest_depth,
+                    st.slowest_again.as_secs_f64() * 1e3,
+                    st.deepest.1,
+                    st.deepest.0.as_secs_f64() * 1e3,
                     st.blobs,
                     st.read_all.as_secs_f64()
                 ),
@@ -577,7 +581,7 @@ fn delta_read(dir: &Path, len: usize) -> (u32, std::time::Duration, std::time::D
 }
 
 /// Record a change whose content is `hash`, so the next version of `f.rs` finds it.
-fn record_version(store: &Store, hash: rewind::store::Hash, size: u64) {
+fn record_version(store: &Store, hash: Hash, size: u64) {
     use rewind::store::{ChangeRecord, Extra, StateRecord};
     let change = ChangeRecord {
         id: 0,
@@ -633,6 +637,10 @@ struct Stored {
     slowest: std::time::Duration,
     slowest_size: u64,
     slowest_depth: u32,
+    /// The slowest one read again (median of 5), and the one with the deepest chain (its
+    /// depth).
+    slowest_again: std::time::Duration,
+    deepest: (std::time::Duration, u32),
     read_all: std::time::Duration,
 }
 
@@ -767,6 +775,7 @@ fn stored(store: &Path, when: &str) -> Stored {
     let store = Store::open_read_only(store).unwrap();
     let stats = store.stats().unwrap();
     let (mut slowest, mut slowest_size, mut slowest_depth) = (Default::default(), 0, 0);
+    let mut slowest_hash = None;
     let mut deltas = 0;
     let t = Instant::now();
     let mut delta_bytes = 0;
@@ -779,9 +788,32 @@ fn stored(store: &Path, when: &str) -> Stored {
         let size = store.verify_blob(&hash).unwrap();
         if one.elapsed() > slowest {
             (slowest, slowest_size, slowest_depth) = (one.elapsed(), size, depth);
+            slowest_hash = Some(hash);
         }
     }
     let read_all = t.elapsed();
+    // One read each, in hash order, on a shared machine: the slowest may be a moment the
+    // process was not running. Read again (median of 5) it says what the read itself costs,
+    // and so for the version with the deepest chain.
+    let again = |hash: &Hash| {
+        let mut times: Vec<_> = (0..5)
+            .map(|_| {
+                let one = Instant::now();
+                store.verify_blob(hash).unwrap();
+                one.elapsed()
+            })
+            .collect();
+        times.sort();
+        times[2]
+    };
+    let depths = store.blob_depths().unwrap();
+    let slowest_again = slowest_hash.as_ref().map_or(Default::default(), again);
+    let (deepest_hash, deepest_depth, _) = depths
+        .iter()
+        .max_by_key(|(_, d, _)| *d)
+        .copied()
+        .expect("a blob");
+    let deepest = (again(&deepest_hash), deepest_depth);
     eprintln!(
         "{when}: {deltas} deltas: {:.2} MiB; the rest stored whole: {:.2} MiB",
         delta_bytes as f64 / MIB,
@@ -796,6 +828,8 @@ fn stored(store: &Path, when: &str) -> Stored {
         slowest,
         slowest_size,
         slowest_depth,
+        slowest_again,
+        deepest,
         read_all,
     }
 }
