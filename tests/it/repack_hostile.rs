@@ -36,8 +36,13 @@ fn blob_values(store: &Path) -> (Values, Option<Vec<u8>>) {
 
 /// Versions of a few files saved through the mount, each a forward delta as recorded.
 fn save_versions(ws: &Workspace, versions: usize) -> Vec<(String, Vec<u8>)> {
+    save_versions_from(ws, 0..versions)
+}
+
+/// [`save_versions`], these versions.
+fn save_versions_from(ws: &Workspace, versions: std::ops::Range<usize>) -> Vec<(String, Vec<u8>)> {
     let mut saved = Vec::new();
-    for v in 0..versions {
+    for v in versions {
         for (i, name) in ["lib.rs", "main.rs", "util/mod.rs"].iter().enumerate() {
             let text: String = (0..200)
                 .map(|k| format!("    let v_{k} = f({k}, {}); // {i}\n", (k * v) % 11))
@@ -99,15 +104,17 @@ fn a_dry_run_gc_never_re_encodes_a_stored_value() {
     );
 }
 
-/// Every change's content, through `rewind cat --at ID PATH`, against what was written: each
-/// must read back exactly as one of the versions saved to that path.
+/// Every change's content, through `rewind cat --at ID PATH` and `.rewind/at/ID/PATH`,
+/// against what was written: each must read back exactly as one of the versions saved to that
+/// path.
 fn assert_every_version_reads_back(ws: &Workspace, saved: &[(String, Vec<u8>)]) {
     let log = rw_ok(ws, &["log", "--json"]);
     let mut read = 0;
     for line in log.lines() {
         let c: serde_json::Value = serde_json::from_str(line).unwrap();
         let path = c["path"].as_str().unwrap();
-        if !saved.iter().any(|(p, _)| p == path) {
+        // A delete (a rollback's too) leaves no content at its point.
+        if !saved.iter().any(|(p, _)| p == path) || c["after"].is_null() {
             continue;
         }
         let mut versions = saved.iter().filter(|(p, _)| p == path).map(|(_, d)| d);
@@ -117,6 +124,11 @@ fn assert_every_version_reads_back(ws: &Workspace, saved: &[(String, Vec<u8>)]) 
         assert!(
             versions.any(|d| *d == out.stdout),
             "change {id} of {path} reads back as something never written"
+        );
+        let at = fs::read(ws.path().join(format!(".rewind/at/{id}/{path}"))).unwrap();
+        assert!(
+            at == out.stdout,
+            ".rewind/at/{id}/{path} differs from `cat --at`"
         );
         read += 1;
     }
@@ -131,7 +143,9 @@ fn assert_every_version_reads_back(ws: &Workspace, saved: &[(String, Vec<u8>)]) 
 fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
     let mut ws = Workspace::new();
     ws.mount();
-    let mut saved = save_versions(&ws, 10);
+    let mut saved = save_versions(&ws, 1);
+    let first_point = newest_id(&ws);
+    saved.extend(save_versions_from(&ws, 1..10));
     ws.unmount();
     for kill_after in ["1", "9", "15"] {
         ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_REPACK_KILL", kill_after)]);
@@ -151,6 +165,15 @@ fn a_daemon_killed_during_a_mounted_repack_loses_no_version() {
     let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
     assert!(out.contains("repacked"), "{out}");
     assert_every_version_reads_back(&ws, &saved);
+    // Back to the first versions, which the repacks made deltas on newer ones.
+    let out = rw(&ws, &["rollback", "--to", &first_point, "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    for (name, data) in &saved[..3] {
+        assert!(
+            fs::read(ws.path().join(name)).unwrap() == *data,
+            "{name} after the rollback to {first_point}"
+        );
+    }
 }
 
 /// Mount the workspace on the store at `store`.
@@ -163,9 +186,13 @@ fn mount_on(ws: &mut Workspace, store: &Path) {
 
 /// Versions of `files` files of about 6 KB saved through the mount, each a forward delta as
 /// recorded: enough stored content that a repack of it writes a few hundred KB.
-fn save_many(ws: &Workspace, files: usize, versions: usize) -> Vec<(String, Vec<u8>)> {
+fn save_many(
+    ws: &Workspace,
+    files: usize,
+    versions: std::ops::Range<usize>,
+) -> Vec<(String, Vec<u8>)> {
     let mut saved = Vec::new();
-    for v in 0..versions {
+    for v in versions {
         for i in 0..files {
             let text: String = (0..120)
                 .map(|k| {
@@ -197,7 +224,7 @@ fn save_many(ws: &Workspace, files: usize, versions: usize) -> Vec<(String, Vec<
 #[test]
 fn a_repack_on_a_nearly_full_disk_says_so_and_never_takes_the_reserve() {
     let (small, mut ws) = crate::full_store_hostile::mounted_on_small_ext4(&[]);
-    let saved = save_many(&ws, 40, 6);
+    let saved = save_many(&ws, 40, 0..6);
     // The reserve as the store counts it (a tenth of the disk): leave 256 KiB above it.
     let reserve = small.size() / 10;
     let filler = small.path().join("filler");
@@ -332,4 +359,110 @@ fn versions_reading_back(ws: &Workspace, saved: &[(String, Vec<u8>)]) -> Vec<(St
         }
     }
     read
+}
+
+/// The newest change id.
+fn newest_id(ws: &Workspace) -> String {
+    let log = rw_ok(ws, &["log", "--json"]);
+    log.lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                .as_u64()
+                .unwrap()
+        })
+        .max()
+        .unwrap()
+        .to_string()
+}
+
+/// Two `gc --repack` at once through the mount while an agent saves new versions of the
+/// files being repacked (and new files), each synced, and another reads an old version with
+/// `rewind cat --at` all along: every read works and is exact, both gcs succeed (one after
+/// the other), and afterwards every version ever saved reads back through `cat --at` and
+/// `.rewind/at/`, a rollback to a point before the gcs restores it, and a last repack goes on
+/// with what was recorded meanwhile.
+#[test]
+fn a_repack_while_agents_write_and_read_loses_nothing() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let first = save_many(&ws, 30, 0..1);
+    let point = newest_id(&ws);
+    let mut saved = first.clone();
+    saved.extend(save_many(&ws, 30, 1..4));
+
+    let done = AtomicBool::new(false);
+    let (gcs, written, reads) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut written = Vec::new();
+            let mut k = 0;
+            while !done.load(Ordering::SeqCst) {
+                let text = format!(
+                    "{}\n",
+                    "let changed = true; // while repacking\n".repeat(k % 40 + 1)
+                );
+                let name = if k % 3 == 0 {
+                    format!("new/n{k}.txt")
+                } else {
+                    format!("src/f{}.rs", k % 30)
+                };
+                let path = ws.path().join(&name);
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                let mut old = fs::read(&path).unwrap_or_default();
+                old.extend_from_slice(text.as_bytes());
+                fs::write(&path, &old).unwrap();
+                sync(&ws);
+                written.push((name, old));
+                k += 1;
+            }
+            written
+        });
+        let reader = s.spawn(|| {
+            let mut reads = 0;
+            while !done.load(Ordering::SeqCst) {
+                let out = rw(&ws, &["cat", "src/f7.rs", "--at", &point]);
+                assert!(out.status.success(), "{out:?}");
+                assert!(
+                    out.stdout == first[7].1,
+                    "src/f7.rs at {point} reads back otherwise"
+                );
+                reads += 1;
+            }
+            reads
+        });
+        let gcs: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| rw(&ws, &["gc", "--keep", "3650d", "--repack"])))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|g| g.join().unwrap())
+            .collect();
+        done.store(true, Ordering::SeqCst);
+        (gcs, writer.join().unwrap(), reader.join().unwrap())
+    });
+    for out in &gcs {
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(
+        gcs.iter()
+            .any(|o| String::from_utf8_lossy(&o.stdout).contains("repacked")),
+        "{gcs:?}"
+    );
+    assert!(
+        !written.is_empty() && reads > 0,
+        "{} written, {reads} reads",
+        written.len()
+    );
+    saved.extend(written);
+    assert_every_version_reads_back(&ws, &saved);
+
+    let out = rw_ok(&ws, &["gc", "--keep", "3650d", "--repack"]);
+    assert!(!out.contains("not repacked"), "{out}");
+    let out = rw(&ws, &["rollback", "--to", &point, "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    for (name, data) in &first {
+        assert!(
+            fs::read(ws.path().join(name)).unwrap() == *data,
+            "{name} after the rollback to {point}"
+        );
+    }
+    assert_every_version_reads_back(&ws, &saved);
 }
