@@ -570,6 +570,7 @@ impl Store {
             report: RepackReport::default(),
             cache: Cache::default(),
             kill: kill_after(),
+            unasked: 0,
         };
         // Room for what it writes (new values, and the compaction that drops the old ones)
         // beside the reserve that recording needs: not started without it.
@@ -579,7 +580,7 @@ impl Store {
             .filter(|n| n.flags & IN_PATH != 0 && n.flags & CHUNK_OF == 0)
             .map(|n| u64::from(n.stored))
             .sum();
-        if let Some(short) = self.repack_room(rewritable) {
+        if let Err(short) = self.repack_room(rewritable) {
             run.report.stopped = Some(format!(
                 "not started: {short}; it writes up to the {} of content it may rewrite, and \
                  compacting the store afterwards rewrites its stored content",
@@ -682,16 +683,18 @@ impl Store {
 
     /// Whether the store's disk lacks room for `bytes` more written by the repack and for
     /// the compaction after it (which rewrites the stored content before the old files go),
-    /// beside the reserve recording needs and what RocksDB is about to write: what it
-    /// lacks, said.
-    fn repack_room(&self, bytes: u64) -> Option<String> {
-        let room = self.room()?;
+    /// beside the reserve recording needs and what RocksDB is about to write: the room
+    /// left over, or what it lacks, said.
+    fn repack_room(&self, bytes: u64) -> std::result::Result<u64, String> {
+        let Some(room) = self.room() else {
+            return Ok(0);
+        };
         let need = room
             .reserve
             .saturating_add(self.unflushed_bytes())
             .saturating_add(self.counts().blob_bytes)
             .saturating_add(bytes);
-        (room.free < need).then(|| {
+        room.free.checked_sub(need).ok_or_else(|| {
             format!(
                 "the disk of {} has {} free, the repack needs {} there ({} of them the \
                  reserve rewind keeps for recording)",
@@ -806,10 +809,18 @@ impl Store {
                     skipped.insert(i);
                     continue;
                 }
-                // Room for this value and for the compaction after, never the reserve.
-                if let Some(short) = self.repack_room(value.len() as u64) {
-                    run.report.stopped = Some(format!("stopped: {short}"));
-                    return Ok(());
+                // Room for this value and for the compaction after, never the reserve: asked
+                // again once half the room the last answer left over may have been written.
+                let len = value.len() as u64;
+                match run.unasked.checked_sub(len) {
+                    Some(left) => run.unasked = left,
+                    None => match self.repack_room(len) {
+                        Ok(spare) => run.unasked = spare / 2,
+                        Err(short) => {
+                            run.report.stopped = Some(format!("stopped: {short}"));
+                            return Ok(());
+                        }
+                    },
                 }
                 let old_base = (n.base != NONE).then(|| g.nodes[n.base as usize].hash);
                 let new_base = blobs::delta_base(&value).map(|(b, _)| b);
@@ -951,6 +962,8 @@ struct Run {
     report: RepackReport,
     cache: Cache,
     kill: Option<u64>,
+    /// Bytes it may write before asking the disk for room again.
+    unasked: u64,
 }
 /// What the last completed repack left in `meta` `repacked`.
 struct Repacked {
