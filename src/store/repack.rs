@@ -490,13 +490,16 @@ impl Store {
             return Ok(None);
         };
         let value = blobs::encode_whole_at(&dict, REPACK_LEVEL);
+        let hash = Hash::of(&dict);
+        let mut prepared = blobs::Prepared::new(hash);
         let saved: usize = samples
             .iter()
             .zip(&paid)
             .map(|(s, paid)| {
                 // At the capture's level (what `paid` was stored at): level 3 underrates
                 // what a dictionary saves (on this project's history, 108 KB against 176 KB).
-                let delta = blobs::delta_size(s, &dict, blobs::file_level(s.len()));
+                let level = blobs::file_level(s.len());
+                let delta = blobs::delta_size(s, &hash, &dict, level, Some(&mut prepared));
                 let delta = delta.saturating_add(35);
                 paid.saturating_sub(delta)
             })
@@ -510,7 +513,6 @@ impl Store {
         if saved <= value.len() {
             return Ok(None);
         }
-        let hash = Hash::of(&dict);
         self.put_value("repack dictionary", &hash, &value, false)?;
         Ok(Some(hash))
     }
@@ -568,7 +570,11 @@ impl Store {
 
         let mut run = Run {
             report: RepackReport::default(),
-            cache: Cache::default(),
+            cache: Cache {
+                // Many heads are compressed against it, at two levels (`blobs::Prepared`).
+                prepared: dict.map(|d| blobs::Prepared::new(g.nodes[d as usize].hash)),
+                ..Cache::default()
+            },
             kill: kill_after(),
             unasked: 0,
         };
@@ -885,8 +891,10 @@ impl Store {
         if candidates.len() > 1 && level > SEARCH_LEVEL {
             let mut sized: Vec<(usize, (u32, u8))> = Vec::new();
             for (base, depth) in candidates {
-                if let Ok(content) = cache.content(self, &g.nodes[base as usize].hash) {
-                    let size = blobs::delta_size(&data, &content, SEARCH_LEVEL);
+                let hash = g.nodes[base as usize].hash;
+                if let Ok(content) = cache.content(self, &hash) {
+                    let prepared = cache.prepared.as_mut();
+                    let size = blobs::delta_size(&data, &hash, &content, SEARCH_LEVEL, prepared);
                     sized.push((size, (base, depth)));
                 }
             }
@@ -907,9 +915,15 @@ impl Store {
                     continue;
                 }
             };
-            let Some(value) =
-                blobs::encode_delta_checked(&data, &hash, &base, &base_content, depth, level)
-            else {
+            let Some(value) = blobs::encode_delta_checked(
+                &data,
+                &hash,
+                &base,
+                &base_content,
+                depth,
+                level,
+                cache.prepared.as_mut(),
+            ) else {
                 continue;
             };
             if best.as_ref().is_none_or(|(_, b)| value.len() < b.len()) {
@@ -1074,12 +1088,14 @@ impl Window {
     }
 }
 
-/// Recently read contents, bounded by [`CACHE_BYTES`], and those that could not be read.
+/// Recently read contents, bounded by [`CACHE_BYTES`], and those that could not be read; the
+/// dictionary prepared as a base.
 #[derive(Default)]
 struct Cache {
     contents: HashMap<Hash, std::sync::Arc<Vec<u8>>>,
     bytes: usize,
     unreadable: Vec<(Hash, String)>,
+    prepared: Option<blobs::Prepared>,
 }
 
 impl Cache {
