@@ -99,7 +99,9 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     if let Some(why) = &r.repack_stopped {
         out.push(if r.repacked > 0 {
             format!(
-                "the repack {why}; what it rewrote stays, the next `rewind gc --repack` goes on"
+                "the repack stopped after {}: {why}; what it rewrote stays, the next `rewind gc \
+                 --repack` goes on",
+                count(r.repacked as usize, "blob")
             )
         } else {
             format!("not repacked: {why}")

@@ -211,7 +211,7 @@ impl Store {
         }
         // No repack on a full disk: it writes before it frees.
         if let Err(e) = self.check_writable() {
-            report.repack_stopped = Some(format!("not started: {e}"));
+            report.repack_stopped = Some(format!("the store refuses writes: {e}"));
             return Ok(report);
         }
         // The repack holds what it knows of every stored content in memory (under 1 KB

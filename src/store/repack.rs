@@ -588,7 +588,7 @@ impl Store {
             .sum();
         if let Err(short) = self.repack_room(rewritable) {
             run.report.stopped = Some(format!(
-                "not started: {short}; it writes up to the {} of content it may rewrite, and \
+                "{short}; it writes up to the {} of content it may rewrite, and \
                  compacting the store afterwards rewrites its stored content",
                 super::write::mib(rewritable)
             ));
@@ -816,14 +816,16 @@ impl Store {
                     continue;
                 }
                 // Room for this value and for the compaction after, never the reserve: asked
-                // again once half the room the last answer left over may have been written.
+                // again once half the room the last answer left over (at most a MiB) may have
+                // been written.
                 let len = value.len() as u64;
                 match run.unasked.checked_sub(len) {
                     Some(left) => run.unasked = left,
                     None => match self.repack_room(len) {
-                        Ok(spare) => run.unasked = spare / 2,
+                        // At least every MiB: something else may be filling the disk too.
+                        Ok(spare) => run.unasked = (spare / 2).min(1 << 20),
                         Err(short) => {
-                            run.report.stopped = Some(format!("stopped: {short}"));
+                            run.report.stopped = Some(short);
                             return Ok(());
                         }
                     },
