@@ -816,14 +816,14 @@ impl Store {
                     continue;
                 }
                 // Room for this value and for the compaction after, never the reserve: asked
-                // again once half the room the last answer left over (at most a MiB) may have
-                // been written.
+                // again once half the room the last answer left over (at most 64 KiB) may
+                // have been written.
                 let len = value.len() as u64;
                 match run.unasked.checked_sub(len) {
                     Some(left) => run.unasked = left,
                     None => match self.repack_room(len) {
-                        // At least every MiB: something else may be filling the disk too.
-                        Ok(spare) => run.unasked = (spare / 2).min(1 << 20),
+                        // At least every 64 KiB: something else may be filling the disk too.
+                        Ok(spare) => run.unasked = (spare / 2).min(64 << 10),
                         Err(short) => {
                             run.report.stopped = Some(short);
                             return Ok(());
