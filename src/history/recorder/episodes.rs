@@ -73,6 +73,29 @@ impl Episode {
     }
 }
 
+/// The marker of a file being written by `who` from `before` (see
+/// [`Recorder::put_marker_with`]).
+pub(super) fn marker(
+    before: Option<FileState>,
+    who: &Who,
+    fsynced: Option<Fsynced>,
+    reserved: Option<Reserved>,
+) -> OpenEpisode {
+    OpenEpisode {
+        before,
+        time_ns: now_ns(),
+        session: who.session.clone(),
+        agent: who.agent.clone(),
+        pid: who.pid,
+        process: who.process.clone(),
+        turn: who.turn,
+        tool: who.tool.clone(),
+        uid: who.uid,
+        fsynced,
+        reserved,
+    }
+}
+
 impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
@@ -200,19 +223,7 @@ impl Recorder {
         fsynced: Option<Fsynced>,
         reserved: Option<Reserved>,
     ) -> Result<()> {
-        let marker = OpenEpisode {
-            before,
-            time_ns: now_ns(),
-            session: who.session.clone(),
-            agent: who.agent.clone(),
-            pid: who.pid,
-            process: who.process.clone(),
-            turn: who.turn,
-            tool: who.tool.clone(),
-            uid: who.uid,
-            fsynced,
-            reserved,
-        };
+        let marker = marker(before, who, fsynced, reserved);
         self.history.put_open_episode(path, &marker)
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::capture::{Source, key_of, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileState, Fsynced, Reserved, Seen};
+use crate::history::change::{ChangeKind, FileState, Fsynced, OpenEpisode, Reserved, Seen};
 use crate::history::db::Extra;
 use crate::history::join;
 use crate::history::who::Who;
@@ -209,16 +209,7 @@ impl Recorder {
     /// and its time: a crash before it is recorded leaves it to the next mount, which records
     /// it with them if that id is still free (`recovery.rs`).
     pub(super) fn put_pending_marker(&self, path: &[u8], p: &Pending) -> Result<()> {
-        self.put_marker_with(
-            path,
-            p.replaces.clone(),
-            &p.who,
-            p.fsynced,
-            Some(Reserved {
-                id: p.id,
-                time_ns: p.time_ns,
-            }),
-        )
+        self.history.put_open_episode(path, &pending_marker(p))
     }
 
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`), after the
@@ -283,6 +274,19 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// The marker of the held-back create `p` (see [`Recorder::put_pending_marker`]).
+pub(super) fn pending_marker(p: &Pending) -> OpenEpisode {
+    super::episodes::marker(
+        p.replaces.clone(),
+        &p.who,
+        p.fsynced,
+        Some(Reserved {
+            id: p.id,
+            time_ns: p.time_ns,
+        }),
+    )
 }
 
 /// The live tree as the history has it so far: a new file whose create is still held back is
