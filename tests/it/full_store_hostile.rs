@@ -387,3 +387,56 @@ fn a_burst_taken_back_when_the_store_refuses_midway_is_all_or_nothing() {
     every_file_is_in_the_history(&ws);
     ws.unmount();
 }
+
+/// A rename recorded before it is made, which the disk then refuses (the file is immutable),
+/// while the store refuses writes from right after the rename's record
+/// (`REWIND_TEST_REFUSE_AFTER`): the retraction is owed, and written before anything else once
+/// the store takes writes again. (It was only logged, and the rename that never happened stayed
+/// in the history.)
+#[test]
+fn a_failed_rename_whose_retraction_the_store_refuses_is_taken_back_later() {
+    let mut ws = Workspace::new();
+    let root = ws.path();
+    fs::write(root.join("locked"), b"cannot move\n").unwrap();
+    /// Makes the file deletable again when dropped (on the disk: a failed test leaves the
+    /// workspace mounted), so that the workspace can go.
+    struct Immutable(PathBuf);
+    impl Drop for Immutable {
+        fn drop(&mut self) {
+            let ws = self.0.parent().unwrap();
+            if crate::common::is_mounted(ws) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(ws)
+                    .status();
+            }
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let out = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(root.join("locked"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chattr +i: {out:?}");
+    let _immutable = Immutable(root.join("locked"));
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_REFUSE_AFTER", "record change")],
+    );
+    let moved = errno(fs::rename(root.join("locked"), root.join("moved")));
+    assert_eq!(moved, Err(Some(libc::EPERM)), "the disk refuses the rename");
+    settle(&ws);
+    sh_within(&root, 60, "echo after > after");
+    ok(rw_within(&ws, &["sync"]));
+    let all = changes(&ws);
+    assert!(
+        all.iter().all(|c| c["kind"] != "rename"),
+        "a rename that never happened is in the history: {all:?}"
+    );
+    assert_eq!(all.len(), 1, "{all:?}");
+    ws.unmount();
+}

@@ -17,7 +17,7 @@ use crossbeam_channel::Receiver;
 use super::{Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{Change, Seen};
-use crate::history::db::Extra;
+use crate::history::db::{Extra, Retraction};
 
 /// How many changes a watcher's queue holds before further ones are counted as missed.
 pub const QUEUE: usize = 10_000;
@@ -29,6 +29,15 @@ pub struct Prepared {
     pub(super) manifest: Vec<(Vec<u8>, Option<Seen>)>,
     /// The content it names, kept from gc until it is written (or dropped).
     pub(super) _pins: crate::store::Pins,
+}
+
+/// A retraction the store refused (see [`Recorder::retract_or_owe`]): changes recorded before
+/// an operation that then failed, with what goes back in the manifest.
+pub(super) struct Owed {
+    pub(super) changes: Vec<Change>,
+    pub(super) manifest: Vec<(Vec<u8>, Option<Seen>)>,
+    /// A folder rename's manifest entries to swap back.
+    pub(super) swap_under: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// One watcher's queue.
@@ -83,6 +92,9 @@ pub(super) struct Journal {
     deferred: Mutex<Vec<Prepared>>,
     /// How many changes were published: lets a waiter see that something new came.
     published: AtomicU64,
+    /// Retractions the store refused, oldest first: written before the queued deletes and
+    /// before anything else is recorded. Taken with `deferred` held.
+    owed: Mutex<Vec<Owed>>,
     /// Changes are published in id order: one recorded while a smaller id is set aside for a
     /// held-back create waits here until that id is recorded or given back.
     order: Mutex<Order>,
@@ -267,9 +279,48 @@ impl Recorder {
         self.write_deferred(&mut deferred)
     }
 
-    /// Write the queued changes in one batch. If the store cannot take them (a full disk),
-    /// they stay queued, first, to be written once it can.
+    /// Take back what an operation that failed had recorded (`owed`), in one batch. If the
+    /// store refuses it (a full disk), it is owed: the change stays in the store until then,
+    /// and is taken back before anything else is recorded, by the next record, `drain` or the
+    /// pending thread's round once the store takes writes again. (If the daemon dies first,
+    /// the next mount's scan finds the names as the failed operation left them, and records
+    /// the difference as `external`.)
+    pub(super) fn retract_or_owe(&self, owed: Owed) {
+        let _deferred = lock(&self.journal.deferred);
+        let mut all = lock(&self.journal.owed);
+        all.push(owed);
+        if let Err(e) = self.write_owed(&mut all) {
+            tracing::error!(
+                "cannot take back {} changes of operations that failed (taken back once the \
+                 store takes writes; until then they show in the history): {e}",
+                all.iter().map(|o| o.changes.len()).sum::<usize>()
+            );
+        }
+    }
+
+    /// Write the owed retractions, oldest first; those the store refuses stay owed.
+    fn write_owed(&self, all: &mut Vec<Owed>) -> Result<()> {
+        while let Some(owed) = all.first() {
+            self.history.retract_with(
+                &owed.changes,
+                &Retraction {
+                    manifest: &owed.manifest,
+                    markers: &[],
+                    swap_under: owed
+                        .swap_under
+                        .as_ref()
+                        .map(|(a, b)| (a.as_slice(), b.as_slice())),
+                },
+            )?;
+            all.remove(0);
+        }
+        Ok(())
+    }
+
+    /// Write the queued changes in one batch, after the owed retractions. If the store cannot
+    /// take them (a full disk), they stay queued, first, to be written once it can.
     fn write_deferred(&self, queue: &mut Vec<Prepared>) -> Result<()> {
+        self.write_owed(&mut lock(&self.journal.owed))?;
         if queue.is_empty() {
             return Ok(());
         }
