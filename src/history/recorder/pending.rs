@@ -36,6 +36,9 @@ pub(super) struct Pending {
     pub(super) replaces: Option<FileState>,
     /// Fsynced: its marker is in the store ([`Recorder::sync_file`]).
     pub(super) fsynced: Option<Fsynced>,
+    /// A handle to read it from when the daemon cannot open it by its name (see
+    /// `Episode::reader`).
+    pub(super) reader: Option<Arc<File>>,
 }
 
 impl Recorder {
@@ -94,7 +97,7 @@ impl Recorder {
     ) -> Result<Option<(FileState, Seen)>> {
         match self.stat_if_same(path, p.key) {
             Some(st) => Ok(Some((
-                self.capture_fresh_as(path, &st, version_of)?,
+                self.capture_fresh_as(path, &st, version_of, p.reader.as_deref())?,
                 seen_of(&st),
             ))),
             None => Ok(None),
