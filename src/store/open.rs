@@ -95,6 +95,9 @@ fn options(memory: &Memory) -> Options {
     let mut opts = memory.family(CF_META);
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
+    // RocksDB's own log (`LOG`) grows by about 100 KB a gc (its compactions) and by a
+    // statistics dump every 10 minutes, whatever changed: a new file at 1 MiB, three kept.
+    opts.set_max_log_file_size(1 << 20);
     opts.set_keep_log_file_num(3);
     opts.set_max_total_wal_size(memory.budget as u64);
     opts.set_write_buffer_manager(&memory.buffers);
