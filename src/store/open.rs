@@ -112,6 +112,14 @@ fn options(memory: &Memory) -> Options {
     }
 }
 
+/// A reader opens every table file at once (`max_open_files` -1), on one thread: RocksDB's
+/// default of 16 threads for it per column family started 192 threads for each `rewind log`,
+/// and a reader changes nothing, so the tables' statistics (for compaction) are not read.
+fn reading_only(opts: &mut Options) {
+    opts.set_max_file_opening_threads(1);
+    opts.set_skip_stats_update_on_db_open(true);
+}
+
 /// What RocksDB may hold unflushed (its write buffers, and so its log): half the reserve kept
 /// on the store's disk (see `write::reserve_for`), so that flushing them always fits.
 fn write_buffers(dir: &Path) -> usize {
@@ -337,6 +345,7 @@ impl Store {
         if !writer_running(dir) {
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
+            reading_only(&mut opts);
             let memory = Memory::new(dir);
             let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(&memory), false)
                 .map_err(|source| classify_open_error(dir, source))?;
@@ -353,6 +362,7 @@ impl Store {
                 std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
+            reading_only(&mut opts);
             let db = {
                 // The scratch directory's files too are the owner's alone.
                 let _private = PrivateUmask::set();
