@@ -261,6 +261,14 @@ impl History {
             .gained(paths, moved_to);
     }
 
+    /// The latest time of a change in the history (0 if there is none).
+    pub fn latest_time(&self) -> Result<u64> {
+        match self.id_at_time(u64::MAX)? {
+            0 => Ok(0),
+            id => Ok(self.change(id)?.map_or(0, |c| c.time_ns)),
+        }
+    }
+
     pub fn record(&self, c: Change, extra: &Extra<'_>) -> Result<Change> {
         let mut out = self.record_many(vec![(c, extra)])?;
         Ok(out.pop().expect("one change in, one out"))

@@ -392,7 +392,7 @@ impl Recorder {
         // The id of the moment the file was closed, set aside before anything slow (reading
         // and storing what was written): an operation the writer makes after its `close()`
         // may be handled meanwhile, and must come after it in the history.
-        let (id, time_ns) = (self.reserve_id()?, now_ns());
+        let (id, time_ns) = self.reserve_id()?;
         SLOW_END.pause();
         let finished = self.finish_as(key, ep, &st, id, time_ns);
         if finished.is_err() {

@@ -466,6 +466,13 @@ impl Recorder {
                 manifest: &manifest,
                 move_under,
             };
+            if exchange && let Some(dst_before) = dst_before {
+                let mut back = self.change(ChangeKind::Rename, src, &who);
+                back.from = Some(dst.to_vec());
+                back.before = Some(src_state);
+                back.after = Some(dst_before);
+                return self.record_exchange(change, &extra, back);
+            }
             let recorded = self.record(change, &extra)?;
             if !src_dir
                 && !exchange
@@ -486,22 +493,6 @@ impl Recorder {
                 );
             }
             out.push(recorded);
-            if exchange && let Some(dst_before) = dst_before {
-                let mut back = self.change(ChangeKind::Rename, src, &who);
-                // The first half's time marks the pair as one exchange (`history::view`).
-                back.time_ns = out.last().map_or(back.time_ns, |c| c.time_ns);
-                back.from = Some(dst.to_vec());
-                back.before = Some(src_state);
-                back.after = Some(dst_before);
-                match self.record(back, &Extra::default()) {
-                    Ok(back) => out.push(back),
-                    Err(e) => {
-                        // The caller retracts nothing when this fails: the first half goes here.
-                        self.retract(&out);
-                        return Err(e);
-                    }
-                }
-            }
             Ok(out)
         })();
         if recorded.is_err() {
