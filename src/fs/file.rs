@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, Weak};
@@ -69,11 +69,35 @@ impl Core {
     }
 
     pub(super) fn end_write(&self, episode: Option<Key>) {
+        self.end_write_reading(episode, None);
+    }
+
+    /// [`end_write`](Core::end_write), with a handle to read the file from if the daemon
+    /// cannot open it by its name (see [`reader_if_unreadable`](Core::reader_if_unreadable)).
+    fn end_write_reading(&self, episode: Option<Key>, reader: Option<File>) {
         if let (Some(rec), Some(key)) = (&self.recorder, episode)
-            && let Err(e) = rec.end_write(key)
+            && let Err(e) = rec.end_write_reading(key, reader)
         {
             tracing::error!("cannot record the end of a write: {e}");
         }
+    }
+
+    /// A handle on `file` for the recorder to read it from, if the daemon (not root) may not
+    /// be able to open it by its name (no read bit for it in its mode) and `file` is readable.
+    fn reader_if_unreadable(&self, file: &File) -> Option<File> {
+        if self.euid == 0 || self.recorder.is_none() {
+            return None;
+        }
+        let st = backing::stat_fd(file.as_fd()).ok()?;
+        let mode = st.st_mode;
+        let readable =
+            mode & libc::S_IROTH != 0 || (st.st_uid == self.euid && mode & libc::S_IRUSR != 0);
+        // SAFETY: F_GETFL on a valid fd reads its flags.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if readable || flags < 0 || flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return None;
+        }
+        file.try_clone().ok()
     }
 
     /// Flags for the backing open: the caller's that mean the same underneath, and reading
@@ -241,11 +265,27 @@ impl Core {
         {
             rec.ready_for(&path, false).map_err(record_errno)?;
         }
-        let opened = self.backing.open_file(
-            &path,
-            self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL),
-            mode,
-        );
+        let mut backing_flags = self.backing_flags(flags) | libc::O_CREAT | (flags & libc::O_EXCL);
+        // A daemon that is not root cannot open by its name a new file its mode makes
+        // unreadable (`open(O_CREAT|O_WRONLY, 0)`): the file is made readable-and-writable,
+        // as its creator may, so that its content can be captured from the handle at its
+        // close (`release`). If it turns out to be there already, opened as asked.
+        let read_too = existing.is_none()
+            && self.recorder.is_some()
+            && self.euid != 0
+            && backing_flags & libc::O_ACCMODE == libc::O_WRONLY;
+        if read_too {
+            backing_flags = (backing_flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let mut opened = self.backing.open_file(&path, backing_flags, mode);
+        if read_too
+            && opened
+                .as_ref()
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+        {
+            backing_flags = (backing_flags & !libc::O_ACCMODE) | libc::O_WRONLY;
+            opened = self.backing.open_file(&path, backing_flags, mode);
+        }
         let file = match opened {
             Ok(f) => f,
             Err(e) => {
@@ -374,8 +414,9 @@ impl Core {
         if let Some(open) = self.files.remove(fh.0) {
             // Close our fd before recording, so the last writer's data is all there.
             let episode = lock(&open.episode).take();
+            let reader = episode.and_then(|_| self.reader_if_unreadable(&open.file));
             drop(open);
-            self.end_write(episode);
+            self.end_write_reading(episode, reader);
         }
     }
 

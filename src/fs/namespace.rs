@@ -242,6 +242,7 @@ impl Core {
                 None => None,
             };
             self.freeing(key(&st), st.st_nlink <= 1, unlink)?;
+            SLOW_UNLINK.pause();
             if let (Some(rec), Some(delete)) = (&self.recorder, delete) {
                 rec.defer(delete);
             }
@@ -509,3 +510,7 @@ pub(super) static SLOW_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TE
 /// Tests only: `REWIND_TEST_SLOW_RMDIR=MS` makes every rmdir wait that long between removing
 /// its folder and recording it, so a test can fill the store's disk in between.
 static SLOW_RMDIR: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RMDIR");
+
+/// Tests only: `REWIND_TEST_SLOW_UNLINK=MS` makes every unlink of a file wait that long
+/// between its delete being prepared (its time taken) and queued (its id given later).
+static SLOW_UNLINK: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_UNLINK");

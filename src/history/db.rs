@@ -18,6 +18,18 @@ pub struct Extra<'a> {
     pub move_under: Option<(&'a [u8], &'a [u8])>,
 }
 
+/// What a retraction writes in its batch besides taking the changes back (see
+/// [`store::Retraction`]).
+#[derive(Default)]
+pub struct Retraction<'a> {
+    /// Manifest entries to put (`None`: to remove).
+    pub manifest: &'a [(Vec<u8>, Option<Seen>)],
+    /// Open-episode markers to put (`None`: to drop).
+    pub markers: &'a [(Vec<u8>, Option<OpenEpisode>)],
+    /// Swap the manifest entries below these two folders (a folder rename taken back).
+    pub swap_under: Option<(&'a [u8], &'a [u8])>,
+}
+
 /// What gc may remove (the limits; the rule of what always stays is [`History::gc`]'s).
 #[derive(Clone, Debug, Default)]
 pub struct GcPolicy {
@@ -249,6 +261,14 @@ impl History {
             .gained(paths, moved_to);
     }
 
+    /// The latest time of a change in the history (0 if there is none).
+    pub fn latest_time(&self) -> Result<u64> {
+        match self.id_at_time(u64::MAX)? {
+            0 => Ok(0),
+            id => Ok(self.change(id)?.map_or(0, |c| c.time_ns)),
+        }
+    }
+
     pub fn record(&self, c: Change, extra: &Extra<'_>) -> Result<Change> {
         let mut out = self.record_many(vec![(c, extra)])?;
         Ok(out.pop().expect("one change in, one out"))
@@ -275,7 +295,38 @@ impl History {
     }
 
     pub fn retract(&self, c: &Change) -> Result<()> {
-        Ok(self.store.retract(&ChangeRecord::from(c))?)
+        self.retract_with(std::slice::from_ref(c), &Retraction::default())
+    }
+
+    /// Take back `changes` with what `with` writes, in one batch: all of it or none.
+    pub fn retract_with(&self, changes: &[Change], with: &Retraction<'_>) -> Result<()> {
+        let records: Vec<ChangeRecord> = changes.iter().map(ChangeRecord::from).collect();
+        let manifest: Vec<_> = with
+            .manifest
+            .iter()
+            .map(|(p, s)| (p.clone(), s.as_ref().map(SeenRecord::from)))
+            .collect();
+        let markers: Vec<_> = with
+            .markers
+            .iter()
+            .map(|(p, e)| (p.clone(), e.as_ref().map(store::EpisodeRecord::from)))
+            .collect();
+        let written = self.store.retract_with(
+            &records,
+            &store::Retraction {
+                manifest: &manifest,
+                markers: &markers,
+                swap_under: with.swap_under,
+            },
+        );
+        self.gained(
+            with.manifest
+                .iter()
+                .filter(|(_, s)| s.is_some())
+                .map(|(p, _)| p.as_slice()),
+            with.swap_under.into_iter().flat_map(|(a, b)| [a, b]),
+        );
+        Ok(written?)
     }
 
     pub fn sessions(&self) -> Result<Vec<SessionInfo>> {

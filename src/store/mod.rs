@@ -69,7 +69,7 @@ pub use open::{check_outside, private_files, resolve};
 pub use pins::{PinScope, Pins};
 pub use query::{Order, Query};
 pub use repack::REPACK_MAX_BLOBS;
-pub use write::{Extra, Room};
+pub use write::{Extra, Retraction, Room};
 
 /// The store format this build writes; a store with a newer one is refused, an older one is
 /// read and raised to this one when opened for writing (so an older rewind then refuses it

@@ -95,6 +95,9 @@ fn options(memory: &Memory) -> Options {
     let mut opts = memory.family(CF_META);
     opts.create_if_missing(true);
     opts.create_missing_column_families(true);
+    // RocksDB's own log (`LOG`) grows by about 100 KB a gc (its compactions) and by a
+    // statistics dump every 10 minutes, whatever changed: a new file at 1 MiB, three kept.
+    opts.set_max_log_file_size(1 << 20);
     opts.set_keep_log_file_num(3);
     opts.set_max_total_wal_size(memory.budget as u64);
     opts.set_write_buffer_manager(&memory.buffers);
@@ -107,6 +110,14 @@ fn options(memory: &Memory) -> Options {
             opts
         }
     }
+}
+
+/// A reader opens every table file at once (`max_open_files` -1), on one thread: RocksDB's
+/// default of 16 threads for it per column family started 192 threads for each `rewind log`,
+/// and a reader changes nothing, so the tables' statistics (for compaction) are not read.
+fn reading_only(opts: &mut Options) {
+    opts.set_max_file_opening_threads(1);
+    opts.set_skip_stats_update_on_db_open(true);
 }
 
 /// What RocksDB may hold unflushed (its write buffers, and so its log): half the reserve kept
@@ -334,6 +345,7 @@ impl Store {
         if !writer_running(dir) {
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
+            reading_only(&mut opts);
             let memory = Memory::new(dir);
             let db = DB::open_cf_descriptors_read_only(&opts, dir, descriptors(&memory), false)
                 .map_err(|source| classify_open_error(dir, source))?;
@@ -350,6 +362,7 @@ impl Store {
                 std::env::temp_dir().join(format!("rewind-reader-{}-{n}", std::process::id()));
             let mut opts = Options::default();
             opts.set_max_open_files(-1);
+            reading_only(&mut opts);
             let db = {
                 // The scratch directory's files too are the owner's alone.
                 let _private = PrivateUmask::set();

@@ -33,6 +33,26 @@ pub(super) fn disk_space(dir: &Path) -> Option<(u64, u64)> {
     ))
 }
 
+/// What a retraction ([`Store::retract_with`]) writes in its batch besides taking the changes
+/// back.
+#[derive(Default)]
+pub struct Retraction<'a> {
+    /// Manifest entries to put (`None`: to remove).
+    pub manifest: &'a [(Vec<u8>, Option<SeenRecord>)],
+    /// Open-episode markers to put (`None`: to drop).
+    pub markers: &'a [(Vec<u8>, Option<EpisodeRecord>)],
+    /// Swap the manifest entries below these two folders (a folder rename taken back).
+    pub swap_under: Option<(&'a [u8], &'a [u8])>,
+}
+
+/// Tests only: `REWIND_TEST_REFUSE_AFTER=CONTEXT` (a write's context, as the log names it:
+/// `retract change`, `record change`, ...) makes the store refuse writes, as after a failed
+/// one, right after the first write of that context succeeds: a disk that fills between two
+/// writes, at a place a test chooses. The store-recovery thread's test write lets writes in
+/// again a second or so later. Read once; unset, it costs a load per write.
+static REFUSE_AFTER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+static REFUSED_FOR_TESTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Free space on the store's disk, and the reserve kept there.
 #[derive(Clone, Copy, Debug)]
 pub struct Room {
@@ -305,7 +325,10 @@ impl Store {
             // `write_opt` consumes the batch: keep its bytes for another try.
             let data = batch.data().to_vec();
             match db.write_opt(batch, &write_options()) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.refuse_after_for_tests(context);
+                    return Ok(());
+                }
                 Err(source)
                     if source.kind() == rocksdb::ErrorKind::Incomplete
                         && started.elapsed() < STALL_LIMIT
@@ -319,6 +342,20 @@ impl Store {
                     return Err(Error::Db { context, source });
                 }
             }
+        }
+    }
+
+    /// Tests only: see [`REFUSE_AFTER`].
+    fn refuse_after_for_tests(&self, context: &'static str) {
+        let Some(after) =
+            REFUSE_AFTER.get_or_init(|| std::env::var("REWIND_TEST_REFUSE_AFTER").ok())
+        else {
+            return;
+        };
+        if after == context && !REFUSED_FOR_TESTS.swap(true, Ordering::SeqCst) {
+            let why = format!("REWIND_TEST_REFUSE_AFTER: refusing writes after a {context}");
+            tracing::error!("{why}");
+            *self.unwritable.lock().unwrap_or_else(|e| e.into_inner()) = Some((why, false));
         }
     }
 
@@ -485,26 +522,55 @@ impl Store {
     /// Take back a change recorded before an operation that then failed. Its id is not handed
     /// out again.
     pub fn retract(&self, change: &ChangeRecord) -> Result<()> {
+        self.retract_with(std::slice::from_ref(change), &Retraction::default())
+    }
+
+    /// Take back `changes`, with what `with` says goes with them, in one batch: all of it is
+    /// written or none (a sequence of writes that a full disk cuts short would leave the
+    /// history half taken back).
+    pub fn retract_with(&self, changes: &[ChangeRecord], with: &Retraction<'_>) -> Result<()> {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let summary = self.session(&change.session)?;
+        let mut summaries: HashMap<&str, Option<SessionRecord>> = HashMap::new();
+        for c in changes {
+            if !summaries.contains_key(c.session.as_str()) {
+                summaries.insert(&c.session, self.session(&c.session)?);
+            }
+        }
         let mut counts = self.counts();
         let mut new_counts = *counts;
         let db = self.db()?;
-        let stored = db
-            .get_pinned_cf(db.cf(CF_CHANGES), keys::change(change.id))
-            .map_err(Store::db_error("read change"))?
-            .is_some();
-        new_counts.changes -= u64::from(stored && new_counts.changes > 0);
         let mut batch = WriteBatch::default();
-        delete_change(&db, &mut batch, change);
-        // A tombstone, so that the id can be explained later.
-        batch.put_cf(db.cf(CF_META), keys::retracted(change.id), b"");
-        match summary {
-            Some(mut info) if info.count > 1 => {
-                info.count -= 1;
-                batch.put_cf(db.cf(CF_SESSIONS), change.session.as_bytes(), info.encode());
+        for change in changes {
+            let stored = db
+                .get_pinned_cf(db.cf(CF_CHANGES), keys::change(change.id))
+                .map_err(Store::db_error("read change"))?
+                .is_some();
+            new_counts.changes -= u64::from(stored && new_counts.changes > 0);
+            delete_change(&db, &mut batch, change);
+            // A tombstone, so that the id can be explained later.
+            batch.put_cf(db.cf(CF_META), keys::retracted(change.id), b"");
+            if let Some(summary) = summaries.get_mut(change.session.as_str()) {
+                match summary {
+                    Some(info) if info.count > 1 => info.count -= 1,
+                    _ => *summary = None,
+                }
             }
-            _ => batch.delete_cf(db.cf(CF_SESSIONS), change.session.as_bytes()),
+        }
+        for (session, summary) in &summaries {
+            match summary {
+                Some(info) => batch.put_cf(db.cf(CF_SESSIONS), session.as_bytes(), info.encode()),
+                None => batch.delete_cf(db.cf(CF_SESSIONS), session.as_bytes()),
+            }
+        }
+        if let Some((a, b)) = with.swap_under {
+            move_manifest_under(&db, &mut batch, a, b)?;
+        }
+        put_manifest_entries(&db, &mut batch, with.manifest);
+        for (path, marker) in with.markers {
+            match marker {
+                Some(m) => batch.put_cf(db.cf(CF_EPISODES), path, m.encode()),
+                None => batch.delete_cf(db.cf(CF_EPISODES), path),
+            }
         }
         drop(db);
         self.write_counted("retract change", batch, &mut counts, new_counts)?;

@@ -9,7 +9,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, wait_for};
+use crate::common::{Disk, SmallFs, Workspace, daemon_pid, noise, ok, python, wait_for};
 use crate::trust::{changes, every_file_is_in_the_history, run_within, rw_within, sh_within};
 
 /// A workspace mounted with its store on a small ext4 (`env`: the daemon's test knobs).
@@ -56,6 +56,19 @@ fn fill_until_refused(small: &SmallFs, ws: &Workspace, mut held: fs::File) -> Pa
 /// Free the store's disk, wait until the store takes writes again, and record everything.
 fn free_and_settle(ws: &Workspace, filler: &Path) {
     fs::remove_file(filler).unwrap();
+    assert!(
+        wait_for(30, || ok(rw_within(ws, &["status"]))
+            .lines()
+            .any(|l| l == "recording: recording")),
+        "recording did not resume: {}",
+        ok(rw_within(ws, &["status"]))
+    );
+    ok(rw_within(ws, &["sync"]));
+}
+
+/// Wait until the store takes writes again (after `REWIND_TEST_REFUSE_AFTER`), and record
+/// everything.
+fn settle(ws: &Workspace) {
     assert!(
         wait_for(30, || ok(rw_within(ws, &["status"]))
             .lines()
@@ -303,5 +316,127 @@ fn a_store_disk_that_fills_while_things_are_being_made_leaves_nothing_unrecorded
             );
         }
     }
+    ws.unmount();
+}
+
+/// A rename-away save (vim's: the original renamed to `a~`, the new content written as `a`,
+/// `a~` deleted, by one process) folds the rename into one `modify`: the rename is taken back
+/// and `a~` leaves the manifest. The store refuses writes right after that retraction
+/// (`REWIND_TEST_REFUSE_AFTER`: a disk that fills between two writes). Folding is one batch, so
+/// the delete goes ahead and the save is recorded as a `modify` once the store takes writes.
+/// (It was three writes: the rename taken back, then the manifest refused, so the delete was
+/// refused with `a~` still there and no longer in the history.)
+#[test]
+fn a_rename_away_save_cut_short_by_the_store_loses_nothing() {
+    let (_small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_REFUSE_AFTER", "retract change")]);
+    let root = ws.path();
+    sh_within(&root, 60, "echo original > a");
+    ok(rw_within(&ws, &["sync"]));
+    let saved = python(
+        &root,
+        "import os\n\
+         os.rename('a', 'a~')\n\
+         with open('a', 'w') as f: f.write('saved\\n')\n\
+         try:\n    os.remove('a~')\n    print('deleted')\n\
+         except OSError as e:\n    print('refused', e.errno)\n",
+    );
+    eprintln!("the save's delete: {saved}");
+    settle(&ws);
+    every_file_is_in_the_history(&ws);
+    if saved.trim() == "deleted" {
+        let kinds: Vec<_> = changes(&ws)
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c["kind"].as_str().unwrap(),
+                    c["path"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(kinds, ["create a", "modify a"], "the save is one modify");
+    }
+    ws.unmount();
+}
+
+/// A folder made moments ago is renamed to a name `.gitignore` names (as cargo moves its
+/// `target` into place): what was recorded of it is taken back. The store refuses writes right
+/// after the first retraction (`REWIND_TEST_REFUSE_AFTER`). Taking the burst back is one batch,
+/// so either all of it is taken back and the folder moves, or none and the rename is refused;
+/// the tree is in the history either way. (Each change was its own write: the store refusing
+/// after the first left `tmp/b` on the disk and out of the history, the rename refused.)
+#[test]
+fn a_burst_taken_back_when_the_store_refuses_midway_is_all_or_nothing() {
+    let (_small, mut ws) = mounted_on_small_ext4(&[("REWIND_TEST_REFUSE_AFTER", "retract change")]);
+    let root = ws.path();
+    sh_within(&root, 60, "echo build/ > .gitignore && mkdir tmp");
+    sh_within(&root, 60, "echo a > tmp/a && echo b > tmp/b");
+    ok(rw_within(&ws, &["sync"]));
+    let moved = errno(fs::rename(root.join("tmp"), root.join("build")));
+    eprintln!("the rename into an ignored name: {moved:?}");
+    settle(&ws);
+    if moved.is_ok() {
+        let left: Vec<_> = changes(&ws)
+            .into_iter()
+            .filter(|c| c["path"].as_str().unwrap().starts_with("tmp"))
+            .collect();
+        assert!(left.is_empty(), "taken back in part: {left:?}");
+        // Ignored, and not the history's concern.
+        fs::remove_dir_all(root.join("build")).unwrap();
+    }
+    every_file_is_in_the_history(&ws);
+    ws.unmount();
+}
+
+/// A rename recorded before it is made, which the disk then refuses (the file is immutable),
+/// while the store refuses writes from right after the rename's record
+/// (`REWIND_TEST_REFUSE_AFTER`): the retraction is owed, and written before anything else once
+/// the store takes writes again. (It was only logged, and the rename that never happened stayed
+/// in the history.)
+#[test]
+fn a_failed_rename_whose_retraction_the_store_refuses_is_taken_back_later() {
+    let mut ws = Workspace::new();
+    let root = ws.path();
+    fs::write(root.join("locked"), b"cannot move\n").unwrap();
+    /// Makes the file deletable again when dropped (on the disk: a failed test leaves the
+    /// workspace mounted), so that the workspace can go.
+    struct Immutable(PathBuf);
+    impl Drop for Immutable {
+        fn drop(&mut self) {
+            let ws = self.0.parent().unwrap();
+            if crate::common::is_mounted(ws) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(ws)
+                    .status();
+            }
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let out = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(root.join("locked"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chattr +i: {out:?}");
+    let _immutable = Immutable(root.join("locked"));
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_REFUSE_AFTER", "record change")],
+    );
+    let moved = errno(fs::rename(root.join("locked"), root.join("moved")));
+    assert_eq!(moved, Err(Some(libc::EPERM)), "the disk refuses the rename");
+    settle(&ws);
+    sh_within(&root, 60, "echo after > after");
+    ok(rw_within(&ws, &["sync"]));
+    let all = changes(&ws);
+    assert!(
+        all.iter().all(|c| c["kind"] != "rename"),
+        "a rename that never happened is in the history: {all:?}"
+    );
+    assert_eq!(all.len(), 1, "{all:?}");
     ws.unmount();
 }

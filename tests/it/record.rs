@@ -262,6 +262,51 @@ os.chmod("d", 0o600)
     assert_eq!(text(&changes[9]["before"]), "one\ntwo\n");
 }
 
+/// A delete's time is taken when it is prepared, and its id when it is written (deletes are
+/// queued): a mkdir recorded in between, on another thread, must not end up with the smaller
+/// id and the later time. Otherwise a point given as a time names a state that never was:
+/// the id of the last change at or before it includes a change made after it.
+#[test]
+fn ids_and_times_agree_when_a_delete_waits_in_the_queue() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::create_dir(dir.join("sub")).unwrap();
+    fs::write(dir.join("sub/a.txt"), "one\n").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_UNLINK", "400")]);
+    // The unlink waits after its delete is prepared; the mkdir is recorded meanwhile (in
+    // another folder: the kernel locks the unlink's folder until it returns).
+    let script = r#"
+import os, threading, time
+t = threading.Thread(target=os.remove, args=("sub/a.txt",))
+t.start()
+time.sleep(0.15)
+os.mkdir("d")
+t.join()
+"#;
+    python(&dir, script);
+    let changes = log(&ws);
+    let kinds = summary(&changes);
+    assert_eq!(kinds.len(), 2, "{changes:#?}");
+    let times: Vec<&str> = changes
+        .iter()
+        .map(|c| c["time"].as_str().unwrap())
+        .collect();
+    assert!(times.is_sorted(), "times out of id order: {changes:#?}");
+    // A time just before the second change's is a point before it.
+    let first = changes[0]["id"].as_u64().unwrap();
+    let at = |t: &str| rw_ok(&ws, &["log", "--until", t, "--json"]);
+    let until_first = at(times[0]);
+    assert_eq!(
+        until_first.lines().count(),
+        if times[0] == times[1] { 2 } else { 1 },
+        "{until_first}"
+    );
+    assert!(
+        until_first.contains(&format!("\"id\":{first}")),
+        "{until_first}"
+    );
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]

@@ -493,3 +493,59 @@ fn several_workspaces_each_have_their_own_store_and_daemon() {
     assert_eq!(all.matches("  mounted").count(), 1, "{all}");
     assert!(rewind(&["unmount", spaces[2].to_str().unwrap()]).0);
 }
+
+/// A new file its user made unreadable (`open(O_CREAT|O_WRONLY, 0)`, written, closed) in a
+/// workspace a non-root daemon records: the daemon cannot open it by its name afterwards, so
+/// its create is captured from the handle the daemon kept for it. With the writeback cache and
+/// with passthrough (the handle the writer's open asked for is write-only). (The create was
+/// dropped: the file was in the workspace and not in the history.)
+#[test]
+fn a_new_file_its_user_cannot_read_is_recorded_by_a_non_root_daemon() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let bin = tree.path("bin/rewind");
+    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    for (passthrough, name) in [(false, "secret-cached"), (true, "secret-passthrough")] {
+        let out = tree
+            .as_user(passthrough, &[bin, "mount", ws_arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        let status = tree.rewind(&["-C", ws_arg, "status"]);
+        eprintln!(
+            "{name}: {}",
+            status
+                .lines()
+                .find(|l| l.contains("data path"))
+                .unwrap_or("")
+        );
+        tree.sh(&format!(
+            "python3 -c \"import os; fd = os.open('{name}', os.O_CREAT | os.O_WRONLY, 0); \
+             os.write(fd, b'mine alone\\n'); os.close(fd)\"\n\
+             test ! -r {name}"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let log = tree.rewind(&["-C", ws_arg, "log", "--json", name]);
+        let changes: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(changes.len(), 1, "{name}: {log}");
+        assert_eq!(changes[0]["kind"], "create", "{name}: {log}");
+        let written = rewind::store::Hash::of(b"mine alone\n").to_string();
+        assert_eq!(
+            changes[0]["after"]["hash"],
+            written.as_str(),
+            "{name}: {log}"
+        );
+        // Its content is in the store (the user cannot read the file itself).
+        let id = changes[0]["id"].as_u64().unwrap();
+        assert_eq!(
+            tree.sh(&format!("cat .rewind/versions/{name}/{id}")),
+            "mine alone\n",
+            "{name}"
+        );
+        tree.rewind(&["unmount", ws_arg]);
+        assert!(!is_mounted(&ws));
+    }
+}

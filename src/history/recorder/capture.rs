@@ -46,6 +46,21 @@ pub fn seen_of(st: &libc::stat) -> Seen {
     }
 }
 
+/// Reads `file` from offset `at` on, whatever its own offset says.
+struct At<'f> {
+    file: &'f File,
+    at: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 /// The stat fields that change whenever content may have.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Sig {
@@ -93,25 +108,27 @@ fn remember(known: &mut Known, key: Key, file: KnownFile, max: usize) {
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
     pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, true, path)
+        self.capture_with(path, st, true, path, None)
     }
 
     /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
     /// too coarse to tell two versions of the same size apart.
     pub(super) fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, false, path)
+        self.capture_with(path, st, false, path, None)
     }
 
     /// [`capture_fresh`](Recorder::capture_fresh) of content that becomes the next version of
     /// `version_of` (a file saved under a temporary name, about to be renamed over it): stored
-    /// as a delta on that path's content when that pays.
+    /// as a delta on that path's content when that pays. Read from `reader` if given (a
+    /// handle on the file kept for a daemon that cannot open it by its name).
     pub(super) fn capture_fresh_as(
         &self,
         path: &[u8],
         st: &libc::stat,
         version_of: &[u8],
+        reader: Option<&File>,
     ) -> Result<FileState> {
-        self.capture_with(path, st, false, version_of)
+        self.capture_with(path, st, false, version_of, reader)
     }
 
     /// The cache holds the content last read from a file with no write episode open, keyed by
@@ -123,6 +140,7 @@ impl Recorder {
         st: &libc::stat,
         use_cache: bool,
         version_of: &[u8],
+        reader: Option<&File>,
     ) -> Result<FileState> {
         let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
@@ -154,7 +172,10 @@ impl Recorder {
                     });
                 }
                 let sweeps = store.sweeps();
-                let file = self.source.open_read(path).map_err(io_err)?;
+                let file = match reader {
+                    Some(r) => r.try_clone().map_err(io_err)?,
+                    None => self.source.open_read(path).map_err(io_err)?,
+                };
                 // The file `st` describes, read up to the size it has as the read begins: one
                 // that took its name meanwhile is not it, and a writer appending as fast as it
                 // is read does not keep the read going.
@@ -162,7 +183,9 @@ impl Recorder {
                 if (now.dev(), now.ino()) != key {
                     return Err(io_err(io::Error::from_raw_os_error(libc::ENOENT)));
                 }
-                let (hash, size) = store.put_file_reader(version_of, file.take(now.len()))?;
+                // From its start: a kept handle shares its offset with nothing that reads.
+                let from_start = At { file: &file, at: 0 };
+                let (hash, size) = store.put_file_reader(version_of, from_start.take(now.len()))?;
                 let state = FileState {
                     kind: FileKind::File,
                     size,

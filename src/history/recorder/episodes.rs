@@ -6,6 +6,8 @@
 //! (RELEASE arrives after the writer's close) first *cuts* the episode: what it wrote so far is
 //! recorded, and it goes on from there, so history stays a chain.
 
+use std::fs::File;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::capture::{Sig, key_of, kind_of, seen_of};
@@ -39,6 +41,9 @@ pub(super) struct Episode {
     /// The file's stat signature when this episode of a file that was there began (`None`
     /// for a new file, or once cut): the same at its end, nothing was written.
     pub(super) begun: Option<Sig>,
+    /// A handle to read the file from, kept from its last writer's when the daemon cannot
+    /// open it by its name (a new file made unreadable: `open(O_CREAT|O_WRONLY, 0)`).
+    pub(super) reader: Option<Arc<File>>,
 }
 
 /// How many openers an episode lists before it stops listing them.
@@ -70,6 +75,29 @@ impl Episode {
         if self.openers.len() < MAX_OPENERS && !self.openers.contains(&pid) {
             self.openers.push(pid);
         }
+    }
+}
+
+/// The marker of a file being written by `who` from `before` (see
+/// [`Recorder::put_marker_with`]).
+pub(super) fn marker(
+    before: Option<FileState>,
+    who: &Who,
+    fsynced: Option<Fsynced>,
+    reserved: Option<Reserved>,
+) -> OpenEpisode {
+    OpenEpisode {
+        before,
+        time_ns: now_ns(),
+        session: who.session.clone(),
+        agent: who.agent.clone(),
+        pid: who.pid,
+        process: who.process.clone(),
+        turn: who.turn,
+        tool: who.tool.clone(),
+        uid: who.uid,
+        fsynced,
+        reserved,
     }
 }
 
@@ -172,6 +200,7 @@ impl Recorder {
                 awaited: false,
                 fsynced: None,
                 begun,
+                reader: None,
             });
         Ok(())
     }
@@ -200,19 +229,7 @@ impl Recorder {
         fsynced: Option<Fsynced>,
         reserved: Option<Reserved>,
     ) -> Result<()> {
-        let marker = OpenEpisode {
-            before,
-            time_ns: now_ns(),
-            session: who.session.clone(),
-            agent: who.agent.clone(),
-            pid: who.pid,
-            process: who.process.clone(),
-            turn: who.turn,
-            tool: who.tool.clone(),
-            uid: who.uid,
-            fsynced,
-            reserved,
-        };
+        let marker = marker(before, who, fsynced, reserved);
         self.history.put_open_episode(path, &marker)
     }
 
@@ -247,6 +264,12 @@ impl Recorder {
 
     /// A handle that began an episode was released. At the last one, record what changed.
     pub fn end_write(&self, key: Key) -> Result<()> {
+        self.end_write_reading(key, None)
+    }
+
+    /// [`end_write`](Recorder::end_write) of a handle the file can be read from (`reader`),
+    /// given when the daemon cannot open the file by its name: its content is captured from it.
+    pub fn end_write_reading(&self, key: Key, reader: Option<File>) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
@@ -255,6 +278,9 @@ impl Recorder {
             let Some(ep) = episodes.get_mut(&key) else {
                 return Ok(());
             };
+            if let Some(reader) = reader {
+                ep.reader = Some(Arc::new(reader));
+            }
             ep.opens -= 1;
             if ep.opens > 0 {
                 return Ok(());
@@ -366,7 +392,7 @@ impl Recorder {
         // The id of the moment the file was closed, set aside before anything slow (reading
         // and storing what was written): an operation the writer makes after its `close()`
         // may be handled meanwhile, and must come after it in the history.
-        let (id, time_ns) = (self.reserve_id()?, now_ns());
+        let (id, time_ns) = self.reserve_id()?;
         SLOW_END.pause();
         let finished = self.finish_as(key, ep, &st, id, time_ns);
         if finished.is_err() {
@@ -397,6 +423,7 @@ impl Recorder {
                 time_ns,
                 id,
                 since: Instant::now(),
+                reader: ep.reader.clone(),
             };
             // A new file fsynced has a marker: it now says which id and time the create has,
             // so that a crash before it is recorded leaves it in its place. Written before the

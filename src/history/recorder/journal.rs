@@ -17,7 +17,7 @@ use crossbeam_channel::Receiver;
 use super::{Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{Change, Seen};
-use crate::history::db::Extra;
+use crate::history::db::{Extra, Retraction};
 
 /// How many changes a watcher's queue holds before further ones are counted as missed.
 pub const QUEUE: usize = 10_000;
@@ -29,6 +29,15 @@ pub struct Prepared {
     pub(super) manifest: Vec<(Vec<u8>, Option<Seen>)>,
     /// The content it names, kept from gc until it is written (or dropped).
     pub(super) _pins: crate::store::Pins,
+}
+
+/// A retraction the store refused (see [`Recorder::retract_or_owe`]): changes recorded before
+/// an operation that then failed, with what goes back in the manifest.
+pub(super) struct Owed {
+    pub(super) changes: Vec<Change>,
+    pub(super) manifest: Vec<(Vec<u8>, Option<Seen>)>,
+    /// A folder rename's manifest entries to swap back.
+    pub(super) swap_under: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// One watcher's queue.
@@ -83,9 +92,15 @@ pub(super) struct Journal {
     deferred: Mutex<Vec<Prepared>>,
     /// How many changes were published: lets a waiter see that something new came.
     published: AtomicU64,
+    /// Retractions the store refused, oldest first: written before the queued deletes and
+    /// before anything else is recorded. Taken with `deferred` held.
+    owed: Mutex<Vec<Owed>>,
     /// Changes are published in id order: one recorded while a smaller id is set aside for a
     /// held-back create waits here until that id is recorded or given back.
     order: Mutex<Order>,
+    /// The time of the change given the last id ([`Recorder::stamp`]). Changed only with
+    /// `deferred` held.
+    last_time: AtomicU64,
 }
 
 /// How long a change may wait for a smaller id set aside before it is published anyway (a
@@ -199,6 +214,24 @@ impl Recorder {
         )
     }
 
+    /// The time of the change given the next id: `time_ns`, or the last one's if that is
+    /// later. A change's time is taken when it is prepared and its id when it is written, so
+    /// two made at once on two threads (a delete waits in the queue, a mkdir does not) could
+    /// otherwise have ids in one order and times in the other, and a point given as a time
+    /// would name a state that never was. Called with `deferred` held, as every id is given.
+    fn stamp(&self, time_ns: u64) -> u64 {
+        let t = time_ns.max(self.journal.last_time.load(Ordering::Relaxed));
+        self.journal.last_time.store(t, Ordering::Relaxed);
+        t
+    }
+
+    /// Where [`stamp`](Self::stamp) starts: the latest time the history holds (a clock set
+    /// back while unmounted must not put new changes before old ones).
+    pub(super) fn stamp_after(&self, time_ns: u64) {
+        let _deferred = lock(&self.journal.deferred);
+        self.journal.last_time.fetch_max(time_ns, Ordering::Relaxed);
+    }
+
     /// Record `change` now (after any queued deletes), and tell the watchers.
     pub(super) fn record(&self, change: Change, extra: &Extra<'_>) -> Result<Change> {
         self.record_as(change, extra, None)
@@ -214,6 +247,11 @@ impl Recorder {
     ) -> Result<Change> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
+        let mut change = change;
+        if id.is_none() {
+            // One set aside has the time it was set aside at.
+            change.time_ns = self.stamp(change.time_ns);
+        }
         let mut out = self.history.record_with_ids(vec![(change, extra, id)])?;
         let recorded = out.pop().expect("one change in, one out");
         drop(deferred);
@@ -221,30 +259,54 @@ impl Recorder {
         Ok(recorded)
     }
 
-    /// The id of an operation that happens now but is recorded later (a held-back create):
-    /// after every delete queued before it, before everything that comes after.
-    pub(super) fn reserve_id(&self) -> Result<u64> {
+    /// The two halves of a `RENAME_EXCHANGE`, in one batch (both or neither), the second with
+    /// the first's time: that marks them as one exchange (`history::view`).
+    pub(super) fn record_exchange(
+        &self,
+        first: Change,
+        extra: &Extra<'_>,
+        mut back: Change,
+    ) -> Result<Vec<Change>> {
+        let mut deferred = lock(&self.journal.deferred);
+        self.write_deferred(&mut deferred)?;
+        let mut first = first;
+        first.time_ns = self.stamp(first.time_ns);
+        back.time_ns = first.time_ns;
+        let none = Extra::default();
+        let out = self
+            .history
+            .record_with_ids(vec![(first, extra, None), (back, &none, None)])?;
+        drop(deferred);
+        self.publish(&out);
+        Ok(out)
+    }
+
+    /// The id and time of an operation that happens now but is recorded later (a held-back
+    /// create): after every delete queued before it, before everything that comes after.
+    pub(super) fn reserve_id(&self) -> Result<(u64, u64)> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
         let id = self.history.reserve_id();
+        let time_ns = self.stamp(crate::history::time::now_ns());
         // Before the deferred lock is let go: no larger id is handed out before this one is
         // known to hold publication back.
         lock(&self.journal.order)
             .reserved
             .insert(id, std::time::Instant::now());
-        Ok(id)
+        Ok((id, time_ns))
     }
 
     /// [`reserve_id`](Recorder::reserve_id) for a held-back create put back after a refused
     /// operation (`hold_back_again`): without writing the queued deletes first, which the
     /// store may be refusing too. They came after its file was made.
-    pub(super) fn reserve_id_again(&self) -> u64 {
+    pub(super) fn reserve_id_again(&self) -> (u64, u64) {
         let _deferred = lock(&self.journal.deferred);
         let id = self.history.reserve_id();
+        let time_ns = self.stamp(crate::history::time::now_ns());
         lock(&self.journal.order)
             .reserved
             .insert(id, std::time::Instant::now());
-        id
+        (id, time_ns)
     }
 
     /// Record `prepared` soon, on the writer thread, batched with others. For changes whose
@@ -267,13 +329,55 @@ impl Recorder {
         self.write_deferred(&mut deferred)
     }
 
-    /// Write the queued changes in one batch. If the store cannot take them (a full disk),
-    /// they stay queued, first, to be written once it can.
+    /// Take back what an operation that failed had recorded (`owed`), in one batch. If the
+    /// store refuses it (a full disk), it is owed: the change stays in the store until then,
+    /// and is taken back before anything else is recorded, by the next record, `drain` or the
+    /// pending thread's round once the store takes writes again. (If the daemon dies first,
+    /// the next mount's scan finds the names as the failed operation left them, and records
+    /// the difference as `external`.)
+    pub(super) fn retract_or_owe(&self, owed: Owed) {
+        let _deferred = lock(&self.journal.deferred);
+        let mut all = lock(&self.journal.owed);
+        all.push(owed);
+        if let Err(e) = self.write_owed(&mut all) {
+            tracing::error!(
+                "cannot take back {} changes of operations that failed (taken back once the \
+                 store takes writes; until then they show in the history): {e}",
+                all.iter().map(|o| o.changes.len()).sum::<usize>()
+            );
+        }
+    }
+
+    /// Write the owed retractions, oldest first; those the store refuses stay owed.
+    fn write_owed(&self, all: &mut Vec<Owed>) -> Result<()> {
+        while let Some(owed) = all.first() {
+            self.history.retract_with(
+                &owed.changes,
+                &Retraction {
+                    manifest: &owed.manifest,
+                    markers: &[],
+                    swap_under: owed
+                        .swap_under
+                        .as_ref()
+                        .map(|(a, b)| (a.as_slice(), b.as_slice())),
+                },
+            )?;
+            all.remove(0);
+        }
+        Ok(())
+    }
+
+    /// Write the queued changes in one batch, after the owed retractions. If the store cannot
+    /// take them (a full disk), they stay queued, first, to be written once it can.
     fn write_deferred(&self, queue: &mut Vec<Prepared>) -> Result<()> {
+        self.write_owed(&mut lock(&self.journal.owed))?;
         if queue.is_empty() {
             return Ok(());
         }
-        let items = std::mem::take(queue);
+        let mut items = std::mem::take(queue);
+        for p in &mut items {
+            p.change.time_ns = self.stamp(p.change.time_ns);
+        }
         let extras: Vec<Extra<'_>> = items
             .iter()
             .map(|p| Extra {

@@ -139,6 +139,10 @@ impl Recorder {
                 .filter(|n| !n.is_empty()),
         };
         recorder.load_known()?;
+        match recorder.history.latest_time() {
+            Ok(t) => recorder.stamp_after(t),
+            Err(e) => tracing::warn!("the time of the last change is not known: {e}"),
+        }
         // A damaged change does not stop the mount: a `.gitignore` write then asks the history.
         if let Err(e) = recorder.load_recent_mkdirs() {
             tracing::warn!("the last minute's folders are not known: {e}");

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::capture::{key_of, kind_of, seen_of};
-use super::journal::Prepared;
+use super::journal::{Owed, Prepared};
 use super::links::moved_below;
 use super::saves::RenamedAway;
 use super::{Recorder, lock};
@@ -466,6 +466,13 @@ impl Recorder {
                 manifest: &manifest,
                 move_under,
             };
+            if exchange && let Some(dst_before) = dst_before {
+                let mut back = self.change(ChangeKind::Rename, src, &who);
+                back.from = Some(dst.to_vec());
+                back.before = Some(src_state);
+                back.after = Some(dst_before);
+                return self.record_exchange(change, &extra, back);
+            }
             let recorded = self.record(change, &extra)?;
             if !src_dir
                 && !exchange
@@ -486,22 +493,6 @@ impl Recorder {
                 );
             }
             out.push(recorded);
-            if exchange && let Some(dst_before) = dst_before {
-                let mut back = self.change(ChangeKind::Rename, src, &who);
-                // The first half's time marks the pair as one exchange (`history::view`).
-                back.time_ns = out.last().map_or(back.time_ns, |c| c.time_ns);
-                back.from = Some(dst.to_vec());
-                back.before = Some(src_state);
-                back.after = Some(dst_before);
-                match self.record(back, &Extra::default()) {
-                    Ok(back) => out.push(back),
-                    Err(e) => {
-                        // The caller retracts nothing when this fails: the first half goes here.
-                        self.retract(&out);
-                        return Err(e);
-                    }
-                }
-            }
             Ok(out)
         })();
         if recorded.is_err() {
@@ -730,28 +721,21 @@ impl Recorder {
         })
     }
 
-    /// An operation recorded in advance failed: take its changes back.
+    /// An operation recorded in advance failed: take its changes back. If the store refuses
+    /// that (a full disk), the retraction is owed: written before anything else is recorded,
+    /// once the store takes writes again (`journal.rs`).
     pub fn retract(&self, changes: &[Change]) {
-        for c in changes.iter().rev() {
-            if let Err(e) = self.history.retract(c) {
-                tracing::error!(
-                    "cannot retract change {} after a failed operation: {e}",
-                    c.id
-                );
-            }
+        if changes.is_empty() {
+            return;
         }
         // The manifest was moved on as if the operation had happened: put it back as the tree
         // is, or the next mount would take the names involved for outside changes.
         let is_dir = |s: &Option<FileState>| s.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
-        if let Some(c) = changes.first()
-            && c.kind == ChangeKind::Rename
-            && (is_dir(&c.before) || is_dir(&c.after))
-            && let Some(from) = &c.from
-            && let Err(e) = self.history.swap_manifest_under(from, &c.path)
-        {
-            tracing::warn!("manifest update failed: {e}");
-        }
-        let mut entries = Vec::new();
+        let swap_under = changes
+            .first()
+            .filter(|c| c.kind == ChangeKind::Rename && (is_dir(&c.before) || is_dir(&c.after)))
+            .and_then(|c| Some((c.from.clone()?, c.path.clone())));
+        let mut manifest = Vec::new();
         for c in changes {
             for path in std::iter::once(&c.path).chain(&c.from) {
                 let st = self.source.lstat(path).ok();
@@ -759,13 +743,15 @@ impl Recorder {
                     path,
                     st.as_ref().is_some_and(|st| kind_of(st) == FileKind::Dir),
                 ) {
-                    entries.push((path.clone(), st.as_ref().map(seen_of)));
+                    manifest.push((path.clone(), st.as_ref().map(seen_of)));
                 }
             }
         }
-        if let Err(e) = self.history.put_manifest(&entries) {
-            tracing::warn!("manifest update failed: {e}");
-        }
+        self.retract_or_owe(Owed {
+            changes: changes.iter().rev().cloned().collect(),
+            manifest,
+            swap_under,
+        });
     }
 
     /// Metadata of `path` changed without a recorded change (timestamps): keep the manifest

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::capture::{Source, key_of, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{ChangeKind, FileState, Fsynced, Reserved, Seen};
+use crate::history::change::{ChangeKind, FileState, Fsynced, OpenEpisode, Reserved, Seen};
 use crate::history::db::Extra;
 use crate::history::join;
 use crate::history::who::Who;
@@ -36,6 +36,9 @@ pub(super) struct Pending {
     pub(super) replaces: Option<FileState>,
     /// Fsynced: its marker is in the store ([`Recorder::sync_file`]).
     pub(super) fsynced: Option<Fsynced>,
+    /// A handle to read it from when the daemon cannot open it by its name (see
+    /// `Episode::reader`).
+    pub(super) reader: Option<Arc<File>>,
 }
 
 impl Recorder {
@@ -79,8 +82,8 @@ impl Recorder {
     /// then refused goes back in, with an id set aside again: the same one if nothing came
     /// after it. Its file is still there, and is recorded as if never taken out.
     pub(super) fn hold_back_again(&self, path: &[u8], p: Pending) {
-        let id = self.reserve_id_again();
-        lock(&self.pending).insert(path.to_vec(), Pending { id, ..p });
+        let (id, time_ns) = self.reserve_id_again();
+        lock(&self.pending).insert(path.to_vec(), Pending { id, time_ns, ..p });
     }
 
     /// The content of a held-back new file, captured now as the next version of `version_of`
@@ -94,7 +97,7 @@ impl Recorder {
     ) -> Result<Option<(FileState, Seen)>> {
         match self.stat_if_same(path, p.key) {
             Some(st) => Ok(Some((
-                self.capture_fresh_as(path, &st, version_of)?,
+                self.capture_fresh_as(path, &st, version_of, p.reader.as_deref())?,
                 seen_of(&st),
             ))),
             None => Ok(None),
@@ -209,16 +212,7 @@ impl Recorder {
     /// and its time: a crash before it is recorded leaves it to the next mount, which records
     /// it with them if that id is still free (`recovery.rs`).
     pub(super) fn put_pending_marker(&self, path: &[u8], p: &Pending) -> Result<()> {
-        self.put_marker_with(
-            path,
-            p.replaces.clone(),
-            &p.who,
-            p.fsynced,
-            Some(Reserved {
-                id: p.id,
-                time_ns: p.time_ns,
-            }),
-        )
+        self.history.put_open_episode(path, &pending_marker(p))
     }
 
     /// Record held-back creates older than [`PENDING_FOR`] (all of them with `all`), after the
@@ -283,6 +277,19 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// The marker of the held-back create `p` (see [`Recorder::put_pending_marker`]).
+pub(super) fn pending_marker(p: &Pending) -> OpenEpisode {
+    super::episodes::marker(
+        p.replaces.clone(),
+        &p.who,
+        p.fsynced,
+        Some(Reserved {
+            id: p.id,
+            time_ns: p.time_ns,
+        }),
+    )
 }
 
 /// The live tree as the history has it so far: a new file whose create is still held back is

@@ -16,6 +16,7 @@ use super::pending::Pending;
 use super::{Recorder, lock};
 use crate::history::Result;
 use crate::history::change::ChangeKind;
+use crate::history::db::Retraction;
 use crate::history::ignore::{RULE_FILES, at_or_under};
 use crate::history::time::now_ns;
 use crate::store::{Order, Query};
@@ -289,30 +290,81 @@ impl Recorder {
             keep
         });
         let quieted = self.take_back_burst(dir, &dropped);
-        if quieted.is_err() {
-            // The store refuses writes: what it was doing (a rename into an ignored name) is
-            // refused, and the new files it dropped stay, held back again to be recorded.
-            for (path, p) in dropped {
-                self.hold_back_again(&path, p);
+        match quieted {
+            Ok(_) => {
+                for (_, p) in &dropped {
+                    self.release_id(p.id);
+                }
+            }
+            // The store refuses writes: nothing was written, and what it was doing (a rename
+            // into an ignored name) is refused. The new files it dropped go back as they were,
+            // with their ids, to be recorded.
+            Err(_) => {
+                let mut superseded = Vec::new();
+                {
+                    let mut pending = lock(&self.pending);
+                    for (path, p) in dropped {
+                        match pending.entry(path) {
+                            std::collections::hash_map::Entry::Vacant(v) => {
+                                v.insert(p);
+                            }
+                            // A newer file came at its name meanwhile.
+                            std::collections::hash_map::Entry::Occupied(_) => {
+                                superseded.push(p.id);
+                            }
+                        }
+                    }
+                }
+                for id in superseded {
+                    self.release_id(id);
+                }
             }
         }
         quieted
     }
 
     /// [`quiet_burst`](Recorder::quiet_burst) once the held-back creates below `dir` are out
-    /// of the table (`dropped`): their ids given back, their markers dropped, and what was
-    /// recorded of the folder since it was made taken back.
+    /// of the table (`dropped`): their markers dropped, and what was recorded of the folder
+    /// since it was made taken back, in one batch (a store that refuses it leaves all as it
+    /// was).
     fn take_back_burst(&self, dir: &[u8], dropped: &[(Vec<u8>, Pending)]) -> Result<bool> {
-        let under = |p: &[u8]| at_or_under(p, dir);
-        for (_, p) in dropped {
-            self.release_id(p.id);
-        }
-        for (path, p) in dropped {
-            if p.fsynced.is_some() {
-                self.history.drop_open_episode(path)?;
-            }
-        }
         self.drain()?;
+        let burst = self.burst_of(dir)?;
+        let markers: Vec<_> = dropped
+            .iter()
+            .filter(|(_, p)| p.fsynced.is_some())
+            .map(|(path, _)| (path.clone(), None))
+            .collect();
+        let changes = burst.as_deref().unwrap_or_default();
+        let manifest: Vec<_> = changes
+            .iter()
+            .flat_map(|c| std::iter::once(&c.path).chain(&c.from))
+            .map(|p| (p.clone(), None))
+            .collect();
+        if !changes.is_empty() || !markers.is_empty() {
+            self.history.retract_with(
+                changes,
+                &Retraction {
+                    manifest: &manifest,
+                    markers: &markers,
+                    swap_under: None,
+                },
+            )?;
+        }
+        if burst.is_some() {
+            tracing::debug!(
+                "{} became ignored: {} changes taken back",
+                String::from_utf8_lossy(dir),
+                changes.len()
+            );
+        }
+        Ok(burst.is_some())
+    }
+
+    /// What was recorded at or below `dir` since it was made, if it was made moments ago
+    /// (within [`BURST`]) and nothing crossed its border since.
+    fn burst_of(&self, dir: &[u8]) -> Result<Option<Vec<crate::history::change::Change>>> {
+        let under = |p: &[u8]| at_or_under(p, dir);
         // The folder's making: its last change other than a chmod (pytest makes its cache
         // folder with `mkdtemp`, then chmods it).
         let made = self
@@ -326,7 +378,7 @@ impl Recorder {
             .into_iter()
             .find(|c| !(c.kind == ChangeKind::Chmod && c.path == dir));
         let Some(made) = made else {
-            return Ok(false);
+            return Ok(None);
         };
         let age = now_ns().saturating_sub(made.time_ns);
         if made.path != dir
@@ -334,12 +386,12 @@ impl Recorder {
             || age > BURST.as_nanos() as u64
             || made.id == 0
         {
-            return Ok(false);
+            return Ok(None);
         }
         // A checkpoint taken since the folder was made shows it: taking its making back would
         // change what that checkpoint answers. The history keeps it then.
         if self.history.checkpoints()?.iter().any(|c| c.id >= made.id) {
-            return Ok(false);
+            return Ok(None);
         }
         let mut burst = Vec::new();
         let mut crossing = false;
@@ -361,24 +413,6 @@ impl Recorder {
                 !crossing
             },
         )?;
-        if crossing {
-            return Ok(false);
-        }
-        let mut manifest = Vec::new();
-        for c in burst.iter().rev() {
-            self.history.retract(c)?;
-            manifest.extend(
-                std::iter::once(&c.path)
-                    .chain(&c.from)
-                    .map(|p| (p.clone(), None)),
-            );
-        }
-        self.history.put_manifest(&manifest)?;
-        tracing::debug!(
-            "{} became ignored: {} changes taken back",
-            String::from_utf8_lossy(dir),
-            burst.len()
-        );
-        Ok(true)
+        Ok((!crossing).then_some(burst))
     }
 }

@@ -19,10 +19,12 @@
 use std::time::{Duration, Instant};
 
 use super::capture::{key_of, seen_of};
-use super::pending::Pending;
+use super::episodes::marker;
+use super::pending::{Pending, pending_marker};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{Change, ChangeKind, FileState};
+use crate::history::db::Retraction;
 
 /// How long a rename-away save may take from the rename to the delete.
 pub(super) const SAVE_WINDOW: Duration = Duration::from_secs(5);
@@ -76,21 +78,29 @@ impl Recorder {
             return Ok(false);
         }
         let original = away.change.after.clone();
-        let mut converted = self.convert_to_modify(&away.from, &original, pid)?;
-        // The new file's end may be on its way from one table to the other: wait for it.
-        let give_up = Instant::now() + END_WAIT;
-        while !converted
-            && lock(&self.ends_in_flight).contains(&away.from)
-            && Instant::now() < give_up
-        {
-            std::thread::sleep(Duration::from_millis(1));
-            converted = self.convert_to_modify(&away.from, &original, pid)?;
+        let convert = || self.convert_to_modify(&away.from, &original, pid, &away.change, path);
+        let folded = (|| {
+            let mut converted = convert()?;
+            // The new file's end may be on its way from one table to the other: wait for it.
+            let give_up = Instant::now() + END_WAIT;
+            while !converted
+                && lock(&self.ends_in_flight).contains(&away.from)
+                && Instant::now() < give_up
+            {
+                std::thread::sleep(Duration::from_millis(1));
+                converted = convert()?;
+            }
+            Ok(converted)
+        })();
+        match folded {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => {
+                // Refused (nothing written): the delete is refused, and may come again.
+                self.remember_renamed_away(path, away);
+                return Err(e);
+            }
         }
-        if !converted {
-            return Ok(false);
-        }
-        self.history.retract(&away.change)?;
-        self.history.put_manifest(&[(path.to_vec(), None)])?;
         if st.st_nlink <= 1 {
             self.forget_known(key_of(st));
         }
@@ -98,27 +108,40 @@ impl Recorder {
     }
 
     /// The new file `pid` wrote at `path` (held back, or still being written) becomes a modify
-    /// from `original`: whether there was one.
+    /// from `original`, `rename` (of the original, away from `path` to `away`) is taken back
+    /// and `away` leaves the manifest: whether there was such a new file.
     fn convert_to_modify(
         &self,
         path: &[u8],
         original: &Option<FileState>,
         pid: u32,
+        rename: &Change,
+        away: &[u8],
     ) -> Result<bool> {
         // The new file's marker says from now on that it is a modify from the original (a
-        // crash before it is recorded then gives that modify, by its process): written under
-        // the lock of the table that holds it, as an fsync writes it (`pending.rs`).
+        // crash before it is recorded then gives that modify, by its process). One batch with
+        // the rename's retraction: a store that refuses it (a full disk) leaves the history,
+        // the marker and the table as they were, and the unlink is refused. Written under the
+        // lock of the table that holds the new file, as an fsync writes its marker
+        // (`pending.rs`).
+        let fold = |marker| {
+            self.history.retract_with(
+                std::slice::from_ref(rename),
+                &Retraction {
+                    manifest: &[(away.to_vec(), None)],
+                    markers: &[(path.to_vec(), Some(marker))],
+                    swap_under: None,
+                },
+            )
+        };
         if let Some(p) = lock(&self.pending).get_mut(path)
             && p.who.pid == pid
             && p.replaces.is_none()
         {
-            self.put_pending_marker(
-                path,
-                &Pending {
-                    replaces: original.clone(),
-                    ..p.clone()
-                },
-            )?;
+            fold(pending_marker(&Pending {
+                replaces: original.clone(),
+                ..p.clone()
+            }))?;
             p.replaces = original.clone();
             return Ok(true);
         }
@@ -127,7 +150,7 @@ impl Recorder {
             .find(|ep| ep.path == path && ep.created && ep.who.pid == pid)
         {
             // Still being written (RELEASE comes after close): its end records the modify.
-            self.put_marker(path, original.clone(), &ep.who, ep.fsynced)?;
+            fold(marker(original.clone(), &ep.who, ep.fsynced, None))?;
             ep.created = false;
             ep.before = original.clone();
             return Ok(true);
