@@ -6,6 +6,7 @@
 //! (RELEASE arrives after the writer's close) first *cuts* the episode: what it wrote so far is
 //! recorded, and it goes on from there, so history stays a chain.
 
+use std::fs::File;
 use std::time::Instant;
 
 use super::capture::{Sig, key_of, kind_of, seen_of};
@@ -245,8 +246,10 @@ impl Recorder {
         }
     }
 
-    /// A handle that began an episode was released. At the last one, record what changed.
-    pub fn end_write(&self, key: Key) -> Result<()> {
+    /// A handle that began an episode was released. At the last one, record what changed,
+    /// read through `file` if given (the released handle's fd, open for reading: no need to
+    /// open the file again by its path), else from the path.
+    pub fn end_write(&self, key: Key, file: Option<&File>) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
@@ -261,16 +264,16 @@ impl Recorder {
             }
             episodes.remove(&key).expect("present above")
         };
-        self.end_in_flight(key, ep)
+        self.end_in_flight(key, ep, file)
     }
 
     /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
     /// meanwhile: between the table of episodes and the table of held-back creates, a new
     /// file is in neither, and a rename-away save must not take it for absent.
-    fn end_in_flight(&self, key: Key, ep: Episode) -> Result<()> {
+    fn end_in_flight(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
         let path = ep.path.clone();
         lock(&self.ends_in_flight).push(path.clone());
-        let result = self.end_or_keep(key, ep);
+        let result = self.end_or_keep(key, ep, file);
         let mut in_flight = lock(&self.ends_in_flight);
         if let Some(i) = in_flight.iter().position(|p| *p == path) {
             in_flight.swap_remove(i);
@@ -282,8 +285,8 @@ impl Recorder {
     /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
-    fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
-        match self.finish_episode(key, &ep) {
+    fn end_or_keep(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
+        match self.finish_episode(key, &ep, file) {
             Ok(Some(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, p);
                 if let Some(old) = replaced {
@@ -333,13 +336,19 @@ impl Recorder {
                     _ => continue,
                 }
             };
-            self.end_in_flight(key, ep)?;
+            self.end_in_flight(key, ep, None)?;
         }
         Ok(())
     }
 
-    /// Record the end of an episode; a created file is returned to be held back instead.
-    fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
+    /// Record the end of an episode, its content read through `file` if given; a created file
+    /// is returned to be held back instead.
+    fn finish_episode(
+        &self,
+        key: Key,
+        ep: &Episode,
+        file: Option<&File>,
+    ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.orphaned {
             self.history.drop_open_episode(path)?;
@@ -368,7 +377,7 @@ impl Recorder {
         // may be handled meanwhile, and must come after it in the history.
         let (id, time_ns) = (self.reserve_id()?, now_ns());
         SLOW_END.pause();
-        let finished = self.finish_as(key, ep, &st, id, time_ns);
+        let finished = self.finish_as(key, ep, &st, (id, time_ns), file);
         if finished.is_err() {
             self.release_id(id);
         }
@@ -384,8 +393,8 @@ impl Recorder {
         key: Key,
         ep: &Episode,
         st: &libc::stat,
-        id: u64,
-        time_ns: u64,
+        (id, time_ns): (u64, u64),
+        file: Option<&File>,
     ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.created {
@@ -407,7 +416,10 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        let after = self.capture_fresh(path, st)?;
+        let after = match file {
+            Some(file) => self.capture_fresh_through(path, st, file)?,
+            None => self.capture_fresh(path, st)?,
+        };
         if ep.before.as_ref() == Some(&after) {
             self.history.drop_open_episode(path)?;
             self.release_id(id);
