@@ -526,6 +526,15 @@ pub fn copy_file_range(
     Ok(n as u64)
 }
 
+/// Whether `file` may be read into any buffer: opened for reading, and not `O_DIRECT`
+/// (whose reads need aligned buffers).
+pub fn readable(file: &File) -> bool {
+    rustix::fs::fcntl_getfl(file).is_ok_and(|flags| {
+        !flags.contains(OFlags::DIRECT)
+            && matches!(flags & OFlags::RWMODE, OFlags::RDONLY | OFlags::RDWR)
+    })
+}
+
 /// The offset and length alignment the file's filesystem requires of `O_DIRECT` I/O (0 when
 /// it does not say).
 pub fn direct_io_alignment(file: &File) -> u32 {

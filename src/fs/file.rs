@@ -69,14 +69,18 @@ impl Core {
     }
 
     pub(super) fn end_write(&self, episode: Option<Key>) {
-        self.end_write_reading(episode, None);
+        self.end_write_through(episode, None, None);
     }
 
-    /// [`end_write`](Core::end_write), with a handle to read the file from if the daemon
-    /// cannot open it by its name (see [`reader_if_unreadable`](Core::reader_if_unreadable)).
-    fn end_write_reading(&self, episode: Option<Key>, reader: Option<File>) {
+    /// [`end_write`](Self::end_write) at the release of a handle whose fd is `file`: if the
+    /// episode ends there and `file` may be read, the new content is read through it (what
+    /// the kernel wrote through passthrough and what the daemon wrote are in the same file)
+    /// instead of opening the file again by its path. `reader`: a handle to keep for a new
+    /// file the daemon cannot open by its name (see
+    /// [`reader_if_unreadable`](Core::reader_if_unreadable)).
+    fn end_write_through(&self, episode: Option<Key>, file: Option<&File>, reader: Option<File>) {
         if let (Some(rec), Some(key)) = (&self.recorder, episode)
-            && let Err(e) = rec.end_write_reading(key, reader)
+            && let Err(e) = rec.end_write(key, file.filter(|f| backing::readable(f)), reader)
         {
             tracing::error!("cannot record the end of a write: {e}");
         }
@@ -224,7 +228,7 @@ impl Core {
         } else {
             None
         };
-        let file = match self.backing.open_file(&path, self.backing_flags(flags), 0) {
+        let file = match self.open_backing(&path, flags, episode.is_some()) {
             Ok(f) => f,
             Err(e) => {
                 self.end_write(episode);
@@ -237,6 +241,27 @@ impl Core {
         }
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
         self.finish_open(ino.0, file, episode, flags, direct, open_backing)
+    }
+
+    /// The backing fd for an open of the regular file `path` with the caller's `flags`. One
+    /// that begins a write episode (`episode`) and may only write is opened read-write when
+    /// the daemon may read the file, so that the episode's end reads the new content through
+    /// it ([`release`](Self::release)) instead of opening the file again by its path (two
+    /// opens, one of them through `/proc`). The caller gains nothing by it: the kernel checks
+    /// a read against the caller's own open (`EBADF` for a write-only one), and passes
+    /// through with a file of its own opened with the caller's flags; without passthrough the
+    /// fd is read-write anyway (see [`backing_flags`](Self::backing_flags)). Where the daemon
+    /// may not read, the open is what the caller asked.
+    fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<File> {
+        let flags = self.backing_flags(flags);
+        if episode && flags & libc::O_ACCMODE == libc::O_WRONLY {
+            let rdwr = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            match self.backing.open_file(path, rdwr, 0) {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {}
+                opened => return opened,
+            }
+        }
+        self.backing.open_file(path, flags, 0)
     }
 
     pub(super) fn create(
@@ -412,11 +437,9 @@ impl Core {
     pub(super) fn release(&self, fh: FileHandle) {
         SLOW_RELEASE.pause();
         if let Some(open) = self.files.remove(fh.0) {
-            // Close our fd before recording, so the last writer's data is all there.
             let episode = lock(&open.episode).take();
             let reader = episode.and_then(|_| self.reader_if_unreadable(&open.file));
-            drop(open);
-            self.end_write_reading(episode, reader);
+            self.end_write_through(episode, Some(&open.file), reader);
         }
     }
 

@@ -527,6 +527,94 @@ fn opening_for_writing_without_writing_records_nothing() {
     assert_eq!(summary(&log(&ws)), ["create f"]);
 }
 
+/// The end of an edit reads the new content through the released handle's fd where it can
+/// (the daemon opens a write-only caller's file read-write) and from the path where it cannot
+/// (`O_DIRECT`): either way the change holds what was written, and a write-only caller still
+/// cannot read through its handle, nor map it for reading.
+fn an_edit_ends_with_what_each_kind_of_handle_wrote(extra: &[&str]) {
+    let mut ws = Workspace::new();
+    ws.mount_with(extra);
+    let names = ["wronly", "trunc", "append", "rdwr", "direct"];
+    for name in names {
+        fs::write(ws.path().join(name), format!("old {name}\n")).unwrap();
+    }
+    sync(&ws);
+    python(
+        &ws.path(),
+        r#"
+import errno, mmap, os
+def cannot_read(fd):
+    try:
+        os.read(fd, 1)
+        raise SystemExit("read through a write-only handle")
+    except OSError as e:
+        assert e.errno == errno.EBADF, e
+    try:
+        mmap.mmap(fd, 4, prot=mmap.PROT_READ)
+        raise SystemExit("mapped a write-only handle for reading")
+    except OSError as e:
+        assert e.errno == errno.EACCES, e
+fd = os.open("wronly", os.O_WRONLY)
+os.lseek(fd, 4, os.SEEK_SET)
+os.write(fd, b"NEW")
+cannot_read(fd)
+os.close(fd)
+fd = os.open("trunc", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"new trunc\n")
+cannot_read(fd)
+os.close(fd)
+fd = os.open("append", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"more\n")
+os.close(fd)
+fd = os.open("rdwr", os.O_RDWR)
+os.lseek(fd, 0, os.SEEK_END)
+os.write(fd, b"end\n")
+os.close(fd)
+aligned = mmap.mmap(-1, 4096)
+aligned.write(b"d" * 4096)
+fd = os.open("direct", os.O_WRONLY | os.O_TRUNC | os.O_DIRECT)
+os.write(fd, aligned)
+os.close(fd)
+"#,
+    );
+    let changes = log(&ws);
+    let modified: Vec<&Value> = changes.iter().filter(|c| c["kind"] == "modify").collect();
+    assert_eq!(modified.len(), names.len(), "{:?}", summary(&changes));
+    let written: Vec<Vec<u8>> = names
+        .iter()
+        .map(|name| fs::read(ws.path().join(name)).unwrap())
+        .collect();
+    assert_eq!(written[0], b"old NEWnly\n");
+    assert_eq!(written[4], vec![b'd'; 4096]);
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    for (name, data) in names.iter().zip(&written) {
+        let change = modified
+            .iter()
+            .find(|c| c["path"] == *name)
+            .unwrap_or_else(|| panic!("no modify of {name}"));
+        assert_eq!(
+            content(&store, &change["after"]).as_deref(),
+            Some(&data[..]),
+            "{name}"
+        );
+        assert_eq!(
+            content(&store, &change["before"]).unwrap(),
+            format!("old {name}\n").into_bytes()
+        );
+    }
+}
+
+#[test]
+fn an_edit_ends_with_what_each_kind_of_handle_wrote_with_passthrough() {
+    an_edit_ends_with_what_each_kind_of_handle_wrote(&[]);
+}
+
+#[test]
+fn an_edit_ends_with_what_each_kind_of_handle_wrote_without_passthrough() {
+    an_edit_ends_with_what_each_kind_of_handle_wrote(&["--no-passthrough"]);
+}
+
 #[test]
 fn ignored_paths_pass_through_unrecorded() {
     let mut ws = Workspace::new();

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 
 use super::{Key, Recorder, lock};
 use crate::history::change::{FileKind, FileState, Owner, Seen};
@@ -46,21 +46,6 @@ pub fn seen_of(st: &libc::stat) -> Seen {
     }
 }
 
-/// Reads `file` from offset `at` on, whatever its own offset says.
-struct At<'f> {
-    file: &'f File,
-    at: u64,
-}
-
-impl Read for At<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use std::os::unix::fs::FileExt;
-        let n = self.file.read_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
-}
-
 /// The stat fields that change whenever content may have.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Sig {
@@ -93,6 +78,20 @@ pub(super) struct KnownFile {
     sweeps: u64,
 }
 
+/// Reads `file` from offset `at` on with positioned reads, leaving the fd's offset alone.
+struct ReadAt<'a> {
+    file: &'a File,
+    at: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 /// The last captured content of each backing file, by backing key.
 pub(super) type Known = std::collections::HashMap<Key, KnownFile>;
 
@@ -117,6 +116,17 @@ impl Recorder {
         self.capture_with(path, st, false, path, None)
     }
 
+    /// [`capture_fresh`](Recorder::capture_fresh) of the regular file `st` describes, read
+    /// through `file`, an fd of it open for reading, instead of opening `path` again.
+    pub(super) fn capture_fresh_through(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        file: &File,
+    ) -> Result<FileState> {
+        self.capture_with(path, st, false, path, Some(file))
+    }
+
     /// [`capture_fresh`](Recorder::capture_fresh) of content that becomes the next version of
     /// `version_of` (a file saved under a temporary name, about to be renamed over it): stored
     /// as a delta on that path's content when that pays. Read from `reader` if given (a
@@ -133,14 +143,15 @@ impl Recorder {
 
     /// The cache holds the content last read from a file with no write episode open, keyed by
     /// backing inode and (size, mtime, ctime). It answers only while no episode is open on the
-    /// file: then nothing can have written to it since (every write needs an episode).
+    /// file: then nothing can have written to it since (every write needs an episode). A
+    /// file's content is read through `through` if given, else from `path`.
     fn capture_with(
         &self,
         path: &[u8],
         st: &libc::stat,
         use_cache: bool,
         version_of: &[u8],
-        reader: Option<&File>,
+        through: Option<&File>,
     ) -> Result<FileState> {
         let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
@@ -172,9 +183,13 @@ impl Recorder {
                     });
                 }
                 let sweeps = store.sweeps();
-                let file = match reader {
-                    Some(r) => r.try_clone().map_err(io_err)?,
-                    None => self.source.open_read(path).map_err(io_err)?,
+                let opened;
+                let file = match through {
+                    Some(file) => file,
+                    None => {
+                        opened = self.source.open_read(path).map_err(io_err)?;
+                        &opened
+                    }
                 };
                 // The file `st` describes, read up to the size it has as the read begins: one
                 // that took its name meanwhile is not it, and a writer appending as fast as it
@@ -183,8 +198,8 @@ impl Recorder {
                 if (now.dev(), now.ino()) != key {
                     return Err(io_err(io::Error::from_raw_os_error(libc::ENOENT)));
                 }
-                // From its start: a kept handle shares its offset with nothing that reads.
-                let from_start = At { file: &file, at: 0 };
+                // From the start, whatever the fd's offset (a handle's is the writer's).
+                let from_start = ReadAt { file, at: 0 };
                 let (hash, size) = store.put_file_reader(version_of, from_start.take(now.len()))?;
                 let state = FileState {
                     kind: FileKind::File,

@@ -262,14 +262,12 @@ impl Recorder {
         }
     }
 
-    /// A handle that began an episode was released. At the last one, record what changed.
-    pub fn end_write(&self, key: Key) -> Result<()> {
-        self.end_write_reading(key, None)
-    }
-
-    /// [`end_write`](Recorder::end_write) of a handle the file can be read from (`reader`),
-    /// given when the daemon cannot open the file by its name: its content is captured from it.
-    pub fn end_write_reading(&self, key: Key, reader: Option<File>) -> Result<()> {
+    /// A handle that began an episode was released. At the last one, record what changed,
+    /// read through `file` if given (the released handle's fd, open for reading: no need to
+    /// open the file again by its path), else from the path. `reader`, given when the daemon
+    /// cannot open a new file by its name, is kept with the episode: its create's content is
+    /// read from it when the create is recorded, after the hold-back.
+    pub fn end_write(&self, key: Key, file: Option<&File>, reader: Option<File>) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
@@ -287,16 +285,16 @@ impl Recorder {
             }
             episodes.remove(&key).expect("present above")
         };
-        self.end_in_flight(key, ep)
+        self.end_in_flight(key, ep, file)
     }
 
     /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
     /// meanwhile: between the table of episodes and the table of held-back creates, a new
     /// file is in neither, and a rename-away save must not take it for absent.
-    fn end_in_flight(&self, key: Key, ep: Episode) -> Result<()> {
+    fn end_in_flight(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
         let path = ep.path.clone();
         lock(&self.ends_in_flight).push(path.clone());
-        let result = self.end_or_keep(key, ep);
+        let result = self.end_or_keep(key, ep, file);
         let mut in_flight = lock(&self.ends_in_flight);
         if let Some(i) = in_flight.iter().position(|p| *p == path) {
             in_flight.swap_remove(i);
@@ -308,8 +306,8 @@ impl Recorder {
     /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
-    fn end_or_keep(&self, key: Key, ep: Episode) -> Result<()> {
-        match self.finish_episode(key, &ep) {
+    fn end_or_keep(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
+        match self.finish_episode(key, &ep, file) {
             Ok(Some(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, p);
                 if let Some(old) = replaced {
@@ -359,13 +357,19 @@ impl Recorder {
                     _ => continue,
                 }
             };
-            self.end_in_flight(key, ep)?;
+            self.end_in_flight(key, ep, None)?;
         }
         Ok(())
     }
 
-    /// Record the end of an episode; a created file is returned to be held back instead.
-    fn finish_episode(&self, key: Key, ep: &Episode) -> Result<Option<Pending>> {
+    /// Record the end of an episode, its content read through `file` if given; a created file
+    /// is returned to be held back instead.
+    fn finish_episode(
+        &self,
+        key: Key,
+        ep: &Episode,
+        file: Option<&File>,
+    ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.orphaned {
             self.history.drop_open_episode(path)?;
@@ -394,7 +398,7 @@ impl Recorder {
         // may be handled meanwhile, and must come after it in the history.
         let (id, time_ns) = self.reserve_id()?;
         SLOW_END.pause();
-        let finished = self.finish_as(key, ep, &st, id, time_ns);
+        let finished = self.finish_as(key, ep, &st, (id, time_ns), file);
         if finished.is_err() {
             self.release_id(id);
         }
@@ -410,8 +414,8 @@ impl Recorder {
         key: Key,
         ep: &Episode,
         st: &libc::stat,
-        id: u64,
-        time_ns: u64,
+        (id, time_ns): (u64, u64),
+        file: Option<&File>,
     ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.created {
@@ -434,7 +438,10 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        let after = self.capture_fresh(path, st)?;
+        let after = match file {
+            Some(file) => self.capture_fresh_through(path, st, file)?,
+            None => self.capture_fresh(path, st)?,
+        };
         if ep.before.as_ref() == Some(&after) {
             self.history.drop_open_episode(path)?;
             self.release_id(id);
