@@ -58,6 +58,11 @@ impl Core {
                         rec.retract(&recorded.into_iter().collect::<Vec<_>>());
                         return Err(e);
                     }
+                    if recorded.is_some()
+                        && let Ok(st) = stat()
+                    {
+                        rec.chmodded(&st);
+                    }
                 }
                 _ => chmod()?,
             }

@@ -215,6 +215,62 @@ impl Drop for UserTree {
     }
 }
 
+/// `chmod 000 f; chmod 644 f` through a mount whose daemon is not root: the second chmod is
+/// recorded with the content the file had (it did not change), not refused because the daemon
+/// may no longer read the file (which left it stuck unreadable until the unmount).
+#[test]
+fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let bin = tree.path("bin/rewind");
+    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    for (passthrough, name) in [(false, "locked-cached"), (true, "locked-passthrough")] {
+        let out = tree
+            .as_user(passthrough, &[bin, "mount", ws_arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        tree.sh(&format!("echo 'mine' > {name}"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh(&format!(
+            "chmod 000 {name}\ntest ! -r {name}\nchmod 600 {name}\nchmod 000 {name}\n\
+             chmod 644 {name}\necho more >> {name}"
+        ));
+        assert_eq!(tree.sh(&format!("cat {name}")), "mine\nmore\n", "{name}");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let log = tree.rewind(&["-C", ws_arg, "log", "--json", name]);
+        let changes: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = changes.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["create", "chmod", "chmod", "chmod", "chmod", "modify"],
+            "{name}: {log}"
+        );
+        let mine = rewind::store::Hash::of(b"mine\n").to_string();
+        let modes: Vec<(&str, &str)> = changes[1..5]
+            .iter()
+            .map(|c| {
+                assert_eq!(c["before"]["hash"], mine.as_str(), "{name}: {log}");
+                assert_eq!(c["after"]["hash"], mine.as_str(), "{name}: {log}");
+                (
+                    c["before"]["mode"].as_str().unwrap(),
+                    c["after"]["mode"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            modes,
+            [("644", "0"), ("0", "600"), ("600", "0"), ("0", "644")],
+            "{name}: {log}"
+        );
+        tree.rewind(&["unmount", ws_arg]);
+        assert!(!is_mounted(&ws));
+    }
+}
+
 /// A unit's main process, started with a NOTIFY_SOCKET we read, killed on drop.
 struct Service {
     child: Child,

@@ -337,6 +337,17 @@ impl Recorder {
         Ok(Some(recorded))
     }
 
+    /// A chmod recorded by [`before_chmod`](Self::before_chmod) was made, and `st` is the
+    /// file's stat now. Only its mode and ctime changed, so with no write episode open its last
+    /// capture stays valid under `st`: the next chmod takes its before from it. A daemon that
+    /// is not root may no longer read a file chmodded `000` by its owner, and reading it again
+    /// would refuse the chmod that makes it readable again.
+    pub fn chmodded(&self, st: &libc::stat) {
+        if !lock(&self.episodes).contains_key(&key_of(st)) {
+            self.refresh_known(st);
+        }
+    }
+
     /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
     /// changes to retract if the rename then fails. The caller holds both files (see
     /// [`hold`](Recorder::hold)) until the rename is done.
