@@ -61,7 +61,7 @@ impl Core {
                     if recorded.is_some()
                         && let Ok(st) = stat()
                     {
-                        rec.chmodded(&st);
+                        rec.metadata_changed(&st);
                     }
                 }
                 _ => chmod()?,
@@ -75,6 +75,12 @@ impl Core {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
                     self.backing.chown(path, ch.uid, ch.gid)?;
                 }
+            }
+            // Not recorded; the file's ctime changed, not its content.
+            if let Some(rec) = &self.recorder
+                && let Ok(st) = stat()
+            {
+                rec.metadata_changed(&st);
             }
         }
         if let Some(size) = ch.size {

@@ -217,7 +217,8 @@ impl Drop for UserTree {
 
 /// `chmod 000 f; chmod 644 f` through a mount whose daemon is not root: the second chmod is
 /// recorded with the content the file had (it did not change), not refused because the daemon
-/// may no longer read the file (which left it stuck unreadable until the unmount).
+/// may no longer read the file (which left it stuck unreadable until the unmount); so are a
+/// link to it and a chmod after a chown, which change its ctime too.
 #[test]
 fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
     let tree = UserTree::new();
@@ -233,8 +234,8 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
         tree.sh(&format!("echo 'mine' > {name}"));
         tree.rewind(&["-C", ws_arg, "sync"]);
         tree.sh(&format!(
-            "chmod 000 {name}\ntest ! -r {name}\nchmod 600 {name}\nchmod 000 {name}\n\
-             chmod 644 {name}\necho more >> {name}"
+            "chmod 000 {name}\ntest ! -r {name}\nln {name} {name}.2\nchown nobody {name}\n\
+             chmod 600 {name}\nchmod 000 {name}\nchmod 644 {name}\necho more >> {name}"
         ));
         assert_eq!(tree.sh(&format!("cat {name}")), "mine\nmore\n", "{name}");
         tree.rewind(&["-C", ws_arg, "sync"]);
@@ -243,7 +244,10 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        let kinds: Vec<&str> = changes.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+        let kinds: Vec<&str> = changes
+            .iter()
+            .map(|c| c["kind"].as_str().unwrap())
+            .collect();
         assert_eq!(
             kinds,
             ["create", "chmod", "chmod", "chmod", "chmod", "modify"],
@@ -266,6 +270,10 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
             [("644", "0"), ("0", "600"), ("600", "0"), ("0", "644")],
             "{name}: {log}"
         );
+        let link = tree.rewind(&["-C", ws_arg, "log", "--json", &format!("{name}.2")]);
+        let link: serde_json::Value = serde_json::from_str(link.lines().next().unwrap()).unwrap();
+        assert_eq!(link["kind"], "link", "{name}: {link}");
+        assert_eq!(link["after"]["hash"], mine.as_str(), "{name}: {link}");
         tree.rewind(&["unmount", ws_arg]);
         assert!(!is_mounted(&ws));
     }

@@ -277,6 +277,8 @@ impl Recorder {
         }
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Link, path, &who);
+        // The link changed the file's ctime, not its content.
+        self.metadata_changed(&st);
         let recorded = self.capture(path, &st).and_then(|after| {
             change.after = Some(after);
             self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])
@@ -335,17 +337,6 @@ impl Recorder {
             before.mode = mode & 0o7777;
         }
         Ok(Some(recorded))
-    }
-
-    /// A chmod recorded by [`before_chmod`](Self::before_chmod) was made, and `st` is the
-    /// file's stat now. Only its mode and ctime changed, so with no write episode open its last
-    /// capture stays valid under `st`: the next chmod takes its before from it. A daemon that
-    /// is not root may no longer read a file chmodded `000` by its owner, and reading it again
-    /// would refuse the chmod that makes it readable again.
-    pub fn chmodded(&self, st: &libc::stat) {
-        if !lock(&self.episodes).contains_key(&key_of(st)) {
-            self.refresh_known(st);
-        }
     }
 
     /// `src` is about to be renamed to `dst` (which may exist, as `dst_st`). Returns the
