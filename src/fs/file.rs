@@ -251,13 +251,17 @@ impl Core {
     /// a read against the caller's own open (`EBADF` for a write-only one), and passes
     /// through with a file of its own opened with the caller's flags; without passthrough the
     /// fd is read-write anyway (see [`backing_flags`](Self::backing_flags)). Where the daemon
-    /// may not read, the open is what the caller asked.
+    /// may not read (`EACCES`: a daemon that is not root, a file its owner made write-only),
+    /// the open is refused: what it would write could not be read at the episode's end, and
+    /// would be missing from the history (the recorder refuses what it cannot record). Where
+    /// a read-write open is not allowed for another reason (`EPERM`: an append-only file), the
+    /// open is what the caller asked.
     fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<File> {
         let flags = self.backing_flags(flags);
         if episode && flags & libc::O_ACCMODE == libc::O_WRONLY {
             let rdwr = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             match self.backing.open_file(path, rdwr, 0) {
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
                 opened => return opened,
             }
         }
@@ -294,19 +298,24 @@ impl Core {
         // A daemon that is not root cannot open by its name a new file its mode makes
         // unreadable (`open(O_CREAT|O_WRONLY, 0)`): the file is made readable-and-writable,
         // as its creator may, so that its content can be captured from the handle at its
-        // close (`release`). If it turns out to be there already, opened as asked.
-        let read_too = existing.is_none()
-            && self.recorder.is_some()
-            && self.euid != 0
-            && backing_flags & libc::O_ACCMODE == libc::O_WRONLY;
+        // close (`release`). If it turns out to be there already, opened as asked. An existing
+        // file being written is opened as [`open_backing`](Self::open_backing) opens it: read
+        // too, and refused if the daemon may not read it (what is written would be missing from
+        // the history).
+        let read_too = self.recorder.is_some()
+            && backing_flags & libc::O_ACCMODE == libc::O_WRONLY
+            && ((existing.is_none() && self.euid != 0) || episode.is_some());
         if read_too {
             backing_flags = (backing_flags & !libc::O_ACCMODE) | libc::O_RDWR;
         }
         let mut opened = self.backing.open_file(&path, backing_flags, mode);
-        if read_too
-            && opened
+        let denied = |opened: &io::Result<File>, errno| {
+            opened
                 .as_ref()
-                .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+                .is_err_and(|e| e.raw_os_error() == Some(errno))
+        };
+        if read_too
+            && (denied(&opened, libc::EPERM) || episode.is_none() && denied(&opened, libc::EACCES))
         {
             backing_flags = (backing_flags & !libc::O_ACCMODE) | libc::O_WRONLY;
             opened = self.backing.open_file(&path, backing_flags, mode);

@@ -58,6 +58,11 @@ impl Core {
                         rec.retract(&recorded.into_iter().collect::<Vec<_>>());
                         return Err(e);
                     }
+                    if recorded.is_some()
+                        && let Ok(st) = stat()
+                    {
+                        rec.metadata_changed(&st);
+                    }
                 }
                 _ => chmod()?,
             }
@@ -70,6 +75,12 @@ impl Core {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
                     self.backing.chown(path, ch.uid, ch.gid)?;
                 }
+            }
+            // Not recorded; the file's ctime changed, not its content.
+            if let Some(rec) = &self.recorder
+                && let Ok(st) = stat()
+            {
+                rec.metadata_changed(&st);
             }
         }
         if let Some(size) = ch.size {

@@ -215,6 +215,124 @@ impl Drop for UserTree {
     }
 }
 
+/// `chmod 000 f; chmod 644 f` through a mount whose daemon is not root: the second chmod is
+/// recorded with the content the file had (it did not change), not refused because the daemon
+/// may no longer read the file (which left it stuck unreadable until the unmount); so are a
+/// link to it and a chmod after a chown, which change its ctime too.
+#[test]
+fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let bin = tree.path("bin/rewind");
+    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    for (passthrough, name) in [(false, "locked-cached"), (true, "locked-passthrough")] {
+        let out = tree
+            .as_user(passthrough, &[bin, "mount", ws_arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        tree.sh(&format!("echo 'mine' > {name}"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh(&format!(
+            "chmod 000 {name}\ntest ! -r {name}\nln {name} {name}.2\nchown nobody {name}\n\
+             chmod 600 {name}\nchmod 000 {name}\nchmod 644 {name}\necho more >> {name}"
+        ));
+        assert_eq!(tree.sh(&format!("cat {name}")), "mine\nmore\n", "{name}");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let log = tree.rewind(&["-C", ws_arg, "log", "--json", name]);
+        let changes: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kinds: Vec<&str> = changes
+            .iter()
+            .map(|c| c["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            ["create", "chmod", "chmod", "chmod", "chmod", "modify"],
+            "{name}: {log}"
+        );
+        let mine = rewind::store::Hash::of(b"mine\n").to_string();
+        let modes: Vec<(&str, &str)> = changes[1..5]
+            .iter()
+            .map(|c| {
+                assert_eq!(c["before"]["hash"], mine.as_str(), "{name}: {log}");
+                assert_eq!(c["after"]["hash"], mine.as_str(), "{name}: {log}");
+                (
+                    c["before"]["mode"].as_str().unwrap(),
+                    c["after"]["mode"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            modes,
+            [("644", "0"), ("0", "600"), ("600", "0"), ("0", "644")],
+            "{name}: {log}"
+        );
+        let link = tree.rewind(&["-C", ws_arg, "log", "--json", &format!("{name}.2")]);
+        let link: serde_json::Value = serde_json::from_str(link.lines().next().unwrap()).unwrap();
+        assert_eq!(link["kind"], "link", "{name}: {link}");
+        assert_eq!(link["after"]["hash"], mine.as_str(), "{name}: {link}");
+        tree.rewind(&["unmount", ws_arg]);
+        assert!(!is_mounted(&ws));
+    }
+}
+
+/// A file its owner may write but a daemon that is not root may not read (mode 0200): writing
+/// it again through the mount is refused (`EACCES`) rather than left out of the history, with
+/// and without passthrough, by `open` and by `open(O_CREAT)` alike; the history's last version
+/// is then the file's content. With passthrough the write went through, and the history kept
+/// the content from before it.
+#[test]
+fn a_write_a_non_root_daemon_could_not_record_is_refused() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let bin = tree.path("bin/rewind");
+    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    for (passthrough, name) in [(false, "w-cached"), (true, "w-passthrough")] {
+        let out = tree
+            .as_user(passthrough, &[bin, "mount", ws_arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        // One made write-only as it is created, one chmodded so after it was recorded.
+        tree.sh(&format!(
+            "python3 -c \"import os; fd = os.open('{name}', os.O_CREAT | os.O_WRONLY, 0o200); \
+             os.write(fd, b'one\\n'); os.close(fd)\"\n\
+             echo one > {name}.2"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let said = tree.sh(&format!(
+            "chmod 200 {name}.2\n\
+             python3 -c \"\nimport os\nfor path, flags in [('{name}', os.O_WRONLY | os.O_APPEND), \
+             ('{name}.2', os.O_WRONLY | os.O_CREAT | os.O_APPEND)]:\n    \
+             try:\n        fd = os.open(path, flags)\n    \
+             except PermissionError:\n        print(path, 'refused')\n        continue\n    \
+             os.write(fd, b'two\\n')\n    os.close(fd)\n    print(path, 'written')\"\n\
+             chmod 644 {name} {name}.2"
+        ));
+        assert_eq!(
+            said,
+            format!("{name} refused\n{name}.2 refused\n"),
+            "{name}"
+        );
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        for path in [name.to_string(), format!("{name}.2")] {
+            let content = tree.sh(&format!("cat {path}"));
+            assert_eq!(content, "one\n", "{path}");
+            let log = tree.rewind(&["-C", ws_arg, "log", "--json", &path]);
+            let last: serde_json::Value =
+                serde_json::from_str(log.lines().last().unwrap()).unwrap();
+            let hash = rewind::store::Hash::of(content.as_bytes()).to_string();
+            assert_eq!(last["after"]["hash"], hash.as_str(), "{path}: {log}");
+            assert_eq!(last["after"]["mode"], "644", "{path}: {log}");
+        }
+        tree.rewind(&["unmount", ws_arg]);
+        assert!(!is_mounted(&ws));
+    }
+}
+
 /// A unit's main process, started with a NOTIFY_SOCKET we read, killed on drop.
 struct Service {
     child: Child,

@@ -305,6 +305,25 @@ impl Recorder {
         lock(&self.known).remove(&key);
     }
 
+    /// Only the metadata of the file `st` describes (its stat now) changed: its mode, owner or
+    /// number of links, and with them its ctime. With no write episode open, and its size and
+    /// mtime as last captured, its content has not changed either: that capture stays valid
+    /// under `st`, and the next change recorded of it (a chmod, a link) takes its content from
+    /// it. A daemon that is not root may no longer read a file chmodded `000` by its owner:
+    /// reading it again would refuse the chmod that makes it readable again, or a link to it.
+    pub fn metadata_changed(&self, st: &libc::stat) {
+        let key = key_of(st);
+        if lock(&self.episodes).contains_key(&key) {
+            return;
+        }
+        let now = Sig::of(st);
+        if let Some(k) = lock(&self.known).get_mut(&key)
+            && (k.sig.size, k.sig.mtime) == (now.size, now.mtime)
+        {
+            k.sig = now;
+        }
+    }
+
     /// Only a file's times changed (no episode open, so its content cannot have): keep its
     /// last capture valid under the new stat.
     pub(super) fn refresh_known(&self, st: &libc::stat) {

@@ -277,6 +277,8 @@ impl Recorder {
         }
         let who = self.who(by);
         let mut change = self.change(ChangeKind::Link, path, &who);
+        // The link changed the file's ctime, not its content.
+        self.metadata_changed(&st);
         let recorded = self.capture(path, &st).and_then(|after| {
             change.after = Some(after);
             self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])
