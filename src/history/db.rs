@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use super::change::{Change, Checkpoint, OpenEpisode, Seen, SessionInfo, Turn};
+use super::change::{Change, ChangeKind, Checkpoint, OpenEpisode, Seen, SessionInfo, Turn};
 use super::name::Name;
 use super::{Error, Result};
 use crate::store::{self, ChangeRecord, GcPlan, GcReport, Horizon, Query, SeenRecord, Store};
@@ -259,6 +259,30 @@ impl History {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .gained(paths, moved_to);
+    }
+
+    /// `id`, or the id of the second half of the `RENAME_EXCHANGE` whose first half is change
+    /// `id`: the two halves are one operation (the recorder writes them in one batch, the
+    /// second right after the first with its time), and the state after only the first never
+    /// was (a folder exchanged would show without its contents).
+    pub fn exchange_end(&self, id: u64) -> Result<u64> {
+        let Some(c) = self.change(id)? else {
+            return Ok(id);
+        };
+        let (Some(from), ChangeKind::Rename | ChangeKind::Restore) = (c.from.as_deref(), c.kind)
+        else {
+            return Ok(id);
+        };
+        match self.change(id + 1)? {
+            Some(next)
+                if next.time_ns == c.time_ns
+                    && next.path == from
+                    && next.from.as_deref() == Some(c.path.as_slice()) =>
+            {
+                Ok(id + 1)
+            }
+            _ => Ok(id),
+        }
     }
 
     /// The latest time of a change in the history (0 if there is none).

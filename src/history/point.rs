@@ -40,7 +40,8 @@ impl Point {
     /// The id of the last change at or before this point; an error if the history from there
     /// on is no longer whole (gc removed changes after it).
     pub fn resolve(&self, history: &History) -> Result<u64> {
-        let mut id = self.resolve_id(history)?;
+        // Between the two halves of an exchange is a state that never was.
+        let mut id = history.exchange_end(self.resolve_id(history)?)?;
         // A time at or after the newest removed change is after the horizon, although the last
         // change still stored at or before it may be an older one gc kept.
         if let Point::Time(ns) = self

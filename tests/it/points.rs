@@ -517,3 +517,39 @@ fn status_unmounted_says_it_is_not_recording() {
     let status = rw_ok(&ws, &["status"]);
     assert!(status.contains("recording: no (not mounted"), "{status}");
 }
+
+/// A `RENAME_EXCHANGE` is recorded as two renames, one each way, with one time. The state
+/// after only the first never was (an exchanged folder would show without its contents), so
+/// a point naming the first half's id means the state after the whole exchange.
+#[test]
+fn a_point_between_the_halves_of_an_exchange_is_the_whole_exchange() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::create_dir_all(dir.join("d1")).unwrap();
+    fs::create_dir_all(dir.join("d2")).unwrap();
+    fs::write(dir.join("d1/f"), "in d1\n").unwrap();
+    fs::write(dir.join("d2/g"), "in d2\n").unwrap();
+    ws.mount();
+    let script = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, b"d1", -100, b"d2", 2) != 0:
+    raise OSError(ctypes.get_errno(), "renameat2")
+"#;
+    let out = python_command(&dir, script).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = rw_ok(&ws, &["log", "--json"]);
+    let halves: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(halves.len(), 2, "{log}");
+    let first = halves[0]["id"].as_u64().unwrap().to_string();
+    // After the exchange, d1 holds what d2 held, and the other way round.
+    assert_eq!(rw_ok(&ws, &["cat", "--at", &first, "d1/g"]), "in d2\n");
+    assert_eq!(rw_ok(&ws, &["cat", "--at", &first, "d2/f"]), "in d1\n");
+    let at = dir.join(".rewind/at").join(&first);
+    assert_eq!(fs::read_to_string(at.join("d1/g")).unwrap(), "in d2\n");
+    assert_eq!(fs::read_to_string(at.join("d2/f")).unwrap(), "in d1\n");
+    ws.unmount();
+}
