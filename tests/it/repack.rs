@@ -8,9 +8,9 @@ use std::process::Command;
 use proptest::prelude::*;
 use rewind::history::History;
 use rewind::history::db::GcPolicy;
-use rewind::store::{ALL_CFS, Hash, Query, Store};
+use rewind::store::{Hash, Query, Store};
 
-use crate::common::{Workspace, noise, rw, rw_ok, sync};
+use crate::common::{Workspace, damage_blob, noise, rw, rw_ok, sync};
 use crate::store::{base_of, depths, open, source};
 
 /// Record `data` as the new content of `path`, as the recorder does: what it stores is pinned
@@ -142,16 +142,7 @@ fn a_damaged_base_after_a_repack_names_the_paths() {
         assert_eq!(base_of(h.store(), &versions[1]), Some(versions[2]));
         versions
     };
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(false);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
-        let blobs = db.cf_handle("blobs").unwrap();
-        let mut value = db.get_cf(blobs, versions[3].0).unwrap().unwrap();
-        let last = value.len() - 1;
-        value[last] ^= 0x40;
-        db.put_cf(blobs, versions[3].0, value).unwrap();
-    }
+    damage_blob(dir.path(), &versions[3]);
     let h = open(dir.path());
     let msg = h.store().read_blob(&versions[0]).unwrap_err().to_string();
     assert!(msg.contains(&versions[0].to_hex()), "{msg}");
@@ -465,16 +456,7 @@ fn files_stored_on_the_repacks_dictionary_read_back_and_a_damaged_one_names_the_
         );
         assert!(h.store().has_blob(&dictionary).unwrap());
     }
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(false);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
-        let blobs = db.cf_handle("blobs").unwrap();
-        let mut value = db.get_cf(blobs, dictionary.0).unwrap().unwrap();
-        let last = value.len() - 1;
-        value[last] ^= 0x40;
-        db.put_cf(blobs, dictionary.0, value).unwrap();
-    }
+    damage_blob(dir.path(), &dictionary);
     let h = open(dir.path());
     let (hash, _) = newest
         .iter()

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rewind::store::ALL_CFS;
 
-use crate::common::{Workspace, ok, rw, rw_ok, sync};
+use crate::common::{Workspace, damage_blob, ok, rw, rw_ok, sync};
 use crate::trust::{run_within, rw_within};
 
 /// A column family's values by key.
@@ -306,16 +306,7 @@ fn a_repack_names_the_paths_of_damaged_contents_and_spreads_nothing() {
             .unwrap()
             .1,
     );
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(false);
-        let db = rocksdb::DB::open_cf(&opts, ws.store(), ALL_CFS).unwrap();
-        let blobs = db.cf_handle("blobs").unwrap();
-        let mut value = db.get_cf(blobs, damaged.0).unwrap().unwrap();
-        let last = value.len() - 1;
-        value[last] ^= 0x40;
-        db.put_cf(blobs, damaged.0, value).unwrap();
-    }
+    damage_blob(&ws.store(), &damaged);
     ws.mount();
     let readable = versions_reading_back(&ws, &saved);
     assert!(

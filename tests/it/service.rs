@@ -206,6 +206,39 @@ impl UserTree {
     }
 }
 
+impl UserTree {
+    /// `rewind mount` of the workspace as nobody: with passthrough (CAP_SYS_ADMIN) or with the
+    /// writeback cache.
+    fn mount(&self, passthrough: bool) {
+        let (bin, ws) = (self.path("bin/rewind"), self.path("ws"));
+        let out = self
+            .as_user(
+                passthrough,
+                &[bin.to_str().unwrap(), "mount", ws.to_str().unwrap()],
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+    }
+
+    fn unmount(&self) {
+        let ws = self.path("ws");
+        self.rewind(&["unmount", ws.to_str().unwrap()]);
+        assert!(!is_mounted(&ws));
+    }
+
+    /// `rewind log --json PATH` as nobody: the changes, and the text they were read from.
+    fn log(&self, path: &str) -> (Vec<serde_json::Value>, String) {
+        let ws = self.path("ws");
+        let log = self.rewind(&["-C", ws.to_str().unwrap(), "log", "--json", path]);
+        let changes = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (changes, log)
+    }
+}
+
 impl Drop for UserTree {
     fn drop(&mut self) {
         let ws = self.path("ws");
@@ -223,14 +256,9 @@ impl Drop for UserTree {
 fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
     let tree = UserTree::new();
     let ws = tree.path("ws");
-    let bin = tree.path("bin/rewind");
-    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    let ws_arg = ws.to_str().unwrap();
     for (passthrough, name) in [(false, "locked-cached"), (true, "locked-passthrough")] {
-        let out = tree
-            .as_user(passthrough, &[bin, "mount", ws_arg])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount: {out:?}");
+        tree.mount(passthrough);
         tree.sh(&format!("echo 'mine' > {name}"));
         tree.rewind(&["-C", ws_arg, "sync"]);
         tree.sh(&format!(
@@ -239,11 +267,7 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
         ));
         assert_eq!(tree.sh(&format!("cat {name}")), "mine\nmore\n", "{name}");
         tree.rewind(&["-C", ws_arg, "sync"]);
-        let log = tree.rewind(&["-C", ws_arg, "log", "--json", name]);
-        let changes: Vec<serde_json::Value> = log
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let (changes, log) = tree.log(name);
         let kinds: Vec<&str> = changes
             .iter()
             .map(|c| c["kind"].as_str().unwrap())
@@ -270,12 +294,10 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
             [("644", "0"), ("0", "600"), ("600", "0"), ("0", "644")],
             "{name}: {log}"
         );
-        let link = tree.rewind(&["-C", ws_arg, "log", "--json", &format!("{name}.2")]);
-        let link: serde_json::Value = serde_json::from_str(link.lines().next().unwrap()).unwrap();
-        assert_eq!(link["kind"], "link", "{name}: {link}");
-        assert_eq!(link["after"]["hash"], mine.as_str(), "{name}: {link}");
-        tree.rewind(&["unmount", ws_arg]);
-        assert!(!is_mounted(&ws));
+        let (links, link) = tree.log(&format!("{name}.2"));
+        assert_eq!(links[0]["kind"], "link", "{name}: {link}");
+        assert_eq!(links[0]["after"]["hash"], mine.as_str(), "{name}: {link}");
+        tree.unmount();
     }
 }
 
@@ -288,14 +310,9 @@ fn a_file_chmodded_unreadable_by_a_non_root_daemon_can_be_chmodded_back() {
 fn a_write_a_non_root_daemon_could_not_record_is_refused() {
     let tree = UserTree::new();
     let ws = tree.path("ws");
-    let bin = tree.path("bin/rewind");
-    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    let ws_arg = ws.to_str().unwrap();
     for (passthrough, name) in [(false, "w-cached"), (true, "w-passthrough")] {
-        let out = tree
-            .as_user(passthrough, &[bin, "mount", ws_arg])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount: {out:?}");
+        tree.mount(passthrough);
         // One made write-only as it is created, one chmodded so after it was recorded.
         tree.sh(&format!(
             "python3 -c \"import os; fd = os.open('{name}', os.O_CREAT | os.O_WRONLY, 0o200); \
@@ -321,15 +338,13 @@ fn a_write_a_non_root_daemon_could_not_record_is_refused() {
         for path in [name.to_string(), format!("{name}.2")] {
             let content = tree.sh(&format!("cat {path}"));
             assert_eq!(content, "one\n", "{path}");
-            let log = tree.rewind(&["-C", ws_arg, "log", "--json", &path]);
-            let last: serde_json::Value =
-                serde_json::from_str(log.lines().last().unwrap()).unwrap();
+            let (changes, log) = tree.log(&path);
+            let last = changes.last().unwrap();
             let hash = rewind::store::Hash::of(content.as_bytes()).to_string();
             assert_eq!(last["after"]["hash"], hash.as_str(), "{path}: {log}");
             assert_eq!(last["after"]["mode"], "644", "{path}: {log}");
         }
-        tree.rewind(&["unmount", ws_arg]);
-        assert!(!is_mounted(&ws));
+        tree.unmount();
     }
 }
 
@@ -621,33 +636,16 @@ fn several_workspaces_each_have_their_own_store_and_daemon() {
 fn a_new_file_its_user_cannot_read_is_recorded_by_a_non_root_daemon() {
     let tree = UserTree::new();
     let ws = tree.path("ws");
-    let bin = tree.path("bin/rewind");
-    let (bin, ws_arg) = (bin.to_str().unwrap(), ws.to_str().unwrap());
+    let ws_arg = ws.to_str().unwrap();
     for (passthrough, name) in [(false, "secret-cached"), (true, "secret-passthrough")] {
-        let out = tree
-            .as_user(passthrough, &[bin, "mount", ws_arg])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount: {out:?}");
-        let status = tree.rewind(&["-C", ws_arg, "status"]);
-        eprintln!(
-            "{name}: {}",
-            status
-                .lines()
-                .find(|l| l.contains("data path"))
-                .unwrap_or("")
-        );
+        tree.mount(passthrough);
         tree.sh(&format!(
             "python3 -c \"import os; fd = os.open('{name}', os.O_CREAT | os.O_WRONLY, 0); \
              os.write(fd, b'mine alone\\n'); os.close(fd)\"\n\
              test ! -r {name}"
         ));
         tree.rewind(&["-C", ws_arg, "sync"]);
-        let log = tree.rewind(&["-C", ws_arg, "log", "--json", name]);
-        let changes: Vec<serde_json::Value> = log
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let (changes, log) = tree.log(name);
         assert_eq!(changes.len(), 1, "{name}: {log}");
         assert_eq!(changes[0]["kind"], "create", "{name}: {log}");
         let written = rewind::store::Hash::of(b"mine alone\n").to_string();
@@ -663,7 +661,6 @@ fn a_new_file_its_user_cannot_read_is_recorded_by_a_non_root_daemon() {
             "mine alone\n",
             "{name}"
         );
-        tree.rewind(&["unmount", ws_arg]);
-        assert!(!is_mounted(&ws));
+        tree.unmount();
     }
 }

@@ -10,7 +10,7 @@ use rewind::history::db::{Extra, GcPolicy};
 use rewind::history::{Error, History, Name};
 use rewind::store::{self, ALL_CFS, CHUNK, Hash, Order, Query, Store, keys};
 
-use crate::common::noise;
+use crate::common::{damage_blob, noise};
 
 /// The history over a store opened (or created) in `dir`.
 pub(crate) fn open(dir: &std::path::Path) -> History {
@@ -1058,17 +1058,8 @@ fn a_damaged_delta_base_is_an_error_naming_it_and_the_paths_it_affects() {
         );
         (versions, other)
     };
-    {
-        // A bit flipped at the end of the second version's frame.
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(false);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
-        let blobs = db.cf_handle("blobs").unwrap();
-        let mut value = db.get_cf(blobs, versions[1].0).unwrap().unwrap();
-        let last = value.len() - 1;
-        value[last] ^= 0x40;
-        db.put_cf(blobs, versions[1].0, value).unwrap();
-    }
+    // A bit flipped at the end of the second version's frame.
+    damage_blob(dir.path(), &versions[1]);
     let history = open(dir.path());
     let store = history.store();
     let err = store.read_blob(&versions[3]).unwrap_err();
@@ -1177,16 +1168,7 @@ fn a_damaged_base_of_another_paths_delta_names_both_paths() {
         assert_eq!(base_of(history.store(), &moved), Some(base));
         (base, moved)
     };
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(false);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ALL_CFS).unwrap();
-        let blobs = db.cf_handle("blobs").unwrap();
-        let mut value = db.get_cf(blobs, base.0).unwrap().unwrap();
-        let last = value.len() - 1;
-        value[last] ^= 0x40;
-        db.put_cf(blobs, base.0, value).unwrap();
-    }
+    damage_blob(dir.path(), &base);
     let history = open(dir.path());
     let err = history.store().read_blob(&moved).unwrap_err();
     let msg = err.to_string();

@@ -439,3 +439,16 @@ pub fn noise(len: usize, mut seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Damage the stored value of `blob` in the (closed) store at `store`: one bit flipped in its
+/// last byte, as a bad disk sector might.
+pub fn damage_blob(store: &Path, blob: &rewind::store::Hash) {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(false);
+    let db = rocksdb::DB::open_cf(&opts, store, rewind::store::ALL_CFS).unwrap();
+    let blobs = db.cf_handle("blobs").unwrap();
+    let mut value = db.get_cf(blobs, blob.0).unwrap().unwrap();
+    let last = value.len() - 1;
+    value[last] ^= 0x40;
+    db.put_cf(blobs, blob.0, value).unwrap();
+}
