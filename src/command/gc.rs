@@ -75,6 +75,12 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
             r.bytes_before, r.bytes_after, r.disk_before, r.disk_after
         ));
     }
+    if let Some(why) = &r.not_compacted {
+        out.push(format!(
+            "not compacted: {why}; what was removed stays removed, and its space comes back \
+             at a later `rewind gc` once the disk has that room"
+        ));
+    }
     if let Some((contents, most)) = r.repack_refused {
         out.push(format!(
             "not repacked: the store holds {contents} contents, more than the {most} a repack \

@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use rocksdb::{BottommostLevelCompaction, CompactOptions, IteratorMode, WriteBatch};
+use rocksdb::{BottommostLevelCompaction, CompactOptions, IteratorMode, LiveFile, WriteBatch};
 
 use super::blobs::{self, Hash};
-use super::{ALL_CFS, CF_BLOBS, CF_META, ChangeRecord, Query, Result, Store, write::delete_change};
+use super::write::{Room, delete_change, mib};
+use super::{ALL_CFS, CF_BLOBS, CF_META, ChangeRecord, Query, Result, Store};
 
 /// What a gc may remove.
 pub struct GcPlan<'a> {
@@ -69,6 +70,10 @@ pub struct GcReport {
     /// Contents the repack could not read (damaged, or stored on a damaged base), left as
     /// they are.
     pub repack_unreadable: Option<Unreadable>,
+    /// The store was not compacted after removing (all of it, or some families): the disk
+    /// lacks the room a compaction writes before it frees, beside the reserve. Why; what was
+    /// removed stays removed, and a later gc compacts.
+    pub not_compacted: Option<String>,
 }
 
 /// Contents a repack could not read.
@@ -274,11 +279,14 @@ impl Store {
             })?;
             report.repack_freed = again.blobs_removed;
             freed = again.blobs_removed > 0;
+            if freed {
+                report.not_compacted = again.not_compacted;
+            }
         }
         if repacked.rewritten > 0 {
             if !freed {
                 // The old values are still in RocksDB's files until they are compacted.
-                self.give_back_space()?;
+                report.not_compacted = self.give_back_space()?;
             }
             report.bytes_after = self.stats()?.blob_bytes;
             report.disk_after = disk_usage(&self.dir);
@@ -449,6 +457,7 @@ impl Store {
             repack_refused: None,
             repack_stopped: None,
             repack_unreadable: None,
+            not_compacted: None,
         };
         if plan.dry_run {
             return Ok(report);
@@ -493,28 +502,154 @@ impl Store {
         }
         drop(pinned);
         self.rebuild_sessions()?;
-        if !doomed.is_empty() || !unreferenced.is_empty() {
-            self.give_back_space()?;
+        // Also when an earlier gc left its deletes uncompacted, for lack of room.
+        if !doomed.is_empty() || !unreferenced.is_empty() || self.deletes_left()? {
+            report.not_compacted = self.give_back_space()?;
         }
         report.disk_after = disk_usage(&self.dir);
         Ok(report)
     }
 
-    /// Make RocksDB drop what was deleted: flush every family (so the write-ahead log that
-    /// still holds the deleted values can go), then compact each down to its last level,
-    /// rewriting even the bottom one, where deleted values would otherwise stay.
-    fn give_back_space(&self) -> Result<()> {
+    /// Whether deleted content still takes room in the store: only gc deletes in `blobs`, and
+    /// a compaction to its last level leaves no delete behind there.
+    fn deletes_left(&self) -> Result<bool> {
         let db = self.db()?;
-        let cfs: Vec<_> = ALL_CFS.iter().map(|name| db.cf(name)).collect();
-        db.flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())
-            .map_err(Store::db_error("flush after gc"))?;
+        let cf = db.cf(CF_BLOBS);
+        let in_buffers = ["rocksdb.num-deletes-active-mem-table", "rocksdb.num-deletes-imm-mem-tables"]
+            .iter()
+            .any(|p| db.property_int_value_cf(cf, *p).ok().flatten().unwrap_or(0) > 0);
+        let files = db.live_files().map_err(Store::db_error("list store files"))?;
+        Ok(in_buffers
+            || files
+                .iter()
+                .any(|f| f.column_family_name == CF_BLOBS && f.num_deletions > 0))
+    }
+
+    /// Make RocksDB drop what was deleted: flush each family (so the write-ahead log that
+    /// still holds the deleted values can go), then compact it down to its last level,
+    /// rewriting even the bottom one, where deleted values would otherwise stay. A flush and a
+    /// compaction write before the files they replace go, so each family is flushed and
+    /// compacted only if the disk has room for what its biggest job writes
+    /// ([`compaction_need`]) beside the reserve, smallest family first; one that does not fit
+    /// is left as it is, for a later gc (or RocksDB's own compactions) to compact: why is the
+    /// answer (`None`: every family was compacted).
+    fn give_back_space(&self) -> Result<Option<String>> {
+        let db = self.db()?;
         let mut opts = CompactOptions::default();
         opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
         opts.set_exclusive_manual_compaction(true);
-        for cf in cfs {
+        let files = db.live_files().map_err(Store::db_error("list store files"))?;
+        let mut order: Vec<(&str, u64)> = ALL_CFS
+            .iter()
+            .map(|name| {
+                let size = files
+                    .iter()
+                    .filter(|f| f.column_family_name == *name)
+                    .map(|f| f.size as u64)
+                    .sum();
+                (*name, size)
+            })
+            .collect();
+        order.sort_by_key(|(_, size)| *size);
+        let mut left = Vec::new();
+        let mut short: Option<(u64, Room)> = None;
+        for (name, _) in order {
+            let cf = db.cf(name);
+            // Asked again before each: the last one gave some back, and recording goes on.
+            let files = db.live_files().map_err(Store::db_error("list store files"))?;
+            let buffers = db
+                .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            // RocksDB's `max_compaction_bytes`: set for `blobs` (`open.rs`), its default (25
+            // tables of 64 MiB) for the others, which are small.
+            let limit = if name == CF_BLOBS {
+                super::open::blob_compaction_limit(&self.dir)
+            } else {
+                u64::MAX
+            };
+            let need = compaction_need(&files, name, buffers, limit);
+            if need == 0 {
+                continue;
+            }
+            if let Some(room) = self.room()
+                && room.free < room.reserve.saturating_add(need)
+            {
+                left.push(name);
+                if short.is_none_or(|(n, _)| need > n) {
+                    short = Some((need, room));
+                }
+                continue;
+            }
+            db.flush_cf(cf).map_err(Store::db_error("flush after gc"))?;
             db.compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
         }
-        Ok(())
+        Ok(short.map(|(need, room)| {
+            let what = match (left.contains(&CF_BLOBS), left.len()) {
+                (true, 1) => "the stored content",
+                (true, _) => "the stored content and the records",
+                (false, _) => "the records",
+            };
+            let why = format!(
+                "the disk of {} has {} free, and compacting {what} writes up to {} before the \
+                 files it replaces go, beside the {} rewind keeps in reserve for recording",
+                self.dir.display(),
+                mib(room.free),
+                mib(need),
+                mib(room.reserve)
+            );
+            tracing::warn!("gc: not compacted: {why}");
+            why
+        }))
+    }
+}
+
+/// The most a flush and a forced compaction of the whole of family `cf` write at once, from
+/// its tables (`files`: every live table of the store) and `buffers`, the bytes in its write
+/// buffers: RocksDB runs the compaction as jobs, each writing its output before the tables it
+/// merges go. The flush makes a table in level 0, and level 0's tables each span the whole key
+/// space (a blob's key is its hash), so merging them takes in the whole next level too; below
+/// that a job takes in tables up to `limit` bytes (at least one, with what it overlaps one
+/// level down). A job writes at most what it takes in.
+pub(super) fn compaction_need(files: &[LiveFile], cf: &str, buffers: u64, limit: u64) -> u64 {
+    let files: Vec<&LiveFile> = files
+        .iter()
+        .filter(|f| f.column_family_name == cf)
+        .collect();
+    let whole: u64 = files.iter().map(|f| f.size as u64).sum();
+    let at = |level: i32| files.iter().filter(move |f| f.level == level);
+    let below = |level: i32| {
+        files
+            .iter()
+            .map(|f| f.level)
+            .filter(|l| *l > level)
+            .min()
+    };
+    let mut need = 0;
+    if buffers > 0 || at(0).next().is_some() {
+        let l0: u64 = at(0).map(|f| f.size as u64).sum();
+        let next: u64 = below(0).map_or(0, |l| at(l).map(|f| f.size as u64).sum());
+        need = buffers + l0 + next;
+    }
+    for f in files.iter().filter(|f| f.level > 0) {
+        // What one table merges with one level down (the last level: itself only).
+        let overlap: u64 = below(f.level).map_or(0, |l| {
+            at(l)
+                .filter(|g| overlaps(f, g))
+                .map(|g| g.size as u64)
+                .sum()
+        });
+        need = need.max(limit.max(f.size as u64 + overlap));
+    }
+    need.min(whole.saturating_add(buffers))
+}
+
+/// Whether two tables' key ranges meet (a table with no keys known meets every other).
+fn overlaps(a: &LiveFile, b: &LiveFile) -> bool {
+    match (&a.start_key, &a.end_key, &b.start_key, &b.end_key) {
+        (Some(a0), Some(a1), Some(b0), Some(b1)) => a0 <= b1 && b0 <= a1,
+        _ => true,
     }
 }
 

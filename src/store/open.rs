@@ -40,7 +40,7 @@ const SMALL_BUFFER: usize = 4 << 20;
 
 impl Memory {
     fn new(dir: &Path) -> Memory {
-        let budget = write_buffers(dir).min(WRITE_BUFFERS);
+        let budget = buffer_budget(dir);
         Memory {
             cache: Cache::new_lru_cache(BLOCK_CACHE),
             buffers: WriteBufferManager::new_write_buffer_manager(budget, false),
@@ -65,9 +65,40 @@ impl Memory {
         };
         opts.set_write_buffer_size(buffer.max(1 << 20));
         opts.set_max_write_buffer_number(2);
+        if name == CF_BLOBS {
+            // Compaction in pieces that fit beside the reserve (gc's on a nearly full disk,
+            // `gc::compaction_need`): small files, at most a few of them in one job, and a small
+            // first level under level 0, so that merging level 0 (whose files span every hash)
+            // rewrites that level and not the whole store.
+            let piece = blob_piece(self.budget);
+            opts.set_target_file_size_base(piece);
+            opts.set_max_compaction_bytes(blob_job_limit(self.budget));
+            opts.set_max_bytes_for_level_base(4 * piece);
+        }
         test_stall(&mut opts);
         opts
     }
+}
+
+/// The write buffers' budget of a store in `dir`.
+fn buffer_budget(dir: &Path) -> usize {
+    write_buffers(dir).min(WRITE_BUFFERS)
+}
+
+/// The size of the `blobs` family's table files: an eighth of the write buffers, 1 to 8 MiB.
+fn blob_piece(budget: usize) -> u64 {
+    (budget / 8).clamp(1 << 20, 8 << 20) as u64
+}
+
+/// What one compaction job of the `blobs` family takes in at most, beyond its first table and
+/// what that overlaps (RocksDB's `max_compaction_bytes`).
+fn blob_job_limit(budget: usize) -> u64 {
+    2 * blob_piece(budget)
+}
+
+/// [`blob_job_limit`] for a store in `dir` (for gc's room check).
+pub(super) fn blob_compaction_limit(dir: &Path) -> u64 {
+    blob_job_limit(buffer_budget(dir))
 }
 
 /// Tests only: with `REWIND_TEST_STALL=PATH` set, RocksDB's write stall is easy to reach, to

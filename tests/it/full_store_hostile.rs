@@ -440,3 +440,193 @@ fn a_failed_rename_whose_retraction_the_store_refuses_is_taken_back_later() {
     assert_eq!(all.len(), 1, "{all:?}");
     ws.unmount();
 }
+
+// ---- gc on a nearly full store disk ----------------------------------------------------------
+
+/// Four versions of four files of 4 MiB of noise saved through the mount (64 MiB stored):
+/// a `gc --keep 0s` removes 12 of the 16 changes and the two oldest versions (32 MiB), keeping
+/// the 32 MiB the newest change of each path needs. Returns the newest versions. A write the store refuses while
+/// RocksDB catches up with compacting (recording stops before the reserve) is made again once
+/// recording resumes.
+fn save_large_versions(ws: &Workspace) -> Vec<(String, Vec<u8>)> {
+    let mut newest = Vec::new();
+    for round in 0..4u64 {
+        newest.clear();
+        for i in 0..4u64 {
+            let name = format!("f{i}.bin");
+            let data = noise(4 << 20, 1 + round * 16 + i);
+            let path = ws.path().join(&name);
+            for _ in 0..3 {
+                if fs::write(&path, &data).is_ok() {
+                    break;
+                }
+                settle(ws);
+            }
+            newest.push((name, data));
+        }
+        settle(ws);
+    }
+    newest
+}
+
+/// Fill the store's disk until `above` bytes are free beyond the reserve rewind keeps (a
+/// tenth of the disk); returns the filler and the reserve.
+fn leave_above_reserve(small: &SmallFs, above: u64) -> (PathBuf, u64) {
+    let reserve = small.size() / 10;
+    let filler = small.path().join("filler");
+    let len = small.available() - reserve - above;
+    ok(std::process::Command::new("fallocate")
+        .args(["-l", &len.to_string()])
+        .arg(&filler)
+        .output()
+        .unwrap());
+    (filler, reserve)
+}
+
+/// `rewind gc ARGS` through the mount, with the least free space the store's disk had while
+/// it ran.
+fn gc_watching_free(small: &SmallFs, ws: &Workspace, args: &[&str]) -> (String, u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    let (out, least) = std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            let mut least = u64::MAX;
+            while !done.load(Ordering::SeqCst) {
+                least = least.min(small.available());
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            least
+        });
+        let out = rw_within(ws, args);
+        done.store(true, Ordering::SeqCst);
+        (out, watch.join().unwrap())
+    });
+    (ok(out), least)
+}
+
+/// Store on disk before and after, as gc's first line says them.
+fn gc_disk(out: &str) -> (u64, u64) {
+    let line = out.lines().next().unwrap_or_default();
+    let tail = line
+        .split("store on disk ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let mut it = tail.split(" -> ");
+    let before = it.next().unwrap().trim().parse().unwrap();
+    let after = it
+        .next()
+        .unwrap()
+        .trim_end_matches(" bytes")
+        .parse()
+        .unwrap();
+    (before, after)
+}
+
+/// The mount still records: status says so, and a new file is made and recorded.
+fn still_records(ws: &Workspace, name: &str) {
+    let status = ok(rw_within(ws, &["status"]));
+    assert!(
+        status.lines().any(|l| l == "recording: recording"),
+        "{status}"
+    );
+    fs::write(ws.path().join(name), b"made after gc\n").unwrap();
+    ok(rw_within(ws, &["sync"]));
+    assert!(
+        changes(ws).iter().any(|c| c["path"] == name),
+        "{name} is not in the history"
+    );
+}
+
+/// A plain `rewind gc` that removes half of what is stored, on a store disk with far less free
+/// beyond the reserve than the store keeps (16 MiB, where 32 MiB stay): it gives the space
+/// back in pieces, the disk never goes below the reserve while it runs (so the mount goes on
+/// recording), and it ends with more free space than it started with. (gc used to compact the
+/// whole store at once, writing what stays before the old files went: the disk went to 0
+/// bytes free, RocksDB's compaction failed with ENOSPC, and gc said nothing.)
+#[test]
+fn a_gc_on_a_nearly_full_store_disk_gives_space_back_in_pieces_never_from_the_reserve() {
+    let (small, ws) = mounted_on_small_ext4(&[]);
+    let newest = save_large_versions(&ws);
+    let (filler, reserve) = leave_above_reserve(&small, 16 << 20);
+    let free_before = small.available();
+
+    let (out, least) = gc_watching_free(&small, &ws, &["gc", "--keep", "0s"]);
+    assert!(
+        least >= reserve,
+        "the disk went to {least} bytes free during gc, below the {reserve}-byte reserve: {out}"
+    );
+    assert!(out.starts_with("removed 12 changes"), "{out}");
+    assert!(!out.contains("not compacted"), "{out}");
+    let (disk_before, disk_after) = gc_disk(&out);
+    assert!(
+        disk_after + (24 << 20) < disk_before,
+        "gc gave back less than 24 MiB of the 32 MiB it removed: {out}"
+    );
+    let free_after = small.available();
+    assert!(
+        free_after > free_before + (24 << 20),
+        "{free_before} bytes free before gc, {free_after} after"
+    );
+    still_records(&ws, "after-gc");
+    for (name, data) in &newest {
+        assert!(fs::read(ws.path().join(name)).unwrap() == *data, "{name}");
+        let cat = ws.command(&["cat", name.as_str()]).current_dir(ws.path()).output().unwrap();
+        assert!(cat.status.success() && cat.stdout == *data, "rewind cat {name}");
+    }
+    fs::remove_file(filler).unwrap();
+}
+
+/// The same gc on a store disk with 1 MiB free beyond the reserve, too little even for the
+/// first piece of the compaction (merging what RocksDB holds in its write buffers and newest
+/// tables): gc removes what it should, says it did not compact and why, never takes the disk
+/// below the reserve, and the store goes on recording; `--dry-run` and `status` say the truth
+/// meanwhile. Once there is room, the next gc (which removes nothing more) gives the space
+/// back. (gc used to take the disk to 0 bytes free, failing RocksDB's compaction, and said
+/// nothing.)
+#[test]
+fn a_gc_with_no_room_to_compact_says_so_and_a_later_gc_gives_the_space_back() {
+    let (small, ws) = mounted_on_small_ext4(&[]);
+    save_large_versions(&ws);
+    let (filler, reserve) = leave_above_reserve(&small, 1 << 20);
+
+    let dry = ok(rw_within(&ws, &["gc", "--keep", "0s", "--dry-run"]));
+    assert!(dry.starts_with("dry run: would remove 12 changes"), "{dry}");
+    let (out, least) = gc_watching_free(&small, &ws, &["gc", "--keep", "0s"]);
+    assert!(
+        least >= reserve,
+        "the disk went to {least} bytes free during gc, below the {reserve}-byte reserve: {out}"
+    );
+    assert!(out.starts_with("removed 12 changes"), "{out}");
+    assert!(
+        out.contains("not compacted: the disk of")
+            && out.contains("compacting the stored content writes up to")
+            && out.contains("reserve"),
+        "{out}"
+    );
+    still_records(&ws, "after-gc");
+    let status = ok(rw_within(&ws, &["status"]));
+    let on_disk: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("on disk: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{status}"));
+    let du = rewind::store::disk_usage(&small.path().join("store"));
+    assert!(
+        on_disk.abs_diff(du) < (1 << 20),
+        "status says {on_disk} bytes on disk, du {du}"
+    );
+    let dry = ok(rw_within(&ws, &["gc", "--keep", "0s", "--dry-run"]));
+    assert!(dry.starts_with("dry run: would remove 0 changes"), "{dry}");
+
+    fs::remove_file(filler).unwrap();
+    let (out, _) = gc_watching_free(&small, &ws, &["gc", "--keep", "0s"]);
+    assert!(out.starts_with("removed 0 changes"), "{out}");
+    assert!(!out.contains("not compacted"), "{out}");
+    let (disk_before, disk_after) = gc_disk(&out);
+    assert!(
+        disk_after + (24 << 20) < disk_before,
+        "the later gc gave back less than 24 MiB of the 32 MiB removed: {out}"
+    );
+    still_records(&ws, "after-second-gc");
+}
