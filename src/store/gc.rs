@@ -515,10 +515,15 @@ impl Store {
     fn deletes_left(&self) -> Result<bool> {
         let db = self.db()?;
         let cf = db.cf(CF_BLOBS);
-        let in_buffers = ["rocksdb.num-deletes-active-mem-table", "rocksdb.num-deletes-imm-mem-tables"]
-            .iter()
-            .any(|p| db.property_int_value_cf(cf, *p).ok().flatten().unwrap_or(0) > 0);
-        let files = db.live_files().map_err(Store::db_error("list store files"))?;
+        let in_buffers = [
+            "rocksdb.num-deletes-active-mem-table",
+            "rocksdb.num-deletes-imm-mem-tables",
+        ]
+        .iter()
+        .any(|p| db.property_int_value_cf(cf, *p).ok().flatten().unwrap_or(0) > 0);
+        let files = db
+            .live_files()
+            .map_err(Store::db_error("list store files"))?;
         Ok(in_buffers
             || files
                 .iter()
@@ -538,7 +543,9 @@ impl Store {
         let mut opts = CompactOptions::default();
         opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
         opts.set_exclusive_manual_compaction(true);
-        let files = db.live_files().map_err(Store::db_error("list store files"))?;
+        let files = db
+            .live_files()
+            .map_err(Store::db_error("list store files"))?;
         let mut order: Vec<(&str, u64)> = ALL_CFS
             .iter()
             .map(|name| {
@@ -556,7 +563,9 @@ impl Store {
         for (name, _) in order {
             let cf = db.cf(name);
             // Asked again before each: the last one gave some back, and recording goes on.
-            let files = db.live_files().map_err(Store::db_error("list store files"))?;
+            let files = db
+                .live_files()
+                .map_err(Store::db_error("list store files"))?;
             let buffers = db
                 .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
                 .ok()
@@ -569,11 +578,24 @@ impl Store {
             } else {
                 u64::MAX
             };
-            let need = compaction_need(&files, name, buffers, limit);
+            let mut need = compaction_need(&files, name, buffers, limit);
             if need == 0 {
                 continue;
             }
-            if let Some(room) = self.room()
+            if name == CF_BLOBS {
+                // RocksDB's own compactions (of what was recorded last) write too: measured
+                // once they are done, and one of theirs may still start before this one.
+                wait_for_compactions(&db);
+                need = need.saturating_add(limit);
+            }
+            let room = self.room();
+            tracing::info!(
+                family = name,
+                need,
+                free = room.map(|r| r.free),
+                "gc: compacting what it deleted"
+            );
+            if let Some(room) = room
                 && room.free < room.reserve.saturating_add(need)
             {
                 left.push(name);
@@ -619,13 +641,7 @@ pub(super) fn compaction_need(files: &[LiveFile], cf: &str, buffers: u64, limit:
         .collect();
     let whole: u64 = files.iter().map(|f| f.size as u64).sum();
     let at = |level: i32| files.iter().filter(move |f| f.level == level);
-    let below = |level: i32| {
-        files
-            .iter()
-            .map(|f| f.level)
-            .filter(|l| *l > level)
-            .min()
-    };
+    let below = |level: i32| files.iter().map(|f| f.level).filter(|l| *l > level).min();
     let mut need = 0;
     if buffers > 0 || at(0).next().is_some() {
         let l0: u64 = at(0).map(|f| f.size as u64).sum();
@@ -643,6 +659,17 @@ pub(super) fn compaction_need(files: &[LiveFile], cf: &str, buffers: u64, limit:
         need = need.max(limit.max(f.size as u64 + overlap));
     }
     need.min(whole.saturating_add(buffers))
+}
+
+/// Wait (up to 10 s) until RocksDB runs no compaction or flush in the background.
+fn wait_for_compactions(db: &super::Db<'_>) {
+    let running = |p| db.property_int_value(p).ok().flatten().unwrap_or(0) > 0;
+    for _ in 0..1000 {
+        if !running("rocksdb.num-running-compactions") && !running("rocksdb.num-running-flushes") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Whether two tables' key ranges meet (a table with no keys known meets every other).

@@ -469,9 +469,38 @@ fn save_large_versions(ws: &Workspace) -> Vec<(String, Vec<u8>)> {
     newest
 }
 
+/// Wait until RocksDB is done with compacting what was just recorded: its background
+/// compactions write before they free, whatever gc does, so the disk's free space is only
+/// the store's own once its files stay the same for a second (at most a minute).
+fn wait_until_the_store_settles(small: &SmallFs) {
+    let store = small.path().join("store");
+    let files = || {
+        let mut names: Vec<_> = fs::read_dir(&store)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".sst"))
+            .collect();
+        names.sort();
+        names
+    };
+    let mut last = (files(), small.available());
+    let mut same = 0;
+    for _ in 0..600 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = (files(), small.available());
+        same = if now == last { same + 1 } else { 0 };
+        if same >= 10 {
+            return;
+        }
+        last = now;
+    }
+}
+
 /// Fill the store's disk until `above` bytes are free beyond the reserve rewind keeps (a
-/// tenth of the disk); returns the filler and the reserve.
+/// tenth of the disk), once RocksDB has settled; returns the filler and the reserve.
 fn leave_above_reserve(small: &SmallFs, above: u64) -> (PathBuf, u64) {
+    wait_until_the_store_settles(small);
     let reserve = small.size() / 10;
     let filler = small.path().join("filler");
     let len = small.available() - reserve - above;
@@ -538,7 +567,7 @@ fn still_records(ws: &Workspace, name: &str) {
 }
 
 /// A plain `rewind gc` that removes half of what is stored, on a store disk with far less free
-/// beyond the reserve than the store keeps (16 MiB, where 32 MiB stay): it gives the space
+/// beyond the reserve than the store keeps (20 MiB, where 32 MiB stay): it gives the space
 /// back in pieces, the disk never goes below the reserve while it runs (so the mount goes on
 /// recording), and it ends with more free space than it started with. (gc used to compact the
 /// whole store at once, writing what stays before the old files went: the disk went to 0
@@ -547,7 +576,7 @@ fn still_records(ws: &Workspace, name: &str) {
 fn a_gc_on_a_nearly_full_store_disk_gives_space_back_in_pieces_never_from_the_reserve() {
     let (small, ws) = mounted_on_small_ext4(&[]);
     let newest = save_large_versions(&ws);
-    let (filler, reserve) = leave_above_reserve(&small, 16 << 20);
+    let (filler, reserve) = leave_above_reserve(&small, 20 << 20);
     let free_before = small.available();
 
     let (out, least) = gc_watching_free(&small, &ws, &["gc", "--keep", "0s"]);
@@ -570,8 +599,15 @@ fn a_gc_on_a_nearly_full_store_disk_gives_space_back_in_pieces_never_from_the_re
     still_records(&ws, "after-gc");
     for (name, data) in &newest {
         assert!(fs::read(ws.path().join(name)).unwrap() == *data, "{name}");
-        let cat = ws.command(&["cat", name.as_str()]).current_dir(ws.path()).output().unwrap();
-        assert!(cat.status.success() && cat.stdout == *data, "rewind cat {name}");
+        let cat = ws
+            .command(&["cat", name.as_str()])
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        assert!(
+            cat.status.success() && cat.stdout == *data,
+            "rewind cat {name}"
+        );
     }
     fs::remove_file(filler).unwrap();
 }
