@@ -698,4 +698,52 @@ mod tests {
         assert_eq!(Cut::decode(&[1, 0, 0]), None);
         assert_eq!(cut_key(b's', "x"), b"cut\0s\0x");
     }
+
+    fn table(cf: &str, level: i32, size: usize, keys: (u8, u8)) -> LiveFile {
+        LiveFile {
+            column_family_name: cf.into(),
+            name: String::new(),
+            size,
+            level,
+            start_key: Some(vec![keys.0]),
+            end_key: Some(vec![keys.1]),
+            num_entries: 1,
+            num_deletions: 0,
+        }
+    }
+
+    #[test]
+    fn a_compaction_needs_room_for_its_biggest_job_not_the_whole_family() {
+        const M: usize = 1 << 20;
+        // Level 6: ten tables of 4 MiB over the key space; level 5: two of 1 MiB.
+        let mut files: Vec<LiveFile> = (0..10u8)
+            .map(|i| table("blobs", 6, 4 * M, (i * 20, i * 20 + 19)))
+            .collect();
+        files.push(table("blobs", 5, M, (0, 30)));
+        files.push(table("blobs", 5, M, (100, 110)));
+        files.push(table("meta", 6, 50 * M, (0, 255)));
+        // Below level 0: the biggest job is one table of level 5 and the two it overlaps, or
+        // the limit.
+        assert_eq!(
+            compaction_need(&files, "blobs", 0, 2 * M as u64),
+            9 * M as u64
+        );
+        assert_eq!(
+            compaction_need(&files, "blobs", 0, 20 * M as u64),
+            20 * M as u64
+        );
+        // The write buffers (flushed to level 0) are merged with the whole level under it.
+        assert_eq!(
+            compaction_need(&files, "blobs", 3 * M as u64, 0),
+            9 * M as u64
+        );
+        files.push(table("blobs", 0, 5 * M, (0, 255)));
+        assert_eq!(
+            compaction_need(&files, "blobs", 3 * M as u64, 0),
+            10 * M as u64
+        );
+        // Never more than the family holds; nothing for an empty one.
+        assert_eq!(compaction_need(&files, "meta", 0, u64::MAX), 50 * M as u64);
+        assert_eq!(compaction_need(&files, "turns", 0, u64::MAX), 0);
+    }
 }

@@ -456,17 +456,39 @@ fn save_large_versions(ws: &Workspace) -> Vec<(String, Vec<u8>)> {
             let name = format!("f{i}.bin");
             let data = noise(4 << 20, 1 + round * 16 + i);
             let path = ws.path().join(&name);
-            for _ in 0..3 {
+            for _ in 0..10 {
                 if fs::write(&path, &data).is_ok() {
                     break;
                 }
-                settle(ws);
+                settle_while_refused(ws);
             }
             newest.push((name, data));
         }
-        settle(ws);
+        settle_while_refused(ws);
     }
     newest
+}
+
+/// [`settle`], again while the store refuses what it was about to record: it stops storing a
+/// large content short of the reserve while RocksDB is behind with compacting, and takes it up
+/// again once RocksDB caught up (nothing is lost meanwhile: the file stays held back).
+fn settle_while_refused(ws: &Workspace) {
+    for _ in 0..10 {
+        assert!(
+            wait_for(30, || ok(rw_within(ws, &["status"]))
+                .lines()
+                .any(|l| l == "recording: recording")),
+            "recording did not resume: {}",
+            ok(rw_within(ws, &["status"]))
+        );
+        if rw_within(ws, &["sync"]).status.success() {
+            return;
+        }
+    }
+    panic!(
+        "the store kept refusing: {}",
+        ok(rw_within(ws, &["status"]))
+    );
 }
 
 /// Wait until RocksDB is done with compacting what was just recorded: its background
