@@ -67,13 +67,15 @@ impl Memory {
         opts.set_max_write_buffer_number(2);
         if name == CF_BLOBS {
             // Compaction in pieces that fit beside the reserve (gc's on a nearly full disk,
-            // `gc::compaction_need`): small files, at most a few of them in one job, and a small
-            // first level under level 0, so that merging level 0 (whose files span every hash)
-            // rewrites that level and not the whole store.
+            // `gc::compaction_need`): small files, at most a few of them in one job, and a first
+            // level under level 0 no larger than the write buffers, so that merging level 0
+            // (whose files span every hash) rewrites that level and not the whole store. (Level
+            // 0 is also compacted once it holds that much: smaller, and recording a tree would
+            // set compactions off while it is being deleted.)
             let piece = blob_piece(self.budget);
             opts.set_target_file_size_base(piece);
             opts.set_max_compaction_bytes(blob_job_limit(self.budget));
-            opts.set_max_bytes_for_level_base(4 * piece);
+            opts.set_max_bytes_for_level_base(self.budget as u64);
         }
         test_stall(&mut opts);
         opts
