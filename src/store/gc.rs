@@ -589,7 +589,7 @@ impl Store {
                 need = need.saturating_add(limit);
             }
             let room = self.room();
-            tracing::info!(
+            tracing::debug!(
                 family = name,
                 need,
                 free = room.map(|r| r.free),
