@@ -445,11 +445,31 @@ impl Core {
 
     pub(super) fn release(&self, fh: FileHandle) {
         SLOW_RELEASE.pause();
-        if let Some(open) = self.files.remove(fh.0) {
-            let episode = lock(&open.episode).take();
-            let reader = episode.and_then(|_| self.reader_if_unreadable(&open.file));
-            self.end_write_through(episode, Some(&open.file), reader);
+        let Some(open) = self.files.remove(fh.0) else {
+            return;
+        };
+        let Some(episode) = lock(&open.episode).take() else {
+            return;
+        };
+        let Some(rec) = &self.recorder else {
+            return;
+        };
+        let reader = self.reader_if_unreadable(&open.file);
+        // Out of the table of episodes at once, so that the writer's next open starts a
+        // change of its own.
+        let Some(ending) = rec.last_release(episode, reader) else {
+            return;
+        };
+        // The writer does not wait for the rest: recorded at a lower priority than the
+        // requests it makes meanwhile, where the daemon may (`priority.rs`), and the handle
+        // (with its passthrough backing id) closed there too.
+        let lowered = self.end_priority.map(super::priority::Lowered::new);
+        let file = Some(&open.file).filter(|f| backing::readable(f));
+        if let Err(e) = rec.record_end(ending, file) {
+            tracing::error!("cannot record the end of a write: {e}");
         }
+        drop(open);
+        drop(lowered);
     }
 
     pub(super) fn fsync(&self, fh: FileHandle, datasync: bool) -> Result<()> {

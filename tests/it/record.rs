@@ -151,6 +151,77 @@ fn log_after_a_writer_exits_shows_its_change_even_before_the_release_is_handled(
     assert_eq!(kinds_of(&ws, "old.txt"), ["modify"]);
 }
 
+/// A FUSE thread records the end of an edit at a lower priority (where the daemon may raise
+/// it back: as root here), and every thread is back at the daemon's own priority after it:
+/// edits in a loop, with a shell writing twice in a row to one file (two changes, each in
+/// place), all recorded, and no thread of the daemon left lowered.
+#[test]
+fn edits_ended_at_a_lower_priority_are_all_recorded_and_leave_no_thread_lowered() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    for i in 0..10 {
+        fs::write(
+            dir.join(format!("f{i}.txt")),
+            format!("counter 0 file {i}\n"),
+        )
+        .unwrap();
+    }
+    ws.mount();
+    python(
+        &dir,
+        "import os\n\
+         for r in range(20):\n\
+         \x20   for i in range(10):\n\
+         \x20       p = f'f{i}.txt'\n\
+         \x20       fd = os.open(p, os.O_RDWR); s = os.read(fd, 4096)\n\
+         \x20       fd2 = os.open(p, os.O_WRONLY | os.O_TRUNC); os.close(fd)\n\
+         \x20       os.write(fd2, s.replace(b'counter %d' % r, b'counter %d' % (r + 1))); os.close(fd2)\n",
+    );
+    sh(
+        &dir,
+        "for i in 1 2 3; do env printf 1 > g.txt; env printf 2 >> g.txt; done",
+    );
+    sync(&ws);
+    for i in 0..10 {
+        let path = format!("f{i}.txt");
+        assert_eq!(kinds_of(&ws, &path), vec!["modify"; 20], "{path}");
+        assert_eq!(
+            fs::read_to_string(dir.join(&path)).unwrap(),
+            format!("counter 20 file {i}\n")
+        );
+    }
+    // A create, then each `>` and `>>` (each a process of its own) a change of its own.
+    let g = kinds_of(&ws, "g.txt");
+    assert_eq!(g.len(), 6, "{g:?}");
+    let pid = daemon_pid(&ws);
+    let nice = |task: &Path| -> i64 {
+        let stat = fs::read_to_string(task.join("stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: nice is the 19th of all.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .collect();
+        fields.get(16).and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    let own = nice(Path::new(&format!("/proc/{pid}")));
+    let tasks: Vec<(String, i64)> = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok())
+        .map(|t| {
+            (
+                t.file_name().to_string_lossy().into_owned(),
+                nice(&t.path()),
+            )
+        })
+        .collect();
+    assert!(tasks.len() > 4, "{tasks:?}");
+    assert!(
+        tasks.iter().all(|(_, n)| *n == own),
+        "threads left lowered: {tasks:?} (the daemon's nice: {own})"
+    );
+}
+
 /// A held-back create is taken out of its table before it is recorded; a `log` in between
 /// (`REWIND_TEST_SLOW_PENDING` widens the moment) waits for the record. Here a save that keeps
 /// a backup (the original renamed to `f~`, a new `f` written, by one process): `log f` shows
