@@ -451,23 +451,15 @@ impl Core {
         let Some(episode) = lock(&open.episode).take() else {
             return;
         };
-        let Some(rec) = &self.recorder else {
-            return;
-        };
-        let reader = self.reader_if_unreadable(&open.file);
-        // Out of the table of episodes at once, so that the writer's next open starts a
-        // change of its own.
-        let Some(ending) = rec.last_release(episode, reader) else {
-            return;
-        };
-        // The writer does not wait for the rest: recorded at a lower priority than the
-        // requests it makes meanwhile, where the daemon may (`priority.rs`), and the handle
-        // (with its passthrough backing id) closed there too.
+        // The writer does not wait for any of this: done at a lower priority than the
+        // requests it makes meanwhile, where the daemon may (`priority.rs`), the handle (with
+        // its passthrough backing id) closed there too. Lowered before anything else: lowered
+        // only once the episode was out of the table, the same edit loop was slower than with
+        // no lowering at all (W2 p50 on / off 1.37x, 1.37x, 1.35x, against 1.30x, 1.29x;
+        // lowered first: 1.23x, 1.19x).
         let lowered = self.end_priority.map(super::priority::Lowered::new);
-        let file = Some(&open.file).filter(|f| backing::readable(f));
-        if let Err(e) = rec.record_end(ending, file) {
-            tracing::error!("cannot record the end of a write: {e}");
-        }
+        let reader = self.reader_if_unreadable(&open.file);
+        self.end_write_through(Some(episode), Some(&open.file), reader);
         drop(open);
         drop(lowered);
     }

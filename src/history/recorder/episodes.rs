@@ -46,16 +46,6 @@ pub(super) struct Episode {
     pub(super) reader: Option<Arc<File>>,
 }
 
-/// The end of an episode whose last handle is released, out of the table of episodes and
-/// not recorded yet ([`Recorder::last_release`]), with the file's locks held.
-pub struct Ending<'a> {
-    key: Key,
-    ep: Episode,
-    _held: Vec<std::sync::MutexGuard<'a, ()>>,
-    _ending: std::sync::RwLockReadGuard<'a, ()>,
-    _pins: crate::store::PinScope,
-}
-
 /// How many openers an episode lists before it stops listing them.
 const MAX_OPENERS: usize = 16;
 
@@ -278,50 +268,23 @@ impl Recorder {
     /// cannot open a new file by its name, is kept with the episode: its create's content is
     /// read from it when the create is recorded, after the hold-back.
     pub fn end_write(&self, key: Key, file: Option<&File>, reader: Option<File>) -> Result<()> {
-        match self.last_release(key, reader) {
-            Some(ending) => self.record_end(ending, file),
-            None => Ok(()),
-        }
-    }
-
-    /// The first half of [`end_write`](Self::end_write), the table's bookkeeping: the
-    /// episode's end, if this was its last handle, taken out of the table of episodes (so that
-    /// a new writer starts a change of its own), to be recorded by
-    /// [`record_end`](Self::record_end), the slow half.
-    pub fn last_release(&self, key: Key, reader: Option<File>) -> Option<Ending<'_>> {
-        let pins = self.pin_scope();
-        let ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
-        let held = self.hold(&[key]);
-        let mut episodes = lock(&self.episodes);
-        let ep = episodes.get_mut(&key)?;
-        if let Some(reader) = reader {
-            ep.reader = Some(Arc::new(reader));
-        }
-        ep.opens -= 1;
-        if ep.opens > 0 {
-            return None;
-        }
-        let ep = episodes.remove(&key).expect("present above");
-        Some(Ending {
-            key,
-            ep,
-            _held: held,
-            _ending: ending,
-            _pins: pins,
-        })
-    }
-
-    /// Record an episode's end taken out by [`last_release`](Self::last_release), its
-    /// content read through `file` if given.
-    pub fn record_end(&self, ending: Ending<'_>, file: Option<&File>) -> Result<()> {
-        // The locks stay held until the end is recorded.
-        let Ending {
-            key,
-            ep,
-            _held,
-            _ending,
-            _pins,
-        } = ending;
+        let _pins = self.pin_scope();
+        let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+        let _held = self.hold(&[key]);
+        let ep = {
+            let mut episodes = lock(&self.episodes);
+            let Some(ep) = episodes.get_mut(&key) else {
+                return Ok(());
+            };
+            if let Some(reader) = reader {
+                ep.reader = Some(Arc::new(reader));
+            }
+            ep.opens -= 1;
+            if ep.opens > 0 {
+                return Ok(());
+            }
+            episodes.remove(&key).expect("present above")
+        };
         self.end_in_flight(key, ep, file)
     }
 

@@ -39,7 +39,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use crossbeam_channel::{Receiver, Sender};
 
 pub use capture::{Source, key_of, kind_of, seen_of};
-pub use episodes::Ending;
 pub use journal::{Next, Prepared, Subscription};
 pub use pending::{AsRecorded, PENDING_FOR};
 pub use recovery::Recovery;
