@@ -29,7 +29,6 @@ pub mod handle;
 pub mod inode;
 mod mount;
 mod namespace;
-mod priority;
 pub mod restore;
 mod setattr;
 mod state;
@@ -141,9 +140,6 @@ pub struct Core {
     euid: u32,
     /// Tells the kernel what changed underneath it (rollbacks), once the session exists.
     notifier: OnceLock<Notifier>,
-    /// The daemon's nice value, if a FUSE thread may record an episode's end at a lower
-    /// priority (`priority.rs`).
-    end_priority: Option<libc::c_int>,
 }
 
 pub struct RewindFs {
@@ -273,7 +269,6 @@ impl RewindFs {
         want_passthrough: bool,
     ) -> io::Result<RewindFs> {
         let root = backing::stat_fd(backing.root_fd())?;
-        let recorder_on = recorder.is_some();
         let core = Arc::new(Core {
             backing,
             recorder,
@@ -288,7 +283,6 @@ impl RewindFs {
             want_passthrough,
             euid: rustix::process::geteuid().as_raw(),
             notifier: OnceLock::new(),
-            end_priority: recorder_on.then(priority::probe).flatten(),
         });
         let fs = RewindFs {
             core,
@@ -739,14 +733,12 @@ impl Filesystem for RewindFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // The kernel does not wait for the answer: given first, so that it does not wait for
-        // the end of a write episode recorded here at a lower priority either.
-        reply.ok();
         if let Some(c) = self.control_for(ino) {
             c.release(req, fh);
         } else {
             self.core.release(fh);
         }
+        reply.ok();
     }
 
     fn fsync(
