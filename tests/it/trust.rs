@@ -80,7 +80,7 @@ fn task_states(pid: u32) -> Vec<char> {
 
 /// Whether `pid` has exited: reaped, or every thread of it a zombie. A process with a thread
 /// stuck in the kernel (D) on the mount has not.
-fn exited(pid: u32) -> bool {
+pub(crate) fn exited(pid: u32) -> bool {
     task_states(pid).iter().all(|s| matches!(s, 'Z' | 'X'))
 }
 
@@ -103,7 +103,7 @@ fn reap(child: &mut Child, secs: u64, what: &str) -> std::process::ExitStatus {
     }
 }
 
-fn signal(pid: u32, sig: i32) {
+pub(crate) fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) with a pid and a signal number.
     unsafe { libc::kill(pid as i32, sig) };
 }
