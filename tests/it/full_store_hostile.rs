@@ -537,21 +537,7 @@ fn leave_above_reserve(small: &SmallFs, above: u64) -> (PathBuf, u64) {
 /// `rewind gc ARGS` through the mount, with the least free space the store's disk had while
 /// it ran.
 fn gc_watching_free(small: &SmallFs, ws: &Workspace, args: &[&str]) -> (String, u64) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let done = AtomicBool::new(false);
-    let (out, least) = std::thread::scope(|s| {
-        let watch = s.spawn(|| {
-            let mut least = u64::MAX;
-            while !done.load(Ordering::SeqCst) {
-                least = least.min(small.available());
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            least
-        });
-        let out = rw_within(ws, args);
-        done.store(true, Ordering::SeqCst);
-        (out, watch.join().unwrap())
-    });
+    let (out, least) = small.least_available_while(|| rw_within(ws, args));
     (ok(out), least)
 }
 

@@ -242,20 +242,8 @@ fn a_repack_on_a_nearly_full_disk_says_so_and_never_takes_the_reserve() {
     mount_on(&mut ws, &store);
 
     // The disk's free space, watched while gc runs.
-    let done = AtomicBool::new(false);
-    let (out, least) = std::thread::scope(|s| {
-        let watch = s.spawn(|| {
-            let mut least = u64::MAX;
-            while !done.load(Ordering::SeqCst) {
-                least = least.min(small.available());
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            least
-        });
-        let out = rw(&ws, &["gc", "--keep", "3650d", "--repack"]);
-        done.store(true, Ordering::SeqCst);
-        (out, watch.join().unwrap())
-    });
+    let (out, least) =
+        small.least_available_while(|| rw(&ws, &["gc", "--keep", "3650d", "--repack"]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(

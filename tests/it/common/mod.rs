@@ -396,16 +396,36 @@ impl SmallFs {
         &self.mnt
     }
 
-    /// Bytes an unprivileged writer may still use.
     /// The file system's size.
     pub fn size(&self) -> u64 {
         let st = nix_statvfs(&self.mnt);
         st.f_blocks * st.f_frsize
     }
 
+    /// Bytes an unprivileged writer may still use.
     pub fn available(&self) -> u64 {
         let st = nix_statvfs(&self.mnt);
         st.f_bavail * st.f_frsize
+    }
+
+    /// Run `f`, watching the free space (every millisecond): its answer, and the least free
+    /// space seen while it ran.
+    pub fn least_available_while<T>(&self, f: impl FnOnce() -> T) -> (T, u64) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let watch = s.spawn(|| {
+                let mut least = u64::MAX;
+                while !done.load(Ordering::SeqCst) {
+                    least = least.min(self.available());
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                least
+            });
+            let out = f();
+            done.store(true, Ordering::SeqCst);
+            (out, watch.join().unwrap())
+        })
     }
 }
 
