@@ -54,7 +54,7 @@ pub(super) struct Opened {
 }
 
 /// Whether an open writes (or truncates) the file.
-fn writes(flags: i32) -> bool {
+pub(super) fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
@@ -443,9 +443,17 @@ impl Core {
         Ok(data.len() as u32)
     }
 
+    /// Whether the open handle `fh` holds a write episode (its RELEASE may record).
+    pub(super) fn holds_episode(&self, fh: FileHandle) -> bool {
+        self.files
+            .get(fh.0)
+            .is_some_and(|open| lock(&open.episode).is_some())
+    }
+
     pub(super) fn release(&self, fh: FileHandle) {
         SLOW_RELEASE.pause();
         if let Some(open) = self.files.remove(fh.0) {
+            slow_release_of(self, open.ino);
             let episode = lock(&open.episode).take();
             let reader = episode.and_then(|_| self.reader_if_unreadable(&open.file));
             self.end_write_through(episode, Some(&open.file), reader);
@@ -511,3 +519,22 @@ impl Core {
 /// handled, as when the FUSE thread that took it is slow to run, so that a request sent after
 /// the writer's close is handled first.
 static SLOW_RELEASE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RELEASE");
+
+/// Tests only: `REWIND_TEST_SLOW_RELEASE_OF=NAME:MS` makes the RELEASE of a file named `NAME`
+/// wait that long before it is handled, and no other: the writer's next file is closed, and
+/// its RELEASE handled, while the first one's waits.
+fn slow_release_of(core: &Core, ino: u64) {
+    static OF: std::sync::OnceLock<Option<(Vec<u8>, u64)>> = std::sync::OnceLock::new();
+    let of = OF.get_or_init(|| {
+        let v = std::env::var("REWIND_TEST_SLOW_RELEASE_OF").ok()?;
+        let (name, ms) = v.rsplit_once(':')?;
+        Some((name.as_bytes().to_vec(), ms.parse().ok()?))
+    });
+    let Some((name, ms)) = of else {
+        return;
+    };
+    let path = core.path(INodeNo(ino)).unwrap_or_default();
+    if path.rsplit(|&b| b == b'/').next() == Some(&name[..]) {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+    }
+}

@@ -29,6 +29,7 @@ pub mod handle;
 pub mod inode;
 mod mount;
 mod namespace;
+mod order;
 pub mod restore;
 mod setattr;
 mod state;
@@ -140,6 +141,9 @@ pub struct Core {
     euid: u32,
     /// Tells the kernel what changed underneath it (rollbacks), once the session exists.
     notifier: OnceLock<Notifier>,
+    /// When recording: the RELEASEs read and not yet past their id, which the requests the
+    /// kernel sent after them wait for ([`order`]).
+    order: Option<Arc<order::ReleaseOrder>>,
 }
 
 pub struct RewindFs {
@@ -255,6 +259,19 @@ impl Core {
         self.passthrough.load(Ordering::Relaxed)
     }
 
+    /// Wait until every RELEASE the kernel sent before `req` has set its end's id aside: call
+    /// before any lock, in a request that may record ([`order`]).
+    fn in_order(&self, req: &Request) {
+        if let Some(order) = &self.order {
+            order.wait_before(req.unique().0);
+        }
+    }
+
+    /// Whether RELEASEs are ordered before what follows them (fuser's `read_in_turn`).
+    pub fn orders_releases(&self) -> bool {
+        self.order.is_some()
+    }
+
     /// Give the kernel's notifier (after the session is made, before it serves).
     pub fn set_notifier(&self, n: Notifier) {
         let _ = self.notifier.set(n);
@@ -269,6 +286,7 @@ impl RewindFs {
         want_passthrough: bool,
     ) -> io::Result<RewindFs> {
         let root = backing::stat_fd(backing.root_fd())?;
+        let order = recorder.is_some().then(Arc::default);
         let core = Arc::new(Core {
             backing,
             recorder,
@@ -283,6 +301,7 @@ impl RewindFs {
             want_passthrough,
             euid: rustix::process::geteuid().as_raw(),
             notifier: OnceLock::new(),
+            order,
         });
         let fs = RewindFs {
             core,
@@ -419,6 +438,7 @@ impl Filesystem for RewindFs {
                 Err(e) => reply.error(e),
             };
         }
+        self.core.in_order(req);
         let changes = setattr::Changes {
             mode,
             uid,
@@ -459,6 +479,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) || self.is_control_name(parent, name) {
             return reply.error(control::refuse_change(parent.0));
         }
+        self.core.in_order(req);
         match self
             .core
             .mknod(&Caller::of(req), parent, name, mode & !umask, rdev)
@@ -480,6 +501,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) || self.is_control_name(parent, name) {
             return reply.error(control::refuse_change(parent.0));
         }
+        self.core.in_order(req);
         match self
             .core
             .mkdir(&Caller::of(req), parent, name, mode & !umask & 0o7777)
@@ -493,6 +515,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) || self.is_control_name(parent, name) {
             return reply.error(control::refuse_removal(parent.0));
         }
+        self.core.in_order(req);
         ok_or(
             reply,
             self.core.unlink(&Caller::of(req), parent, name, false),
@@ -503,6 +526,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) || self.is_control_name(parent, name) {
             return reply.error(control::refuse_removal(parent.0));
         }
+        self.core.in_order(req);
         ok_or(
             reply,
             self.core.unlink(&Caller::of(req), parent, name, true),
@@ -520,6 +544,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) || self.is_control_name(parent, link_name) {
             return reply.error(control::refuse_change(parent.0));
         }
+        self.core.in_order(req);
         match self
             .core
             .symlink(&Caller::of(req), parent, link_name, target)
@@ -544,6 +569,7 @@ impl Filesystem for RewindFs {
                 return reply.error(control::refuse_removal(p.0));
             }
         }
+        self.core.in_order(req);
         ok_or(
             reply,
             self.core
@@ -565,6 +591,7 @@ impl Filesystem for RewindFs {
         {
             return reply.error(control::refuse_change(newparent.0));
         }
+        self.core.in_order(req);
         match self.core.link(&Caller::of(req), ino, newparent, newname) {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
             Err(e) => reply.error(e),
@@ -582,6 +609,9 @@ impl Filesystem for RewindFs {
                 Ok(fh) => reply.opened(FileHandle(fh), flags_out),
                 Err(e) => reply.error(e),
             };
+        }
+        if file::writes(flags.0) {
+            self.core.in_order(req);
         }
         match self
             .core
@@ -614,6 +644,7 @@ impl Filesystem for RewindFs {
                 Errno::EROFS
             });
         }
+        self.core.in_order(req);
         let created = self.core.create(
             &Caller::of(req),
             parent,
@@ -650,6 +681,7 @@ impl Filesystem for RewindFs {
         if control::Control::is_virtual(parent.0) {
             return reply.error(Errno::EROFS);
         }
+        self.core.in_order(req);
         let made = self.core.tmpfile(
             &Caller::of(req),
             parent,
@@ -709,13 +741,24 @@ impl Filesystem for RewindFs {
         reply: ReplyWrite,
     ) {
         if let Some(c) = self.control_for(ino) {
-            // A command runs on a thread of its own and replies when done.
+            // A command runs on a thread of its own and replies when done; it sees what was
+            // closed before it.
+            self.core.in_order(req);
             return c.write(req, fh, offset, data, reply);
         }
         let kill_suid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.core.write(fh, offset, data, kill_suid) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn release_read(&self, req: &Request, ino: INodeNo, fh: FileHandle) {
+        if let Some(order) = &self.core.order
+            && self.control_for(ino).is_none()
+            && self.core.holds_episode(fh)
+        {
+            order.noted(req.unique().0);
         }
     }
 
@@ -736,6 +779,11 @@ impl Filesystem for RewindFs {
         if let Some(c) = self.control_for(ino) {
             c.release(req, fh);
         } else {
+            let _turn = self
+                .core
+                .order
+                .as_ref()
+                .and_then(|o| o.turn(req.unique().0));
             self.core.release(fh);
         }
         reply.ok();
@@ -743,7 +791,7 @@ impl Filesystem for RewindFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
@@ -752,6 +800,8 @@ impl Filesystem for RewindFs {
         if self.control_for(ino).is_some() {
             return reply.ok();
         }
+        // It records a new file's create if it is held back.
+        self.core.in_order(req);
         ok_or(reply, self.core.fsync(fh, datasync));
     }
 

@@ -307,6 +307,50 @@ t.join()
     );
 }
 
+/// The kernel does not wait for a RELEASE: `close()` returns once it is queued, and the
+/// writer's next requests can be handled on other FUSE threads first. Here the RELEASE of
+/// `first.txt` is slow to be handled (`REWIND_TEST_SLOW_RELEASE_OF`, as when the thread that
+/// took it does not get the CPU), and the same shell then makes `second.txt`, `dir`, removes
+/// `gone.txt` and renames `old.txt`: everything it did after closing `first.txt` comes after
+/// it in the history, so no point shows `second.txt` without `first.txt`. (The suite once
+/// saw `create src/main.rs` recorded before `create Cargo.toml` from `printf > Cargo.toml &&
+/// printf > src/main.rs`.)
+#[test]
+fn what_a_writer_does_after_its_close_comes_after_the_close_even_if_the_release_is_slow() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("gone.txt"), "x\n").unwrap();
+    fs::write(dir.join("old.txt"), "y\n").unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RELEASE_OF", "first.txt:600")],
+    );
+    sh(
+        &dir,
+        "printf 1 > first.txt && printf 2 > second.txt && mkdir dir && rm gone.txt \
+         && mv old.txt new.txt",
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        [
+            "create first.txt",
+            "create second.txt",
+            "mkdir dir",
+            "delete gone.txt",
+            "rename new.txt <- old.txt",
+        ],
+        "{changes:#?}"
+    );
+    let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.is_sorted(), "{ids:?}");
+    let times: Vec<&str> = changes
+        .iter()
+        .map(|c| c["time"].as_str().unwrap())
+        .collect();
+    assert!(times.is_sorted(), "times out of id order: {changes:#?}");
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]

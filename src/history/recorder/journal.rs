@@ -103,6 +103,26 @@ pub(super) struct Journal {
     last_time: AtomicU64,
 }
 
+thread_local! {
+    /// What to run once this thread has set aside the id of what it records: a RELEASE lets
+    /// the requests the kernel sent after it go on (`fs::order`).
+    static AFTER_ID: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `then` once this thread sets an id aside ([`Recorder::reserve_id`]), or at
+/// [`id_taken`], whichever comes first.
+pub fn after_id(then: Box<dyn FnOnce()>) {
+    AFTER_ID.set(Some(then));
+}
+
+/// This thread's id is set aside (or it will record nothing): run what [`after_id`] gave.
+pub fn id_taken() {
+    if let Some(then) = AFTER_ID.take() {
+        then();
+    }
+}
+
 /// How long a change may wait for a smaller id set aside before it is published anyway (a
 /// held-back create is recorded or given up within a second).
 const RESERVED_FOR_AT_MOST: std::time::Duration = std::time::Duration::from_secs(30);
@@ -293,6 +313,8 @@ impl Recorder {
         lock(&self.journal.order)
             .reserved
             .insert(id, std::time::Instant::now());
+        drop(deferred);
+        id_taken();
         Ok((id, time_ns))
     }
 

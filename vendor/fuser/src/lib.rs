@@ -663,6 +663,12 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// rewind: a RELEASE of `fh` was read from the kernel, and (with
+    /// [`Config::read_in_turn`]) no request sent after it has been read yet. Called on the
+    /// thread that then calls [`release`](Filesystem::release) for it. The kernel does not
+    /// wait for a RELEASE: the writer's next requests may be handled before it.
+    fn release_read(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle) {}
+
     /// Release an open file.
     /// Release is called when there are no more references to an open file: all file
     /// descriptors are closed and all memory mappings are unmapped. For every open

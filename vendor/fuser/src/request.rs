@@ -567,7 +567,7 @@ impl<'a> RequestWithSender<'a> {
 
     /// Returns a Request reference for this request
     #[inline]
-    fn request_header(&self) -> &Request {
+    pub(crate) fn request_header(&self) -> &Request {
         Request::ref_cast(self.request.header())
     }
 }
