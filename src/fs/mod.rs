@@ -267,11 +267,6 @@ impl Core {
         }
     }
 
-    /// Whether RELEASEs are ordered before what follows them (fuser's `read_in_turn`).
-    pub fn orders_releases(&self) -> bool {
-        self.order.is_some()
-    }
-
     /// Give the kernel's notifier (after the session is made, before it serves).
     pub fn set_notifier(&self, n: Notifier) {
         let _ = self.notifier.set(n);
@@ -343,7 +338,10 @@ fn ok_or(reply: ReplyEmpty, result: Result<()>) {
 }
 
 impl Filesystem for RewindFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+    fn init(&mut self, req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Some(order) = &self.core.order {
+            order.start(req.unique().0);
+        }
         let caps = config.capabilities();
         let mut want = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_PARALLEL_DIROPS
@@ -372,6 +370,15 @@ impl Filesystem for RewindFs {
             f(passthrough);
         }
         Ok(())
+    }
+
+    fn received(&self, req: &Request, release: Option<(INodeNo, FileHandle)>) {
+        if let Some(order) = &self.core.order {
+            let records = release.is_some_and(|(ino, fh)| {
+                self.control_for(ino).is_none() && self.core.holds_episode(fh)
+            });
+            order.read(req.unique().0, records);
+        }
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -750,15 +757,6 @@ impl Filesystem for RewindFs {
         match self.core.write(fh, offset, data, kill_suid) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
-        }
-    }
-
-    fn release_read(&self, req: &Request, ino: INodeNo, fh: FileHandle) {
-        if let Some(order) = &self.core.order
-            && self.control_for(ino).is_none()
-            && self.core.holds_episode(fh)
-        {
-            order.noted(req.unique().0);
         }
     }
 

@@ -192,8 +192,6 @@ pub fn mount(config: &MountConfig, fs: RewindFs) -> Result<Mounted> {
     };
     fuse.n_threads = Some(config.threads);
     fuse.clone_fd = true;
-    // A RELEASE is noted before the next request is read (`fs::order`).
-    fuse.read_in_turn = fs.core().orders_releases();
     let session =
         fuser::Session::new(fs, &config.workspace, &fuse).map_err(|source| Error::Mount {
             path: config.workspace.clone(),

@@ -663,11 +663,12 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
-    /// rewind: a RELEASE of `fh` was read from the kernel, and (with
-    /// [`Config::read_in_turn`]) no request sent after it has been read yet. Called on the
-    /// thread that then calls [`release`](Filesystem::release) for it. The kernel does not
-    /// wait for a RELEASE: the writer's next requests may be handled before it.
-    fn release_read(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle) {}
+    /// rewind: a request was read from the kernel, on the thread that will dispatch it, before
+    /// it is dispatched; `release` is the inode and handle of a RELEASE. Called for every
+    /// request after INIT, FORGETs and INTERRUPTs included, with worker threads reading in
+    /// parallel: the kernel numbers requests (`Request::unique`) in the order it sends them,
+    /// and the filesystem may use this to tell what it sent before what.
+    fn received(&self, _req: &Request, _release: Option<(INodeNo, FileHandle)>) {}
 
     /// Release an open file.
     /// Release is called when there are no more references to an open file: all file

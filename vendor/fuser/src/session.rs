@@ -289,7 +289,6 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
-        let read_turn = (config.read_in_turn && n_threads > 1).then(|| Arc::new(Mutex::new(())));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -299,7 +298,6 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
-                read_turn: read_turn.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -520,8 +518,6 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
-    /// rewind: held while reading a request ([`Config::read_in_turn`]).
-    pub(crate) read_turn: Option<Arc<Mutex<()>>>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -531,25 +527,23 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
-            // rewind: one thread reads at a time, and a RELEASE is made known before the
-            // next request is read (Config::read_in_turn).
-            let turn = self.read_turn.as_ref().map(|t| t.lock());
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let (Ok(Operation::Release(x)), Some(fs)) =
-                            (req.request.operation(), &self.filesystem.fs)
-                        {
-                            fs.release_read(
-                                req.request_header(),
-                                req.request.nodeid(),
-                                x.file_handle(),
-                            );
+                        // rewind: every request is made known as soon as it is read, before
+                        // it is dispatched (Filesystem::received).
+                        if let Some(fs) = &self.filesystem.fs {
+                            let release = match req.request.operation() {
+                                Ok(Operation::Release(x)) => {
+                                    Some((req.request.nodeid(), x.file_handle()))
+                                }
+                                _ => None,
+                            };
+                            fs.received(req.request_header(), release);
                         }
-                        drop(turn);
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());

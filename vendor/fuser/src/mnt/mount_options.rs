@@ -18,11 +18,6 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
-    /// rewind: worker threads read requests one at a time, and
-    /// [`Filesystem::release_read`](crate::Filesystem::release_read) is called for a RELEASE
-    /// before the next request is read, so that the filesystem knows which requests the kernel
-    /// sent after it (by [`Request::unique`](crate::Request::unique)).
-    pub read_in_turn: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
