@@ -351,6 +351,55 @@ fn what_a_writer_does_after_its_close_comes_after_the_close_even_if_the_release_
     assert!(times.is_sorted(), "times out of id order: {changes:#?}");
 }
 
+/// The kernel drops a queued request whose process is killed before the daemon reads it, so
+/// its number is never read; a request after it waits for it only briefly (50 ms), never for
+/// good. Here every FUSE thread is held by a slow unlink (`REWIND_TEST_SLOW_UNLINK`), a `stat`
+/// waits in the kernel's queue and is killed there, and a mkdir comes after.
+#[test]
+fn a_request_the_kernel_dropped_holds_nothing_up() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    // More unlinks than the mount has FUSE threads (twice the cores) on machines of up to 16.
+    for i in 0..32 {
+        fs::create_dir(dir.join(format!("d{i}"))).unwrap();
+        fs::write(dir.join(format!("d{i}/f")), "x\n").unwrap();
+    }
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[
+            ("REWIND_TEST_SLOW_UNLINK", "300"),
+            ("RUST_LOG", "info,rewind::fs::order=debug"),
+        ],
+    );
+    let script = r#"
+import os, subprocess, threading, time
+ts = [threading.Thread(target=os.remove, args=(f"d{i}/f",)) for i in range(32)]
+for t in ts:
+    t.start()
+time.sleep(0.2)
+p = subprocess.Popen(["stat", "nothing-here"], stderr=subprocess.DEVNULL)
+time.sleep(0.2)
+p.kill()
+p.wait()
+for t in ts:
+    t.join()
+t0 = time.monotonic()
+os.mkdir("after")
+print(time.monotonic() - t0)
+"#;
+    let took: f64 = python(&dir, script).trim().parse().unwrap();
+    assert!(took < 5.0, "mkdir took {took} s after a dropped request");
+    let daemon_log = fs::read_to_string(ws.store().join("daemon.log")).unwrap();
+    assert!(
+        daemon_log.contains("request numbers never read"),
+        "no request was dropped, so nothing was shown: {daemon_log}"
+    );
+    let changes = log(&ws);
+    let kinds = summary(&changes);
+    assert_eq!(kinds.len(), 33, "{kinds:#?}");
+    assert_eq!(kinds.last().unwrap(), "mkdir after", "{kinds:#?}");
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]
