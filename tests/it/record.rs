@@ -400,6 +400,38 @@ print(time.monotonic() - t0)
     assert_eq!(kinds.last().unwrap(), "mkdir after", "{kinds:#?}");
 }
 
+/// The kernel numbers a background request (a RELEASE) only when it sends it, and keeps it
+/// queued, unnumbered, while `max_background` of them are in flight. Here a process holding
+/// 70 handles on `held.txt` exits just before the shell closes `first.txt`: 64 RELEASEs go out,
+/// slow to handle (`REWIND_TEST_SLOW_RELEASE_OF`, as when the daemon is busy), and the rest,
+/// `first.txt`'s among them, wait in the kernel. The `rm gone.txt` sent meanwhile is numbered
+/// before `first.txt`'s RELEASE, so waiting for the RELEASEs numbered before it is not enough:
+/// the delete got the smaller id and a point showed `gone.txt` deleted but no `first.txt`.
+#[test]
+fn a_release_queued_behind_the_kernels_background_limit_still_comes_before_what_follows() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("held.txt"), "h\n").unwrap();
+    fs::write(dir.join("gone.txt"), "x\n").unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RELEASE_OF", "held.txt:200")],
+    );
+    sh(
+        &dir,
+        "exec 3> first.txt; printf 1 >&3; stat gone.txt > /dev/null
+         (for i in $(seq 70); do exec {fd}< held.txt; done; exec sleep 0)
+         exec 3>&-
+         rm gone.txt",
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        ["create first.txt", "delete gone.txt"],
+        "{changes:#?}"
+    );
+}
+
 /// vim saves by renaming the original to a backup, writing a new file under its name and
 /// deleting the backup: that is one `modify`, and saving without changes is none.
 #[test]
