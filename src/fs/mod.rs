@@ -362,7 +362,18 @@ impl Filesystem for RewindFs {
             want |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         let _ = config.add_capabilities(want & caps);
-        let _ = config.set_max_background(64);
+        // The kernel numbers a background request (a RELEASE) only when it sends it, and holds
+        // it back, unnumbered, while `max_background` are in flight: the writer's next request
+        // would then be numbered, and recorded, first (`order`). When recording, the limit is
+        // as high as the kernel lets it be (for a daemon that is not root, the fuse module's
+        // max_user_bgreq, thousands); the congestion threshold still throttles readahead and
+        // writeback at 48.
+        let max_background = if self.core.order.is_some() {
+            u16::MAX
+        } else {
+            64
+        };
+        let _ = config.set_max_background(max_background);
         let _ = config.set_congestion_threshold(48);
         self.core.passthrough.store(passthrough, Ordering::Relaxed);
         tracing::info!(passthrough, "mount ready");
