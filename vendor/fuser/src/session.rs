@@ -533,10 +533,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
+                        let op = req.request.operation();
                         // rewind: every request is made known as soon as it is read, before
                         // it is dispatched (Filesystem::received).
                         if let Some(fs) = &self.filesystem.fs {
-                            let release = match req.request.operation() {
+                            let release = match &op {
                                 Ok(Operation::Release(x)) => {
                                     Some((req.request.nodeid(), x.file_handle()))
                                 }
@@ -544,7 +545,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             };
                             fs.received(req.request_header(), release);
                         }
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        if let Ok(Operation::Destroy(_)) = op {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
