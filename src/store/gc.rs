@@ -18,6 +18,10 @@ use super::blobs::{self, Hash};
 use super::write::{Room, delete_change, mib};
 use super::{ALL_CFS, CF_BLOBS, CF_META, ChangeRecord, Query, Result, Store};
 
+/// For the tests: how long a gc pauses between its deletes and their compaction, the writer
+/// lock let go (`REWIND_TEST_SLOW_COMPACT`, milliseconds).
+static SLOW_COMPACT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_COMPACT");
+
 /// What a gc may remove.
 pub struct GcPlan<'a> {
     /// Remove changes older than this time (ns since the epoch)...
@@ -296,8 +300,9 @@ impl Store {
 
     /// The removal part of [`gc`](Store::gc), under `gc_lock`.
     fn sweep(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
-        // Hold the writer lock so no change is recorded between planning and deleting.
-        let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        // Hold the writer lock so no change is recorded between planning and deleting (and
+        // until the session summaries are rebuilt from what is left).
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let disk_before = disk_usage(&self.dir);
         let all = self.query(&Query::default())?;
         let protected = (plan.protect)(&all);
@@ -502,6 +507,11 @@ impl Store {
         }
         drop(pinned);
         self.rebuild_sessions()?;
+        // Recording goes on while RocksDB compacts: a compaction of a big store takes seconds,
+        // and every operation that records waited for it (a `mkdir` took 0.7 s beside a gc of
+        // 100k changes).
+        drop(writer);
+        SLOW_COMPACT.pause();
         // Also when an earlier gc left its deletes uncompacted, for lack of room.
         if !doomed.is_empty() || !unreferenced.is_empty() || self.deletes_left()? {
             report.not_compacted = self.give_back_space()?;

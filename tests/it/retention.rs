@@ -434,3 +434,52 @@ fn gc_while_mounted_gives_back_deleted_history() {
     write(&ws, "big.bin", b"after gc\n");
     assert_eq!(ok(rw(&ws, &["cat", "big.bin"])), "after gc\n");
 }
+
+/// gc lets recording go on while RocksDB compacts what it deleted (seconds on a big store):
+/// with that part slowed down (`REWIND_TEST_SLOW_COMPACT`), a `mkdir` and a write made while
+/// gc is still running are recorded at once instead of waiting for it.
+#[test]
+fn recording_goes_on_while_gc_compacts() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_COMPACT", "8000")]);
+    for v in ["one\n", "two\n", "three\n"] {
+        write(&ws, "a.txt", v.as_bytes());
+    }
+    let log_lines = |ws: &Workspace| ok(rw(ws, &["log", "a.txt"])).lines().count();
+    let before = log_lines(&ws);
+    let mut gc = ws
+        .command(&["gc", "--keep", "0s"])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The deletes are written (the two older versions gone from the log) before the pause.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while log_lines(&ws) >= before {
+        assert!(std::time::Instant::now() < deadline, "gc removed nothing");
+        assert!(
+            gc.try_wait().unwrap().is_none(),
+            "gc ended before its pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let start = std::time::Instant::now();
+    std::fs::create_dir(ws.path().join("made-during-gc")).unwrap();
+    write(&ws, "b.txt", b"written during gc\n");
+    let took = start.elapsed();
+    assert!(
+        gc.try_wait().unwrap().is_none(),
+        "gc ended before the mkdir and the write returned ({took:?}): they waited for it"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "they took {took:?}"
+    );
+    let log = ok(rw(&ws, &["log"]));
+    assert!(log.contains("made-during-gc"), "{log}");
+    assert!(log.contains("b.txt"), "{log}");
+    let out = gc.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), "three\n");
+}
