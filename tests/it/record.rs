@@ -404,6 +404,36 @@ print(time.monotonic() - t0)
     assert_eq!(kinds.last().unwrap(), "mkdir after", "{kinds:#?}");
 }
 
+/// A process killed while its unlink is in the daemon (slowed down here) leaves the kernel no
+/// one to answer: the reply then fails with `ENOENT`, which is nothing wrong, and the daemon's
+/// log says so at debug level, not as an error. The delete is recorded all the same (the file
+/// is gone).
+#[test]
+fn a_reply_to_a_killed_process_is_no_error_in_the_log() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("f"), "x\n").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_UNLINK", "1000")]);
+    let script = r#"
+import os, subprocess, time
+os.stat("f")
+p = subprocess.Popen(["rm", "f"])
+time.sleep(0.4)
+p.kill()
+p.wait()
+time.sleep(1.0)
+"#;
+    python(&dir, script);
+    assert!(!dir.join("f").exists(), "the unlink did not happen");
+    let changes = log(&ws);
+    assert_eq!(summary(&changes), ["delete f"]);
+    let daemon_log = fs::read_to_string(ws.store().join("daemon.log")).unwrap();
+    assert!(
+        !daemon_log.contains("ERROR"),
+        "an error logged for a reply nobody waits for:\n{daemon_log}"
+    );
+}
+
 /// The kernel numbers a background request (a RELEASE) only when it sends it, and keeps it
 /// queued, unnumbered, while `max_background` of them are in flight. Here a process holding
 /// 70 handles on `held.txt` exits just before the shell closes `first.txt`: 64 RELEASEs go out,
