@@ -692,6 +692,11 @@ fn check_files(db: &DB, dir: &Path) -> Result<()> {
                     ),
                 });
             }
+            // A compaction RocksDB started at the open may have replaced it since the list was
+            // taken: missing is damage only if the database still lists it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !still_listed(db, &f.name)? => {
+                tracing::debug!("table file {name} was compacted away while the store opened");
+            }
             Err(e) => {
                 return Err(Error::Damaged {
                     dir: dir.to_owned(),
@@ -701,6 +706,14 @@ fn check_files(db: &DB, dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the database still lists table file `name` (as `live_files` names it).
+fn still_listed(db: &DB, name: &str) -> Result<bool> {
+    let files = db
+        .live_files()
+        .map_err(Store::db_error("list table files"))?;
+    Ok(files.iter().any(|f| f.name == name))
 }
 
 #[cfg(test)]
