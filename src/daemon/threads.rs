@@ -43,11 +43,18 @@ pub fn halt_on_panic(store: Arc<Store>) {
     }));
 }
 
+/// How long the writer thread lets deletes gather after the first before it writes them.
+/// Written one by one, an `rm -rf` of 8,000 files took the daemon 830 ms of CPU against 350 ms
+/// with recording off (a RocksDB write, a wake-up and a context switch each); gathered for
+/// 2 ms, 540 to 630 ms. Whatever reads the history writes them first (`Recorder::drain`).
+const GATHER_DELETES: Duration = Duration::from_millis(2);
+
 /// Write deferred changes (deletes) as they come, batched (see `Recorder::defer`).
 pub fn writer(recorder: Arc<Recorder>) {
     let wakeups = recorder.wakeups();
     spawn("writer", move || {
         for () in &wakeups {
+            std::thread::sleep(GATHER_DELETES);
             if let Err(e) = recorder.drain() {
                 tracing::error!("cannot record deletes: {e}");
                 std::thread::sleep(Duration::from_secs(1));
