@@ -146,7 +146,7 @@ fn a_rollback_of_many_paths_lists_the_first_ten_and_a_summary_unless_verbose() {
 }
 
 /// `rewind status`'s counts: changes, blobs and their stored bytes.
-fn status_counts(ws: &Workspace) -> (u64, u64, u64) {
+pub(crate) fn status_counts(ws: &Workspace) -> (u64, u64, u64) {
     let status = ok(rw(ws, &["status"]));
     let number = |line: &str, word: usize| -> u64 {
         let rest = status
@@ -168,7 +168,7 @@ fn status_counts(ws: &Workspace) -> (u64, u64, u64) {
 
 /// The same counts taken from the store's files by RocksDB itself: every change, every blob
 /// and the length of its value. With the daemon running, call after `rewind sync`.
-fn recount(store: &Path) -> (u64, u64, u64) {
+pub(crate) fn recount(store: &Path) -> (u64, u64, u64) {
     let opts = rocksdb::Options::default();
     // The writer may delete a table file while this opens: try again.
     let db = (0..5)
