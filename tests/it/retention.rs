@@ -445,25 +445,9 @@ fn recording_goes_on_while_gc_compacts() {
     for v in ["one\n", "two\n", "three\n"] {
         write(&ws, "a.txt", v.as_bytes());
     }
-    let log_lines = |ws: &Workspace| ok(rw(ws, &["log", "a.txt"])).lines().count();
-    let before = log_lines(&ws);
-    let mut gc = ws
-        .command(&["gc", "--keep", "0s"])
-        .current_dir(ws.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // The deletes are written (the two older versions gone from the log) before the pause.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while log_lines(&ws) >= before {
-        assert!(std::time::Instant::now() < deadline, "gc removed nothing");
-        assert!(
-            gc.try_wait().unwrap().is_none(),
-            "gc ended before its pause"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let before = log_lines(&ws);
+    let mut gc = until_swept(&ws, before, spawn_gc(&ws));
     let start = std::time::Instant::now();
     std::fs::create_dir(ws.path().join("made-during-gc")).unwrap();
     write(&ws, "b.txt", b"written during gc\n");
@@ -494,7 +478,7 @@ fn what_is_recorded_while_gc_compacts_survives_two_gcs_and_a_sigkill() {
     use crate::scale::{recount, status_counts};
     use crate::trust::{every_file_is_in_the_history, exited, signal};
     use std::fs;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let mut ws = Workspace::new();
     ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_COMPACT", "3000")]);
     let dir = ws.path();
@@ -503,33 +487,6 @@ fn what_is_recorded_while_gc_compacts_survives_two_gcs_and_a_sigkill() {
         "for v in 1 2 3; do for i in $(seq 30); do seq $v$i 400 > old$i.txt; done; done",
     );
     ok(rw(&ws, &["sync"]));
-    let log_lines = |ws: &Workspace| ok(rw(ws, &["log"])).lines().count();
-    let spawn_gc = |ws: &Workspace| {
-        ws.command(&["gc", "--keep", "0s"])
-            .current_dir(ws.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    // Wait until the deletes are written (the history shorter): the pause follows.
-    let until_swept =
-        |ws: &Workspace, before: usize, mut gc: std::process::Child| -> std::process::Child {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while log_lines(ws) >= before {
-                assert!(Instant::now() < deadline, "gc removed nothing");
-                if gc.try_wait().unwrap().is_some() {
-                    let out = gc.wait_with_output().unwrap();
-                    panic!(
-                        "gc ended before its pause (log: {} lines, {before} before): {out:?}",
-                        log_lines(ws)
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            gc
-        };
-
     // One gc; new files and edits while it compacts.
     let before = log_lines(&ws);
     let mut gc = until_swept(&ws, before, spawn_gc(&ws));
@@ -556,15 +513,7 @@ fn what_is_recorded_while_gc_compacts_survives_two_gcs_and_a_sigkill() {
     assert_eq!(status_counts(&ws), recount(&ws.store()), "after one gc");
 
     // Two gcs at once, a writer beside them.
-    for v in 4..=5 {
-        sh(
-            &dir,
-            &format!("for i in $(seq 30); do seq {v}$i 400 > old$i.txt; done"),
-        );
-        // Two writes in quick succession may be one save: settle between them.
-        ok(rw(&ws, &["sync"]));
-    }
-    ok(rw(&ws, &["sync"]));
+    rewrite_old(&ws, 4..=5);
     let (mut a, mut b) = (spawn_gc(&ws), spawn_gc(&ws));
     for i in 1..=30 {
         fs::write(dir.join(format!("two{i}.txt")), format!("two {i}\n")).unwrap();
@@ -585,15 +534,7 @@ fn what_is_recorded_while_gc_compacts_survives_two_gcs_and_a_sigkill() {
     );
 
     // SIGKILL during a compaction, a writer going on.
-    for v in 6..=7 {
-        sh(
-            &dir,
-            &format!("for i in $(seq 30); do seq {v}$i 400 > old$i.txt; done"),
-        );
-        // Two writes in quick succession may be one save: settle between them.
-        ok(rw(&ws, &["sync"]));
-    }
-    ok(rw(&ws, &["sync"]));
+    rewrite_old(&ws, 6..=7);
     let pid = crate::common::daemon_pid(&ws) as u32;
     let before = log_lines(&ws);
     let mut gc = until_swept(&ws, before, spawn_gc(&ws));
@@ -647,4 +588,50 @@ fn what_is_recorded_while_gc_compacts_survives_two_gcs_and_a_sigkill() {
     ok(rw(&ws, &["gc", "--keep", "0s"]));
     ok(rw(&ws, &["sync"]));
     assert_eq!(status_counts(&ws), recount(&ws.store()), "after a later gc");
+}
+
+/// The number of changes `rewind log` lists.
+fn log_lines(ws: &Workspace) -> usize {
+    ok(rw(ws, &["log"])).lines().count()
+}
+
+/// `rewind gc --keep 0s`, started in the background.
+fn spawn_gc(ws: &Workspace) -> std::process::Child {
+    ws.command(&["gc", "--keep", "0s"])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until `gc` has written its deletes (the log shorter than `before` lines), with the
+/// daemon's `REWIND_TEST_SLOW_COMPACT` pause still ahead of it; panics if gc ends first.
+fn until_swept(ws: &Workspace, before: usize, mut gc: std::process::Child) -> std::process::Child {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while log_lines(ws) >= before {
+        assert!(std::time::Instant::now() < deadline, "gc removed nothing");
+        if gc.try_wait().unwrap().is_some() {
+            let out = gc.wait_with_output().unwrap();
+            panic!(
+                "gc ended before its pause (log: {} lines, {before} before): {out:?}",
+                log_lines(ws)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    gc
+}
+
+/// Write a new version of `old1.txt` to `old30.txt` for each of `versions`, settling after
+/// each round (two writes in quick succession may be one save).
+fn rewrite_old(ws: &Workspace, versions: std::ops::RangeInclusive<u32>) {
+    for v in versions {
+        sh(
+            &ws.path(),
+            &format!("for i in $(seq 30); do seq {v}$i 400 > old$i.txt; done"),
+        );
+        ok(rw(ws, &["sync"]));
+    }
+    ok(rw(ws, &["sync"]));
 }
