@@ -267,6 +267,24 @@ impl Core {
         }
     }
 
+    /// Whether an open for writing of `ino` may record a change (and so must wait its turn,
+    /// [`in_order`](Self::in_order)): only if a write episode is open on the file. With none,
+    /// the open stores the content before and notes the episode, neither of which takes an
+    /// id, so it need not wait for the RELEASEs sent before it. With one, it may cut it (a
+    /// change) or join it, and the RELEASE of an earlier handle of the same file must end it
+    /// first: `echo a > f; echo b > f` is two changes. A held-back create of the file has its
+    /// id already. A request sent before that opens the file too is no reason to wait: opens
+    /// take no id, in whichever order they are handled.
+    fn open_may_take_id(&self, ino: INodeNo) -> bool {
+        let Some(rec) = &self.recorder else {
+            return false;
+        };
+        let Some(key) = self.inodes().key(ino.0) else {
+            return true;
+        };
+        rec.has_episode(key)
+    }
+
     /// Give the kernel's notifier (after the session is made, before it serves).
     pub fn set_notifier(&self, n: Notifier) {
         let _ = self.notifier.set(n);
@@ -628,7 +646,7 @@ impl Filesystem for RewindFs {
                 Err(e) => reply.error(e),
             };
         }
-        if file::writes(flags.0) {
+        if file::writes(flags.0) && self.core.open_may_take_id(ino) {
             self.core.in_order(req);
         }
         match self

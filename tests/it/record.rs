@@ -351,6 +351,67 @@ fn what_a_writer_does_after_its_close_comes_after_the_close_even_if_the_release_
     assert!(times.is_sorted(), "times out of id order: {changes:#?}");
 }
 
+/// An open for writing of a file no episode is open on takes no id (it stores the content
+/// before and notes the episode), so it does not wait its turn behind a RELEASE sent before
+/// it: here `first.txt`'s, held for 3 s. An open of `first.txt` itself does wait, as its
+/// earlier writer's RELEASE must end that change first: the file has two changes, in order.
+#[test]
+fn an_open_for_writing_waits_only_for_the_release_of_its_own_file() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("first.txt"), "0").unwrap();
+    fs::write(dir.join("other.txt"), "o").unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RELEASE_OF", "first.txt:3000")],
+    );
+    let script = r#"
+import os, time
+def opened(name, flags):
+    t = time.monotonic()
+    fd = os.open(name, flags)
+    return fd, time.monotonic() - t
+fd, _ = opened("first.txt", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"1")
+os.close(fd)
+fd, other = opened("other.txt", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"2")
+os.close(fd)
+fd, again = opened("first.txt", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"3")
+os.close(fd)
+print(other, again)
+"#;
+    let out = python(&dir, script);
+    let (other, again) = out.trim().split_once(' ').unwrap();
+    let (other, again): (f64, f64) = (other.parse().unwrap(), again.parse().unwrap());
+    assert!(
+        other < 1.5,
+        "other.txt's open waited {other} s for first.txt's RELEASE"
+    );
+    assert!(
+        again > 1.0,
+        "first.txt's second open did not wait for its first RELEASE ({again} s)"
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        ["modify first.txt", "modify other.txt", "modify first.txt"],
+        "{changes:#?}"
+    );
+    let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.is_sorted(), "{ids:?}");
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    let first: Vec<_> = changes
+        .iter()
+        .filter(|c| c["path"] == "first.txt")
+        .collect();
+    assert_eq!(content(&store, &first[0]["after"]).unwrap(), b"1");
+    assert_eq!(content(&store, &first[1]["before"]).unwrap(), b"1");
+    assert_eq!(content(&store, &first[1]["after"]).unwrap(), b"13");
+}
+
 /// The kernel drops a queued request whose process is killed before the daemon reads it, so
 /// its number is never read; a request after it waits for it only briefly (50 ms), never for
 /// good. Here every FUSE thread is held by a slow unlink (`REWIND_TEST_SLOW_UNLINK`), a `stat`

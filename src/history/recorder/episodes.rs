@@ -484,7 +484,13 @@ impl Recorder {
 
     /// Whether a write episode is open on the file `st`.
     pub fn is_open(&self, st: &libc::stat) -> bool {
-        lock(&self.episodes).contains_key(&key_of(st))
+        self.has_episode(key_of(st))
+    }
+
+    /// Whether the table holds a write episode of the file `key` (open, or kept after the
+    /// store refused its end).
+    pub fn has_episode(&self, key: Key) -> bool {
+        lock(&self.episodes).contains_key(&key)
     }
 
     /// A rollback is about to rewrite `path` in place while another process holds it open for
