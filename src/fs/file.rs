@@ -450,6 +450,27 @@ impl Core {
             .is_some_and(|open| lock(&open.episode).is_some())
     }
 
+    /// At the RELEASE of `fh`: if its write episode is held by other handles too, leave it
+    /// (the episode goes on, nothing is recorded) and say so; the release then ends nothing.
+    /// Not a handle the episode would keep to read the file from (see
+    /// [`end_write_through`](Self::end_write_through)): its release hands it over.
+    pub(super) fn leave_shared_episode(&self, fh: FileHandle) -> bool {
+        let (Some(rec), Some(open)) = (&self.recorder, self.files.get(fh.0)) else {
+            return false;
+        };
+        if self.reader_if_unreadable(&open.file).is_some() {
+            return false;
+        }
+        let key = *lock(&open.episode);
+        match key {
+            Some(key) if rec.leave_if_shared(key) => {
+                *lock(&open.episode) = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub(super) fn release(&self, fh: FileHandle) {
         SLOW_RELEASE.pause();
         if let Some(open) = self.files.remove(fh.0) {

@@ -806,11 +806,17 @@ impl Filesystem for RewindFs {
         if let Some(c) = self.control_for(ino) {
             c.release(req, fh);
         } else {
-            let _turn = self
-                .core
-                .order
-                .as_ref()
-                .and_then(|o| o.turn(req.unique().0));
+            let order = self.core.order.as_ref();
+            // A handle whose episode other handles still hold ends nothing: it need not wait
+            // its turn, nor hold up the requests after it.
+            let _turn = if self.core.leave_shared_episode(fh) {
+                if let Some(o) = order {
+                    o.pass(req.unique().0);
+                }
+                None
+            } else {
+                order.and_then(|o| o.turn(req.unique().0))
+            };
             self.core.release(fh);
         }
         reply.ok();

@@ -197,7 +197,11 @@ impl ReleaseOrder {
         Some(Turn)
     }
 
-    fn pass(&self, unique: u64) {
+    /// The RELEASE `unique` records nothing after all (see [`Core::leave_shared_episode`]):
+    /// the requests after it need not wait for it.
+    ///
+    /// [`Core::leave_shared_episode`]: super::Core::leave_shared_episode
+    pub(super) fn pass(&self, unique: u64) {
         let mut state = lock(&self.state);
         if state.releases.remove(&unique) {
             self.note_change(&state);

@@ -412,6 +412,49 @@ print(other, again)
     assert_eq!(content(&store, &first[1]["after"]).unwrap(), b"13");
 }
 
+/// The RELEASE of one of two handles of a file being written ends nothing (the other goes on
+/// writing), so it does not hold up what comes after it, even when it is slow to be handled
+/// (here 3 s): the `mkdir` sent after it is not kept waiting. The file's change is recorded
+/// at its last handle's close, after the `mkdir`, with what both handles wrote.
+#[test]
+fn the_release_of_a_handle_others_still_hold_holds_nothing_up() {
+    let mut ws = Workspace::new();
+    let dir = ws.path();
+    fs::write(dir.join("shared.txt"), "0").unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RELEASE_OF", "shared.txt:3000")],
+    );
+    let script = r#"
+import os, time
+a = os.open("shared.txt", os.O_WRONLY | os.O_APPEND)
+b = os.open("shared.txt", os.O_WRONLY | os.O_APPEND)
+os.write(a, b"1")
+os.close(a)
+t = time.monotonic()
+os.mkdir("d")
+took = time.monotonic() - t
+os.write(b, b"2")
+os.close(b)
+print(took)
+"#;
+    let took: f64 = python(&dir, script).trim().parse().unwrap();
+    assert!(
+        took < 1.5,
+        "the mkdir waited {took} s for the first handle's RELEASE"
+    );
+    let changes = log(&ws);
+    assert_eq!(
+        summary(&changes),
+        ["mkdir d", "modify shared.txt"],
+        "{changes:#?}"
+    );
+    ws.unmount();
+    let store = Store::open(&ws.store()).unwrap();
+    assert_eq!(content(&store, &changes[1]["before"]).unwrap(), b"0");
+    assert_eq!(content(&store, &changes[1]["after"]).unwrap(), b"012");
+}
+
 /// The kernel drops a queued request whose process is killed before the daemon reads it, so
 /// its number is never read; a request after it waits for it only briefly (50 ms), never for
 /// good. Here every FUSE thread is held by a slow unlink (`REWIND_TEST_SLOW_UNLINK`), a `stat`

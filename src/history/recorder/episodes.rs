@@ -288,6 +288,21 @@ impl Recorder {
         self.end_in_flight(key, ep, file)
     }
 
+    /// A handle of the episode of `key` is released while others still hold it: one opener
+    /// less, nothing ends. False (and nothing done) if it is the last handle, or there is no
+    /// such episode: then [`end_write`](Self::end_write) it.
+    pub fn leave_if_shared(&self, key: Key) -> bool {
+        // As `end_write` counts the handles.
+        let _held = self.hold(&[key]);
+        match lock(&self.episodes).get_mut(&key) {
+            Some(ep) if ep.opens > 1 => {
+                ep.opens -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
     /// meanwhile: between the table of episodes and the table of held-back creates, a new
     /// file is in neither, and a rename-away save must not take it for absent.
