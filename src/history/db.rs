@@ -16,6 +16,9 @@ pub struct Extra<'a> {
     pub finish_episode: Option<&'a [u8]>,
     pub manifest: &'a [(Vec<u8>, Option<Seen>)],
     pub move_under: Option<(&'a [u8], &'a [u8])>,
+    /// The change's new content, not stored yet: written with it (see
+    /// [`Store::prepare_file_reader`](store::Store::prepare_file_reader)).
+    pub content: Option<&'a store::NewContent>,
 }
 
 /// What a retraction writes in its batch besides taking the changes back (see
@@ -228,6 +231,7 @@ impl History {
                 finish_episode: e.finish_episode,
                 manifest,
                 move_under: e.move_under,
+                content: e.content,
             })
             .collect();
         let records = items

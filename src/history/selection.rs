@@ -266,6 +266,7 @@ mod tests {
             finish_episode: None,
             manifest: &[],
             move_under: None,
+            content: None,
         };
         for (session, turn, path) in [
             ("fix-login", Some(1), "src/a"),

@@ -38,6 +38,40 @@ use super::{CF_BLOBS, Error, Result, Store, keys};
 pub const CHUNK: usize = 1 << 20;
 /// What content is first read into when stored, before it grows.
 const FIRST_READ: usize = 8 << 10;
+
+/// Content of one value, prepared to be written with the change that records it
+/// ([`Store::prepare_file_reader`]).
+pub struct NewContent {
+    hash: Hash,
+    /// Its value: the content compressed, whole or as a delta on a base kept from gc by the
+    /// thread's pin scope.
+    value: Vec<u8>,
+    data: Vec<u8>,
+    path: Vec<u8>,
+}
+
+impl NewContent {
+    pub(super) fn hash(&self) -> &Hash {
+        &self.hash
+    }
+
+    pub(super) fn value(&self) -> &[u8] {
+        &self.value
+    }
+}
+
+/// The first [`CHUNK`] + 1 bytes `reader` yields (all of it, if that is less). Most content
+/// is small: it is read into a buffer about its own size, not a chunk's; one of a few KiB to
+/// begin with, which most files fill with one read (an empty one grows by small probes, a
+/// read each: five for a 360-byte file).
+fn read_first(reader: &mut impl Read) -> Result<Vec<u8>> {
+    let mut first = Vec::with_capacity(FIRST_READ);
+    reader
+        .take(CHUNK as u64 + 1)
+        .read_to_end(&mut first)
+        .map_err(content_io)?;
+    Ok(first)
+}
 /// Content-defined chunk sizes (FastCDC 2020, normalization level 1): the smallest, the
 /// average a boundary is aimed at, the largest. Small enough that an edit costs little and
 /// appends rewrite a small tail; large enough that a 256 MiB file is a thousand chunks.
@@ -417,20 +451,14 @@ impl Store {
     /// stored already).
     fn put_inline(&self, hash: &Hash, data: &[u8], path: Option<&[u8]>) -> Result<u64> {
         if let Some(path) = path {
-            // Noted once the content is stored (below) or known to be: the next new path
-            // with its name or extension may use it as a base.
-            // ... and kept in memory as the base of this path's next version (`recent.rs`).
-            let note = || {
-                self.note_similar(path, *hash, data.len() as u64);
-                self.recent_contents().keep(*hash, data);
-            };
+            // Noted once the content is stored (below) or known to be.
             if self.keep_blob(hash)? {
-                note();
+                self.note_version(path, hash, data);
                 return self.check_writable().map(|()| 0);
             }
             let value = self.version_value(path, data);
             let written = self.put_value("put blob", hash, &value, false)?;
-            note();
+            self.note_version(path, hash, data);
             return Ok(written);
         }
         if self.keep_blob(hash)? {
@@ -621,21 +649,73 @@ impl Store {
         self.put_reader(reader, None)
     }
 
-    fn put_reader(&self, reader: impl Read, path: Option<&[u8]>) -> Result<(Hash, u64)> {
-        // Most content is small: read it into a buffer about its own size, not a chunk's; one
-        // of a few KiB to begin with, which most files fill with one read (an empty one grows
-        // by small probes, a read each: five for a 360-byte file).
+    /// [`put_file_reader`](Store::put_file_reader), except that content of one value (at
+    /// most [`CHUNK`]) that is not stored yet is not written: it is returned, to be written in
+    /// the batch of the change that records it ([`Extra::content`](super::Extra::content)),
+    /// one write instead of two. Until then it is a base for nothing, and a gc knows nothing
+    /// of it (nothing refers to it). Larger content is stored at once, as
+    /// `put_file_reader` stores it.
+    pub fn prepare_file_reader(
+        &self,
+        path: &[u8],
+        reader: impl Read,
+    ) -> Result<(Hash, u64, Option<NewContent>)> {
         let mut reader = reader;
-        let mut first = Vec::with_capacity(FIRST_READ);
-        (&mut reader)
-            .take(CHUNK as u64 + 1)
-            .read_to_end(&mut first)
-            .map_err(content_io)?;
+        let first = read_first(&mut reader)?;
+        if first.len() > CHUNK {
+            let (hash, size) = self.put_chunked(first, reader, Some(path))?;
+            return Ok((hash, size, None));
+        }
+        let hash = Hash::of(&first);
+        let size = first.len() as u64;
+        if self.keep_blob(&hash)? {
+            self.note_version(path, &hash, &first);
+            self.check_writable()?;
+            return Ok((hash, size, None));
+        }
+        let value = self.version_value(path, &first);
+        let content = NewContent {
+            hash,
+            value,
+            data: first,
+            path: path.to_vec(),
+        };
+        Ok((hash, size, Some(content)))
+    }
+
+    /// `content`, prepared by [`prepare_file_reader`](Store::prepare_file_reader), was
+    /// written: it is now the newest version of its path, and a base for the next.
+    pub(super) fn content_written(&self, content: &NewContent) {
+        self.note_version(&content.path, &content.hash, &content.data);
+    }
+
+    /// `hash` (`data`) is stored as a version of `path`: the next new path with its name or
+    /// extension may use it as a base, and it is kept in memory as the base of this path's
+    /// next version (`recent.rs`).
+    fn note_version(&self, path: &[u8], hash: &Hash, data: &[u8]) {
+        self.note_similar(path, *hash, data.len() as u64);
+        self.recent_contents().keep(*hash, data);
+    }
+
+    fn put_reader(&self, reader: impl Read, path: Option<&[u8]>) -> Result<(Hash, u64)> {
+        let mut reader = reader;
+        let first = read_first(&mut reader)?;
         if first.len() <= CHUNK {
             let hash = Hash::of(&first);
             self.put_inline(&hash, &first, path)?;
             return Ok((hash, first.len() as u64));
         }
+        self.put_chunked(first, reader, path)
+    }
+
+    /// Store content of more than a chunk, whose first [`CHUNK`] + 1 bytes are `first` and
+    /// the rest what `reader` yields.
+    fn put_chunked(
+        &self,
+        first: Vec<u8>,
+        reader: impl Read,
+        path: Option<&[u8]>,
+    ) -> Result<(Hash, u64)> {
         let mut whole = blake3::Hasher::new();
         let mut manifest = ManifestRecord {
             size: 0,

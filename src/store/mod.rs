@@ -53,7 +53,7 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use rocksdb::{ColumnFamily, DB};
 
-pub use blobs::{CHUNK, Hash};
+pub use blobs::{CHUNK, Hash, NewContent};
 pub use counts::Counts;
 pub use error::{Error, Result};
 pub use format::{

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use rocksdb::{Direction, IteratorMode, WriteBatch, WriteOptions};
 
 use super::{
-    CF_BY_AGENT, CF_BY_PATH, CF_BY_SESSION, CF_BY_TIME, CF_CHANGES, CF_CHECKPOINTS, CF_EPISODES,
-    CF_MANIFEST, CF_META, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, Db, EpisodeRecord,
-    Error, Result, SeenRecord, SessionRecord, Store, TurnRecord, check_key_name, keys,
+    CF_BLOBS, CF_BY_AGENT, CF_BY_PATH, CF_BY_SESSION, CF_BY_TIME, CF_CHANGES, CF_CHECKPOINTS,
+    CF_EPISODES, CF_MANIFEST, CF_META, CF_SESSIONS, CF_TURNS, ChangeRecord, CheckpointRecord, Db,
+    EpisodeRecord, Error, NewContent, Result, SeenRecord, SessionRecord, Store, TurnRecord,
+    check_key_name, keys,
 };
 
 /// The reserve rewind keeps on the store's disk: a tenth of its size, at least 2 MiB and at
@@ -91,6 +92,8 @@ pub struct Extra<'a> {
     /// A directory renamed: move the manifest entries below the first path under the second
     /// (and, for an exchange of two directories, those below the second under the first).
     pub move_under: Option<(&'a [u8], &'a [u8])>,
+    /// The content the change records, if not stored yet: written in the same batch.
+    pub content: Option<&'a NewContent>,
 }
 
 impl Store {
@@ -470,7 +473,25 @@ impl Store {
         let db = self.db()?;
         let mut batch = WriteBatch::default();
         let mut out = Vec::with_capacity(changes.len());
+        let mut contents = Vec::new();
         for ((change, extra), summary) in changes.into_iter().zip(summaries) {
+            if let Some(content) = extra.content {
+                // Counted once, if another thread stored the same content meanwhile (as
+                // `put_value` does).
+                let cf = db.cf(CF_BLOBS);
+                let key = content.hash().0;
+                let stored = db.key_may_exist_cf(cf, key)
+                    && db
+                        .get_pinned_cf(cf, key)
+                        .map_err(Store::db_error("read blob"))?
+                        .is_some();
+                if !stored {
+                    batch.put_cf(cf, key, content.value());
+                    new_counts.blobs += 1;
+                    new_counts.blob_bytes += content.value().len() as u64;
+                }
+                contents.push(content);
+            }
             let id = change.id;
             batch.put_cf(db.cf(CF_CHANGES), keys::change(id), change.encode());
             for name in index_names(&change) {
@@ -498,6 +519,9 @@ impl Store {
         drop(db);
         self.write_counted("record change", batch, &mut counts, new_counts)?;
         drop(counts);
+        for content in contents {
+            self.content_written(content);
+        }
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())

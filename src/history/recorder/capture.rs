@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use super::{Key, Recorder, lock};
 use crate::history::change::{FileKind, FileState, Owner, Seen};
 use crate::history::{Error, Result, show_path};
-use crate::store::{Hash, KNOWN_KEY, KnownFileRecord, KnownRecord};
+use crate::store::{Hash, KNOWN_KEY, KnownFileRecord, KnownRecord, NewContent};
 
 /// How many files the cache knows at most (an entry is 96 bytes, about 13 MB in all); past
 /// it, it starts again with a new table, so the old one's memory is given back.
@@ -104,27 +104,49 @@ fn remember(known: &mut Known, key: Key, file: KnownFile, max: usize) {
     known.insert(key, file);
 }
 
+/// A file's state read at the end of its episode, with its content not stored yet if it is
+/// new and small: [`Extra::content`](crate::history::db::Extra::content) writes it with the
+/// change ([`Recorder::capture_end`]).
+pub(super) struct Captured {
+    pub(super) state: FileState,
+    pub(super) content: Option<NewContent>,
+    /// What the capture cache is to know once the content is stored.
+    known: Option<(Key, KnownFile)>,
+}
+
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
     pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, true, path, None)
+        self.capture_with(path, st, true, path, None, false)
+            .map(|c| c.state)
     }
 
     /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
     /// too coarse to tell two versions of the same size apart.
     pub(super) fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, false, path, None)
+        self.capture_with(path, st, false, path, None, false)
+            .map(|c| c.state)
     }
 
-    /// [`capture_fresh`](Recorder::capture_fresh) of the regular file `st` describes, read
-    /// through `file`, an fd of it open for reading, instead of opening `path` again.
-    pub(super) fn capture_fresh_through(
+    /// [`capture_fresh`](Recorder::capture_fresh) at the end of an episode, read through
+    /// `file` (an fd of the file open for reading) if given: new content of one value is not
+    /// stored yet, but returned to be written with the change (one write instead of two);
+    /// [`captured`](Recorder::captured) once it is.
+    pub(super) fn capture_end(
         &self,
         path: &[u8],
         st: &libc::stat,
-        file: &File,
-    ) -> Result<FileState> {
-        self.capture_with(path, st, false, path, Some(file))
+        file: Option<&File>,
+    ) -> Result<Captured> {
+        self.capture_with(path, st, false, path, file, true)
+    }
+
+    /// What [`capture_end`](Recorder::capture_end) read is stored: the capture cache may
+    /// answer with it.
+    pub(super) fn captured(&self, captured: Captured) {
+        if let Some((key, file)) = captured.known {
+            remember(&mut lock(&self.known), key, file, KNOWN_MAX);
+        }
     }
 
     /// [`capture_fresh`](Recorder::capture_fresh) of content that becomes the next version of
@@ -138,13 +160,15 @@ impl Recorder {
         version_of: &[u8],
         reader: Option<&File>,
     ) -> Result<FileState> {
-        self.capture_with(path, st, false, version_of, reader)
+        self.capture_with(path, st, false, version_of, reader, false)
+            .map(|c| c.state)
     }
 
     /// The cache holds the content last read from a file with no write episode open, keyed by
     /// backing inode and (size, mtime, ctime). It answers only while no episode is open on the
     /// file: then nothing can have written to it since (every write needs an episode). A
-    /// file's content is read through `through` if given, else from `path`.
+    /// file's content is read through `through` if given, else from `path`. `defer`: see
+    /// [`capture_end`](Recorder::capture_end).
     fn capture_with(
         &self,
         path: &[u8],
@@ -152,7 +176,13 @@ impl Recorder {
         use_cache: bool,
         version_of: &[u8],
         through: Option<&File>,
-    ) -> Result<FileState> {
+        defer: bool,
+    ) -> Result<Captured> {
+        let stored = |state| Captured {
+            state,
+            content: None,
+            known: None,
+        };
         let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
         let mode = st.st_mode & 0o7777;
         let owner = Some(Owner::of(st));
@@ -174,13 +204,13 @@ impl Recorder {
                 if let Some(k) = cached
                     && store.keep_blob_since(&k.hash, k.sweeps).unwrap_or(false)
                 {
-                    return Ok(FileState {
+                    return Ok(stored(FileState {
                         kind: FileKind::File,
                         size: sig.size as u64,
                         mode,
                         hash: Some(k.hash),
                         owner,
-                    });
+                    }));
                 }
                 let sweeps = store.sweeps();
                 let opened;
@@ -200,44 +230,51 @@ impl Recorder {
                 }
                 // From the start, whatever the fd's offset (a handle's is the writer's).
                 let from_start = ReadAt { file, at: 0 };
-                let (hash, size) = store.put_file_reader(version_of, from_start.take(now.len()))?;
-                let state = FileState {
+                let read = from_start.take(now.len());
+                let (hash, size, content) = if defer {
+                    store.prepare_file_reader(version_of, read)?
+                } else {
+                    let (hash, size) = store.put_file_reader(version_of, read)?;
+                    (hash, size, None)
+                };
+                let mut captured = stored(FileState {
                     kind: FileKind::File,
                     size,
                     mode,
                     hash: Some(hash),
                     owner,
-                };
+                });
                 // Only content read whole at the size `st` gives stands for the file while its
-                // signature holds.
+                // signature holds, and only once it is stored.
                 if size as i64 == sig.size {
-                    remember(
-                        &mut lock(&self.known),
-                        key,
-                        KnownFile { sig, hash, sweeps },
-                        KNOWN_MAX,
-                    );
+                    let known = (key, KnownFile { sig, hash, sweeps });
+                    if content.is_some() {
+                        captured.known = Some(known);
+                    } else {
+                        remember(&mut lock(&self.known), known.0, known.1, KNOWN_MAX);
+                    }
                 }
-                Ok(state)
+                captured.content = content;
+                Ok(captured)
             }
             FileKind::Symlink => {
                 let target = self.source.readlink(path).map_err(io_err)?;
                 let hash = store.put_blob(&target)?;
-                Ok(FileState {
+                Ok(stored(FileState {
                     kind: FileKind::Symlink,
                     size: target.len() as u64,
                     mode: 0o777,
                     hash: Some(hash),
                     owner,
-                })
+                }))
             }
-            kind => Ok(FileState {
+            kind => Ok(stored(FileState {
                 kind,
                 size: 0,
                 mode,
                 hash: None,
                 owner,
-            }),
+            })),
         }
     }
 

@@ -453,13 +453,13 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        let after = match file {
-            Some(file) => self.capture_fresh_through(path, st, file)?,
-            None => self.capture_fresh(path, st)?,
-        };
+        let captured = self.capture_end(path, st, file)?;
+        let after = captured.state.clone();
         if ep.before.as_ref() == Some(&after) {
+            // Stored already, as the content before (nothing to write with a change).
             self.history.drop_open_episode(path)?;
             self.release_id(id);
+            self.captured(captured);
             return Ok(None);
         }
         let mut change = self.change(ChangeKind::Modify, path, &ep.who);
@@ -474,9 +474,11 @@ impl Recorder {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
+                content: captured.content.as_ref(),
             },
             Some(id),
         )?;
+        self.captured(captured);
         Ok(None)
     }
 

@@ -230,6 +230,7 @@ impl Recorder {
                 finish_episode: None,
                 manifest,
                 move_under: None,
+                content: None,
             },
         )
     }
@@ -406,6 +407,7 @@ impl Recorder {
                 finish_episode: None,
                 manifest: &p.manifest,
                 move_under: None,
+                content: None,
             })
             .collect();
         let result = self.history.record_many(

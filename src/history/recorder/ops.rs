@@ -467,6 +467,7 @@ impl Recorder {
                 finish_episode: None,
                 manifest: &manifest,
                 move_under,
+                content: None,
             };
             if exchange && let Some(dst_before) = dst_before {
                 let mut back = self.change(ChangeKind::Rename, src, &who);
@@ -545,6 +546,7 @@ impl Recorder {
                 finish_episode: Some(src),
                 manifest: &manifest,
                 move_under: None,
+                content: None,
             },
         )?])
     }

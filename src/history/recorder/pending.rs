@@ -148,6 +148,7 @@ impl Recorder {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
+                content: None,
             },
             Some(p.id),
         )?;

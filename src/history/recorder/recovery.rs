@@ -105,6 +105,7 @@ impl Recorder {
                     finish_episode: Some(&path),
                     manifest: &manifest,
                     move_under: None,
+                    content: None,
                 };
                 self.record_as(change, &extra, id)?;
                 report.episodes += 1;
@@ -278,6 +279,7 @@ impl Recorder {
                     finish_episode: None,
                     manifest: &manifest,
                     move_under: Some((&from, &to)),
+                    content: None,
                 },
             )?;
             gone.retain(|p| !at_or_under(p, &from));
