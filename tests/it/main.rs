@@ -8,6 +8,7 @@ mod full_store_hostile;
 mod git;
 mod history;
 mod hostile;
+mod hostile11;
 mod hunk;
 mod model;
 mod mount;
