@@ -611,4 +611,77 @@ mod tests {
         let r = IgnoreRules::new("!.venv/\n");
         assert_eq!(r.ignored(&src, b".venv/bin/python", false), None);
     }
+
+    /// A folder read from disk just before a rule file in it changed, and kept just after the
+    /// writer's `forget` (the reader was preempted between `read_folder` and the insert): the
+    /// generation keeps the chain worked out from it out of the cache, but not the folder
+    /// itself, and every chain worked out afterwards uses it. Here the reader's lstat of
+    /// `gen/../.gitignore` (the last file `read_folder` looks at) is where the writer slips in:
+    /// it writes `.gitignore` naming `gen/` and forgets the workspace's folder, as
+    /// `note_rules` does at the end of the write.
+    #[test]
+    fn a_folder_read_before_a_forget_is_not_kept_after_it() {
+        use std::sync::{Mutex as M, OnceLock};
+        struct Racy {
+            files: M<HashMap<Vec<u8>, Vec<u8>>>,
+            rules: OnceLock<Arc<IgnoreRules>>,
+            raced: M<bool>,
+        }
+        impl Source for Racy {
+            fn open_read(&self, path: &[u8]) -> io::Result<File> {
+                let data = lock(&self.files)
+                    .get(path)
+                    .cloned()
+                    .ok_or(io::ErrorKind::NotFound)?;
+                let mut f = tempfile::tempfile()?;
+                io::Write::write_all(&mut f, &data)?;
+                io::Seek::rewind(&mut f)?;
+                Ok(f)
+            }
+            fn read_dir(&self, _: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+                Ok(Vec::new())
+            }
+            fn readlink(&self, _: &[u8]) -> io::Result<Vec<u8>> {
+                Err(io::ErrorKind::NotFound.into())
+            }
+            fn lstat(&self, path: &[u8]) -> io::Result<libc::stat> {
+                let found = lock(&self.files).contains_key(path);
+                if path == b".gitignore" && !std::mem::replace(&mut *lock(&self.raced), true) {
+                    // The writer, between the reader's look and its insert.
+                    lock(&self.files).insert(b".gitignore".to_vec(), b"gen/\n".to_vec());
+                    self.rules.get().unwrap().forget(b"");
+                }
+                if !found {
+                    return Err(io::ErrorKind::NotFound.into());
+                }
+                // SAFETY: a plain C struct; all zeroes is a valid value.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                st.st_mode = libc::S_IFREG | 0o644;
+                Ok(st)
+            }
+        }
+        fn lock<T>(m: &M<T>) -> std::sync::MutexGuard<'_, T> {
+            m.lock().unwrap()
+        }
+        let src = Racy {
+            files: M::new(HashMap::new()),
+            rules: OnceLock::new(),
+            raced: M::new(false),
+        };
+        let rules = Arc::new(IgnoreRules::new(""));
+        let _ = src.rules.set(rules.clone());
+        // The reader: a write in gen/ asks about it while .gitignore is being written.
+        assert_eq!(rules.ignored(&src, b"gen/a.txt", false), None);
+        // Everything after the writer's forget must see the new .gitignore.
+        let fresh = IgnoreRules::new("");
+        assert_eq!(
+            fresh.ignored_walking(&src, b"gen/b.txt", false),
+            Some(Reason::GitIgnore)
+        );
+        assert_eq!(
+            rules.ignored(&src, b"gen/b.txt", false),
+            Some(Reason::GitIgnore),
+            "the folder read before the forget was kept after it"
+        );
+    }
 }
