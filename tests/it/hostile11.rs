@@ -173,3 +173,159 @@ fn a_gitignore_written_through_another_name_ignores_the_folder_it_names() {
         paths(&log(&ws))
     );
 }
+
+// ---- b8df72c: an open for writing with no episode open does not wait ---------------------
+
+/// Each change of each path, oldest first, as (kind, before, after) contents read from the
+/// store after unmounting; and whether ids and times agree.
+fn contents(ws: &mut Workspace) -> Vec<(String, String, Option<Vec<u8>>, Option<Vec<u8>>)> {
+    let changes = log(ws);
+    let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.is_sorted(), "{ids:?}");
+    ws.unmount();
+    let store = rewind::store::Store::open(&ws.store()).unwrap();
+    let read = |state: &Value| -> Option<Vec<u8>> {
+        let hash = rewind::store::Hash::from_hex(state["hash"].as_str()?)?;
+        Some(store.read_blob(&hash).unwrap())
+    };
+    changes
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+                read(&c["before"]),
+                read(&c["after"]),
+            )
+        })
+        .collect()
+}
+
+fn show(c: &[(String, String, Option<Vec<u8>>, Option<Vec<u8>>)]) -> Vec<String> {
+    c.iter()
+        .map(|(k, p, b, a)| {
+            let s = |x: &Option<Vec<u8>>| {
+                x.as_ref()
+                    .map_or("-".into(), |v| String::from_utf8_lossy(v).into_owned())
+            };
+            format!("{k} {p} {}->{}", s(b), s(a))
+        })
+        .collect()
+}
+
+/// Two names of one file: the first written and closed with its RELEASE held back 1 s, then
+/// the second opened `O_WRONLY|O_APPEND` (its episode is the same file's: it waits).
+#[test]
+fn hard_links_written_one_after_the_other_are_two_changes_in_order() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a"), "0").unwrap();
+    fs::hard_link(ws.path().join("a"), ws.path().join("b")).unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RELEASE_OF", "a:1000")]);
+    python(
+        &ws.path(),
+        "import os\n\
+         fd = os.open('a', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'1'); os.close(fd)\n\
+         fd = os.open('b', os.O_WRONLY | os.O_APPEND); os.write(fd, b'2'); os.close(fd)\n\
+         fd = os.open('o', os.O_WRONLY | os.O_CREAT); os.write(fd, b'o'); os.close(fd)\n",
+    );
+    let c = show(&contents(&mut ws));
+    // The change of the linked file is recorded under its first name.
+    assert_eq!(
+        c,
+        ["modify a 0->1", "modify a 1->12", "create o -->o"],
+        "{c:#?}"
+    );
+}
+
+/// A new file closed (its RELEASE held back 1 s), opened again `O_TRUNC` at once, written and
+/// closed, then another file: the create holds what the first writer wrote, the modify
+/// follows it, and the other file comes last.
+#[test]
+fn a_new_file_opened_again_with_o_trunc_at_once_is_a_create_then_a_modify() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RELEASE_OF", "n:1000")]);
+    python(
+        &ws.path(),
+        "import os\n\
+         fd = os.open('n', os.O_WRONLY | os.O_CREAT); os.write(fd, b'1'); os.close(fd)\n\
+         fd = os.open('n', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'2'); os.close(fd)\n\
+         fd = os.open('o', os.O_WRONLY | os.O_CREAT); os.write(fd, b'o'); os.close(fd)\n",
+    );
+    let c = show(&contents(&mut ws));
+    assert_eq!(
+        c,
+        ["create n -->1", "modify n 1->2", "create o -->o"],
+        "{c:#?}"
+    );
+}
+
+/// Every RELEASE slow (30 ms): a file renamed over one just closed, then opened `O_TRUNC`.
+#[test]
+fn a_file_renamed_over_one_just_closed_then_truncated_keeps_a_true_chain() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("x"), "x0").unwrap();
+    fs::write(ws.path().join("y"), "y0").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RELEASE", "30")]);
+    python(
+        &ws.path(),
+        "import os\n\
+         fd = os.open('x', os.O_WRONLY | os.O_APPEND); os.write(fd, b'1'); os.close(fd)\n\
+         fd = os.open('y', os.O_WRONLY | os.O_APPEND); os.write(fd, b'1'); os.close(fd)\n\
+         os.rename('y', 'x')\n\
+         fd = os.open('x', os.O_WRONLY | os.O_TRUNC); os.write(fd, b'2'); os.close(fd)\n\
+         fd = os.open('x', os.O_WRONLY | os.O_APPEND); os.write(fd, b'3'); os.close(fd)\n",
+    );
+    let c = show(&contents(&mut ws));
+    assert_eq!(
+        c,
+        [
+            "modify x x0->x01",
+            "modify y y0->y01",
+            "rename x x01->y01",
+            "modify x y01->2",
+            "modify x 2->23"
+        ],
+        "{c:#?}"
+    );
+}
+
+/// Every RELEASE slow by a random 0-3 ms: 60 open-write-close of three existing files in a
+/// seeded random order, `O_TRUNC` or `O_APPEND`. Each is one change, in the order made, each
+/// from what the one before it left.
+#[test]
+fn sixty_edits_of_three_files_with_slow_releases_are_sixty_changes_in_order() {
+    let mut ws = Workspace::new();
+    for f in ["f0", "f1", "f2"] {
+        fs::write(ws.path().join(f), f).unwrap();
+    }
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RELEASE", "2")]);
+    let out = python(
+        &ws.path(),
+        "import os, random\n\
+         random.seed(11)\n\
+         for i in range(60):\n\
+         \x20   f = 'f%d' % random.randrange(3)\n\
+         \x20   t = random.random() < 0.5\n\
+         \x20   fd = os.open(f, os.O_WRONLY | (os.O_TRUNC if t else os.O_APPEND))\n\
+         \x20   os.write(fd, b'%d,' % i); os.close(fd)\n\
+         \x20   print(f, 'T' if t else 'A')\n",
+    );
+    let mut model: std::collections::HashMap<String, String> = ["f0", "f1", "f2"]
+        .iter()
+        .map(|f| (f.to_string(), f.to_string()))
+        .collect();
+    let mut expected = Vec::new();
+    for (i, line) in out.lines().enumerate() {
+        let (f, how) = line.split_once(' ').unwrap();
+        let before = model[f].clone();
+        let after = if how == "T" {
+            format!("{i},")
+        } else {
+            format!("{before}{i},")
+        };
+        expected.push(format!("modify {f} {before}->{after}"));
+        model.insert(f.to_string(), after);
+    }
+    let c = show(&contents(&mut ws));
+    assert_eq!(c, expected);
+}
