@@ -178,7 +178,10 @@ fn a_gitignore_written_through_another_name_ignores_the_folder_it_names() {
 
 /// Each change of each path, oldest first, as (kind, before, after) contents read from the
 /// store after unmounting; and whether ids and times agree.
-fn contents(ws: &mut Workspace) -> Vec<(String, String, Option<Vec<u8>>, Option<Vec<u8>>)> {
+/// A change's kind, path, and content before and after.
+type Contents = (String, String, Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn contents(ws: &mut Workspace) -> Vec<Contents> {
     let changes = log(ws);
     let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
     assert!(ids.is_sorted(), "{ids:?}");
@@ -201,7 +204,7 @@ fn contents(ws: &mut Workspace) -> Vec<(String, String, Option<Vec<u8>>, Option<
         .collect()
 }
 
-fn show(c: &[(String, String, Option<Vec<u8>>, Option<Vec<u8>>)]) -> Vec<String> {
+fn show(c: &[Contents]) -> Vec<String> {
     c.iter()
         .map(|(k, p, b, a)| {
             let s = |x: &Option<Vec<u8>>| {
@@ -328,4 +331,35 @@ fn sixty_edits_of_three_files_with_slow_releases_are_sixty_changes_in_order() {
     }
     let c = show(&contents(&mut ws));
     assert_eq!(c, expected);
+}
+
+/// What held: a `.gitignore` emptied by `truncate(2)` (a SETATTR with no handle), and one
+/// switched by `git checkout` (unlink, then a new file), each seen by the next write.
+#[test]
+fn a_gitignore_truncated_by_path_or_switched_by_git_checkout_is_seen_at_once() {
+    let mut ws = Workspace::new();
+    fs::create_dir(ws.path().join("gen")).unwrap();
+    fs::write(ws.path().join(".gitignore"), "gen/\n").unwrap();
+    ws.mount();
+    sh(&ws.path(), "echo a > gen/a.txt && echo t > t.txt");
+    wait_recorded_of(&ws, "t.txt", 1);
+    assert!(!recorded(&ws, "gen/a.txt"));
+    python(&ws.path(), "import os\nos.truncate('.gitignore', 0)\n");
+    sh(&ws.path(), "echo b > gen/b.txt");
+    wait_recorded_of(&ws, "gen/b.txt", 1);
+
+    sh(
+        &ws.path(),
+        "git init -q -b one . && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m 0 \
+         && git checkout -q -b two && printf 'gen/\\n' > .gitignore && git add .gitignore \
+         && git -c user.name=t -c user.email=t@t commit -q -m 1 && git checkout -q one \
+         && printf '' > .gitignore && git checkout -q -f two && echo c > gen/c.txt \
+         && echo u > u.txt",
+    );
+    wait_recorded_of(&ws, "u.txt", 1);
+    assert_eq!(
+        fs::read_to_string(ws.path().join(".gitignore")).unwrap(),
+        "gen/\n"
+    );
+    assert!(!recorded(&ws, "gen/c.txt"), "{:?}", paths(&log(&ws)));
 }
