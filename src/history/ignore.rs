@@ -273,6 +273,13 @@ impl IgnoreRules {
         self.folder(source, dir).marker
     }
 
+    fn generation(&self) -> u64 {
+        self.chains
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation
+    }
+
     fn forget_chains(&self) {
         let mut chains = self.chains.lock().unwrap_or_else(|e| e.into_inner());
         chains.by_folder = HashMap::new();
@@ -344,16 +351,18 @@ impl IgnoreRules {
 
     /// A rule file in `dir`, or `dir` itself, changed: read it again when next asked.
     pub fn forget(&self, dir: &[u8]) {
+        // Before and after the folder: see `folder`.
+        self.forget_chains();
         self.folders
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(dir);
-        // After the folder, as in `forget_under`.
         self.forget_chains();
     }
 
     /// `dir` was removed or renamed, or something was renamed to it: forget it and all below.
     pub fn forget_under(&self, dir: &[u8]) {
+        self.forget_chains();
         {
             let mut folders = self.folders.lock().unwrap_or_else(|e| e.into_inner());
             if dir.is_empty() {
@@ -370,8 +379,7 @@ impl IgnoreRules {
                 }
             }
         }
-        // After the folders: a chain worked out meanwhile from a folder read before is not
-        // kept.
+        // Before and after the folders: see `folder`.
         self.forget_chains();
     }
 
@@ -384,8 +392,16 @@ impl IgnoreRules {
         {
             return f.clone();
         }
+        // A rule file may change, and be forgotten, while the folder is read: what was read
+        // then is this answer's, not kept for the next. `forget` moves the generation on
+        // before it drops the folder (checked here with the folders held: an insert before
+        // the drop is dropped) and again after (dropping chains worked out meanwhile).
+        let generation = self.generation();
         let folder = Arc::new(read_folder(source, dir));
         let mut folders = self.folders.lock().unwrap_or_else(|e| e.into_inner());
+        if self.generation() != generation {
+            return folder;
+        }
         if folders.len() > CACHED_AT_MOST {
             folders.clear();
         }

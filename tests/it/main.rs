@@ -3,12 +3,12 @@
 mod agents;
 mod comments;
 mod common;
+mod edges;
 mod full_disk;
 mod full_store_hostile;
 mod git;
 mod history;
 mod hostile;
-mod hostile11;
 mod hunk;
 mod model;
 mod mount;

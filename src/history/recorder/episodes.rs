@@ -396,7 +396,11 @@ impl Recorder {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         };
+        // Under every name: a `.gitignore` may be written through another name of its file.
         self.note_rules(path)?;
+        for name in self.other_names(key, path) {
+            self.note_rules(&name)?;
+        }
         if !self.records(path, false) {
             // Its folder became ignored meanwhile (this file may be the marker).
             self.history.drop_open_episode(path)?;

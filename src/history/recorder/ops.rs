@@ -237,6 +237,9 @@ impl Recorder {
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
     pub fn after_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
         let _pins = self.pin_scope();
+        // A rule file made by mknod decides as one written (before `quieting`, which the
+        // take-back of its folder's burst takes exclusively).
+        self.note_rules(path)?;
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
@@ -272,6 +275,8 @@ impl Recorder {
             links.add(key, target);
             links.add(key, path);
         }
+        // A rule file made by a link decides as one written.
+        self.note_rules(path)?;
         if !self.records(path, false) {
             return Ok(());
         }

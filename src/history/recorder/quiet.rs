@@ -228,14 +228,24 @@ impl Recorder {
     }
 
     /// A name changed (unlink, rmdir, rename, to or from `path`): forget what was read of it.
+    /// A `.rewindignore` removed or renamed away says nothing any more: read again (one
+    /// renamed into place is, by [`renamed_to`](Self::renamed_to)).
     pub fn names_changed(&self, path: &[u8], is_dir: bool) {
-        let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
-        if is_dir {
-            rules.forget_under(path);
+        {
+            let rules = self.ignore.read().unwrap_or_else(|e| e.into_inner());
+            if is_dir {
+                rules.forget_under(path);
+            }
+            let (dir, name) = split(path);
+            if RULE_FILES.contains(&name) {
+                rules.forget(dir);
+            }
         }
-        let (dir, name) = split(path);
-        if RULE_FILES.contains(&name) {
-            rules.forget(dir);
+        if path == b".rewindignore"
+            && self.source.lstat(path).is_err()
+            && let Err(e) = self.note_rules(path)
+        {
+            tracing::warn!(".rewindignore gone: {e}");
         }
     }
 

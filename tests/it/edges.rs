@@ -1,7 +1,8 @@
-//! Round 11, hostile: ways to leave what the ignore rules say about a folder stale (the
-//! per-folder cache of `history/ignore.rs` and its chains), checked against what a fresh mount
-//! of the same tree says. Each test ends by remounting and making the same kind of file again:
-//! the fresh mount's answer is what this mount should have given.
+//! Edges a hostile review found: ways to leave what the ignore rules say about a folder stale
+//! (the per-folder cache of `history/ignore.rs` and its chains), checked against what a fresh
+//! mount of the same tree says (each test ends by remounting and making the same kind of file
+//! again: the fresh mount's answer is what this mount should have given); and edits right
+//! after a close whose RELEASE is slow, which must stay a true chain in order.
 
 use std::fs;
 
