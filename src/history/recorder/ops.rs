@@ -238,8 +238,9 @@ impl Recorder {
     pub fn after_new(&self, kind: ChangeKind, path: &[u8], by: By) -> Result<()> {
         let _pins = self.pin_scope();
         // A rule file made by mknod decides as one written (before `quieting`, which the
-        // take-back of its folder's burst takes exclusively).
-        self.note_rules(path)?;
+        // take-back of its folder's burst takes exclusively); as one renamed into place, a
+        // take-back the store refuses does not undo what is made.
+        self.made_rule_file(path);
         let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
         let Ok(st) = self.source.lstat(path) else {
             return Ok(());
@@ -276,7 +277,7 @@ impl Recorder {
             links.add(key, path);
         }
         // A rule file made by a link decides as one written.
-        self.note_rules(path)?;
+        self.made_rule_file(path);
         if !self.records(path, false) {
             return Ok(());
         }

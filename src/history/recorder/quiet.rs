@@ -218,12 +218,18 @@ impl Recorder {
     /// A file was renamed to `path`: a rule file saved by rename (`sed -i .gitignore`, an
     /// editor's save) decides as one written in place.
     pub fn renamed_to(&self, path: &[u8]) {
+        self.made_rule_file(path);
+    }
+
+    /// `path` was made by a rename, `mknod` or `link`: if it is a rule file, it decides as
+    /// one written in place.
+    pub(super) fn made_rule_file(&self, path: &[u8]) {
         let (_, name) = split(path);
         if path != b".rewindignore" && !RULE_FILES.contains(&name) {
             return;
         }
         if let Err(e) = self.note_rules(path) {
-            tracing::warn!("{} renamed into place: {e}", String::from_utf8_lossy(path));
+            tracing::warn!("{} made: {e}", String::from_utf8_lossy(path));
         }
     }
 
