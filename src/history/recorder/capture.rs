@@ -128,17 +128,18 @@ impl Recorder {
             .map(|c| c.state)
     }
 
-    /// [`capture_fresh`](Recorder::capture_fresh) at the end of an episode, read through
-    /// `file` (an fd of the file open for reading) if given: new content of one value is not
-    /// stored yet, but returned to be written with the change (one write instead of two);
-    /// [`captured`](Recorder::captured) once it is.
+    /// [`capture_fresh_as`](Recorder::capture_fresh_as) at the end of an episode, or of a
+    /// held-back create, read through `file` (an fd of the file open for reading) if given:
+    /// new content of one value is not stored yet, but returned to be written with the change
+    /// (one write instead of two); [`captured`](Recorder::captured) once it is.
     pub(super) fn capture_end(
         &self,
         path: &[u8],
         st: &libc::stat,
+        version_of: &[u8],
         file: Option<&File>,
     ) -> Result<Captured> {
-        self.capture_with(path, st, false, path, file, true)
+        self.capture_with(path, st, false, version_of, file, true)
     }
 
     /// What [`capture_end`](Recorder::capture_end) read is stored: the capture cache may

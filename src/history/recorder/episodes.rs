@@ -457,7 +457,7 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        let captured = self.capture_end(path, st, file)?;
+        let captured = self.capture_end(path, st, path, file)?;
         let after = captured.state.clone();
         if ep.before.as_ref() == Some(&after) {
             // Stored already, as the content before (nothing to write with a change).

@@ -120,16 +120,20 @@ impl Recorder {
         {
             p.replaces = Some(original);
         }
-        let Some((after, seen)) = self.pending_content(path, &p, path)? else {
+        let Some(st) = self.stat_if_same(path, p.key) else {
             self.history.drop_open_episode(path)?;
             self.release_id(p.id);
             return Ok(());
         };
+        // Its content goes in the create's batch (as an episode's end's does).
+        let captured = self.capture_end(path, &st, path, p.reader.as_deref())?;
+        let (after, seen) = (captured.state.clone(), seen_of(&st));
         if p.replaces.as_ref() == Some(&after) {
             // Saved unchanged.
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
             self.history.drop_open_episode(path)?;
             self.release_id(p.id);
+            self.captured(captured);
             return Ok(());
         }
         let kind = match p.replaces {
@@ -148,10 +152,11 @@ impl Recorder {
                 finish_episode: Some(path),
                 manifest: &manifest,
                 move_under: None,
-                content: None,
+                content: captured.content.as_ref(),
             },
             Some(p.id),
         )?;
+        self.captured(captured);
         Ok(())
     }
 
