@@ -438,7 +438,6 @@ impl Store {
         // Ids and session summaries first (summaries may be read from the store), then the
         // batch: the database lock is never taken twice by one thread.
         let mut sessions: HashMap<String, SessionRecord> = HashMap::new();
-        let mut summaries = Vec::with_capacity(items.len());
         let mut changes = Vec::with_capacity(items.len());
         let mut fresh = 0u64;
         for (mut change, extra, reserved) in items {
@@ -463,8 +462,7 @@ impl Store {
                 }
                 None => self.updated_session(&change)?,
             };
-            sessions.insert(change.session.clone(), summary.clone());
-            summaries.push(summary);
+            sessions.insert(change.session.clone(), summary);
             changes.push((change, extra));
         }
         let mut counts = self.counts();
@@ -474,7 +472,7 @@ impl Store {
         let mut batch = WriteBatch::default();
         let mut out = Vec::with_capacity(changes.len());
         let mut contents = Vec::new();
-        for ((change, extra), summary) in changes.into_iter().zip(summaries) {
+        for (change, extra) in changes {
             if let Some(content) = extra.content {
                 // Counted once, if another thread stored the same content meanwhile (as
                 // `put_value` does).
@@ -502,11 +500,6 @@ impl Store {
             let agent_key = keys::named(change.agent.as_bytes(), id);
             batch.put_cf(db.cf(CF_BY_AGENT), agent_key, b"");
             batch.put_cf(db.cf(CF_BY_TIME), keys::time(change.time_ns, id), b"");
-            batch.put_cf(
-                db.cf(CF_SESSIONS),
-                change.session.as_bytes(),
-                summary.encode(),
-            );
             if let Some(path) = extra.finish_episode {
                 batch.delete_cf(db.cf(CF_EPISODES), path);
             }
@@ -515,6 +508,11 @@ impl Store {
             }
             put_manifest_entries(&db, &mut batch, extra.manifest);
             out.push(change);
+        }
+        // Each session's summary once, as the batch leaves it (a batch of queued deletes put
+        // it once per change).
+        for (name, summary) in &sessions {
+            batch.put_cf(db.cf(CF_SESSIONS), name.as_bytes(), summary.encode());
         }
         drop(db);
         self.write_counted("record change", batch, &mut counts, new_counts)?;
@@ -797,4 +795,68 @@ fn move_manifest_under(db: &Db<'_>, batch: &mut WriteBatch, from: &[u8], to: &[u
         batch.put_cf(cf, renamed, value);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::format::{change_kind, kind};
+    use crate::store::{ChangeRecord, StateRecord};
+
+    fn delete(path: &str, session: &str, agent: &str, time_ns: u64) -> ChangeRecord {
+        ChangeRecord {
+            id: 0,
+            time_ns,
+            kind: change_kind::DELETE,
+            path: path.as_bytes().to_vec(),
+            from: None,
+            before: Some(StateRecord {
+                kind: kind::FILE,
+                size: 0,
+                mode: 0o644,
+                hash: None,
+                owner: None,
+            }),
+            after: None,
+            session: session.into(),
+            agent: agent.into(),
+            pid: 1,
+            process: "rm".into(),
+            links: Vec::new(),
+            groups: Vec::new(),
+            turn: None,
+            tool: None,
+            uid: None,
+        }
+    }
+
+    /// A batch puts each session's summary once, as the batch leaves it: what a reopened
+    /// store reads back counts every change of the batch, first and last, and every agent.
+    #[test]
+    fn a_batch_of_changes_of_two_sessions_leaves_each_summary_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = Extra::default();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store
+                .record_many(vec![(delete("before", "a", "x", 5), &extra)])
+                .unwrap();
+            let batch: Vec<(ChangeRecord, &Extra<'_>)> = (0..10)
+                .map(|i| {
+                    let (session, agent) = if i % 3 == 0 { ("b", "y") } else { ("a", "z") };
+                    (delete(&format!("f{i}"), session, agent, 10 + i), &extra)
+                })
+                .collect();
+            store.record_many(batch).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let a = store.session("a").unwrap().unwrap();
+        assert_eq!((a.count, a.first_id, a.last_id), (7, 1, 10));
+        assert_eq!((a.first_time_ns, a.last_time_ns), (5, 18));
+        assert_eq!(a.agents, ["x", "z"]);
+        let b = store.session("b").unwrap().unwrap();
+        assert_eq!((b.count, b.first_id, b.last_id), (4, 2, 11));
+        assert_eq!((b.first_time_ns, b.last_time_ns), (10, 19));
+        assert_eq!(b.agents, ["y"]);
+    }
 }
