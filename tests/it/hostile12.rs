@@ -191,3 +191,58 @@ fn identical_content_written_by_many_threads_at_once_is_all_stored() {
         );
     }
 }
+
+/// d590aee: `rewind gc --repack` run again and again while a file is edited (8 KiB to 64 KiB,
+/// each a small edit of the last, so deltas) and a copy made beside it: every change the log
+/// still lists has its content in the store afterwards.
+#[test]
+fn repack_beside_edits_never_removes_content_a_change_needs() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let root = ws.path();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gc = {
+        let (stop, root) = (stop.clone(), root.clone());
+        let rewind = crate::common::REWIND;
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = std::process::Command::new(rewind)
+                    .args(["-C"])
+                    .arg(&root)
+                    .args(["gc", "--repack"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "gc failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                if runs == 0 {
+                    eprintln!("gc said: {}", String::from_utf8_lossy(&out.stdout));
+                }
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let mut data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    for r in 0..400u32 {
+        if data.len() < 65536 {
+            data.extend((0..1400u32).map(|i| ((i * r) % 253) as u8));
+        }
+        data[(r as usize * 97) % 8000] ^= 0x55;
+        std::fs::write(root.join("g"), &data).unwrap();
+        std::fs::write(root.join(format!("copy{}", r % 3)), &data).unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs = gc.join().unwrap();
+    eprintln!("gc ran {runs} times");
+    let all = contents(&mut ws);
+    let last = all.iter().rev().find(|c| c.1 == "g").unwrap();
+    assert_eq!(
+        last.3.as_ref(),
+        Some(&data),
+        "g's last change is not its content"
+    );
+}
