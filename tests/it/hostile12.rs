@@ -246,3 +246,42 @@ fn repack_beside_edits_never_removes_content_a_change_needs() {
         "g's last change is not its content"
     );
 }
+
+/// 8a862d1: a handle inherited across fork, dup'ed, and closed by parent and child at once,
+/// thirty rounds (the child writes after the parent has closed): a true chain ending at the
+/// file's content.
+#[test]
+fn a_handle_shared_by_fork_and_dup_closed_at_once_keeps_a_true_chain() {
+    let mut ws = Workspace::new();
+    std::fs::write(ws.path().join("f"), "start\n").unwrap();
+    ws.mount();
+    sh(
+        &ws.path(),
+        r#"for i in $(seq 1 30); do
+  exec 3>f; exec 4>&3
+  echo "p$i" >&3
+  ( echo "c$i" >&4; exec 3>&- 4>&- ) &
+  ( echo "d$i" >&3 ) &
+  exec 3>&- 4>&-
+  wait
+done"#,
+    );
+    let last = std::fs::read(ws.path().join("f")).unwrap();
+    let all = contents(&mut ws);
+    let of_f: Vec<&Contents> = all.iter().filter(|c| c.1 == "f").collect();
+    eprintln!("{} changes of f", of_f.len());
+    let mut prev = Some(b"start\n".to_vec());
+    for c in &of_f {
+        assert_eq!(
+            c.2, prev,
+            "a change's before is not the last one's after: {of_f:?}"
+        );
+        assert_ne!(c.2, c.3, "a change that changed nothing: {of_f:?}");
+        prev = c.3.clone();
+    }
+    assert_eq!(
+        prev,
+        Some(last),
+        "the last change is not the file's content: {of_f:?}"
+    );
+}
