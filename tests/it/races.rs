@@ -1,6 +1,7 @@
-//! Hostile round 12: ignore rules read again (mknod, link, names changed) under concurrency.
-//! Many processes make, link, rename and remove rule files and write in their folders at once;
-//! the mount must keep answering (a watchdog fails the test instead of hanging).
+//! Races a hostile review tried: rule files made, linked, renamed and removed by many
+//! processes at once beside writes (the mount must keep answering: a watchdog fails the test
+//! instead of hanging); handles of one file closed at once by threads and by forked children;
+//! identical content written by many threads at once; `gc --repack` beside edits.
 
 use std::sync::mpsc;
 use std::time::Duration;
