@@ -9,7 +9,7 @@ use std::fs;
 use serde_json::Value;
 
 use crate::common::{Workspace, python, sh, wait_recorded_of};
-use crate::record::log;
+use crate::record::{content, log};
 
 fn paths(changes: &[Value]) -> Vec<String> {
     changes
@@ -177,32 +177,48 @@ fn a_gitignore_written_through_another_name_ignores_the_folder_it_names() {
 
 // ---- b8df72c: an open for writing with no episode open does not wait ---------------------
 
-/// Each change of each path, oldest first, as (kind, before, after) contents read from the
-/// store after unmounting; and whether ids and times agree.
 /// A change's kind, path, and content before and after.
-type Contents = (String, String, Option<Vec<u8>>, Option<Vec<u8>>);
+pub(crate) type Contents = (String, String, Option<Vec<u8>>, Option<Vec<u8>>);
 
-fn contents(ws: &mut Workspace) -> Vec<Contents> {
+/// Every change, oldest first, with its contents read from the store after unmounting; the
+/// ids must be in order.
+pub(crate) fn contents(ws: &mut Workspace) -> Vec<Contents> {
     let changes = log(ws);
     let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
     assert!(ids.is_sorted(), "{ids:?}");
     ws.unmount();
     let store = rewind::store::Store::open(&ws.store()).unwrap();
-    let read = |state: &Value| -> Option<Vec<u8>> {
-        let hash = rewind::store::Hash::from_hex(state["hash"].as_str()?)?;
-        Some(store.read_blob(&hash).unwrap())
-    };
     changes
         .iter()
         .map(|c| {
             (
                 c["kind"].as_str().unwrap().to_string(),
                 c["path"].as_str().unwrap().to_string(),
-                read(&c["before"]),
-                read(&c["after"]),
+                content(&store, &c["before"]),
+                content(&store, &c["after"]),
             )
         })
         .collect()
+}
+
+/// The changes of `path` in `all` form a true chain from `start`: each one's before is the
+/// last one's after, none leaves the content as it was, and the last ends at `last`.
+pub(crate) fn assert_true_chain(all: &[Contents], path: &str, start: &[u8], last: Vec<u8>) {
+    let of: Vec<&Contents> = all.iter().filter(|c| c.1 == path).collect();
+    let mut prev = Some(start.to_vec());
+    for c in &of {
+        assert_eq!(
+            c.2, prev,
+            "a change's before is not the last one's after: {of:?}"
+        );
+        assert_ne!(c.2, c.3, "a change that changed nothing: {of:?}");
+        prev = c.3.clone();
+    }
+    assert_eq!(
+        prev,
+        Some(last),
+        "the last change is not the file's content: {of:?}"
+    );
 }
 
 fn show(c: &[Contents]) -> Vec<String> {

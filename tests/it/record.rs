@@ -75,7 +75,7 @@ fn summary(changes: &[Value]) -> Vec<String> {
         .collect()
 }
 
-fn content(store: &Store, state: &Value) -> Option<Vec<u8>> {
+pub(crate) fn content(store: &Store, state: &Value) -> Option<Vec<u8>> {
     let hash = Hash::from_hex(state["hash"].as_str()?)?;
     Some(store.read_blob(&hash).unwrap())
 }
