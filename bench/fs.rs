@@ -3,7 +3,9 @@
 //! table of times and ratios to native.
 //!
 //! - W1 agent workload: untar a source tree of 8,000 files, `sed -i` 300 of them, `grep -r`,
-//!   `rm -rf`.
+//!   `rm -rf`. Each run's tree has content of its own (the store would take a second copy of
+//!   the same tree for free, which a new tree does not get). Also the CPU time it costs: the
+//!   workload's processes, and the daemon's until the history holds all of it (`rewind sync`).
 //! - W2 2,000 small-file edits (open, read, modify, write, close): total, p50 and p99.
 //! - W3 create, stat and unlink 20,000 empty files.
 //! - W4 sequential write, then read (page cache dropped), of 1 GiB; the write also until
@@ -25,7 +27,80 @@ const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
 struct Target {
     name: &'static str,
     dir: PathBuf,
+    /// The FUSE daemon serving `dir`, if any: its CPU time is part of what a workload costs.
+    daemon: Option<u32>,
     cleanup: Option<Box<dyn FnOnce()>>,
+}
+
+/// A benchmark that fails part way still unmounts what it mounted.
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(c) = self.cleanup.take() {
+            c();
+        }
+    }
+}
+
+/// CPU time (user and system), in seconds, of the processes this one has waited for.
+fn children_cpu() -> f64 {
+    // SAFETY: rusage is plain data, valid all zero; the kernel fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage for the kernel to fill.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// CPU time (user and system), in seconds, of the process `pid` (0 if none).
+fn daemon_cpu(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else {
+        return 0.0;
+    };
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis come fields 3 on; utime and stime are 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
+/// The pid of the rewind daemon serving `dir` (`rewind status`).
+fn rewind_daemon(dir: &Path) -> Option<u32> {
+    let out = Command::new(REWIND)
+        .arg("-C")
+        .arg(dir)
+        .arg("status")
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        l.strip_prefix("daemon: pid ")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// `rewind sync` in `dir`: returns once the history holds every change made before.
+fn rewind_sync(dir: &Path) {
+    let ok = Command::new(REWIND)
+        .arg("sync")
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "rewind sync failed in {}", dir.display());
 }
 
 fn sh(dir: &Path, script: &str) {
@@ -48,25 +123,30 @@ fn drop_caches() {
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
 }
 
-/// A source-like tree of `n` files: nested folders, a few KiB each.
-fn make_tarball(work: &Path, n: usize) -> PathBuf {
+/// A source-like tree of `n` files: nested folders, a few KiB each; `run` makes every file's
+/// content differ from the other runs' trees.
+fn make_tarball(work: &Path, n: usize, run: usize) -> PathBuf {
     let src = work.join("tree-src");
     for i in 0..n {
         let dir = src.join(format!("pkg{}/mod{}/sub{}", i % 20, i % 7, i % 3));
         fs::create_dir_all(&dir).unwrap();
         let body: String = (0..(20 + i % 80))
-            .map(|l| format!("fn item_{i}_{l}(x: u32) -> u32 {{ x * {l} + {i} }} // keep\n"))
+            .map(|l| format!("fn item_{i}_{l}(x: u32) -> u32 {{ x * {l} + {i} }} // keep {run}\n"))
             .collect();
         fs::write(dir.join(format!("file{i}.rs")), body).unwrap();
     }
-    let tar = work.join("tree.tar");
-    sh(work, "tar cf tree.tar -C tree-src .");
+    let tar = work.join(format!("tree-{run}.tar"));
+    sh(work, &format!("tar cf tree-{run}.tar -C tree-src ."));
     fs::remove_dir_all(&src).unwrap();
     tar
 }
 
-fn w1(dir: &Path, tar: &Path) -> Duration {
-    let t = Instant::now();
+/// W1 in `t`'s folder: its time, and the CPU time it cost: its processes', and the daemon's
+/// until the history holds all of it.
+fn w1(t: &Target, tar: &Path) -> (Duration, f64) {
+    let dir = &t.dir;
+    let (children, daemon) = (children_cpu(), daemon_cpu(t.daemon));
+    let start = Instant::now();
     sh(dir, &format!("mkdir w1 && tar xf {} -C w1", tar.display()));
     sh(
         dir,
@@ -74,7 +154,13 @@ fn w1(dir: &Path, tar: &Path) -> Duration {
     );
     sh(dir, "grep -r -c kept w1 > /dev/null");
     sh(dir, "rm -rf w1");
-    t.elapsed()
+    let time = start.elapsed();
+    let children = children_cpu() - children;
+    // With recording off there is nothing to wait for (and no `.rewind/` to ask).
+    if t.name == "rewind" {
+        rewind_sync(dir);
+    }
+    (time, children + daemon_cpu(t.daemon) - daemon)
 }
 
 fn w5(dir: &Path, tar: &Path) -> Duration {
@@ -164,14 +250,7 @@ fn w4(dir: &Path, mib: usize, recorded: bool) -> (f64, f64, f64) {
     drop(f);
     let write = mib as f64 / t.elapsed().as_secs_f64();
     if recorded {
-        let ok = Command::new(REWIND)
-            .arg("sync")
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "rewind sync failed in {}", dir.display());
+        rewind_sync(dir);
     }
     let with_recording = mib as f64 / t.elapsed().as_secs_f64();
     // After the capture: it reads the file, and would otherwise warm the cache for the read.
@@ -207,6 +286,7 @@ fn rewind_target(work: &Path, name: &'static str, extra: &[&str]) -> Target {
     let d = dir.clone();
     Target {
         name,
+        daemon: rewind_daemon(&dir),
         dir,
         cleanup: Some(Box::new(move || {
             let _ = Command::new(REWIND)
@@ -237,8 +317,15 @@ fn bindfs_target(work: &Path) -> Option<Target> {
         return None;
     }
     let d = dir.clone();
+    // bindfs forks into the background: the newest one is this mount's.
+    let daemon = Command::new("pgrep")
+        .args(["-n", "-x", "bindfs"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok());
     Some(Target {
         name: "bindfs",
+        daemon,
         dir,
         cleanup: Some(Box::new(move || {
             let _ = Command::new("fusermount3").arg("-u").arg(&d).status();
@@ -278,12 +365,15 @@ fn main() {
         .unwrap_or_else(|| std::env::temp_dir().join("rewind-bench"));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).unwrap();
-    let tar = make_tarball(&work, files);
+    let tars: Vec<PathBuf> = (0..runs)
+        .map(|run| make_tarball(&work, files, run))
+        .collect();
     let native = work.join("native");
     fs::create_dir_all(&native).unwrap();
 
     let mut targets = vec![Target {
         name: "native",
+        daemon: None,
         dir: native,
         cleanup: None,
     }];
@@ -300,15 +390,20 @@ fn main() {
     // samples[target][metric] = one value per run.
     let mut labels: Vec<String> = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = vec![Vec::new(); targets.len()];
-    for run in 0..runs {
+    for (run, tar) in tars.iter().enumerate() {
         for (i, t) in targets.iter().enumerate() {
             eprintln!("run {} of {runs} on {} ...", run + 1, t.name);
             let mut r: Vec<Metric> = Vec::new();
             if want("W1") {
                 drop_caches();
+                let (time, cpu) = w1(t, tar);
                 r.push((
                     format!("W1 agent workload ({files} files), s"),
-                    w1(&t.dir, &tar).as_secs_f64(),
+                    time.as_secs_f64(),
+                ));
+                r.push((
+                    "W1 CPU time, workload and daemon until recorded, s".into(),
+                    cpu,
                 ));
             }
             if want("W2") {
@@ -338,7 +433,7 @@ fn main() {
                 drop_caches();
                 r.push((
                     format!("W5 npm-like, {files} files in node_modules/, s"),
-                    w5(&t.dir, &tar).as_secs_f64(),
+                    w5(&t.dir, tar).as_secs_f64(),
                 ));
             }
             if labels.is_empty() {
