@@ -31,7 +31,8 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use super::join;
 use super::recorder::Source;
 
-/// Folders ignored by name unless `.rewindignore` says otherwise.
+/// Folders ignored by name unless `.rewindignore` says otherwise. Only folders (each ends in
+/// `/`): a file is never asked about against them, only the folders above it.
 pub const DEFAULTS: [&str; 3] = [".git/", "node_modules/", "__pycache__/"];
 
 /// The first bytes of a cache directory tag (https://bford.info/cachedir/).
@@ -207,7 +208,10 @@ impl IgnoreRules {
             Verdict::Keep => return None,
             Verdict::Unsaid => {}
         }
-        if chain.regenerable || self.defaults.matched(os(path), false).is_ignore() {
+        // The defaults name only folders (see `DEFAULTS`): a file's own name never matches
+        // them, only a folder above it can (its chain). Asking cost a match of every pattern
+        // each time a file was opened for writing, closed or deleted.
+        if chain.regenerable {
             return Some(Reason::Regenerable);
         }
         chain.folders
@@ -508,6 +512,27 @@ mod tests {
         assert_eq!(ig(&r, "node_modules/x.js", false), None);
         assert!(ig(&r, "build/out.o", false).is_some());
         assert!(ig(&r, ".git/HEAD", false).is_some());
+    }
+
+    /// A file is not asked about against the defaults (`ignored`): that holds only while they
+    /// all name folders. A file named as one of them is recorded; below such a folder, not.
+    #[test]
+    fn the_defaults_name_only_folders() {
+        let src = mem(&[]);
+        let r = IgnoreRules::new("");
+        for pattern in DEFAULTS {
+            let name = pattern.strip_suffix('/').expect("a default names a folder");
+            assert!(r.defaults.matched(os(name.as_bytes()), false).is_none());
+            for file in [name.to_string(), format!("sub/{name}")] {
+                assert_eq!(r.ignored(&src, file.as_bytes(), false), None, "{file}");
+                assert_eq!(r.ignored_walking(&src, file.as_bytes(), false), None);
+                let below = format!("{file}/x");
+                assert_eq!(
+                    r.ignored(&src, below.as_bytes(), false),
+                    Some(Reason::Regenerable)
+                );
+            }
+        }
     }
 
     #[test]
