@@ -1129,6 +1129,38 @@ fn corrupt_blob(hash: &Hash, reason: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Level 8 where zstd's level 9 would build a binary tree (content and base together up
+    /// to 16 KiB), level 9 above, other levels as asked; frames at either side of the bound
+    /// decode back, whole and as deltas.
+    #[test]
+    fn small_inputs_are_compressed_at_level_8() {
+        assert_eq!(level_for(FILE_LEVEL, SMALL_INPUT, 0), SMALL_INPUT_LEVEL);
+        assert_eq!(level_for(FILE_LEVEL, SMALL_INPUT / 2, SMALL_INPUT / 2), 8);
+        assert_eq!(
+            level_for(FILE_LEVEL, SMALL_INPUT / 2, SMALL_INPUT / 2 + 1),
+            9
+        );
+        assert_eq!(level_for(LEVEL, 100, 0), LEVEL);
+        assert_eq!(level_for(19, 100, 0), 19);
+        let line = |i: usize| format!("fn item_{i}(x: u32) -> u32 {{ x * {i} }} // keep\n");
+        for len in [
+            SMALL_INPUT / 2 - 1,
+            SMALL_INPUT / 2,
+            SMALL_INPUT / 2 + 1,
+            SMALL_INPUT + 1,
+        ] {
+            let text: String = (0..1000).map(line).collect();
+            let base = text.as_bytes()[..len].to_vec();
+            let mut data = base.clone();
+            data[len / 2] = b'#';
+            let frame = compress(&data, None, FILE_LEVEL);
+            assert_eq!(decompress(&frame, None).unwrap(), data);
+            let delta = compress(&data, Some(&base), FILE_LEVEL);
+            assert_eq!(decompress(&delta, Some(&base)).unwrap(), data);
+            assert!(delta.len() < frame.len());
+        }
+    }
     use crate::store::noise;
 
     #[test]
