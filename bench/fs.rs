@@ -371,9 +371,6 @@ fn main() {
         .unwrap_or_else(|| std::env::temp_dir().join("rewind-bench"));
     let _ = fs::remove_dir_all(&work);
     fs::create_dir_all(&work).unwrap();
-    let tars: Vec<PathBuf> = (0..runs)
-        .map(|run| make_tarball(&work, files, run))
-        .collect();
     let native = work.join("native");
     fs::create_dir_all(&native).unwrap();
 
@@ -396,7 +393,9 @@ fn main() {
     // samples[target][metric] = one value per run.
     let mut labels: Vec<String> = Vec::new();
     let mut samples: Vec<Vec<Vec<f64>>> = vec![Vec::new(); targets.len()];
-    for (run, tar) in tars.iter().enumerate() {
+    for run in 0..runs {
+        // Made for each run and removed after it: a long series (`--runs 40`) keeps one.
+        let tar = &make_tarball(&work, files, run);
         for (i, t) in targets.iter().enumerate() {
             eprintln!("run {} of {runs} on {} ...", run + 1, t.name);
             let mut r: Vec<Metric> = Vec::new();
@@ -459,6 +458,7 @@ fn main() {
                 samples[i][m].push(v);
             }
         }
+        let _ = fs::remove_file(tar);
     }
     let rows: Vec<(String, Vec<Metric>)> = targets
         .iter()
