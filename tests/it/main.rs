@@ -9,6 +9,7 @@ mod full_store_hostile;
 mod git;
 mod history;
 mod hostile;
+mod hostile13;
 mod hunk;
 mod model;
 mod mount;
