@@ -664,3 +664,109 @@ fn a_new_file_its_user_cannot_read_is_recorded_by_a_non_root_daemon() {
         tree.unmount();
     }
 }
+
+/// (hostile13) A file opened for writing while its owner and a daemon that is not root could
+/// read it, made unreadable (mode 0200) before the writer writes and closes, through a
+/// write-only and a read-write handle: the edit is recorded with what the writer left (read
+/// through the handle the daemon opened read-write), with and without passthrough.
+#[test]
+fn an_edit_whose_file_was_made_unreadable_while_open_is_recorded_with_its_content() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    for (passthrough, name) in [(false, "u-cached"), (true, "u-passthrough")] {
+        tree.mount(passthrough);
+        tree.sh(&format!("echo one > {name}.wo && echo one > {name}.rw"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh(&format!(
+            "python3 -c \"\nimport os\n\
+             for path, flags in [('{name}.wo', os.O_WRONLY | os.O_APPEND), \
+             ('{name}.rw', os.O_RDWR | os.O_APPEND)]:\n    \
+             fd = os.open(path, flags)\n    \
+             os.chmod(path, 0o200)\n    \
+             os.write(fd, b'two\\n')\n    \
+             os.close(fd)\n\""
+        ));
+        tree.sh(&format!("chmod 644 {name}.wo {name}.rw"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        for path in [format!("{name}.wo"), format!("{name}.rw")] {
+            let content = tree.sh(&format!("cat {path}"));
+            assert_eq!(content, "one\ntwo\n", "{path}");
+            let (changes, log) = tree.log(&path);
+            let kinds: Vec<&str> = changes
+                .iter()
+                .map(|c| c["kind"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                kinds,
+                ["create", "chmod", "modify", "chmod"],
+                "{path}: {log}"
+            );
+            let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
+            assert_eq!(changes[2]["after"]["hash"], two.as_str(), "{path}: {log}");
+            let id = changes[2]["id"].as_u64().unwrap();
+            assert_eq!(
+                tree.sh(&format!("cat .rewind/versions/{path}/{id}")),
+                "one\ntwo\n"
+            );
+        }
+        tree.unmount();
+    }
+}
+
+/// (hostile13) BUG: a file open for writing (the daemon's handle on it is read-write) that its
+/// owner makes unreadable (`chmod 000`) cannot be renamed, linked or deleted through a mount
+/// whose daemon is not root: each fails with `EIO` ("cannot record a change, refusing the
+/// operation: NAME: Permission denied"), though the same file closed is renamed, linked and
+/// deleted fine, and its edit's end is read through that handle. Each should succeed and be
+/// recorded with the file's content (`cut_episode` reads it by its name instead of through
+/// the handle).
+#[test]
+fn a_file_open_for_writing_and_made_unreadable_can_be_renamed_linked_and_deleted() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    for (passthrough, name) in [(false, "o-cached"), (true, "o-passthrough")] {
+        tree.mount(passthrough);
+        tree.sh(&format!(
+            "echo one > {name}.mv && echo one > {name}.ln && echo one > {name}.rm"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let said = tree.sh(&format!(
+            "python3 -c \"\nimport os\n\
+             for path, op in [('{name}.mv', lambda p: os.rename(p, p + '.moved')), \
+             ('{name}.ln', lambda p: os.link(p, p + '.2')), ('{name}.rm', os.unlink)]:\n    \
+             fd = os.open(path, os.O_WRONLY | os.O_APPEND)\n    \
+             os.write(fd, b'two\\n')\n    \
+             os.chmod(path, 0)\n    \
+             try:\n        op(path)\n        print(path, 'done')\n    \
+             except OSError as e:\n        print(path, e)\n    \
+             os.write(fd, b'three\\n')\n    \
+             os.close(fd)\n\"\n\
+             chmod 644 {name}.*"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        assert_eq!(
+            said,
+            format!("{name}.mv done\n{name}.ln done\n{name}.rm done\n"),
+            "passthrough {passthrough}"
+        );
+        for path in [format!("{name}.mv.moved"), format!("{name}.ln.2")] {
+            let content = tree.sh(&format!("cat {path}"));
+            assert_eq!(content, "one\ntwo\nthree\n", "{path}");
+            let (changes, log) = tree.log(&path);
+            let hash = rewind::store::Hash::of(content.as_bytes()).to_string();
+            assert_eq!(
+                changes.last().unwrap()["after"]["hash"],
+                hash.as_str(),
+                "{path}: {log}"
+            );
+        }
+        let (changes, log) = tree.log(&format!("{name}.rm"));
+        let last = changes.last().unwrap();
+        assert_eq!(last["kind"], "delete", "{log}");
+        let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
+        assert_eq!(last["before"]["hash"], two.as_str(), "{log}");
+        tree.unmount();
+    }
+}
