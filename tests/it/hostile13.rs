@@ -472,3 +472,110 @@ fn every_file_is_in_the_history_but(ws: &Workspace, ignored: &[&str]) {
     ok(rw_within(ws, &["sync"]));
     every_file_is_in_the_history(ws);
 }
+
+/// A handle passed over a named unix socket by a sender that exits right after sending (and
+/// closing its own): an unrelated, long-lived receiver writes and closes it later. One change
+/// per round, with what both wrote, in order; and `rewind log` run while the receiver still
+/// holds the handle shows the sender's part at most, never a wrong content.
+#[test]
+fn a_handle_passed_by_a_sender_that_exits_is_recorded_when_the_receiver_closes_it() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("f"), "start\n").unwrap();
+    ws.mount();
+    let root = ws.path();
+    let sock = tempfile::tempdir().unwrap();
+    let sock = sock.path().join("s");
+    let rounds = 12;
+    let receiver = crate::common::python_command(
+        &root,
+        &format!(
+            r#"
+import os, socket, time
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind("{sock}")
+srv.listen(1)
+for r in range({rounds}):
+    c, _ = srv.accept()
+    msg, fds, flags, addr = socket.recv_fds(c, 16, 4)
+    time.sleep(3.0 if r == 3 else 0.1)
+    os.write(fds[0], f"receiver {{r}}\n".encode())
+    os.close(fds[0])
+    c.send(b"k")
+    c.close()
+"#,
+            sock = sock.display()
+        ),
+    )
+    .spawn()
+    .unwrap();
+    assert!(
+        wait_for(10, || sock.exists()),
+        "the receiver does not listen"
+    );
+    for r in 0..rounds {
+        python(
+            &root,
+            &format!(
+                r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("{sock}")
+fd = os.open("f", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"sender {r}\n")
+socket.send_fds(s, [b"x"], [fd])
+os.close(fd)
+# Exits without waiting: the receiver writes after this process is gone. The ack is read by
+# a child that outlives it.
+if os.fork() == 0:
+    os.closerange(0, 3)
+    s.recv(1)
+    os._exit(0)
+os._exit(0)
+"#,
+                sock = sock.display()
+            ),
+        );
+        // While the receiver holds the handle, the sender gone: the history of f so far.
+        let t = std::time::Instant::now();
+        let seen: Vec<String> = changes(&ws)
+            .iter()
+            .filter(|c| c["path"] == "f")
+            .map(|c| c["after"]["hash"].as_str().unwrap_or("-").to_string())
+            .collect();
+        eprintln!(
+            "round {r}: log took {:?}, {} changes of f, last {:?}, file {:?}",
+            t.elapsed(),
+            seen.len(),
+            seen.last(),
+            fs::read_to_string(root.join("f"))
+        );
+        // Not recorded yet, or recorded whole: never the sender's part alone.
+        let want = format!("sender {r}\nreceiver {r}\n");
+        let whole = rewind::store::Hash::of(want.as_bytes()).to_string();
+        assert!(
+            seen.len() == r || seen.len() == r + 1 && seen[r] == whole,
+            "round {r}: {seen:?}"
+        );
+        // Wait for this round's end (the receiver's write), then look at the history.
+        assert!(
+            wait_for(10, || fs::read_to_string(root.join("f"))
+                .is_ok_and(|s| s == want)),
+            "round {r}: {:?}",
+            fs::read_to_string(root.join("f"))
+        );
+    }
+    let mut receiver = receiver;
+    assert!(receiver.wait().unwrap().success());
+    let last = fs::read(root.join("f")).unwrap();
+    let all = contents(&mut ws);
+    let of_f: Vec<_> = all.iter().filter(|c| c.1 == "f").collect();
+    for (r, c) in of_f.iter().enumerate() {
+        assert_eq!(
+            c.3.as_deref(),
+            Some(format!("sender {r}\nreceiver {r}\n").as_bytes()),
+            "change {r} of f: {of_f:?}"
+        );
+    }
+    assert_eq!(of_f.len(), rounds, "{of_f:?}");
+    assert_true_chain(&all, "f", b"start\n", last);
+}
