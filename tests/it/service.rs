@@ -770,3 +770,100 @@ fn a_file_open_for_writing_and_made_unreadable_can_be_renamed_linked_and_deleted
         tree.unmount();
     }
 }
+
+/// (hostile13) BUG: a folder its owner made unreadable (`chmod 000`) while the workspace was
+/// not mounted is scanned by a mount whose daemon is not root as if it were empty: every file
+/// below it is recorded as deleted by `external` (here `d/h`, which is still there with new
+/// content), and a file made below it meanwhile (`d/m`) never enters the history, even once
+/// the folder is readable again and recording goes on (its next edit is then a `modify` of a
+/// file the history says was deleted). A file the daemon cannot read at the same scan makes
+/// the mount fail with a clear error instead. Either a clear refusal or an exact history is
+/// right: a delete of a file that is there is neither.
+#[test]
+fn a_folder_made_unreadable_while_unmounted_is_not_recorded_as_emptied() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(false);
+    tree.sh("mkdir d && echo one > d/h && echo one > d/k");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.unmount();
+    // While not mounted: an edit, a delete and a new file below d, then d made unreadable.
+    tree.sh("echo two >> d/h && rm d/k && echo new > d/m && chmod 000 d");
+    let bin = tree.path("bin/rewind");
+    let out = tree
+        .as_user(false, &[bin.to_str().unwrap(), "mount", ws_arg])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // Refused: it must say why, and name the folder.
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains('d'), "mount refused without naming d: {err}");
+        return;
+    }
+    tree.sh("chmod 755 d");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    let (changes, log) = tree.log("d/h");
+    assert!(
+        !changes.iter().any(|c| c["kind"] == "delete"),
+        "d/h is there, yet the history says it was deleted: {log}"
+    );
+    let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
+    assert_eq!(
+        changes.last().unwrap()["after"]["hash"],
+        two.as_str(),
+        "d/h: {log}"
+    );
+    let (made, log) = tree.log("d/m");
+    assert!(!made.is_empty(), "d/m is not in the history: {log}");
+    tree.unmount();
+}
+
+/// (hostile13) BUG: with a daemon that is not root, a folder its owner makes unreadable
+/// (`chmod 000 d`) while a file below it is being written, or while its new file's create is
+/// still held back, loses that change: the daemon cannot look the file up by its path any
+/// more (`EACCES`), takes it for gone (`stat_if_same` gives `None`) and records nothing, with
+/// no error logged and `rewind sync` answering ok; the folder readable again, it is still not
+/// recorded. Here `d/f` ends "one\ntwo\n" and `d/new` holds "new\n", and the history has
+/// neither. (What the daemon cannot record must be refused, or recorded later, never dropped.)
+#[test]
+fn a_change_below_a_folder_made_unreadable_meanwhile_is_not_lost() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    for (passthrough, d) in [(false, "dc"), (true, "dp")] {
+        tree.mount(passthrough);
+        tree.sh(&format!("mkdir {d} && echo one > {d}/f"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        // An edit whose folder becomes unreadable before it ends; a new file whose folder
+        // becomes unreadable while its create is held back.
+        tree.sh(&format!(
+            "python3 -c \"\nimport os\n\
+             fd = os.open('{d}/f', os.O_WRONLY | os.O_APPEND)\n\
+             os.chmod('{d}', 0)\n\
+             os.write(fd, b'two\\n')\n\
+             os.close(fd)\n\
+             os.chmod('{d}', 0o755)\n\
+             with open('{d}/new', 'w') as n:\n    n.write('new\\n')\n\
+             os.chmod('{d}', 0)\n\""
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh(&format!("chmod 755 {d}"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let (changes, log) = tree.log(&format!("{d}/f"));
+        let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
+        assert_eq!(
+            changes.last().unwrap()["after"]["hash"],
+            two.as_str(),
+            "{d}/f's edit is not in the history: {log}"
+        );
+        let (made, log) = tree.log(&format!("{d}/new"));
+        let new = rewind::store::Hash::of(b"new\n").to_string();
+        assert!(
+            made.last()
+                .is_some_and(|c| c["after"]["hash"] == new.as_str()),
+            "{d}/new is not in the history: {log}"
+        );
+        tree.unmount();
+    }
+}
