@@ -225,7 +225,7 @@ fn gc_max_size_and_repack_in_a_loop_beside_small_edits_keep_every_listed_content
             c.current_dir(ws.path());
             c
         };
-        let mut cmds = vec![
+        let mut cmds = [
             ws_cmd(&["gc", "--max-size", "300K"]),
             ws_cmd(&["gc", "--repack"]),
             ws_cmd(&["gc", "--max-size", "150K"]),
@@ -302,7 +302,7 @@ fn text(len: usize, seed: u64) -> Vec<u8> {
         let line = format!(
             "fn item_{i}(x: u32) -> u32 {{ x.wrapping_mul({}) ^ {} }}\n",
             i * 7 + 3,
-            (i * 13) ^ seed.wrapping_mul(u64::from(i % 11 == 0))
+            (i * 13) ^ seed.wrapping_mul(u64::from(i.is_multiple_of(11)))
         );
         out.extend_from_slice(line.as_bytes());
         i += 1;
