@@ -146,6 +146,17 @@ pub enum Error {
         pid: u32,
         process: String,
     },
+    /// The scan at a mount cannot look at a path (a folder its owner made unreadable, to a
+    /// daemon that is not root): what changed there while nothing was watching cannot be
+    /// told, and must not be taken for gone.
+    #[error(
+        "cannot scan {path}: {source}; what changed there while the workspace was not mounted cannot be recorded. Make it readable to the user the daemon runs as, or name it in .rewindignore, then mount again"
+    )]
+    Unscannable {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -185,7 +196,8 @@ impl Error {
             | Error::Git { .. }
             | Error::TooDeep
             | Error::NotRestored(_)
-            | Error::UnknownNodeType { .. } => false,
+            | Error::UnknownNodeType { .. }
+            | Error::Unscannable { .. } => false,
         }
     }
 }

@@ -69,11 +69,12 @@ impl Recorder {
                 self.history.drop_open_episode(&path)?;
                 continue;
             }
-            let now = self
-                .source
-                .lstat(&path)
-                .ok()
-                .filter(|st| kind_of(st) == FileKind::File);
+            let now = match self.source.lstat(&path) {
+                Ok(st) => Some(st).filter(|st| kind_of(st) == FileKind::File),
+                Err(e) if gone(&e) => None,
+                // Not known to be gone: the episode would be recorded as a delete.
+                Err(e) => return Err(unscannable(&path, e)),
+            };
             let after = now.as_ref().map(|st| self.capture(&path, st)).transpose()?;
             // A marker left by an earlier version has no owner: the owner alone is no change.
             let unchanged = match (&after, &ep.before) {
@@ -158,10 +159,10 @@ impl Recorder {
         while let Some(dir) = dirs.pop() {
             let names = match self.source.read_dir(&dir) {
                 Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!("scan: cannot read {}: {e}", String::from_utf8_lossy(&dir));
-                    continue;
-                }
+                // Gone since its parent was read.
+                Err(e) if gone(&e) => continue,
+                // Everything below it would be taken for deleted.
+                Err(e) => return Err(unscannable(&dir, e)),
             };
             for name in names {
                 let mut path = dir.clone();
@@ -172,8 +173,10 @@ impl Recorder {
                 if path == b".rewind" {
                     continue;
                 }
-                let Ok(st) = self.source.lstat(&path) else {
-                    continue;
+                let st = match self.source.lstat(&path) {
+                    Ok(st) => st,
+                    Err(e) if gone(&e) => continue,
+                    Err(e) => return Err(unscannable(&path, e)),
                 };
                 let is_dir = kind_of(&st) == FileKind::Dir;
                 if !self.records(&path, is_dir) {
@@ -235,11 +238,15 @@ impl Recorder {
         // Gone: in the manifest, not in the tree now, and not there at all (an ignored path
         // is not in `current`). The manifest holds only what the history has, so a path the
         // rules ignore now but the history has is recorded as gone: its past stays whole.
-        let mut gone: Vec<&Vec<u8>> = old
-            .iter()
-            .filter(|(p, _)| !current.contains_key(*p) && self.source.lstat(p).is_err())
-            .map(|(p, _)| p)
-            .collect();
+        let mut gone: Vec<&Vec<u8>> = Vec::new();
+        for (path, _) in old.iter().filter(|(p, _)| !current.contains_key(*p)) {
+            match self.source.lstat(path) {
+                Ok(_) => {}
+                Err(e) if self::gone(&e) => gone.push(path),
+                // Not known to be gone: it may be there, below a folder that cannot be read.
+                Err(e) => return Err(unscannable(path, e)),
+            }
+        }
         let mut new: HashSet<&Vec<u8>> = current.keys().filter(|p| !old.contains_key(*p)).collect();
         // Renames made while unmounted: a folder gone whose whole content (names, kinds,
         // sizes, modes, mtimes: a rename keeps them) is now under one new folder, then a file
@@ -444,4 +451,16 @@ fn content<'a>(dir: &[u8], entries: impl Iterator<Item = (&'a Vec<u8>, &'a Seen)
         .collect();
     c.sort_by(|a, b| a.0.cmp(&b.0));
     c
+}
+
+/// An error that says a path is not there (rather than that it could not be looked at).
+fn gone(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+fn unscannable(path: &[u8], source: std::io::Error) -> crate::history::Error {
+    crate::history::Error::Unscannable {
+        path: String::from_utf8_lossy(path).into_owned(),
+        source,
+    }
 }
