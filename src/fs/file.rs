@@ -239,6 +239,15 @@ impl Core {
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
+        // A daemon that is not root may not read the file by its name once its owner makes it
+        // unreadable: its episode keeps a handle to read it through.
+        if self.euid != 0
+            && let (Some(rec), Some(key)) = (&self.recorder, episode)
+            && backing::readable(&file)
+            && let Ok(reader) = file.try_clone()
+        {
+            rec.keep_reader(key, reader);
+        }
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
         self.finish_open(ino.0, file, episode, flags, direct, open_backing)
     }

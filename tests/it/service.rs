@@ -714,13 +714,11 @@ fn an_edit_whose_file_was_made_unreadable_while_open_is_recorded_with_its_conten
     }
 }
 
-/// (hostile13) BUG: a file open for writing (the daemon's handle on it is read-write) that its
-/// owner makes unreadable (`chmod 000`) cannot be renamed, linked or deleted through a mount
-/// whose daemon is not root: each fails with `EIO` ("cannot record a change, refusing the
-/// operation: NAME: Permission denied"), though the same file closed is renamed, linked and
-/// deleted fine, and its edit's end is read through that handle. Each should succeed and be
-/// recorded with the file's content (`cut_episode` reads it by its name instead of through
-/// the handle).
+/// (hostile13) A file open for writing (the daemon's handle on it is read-write) that its
+/// owner makes unreadable (`chmod 000`) is renamed, linked and deleted through a mount whose
+/// daemon is not root, each recorded with the file's content: its episode keeps a handle to
+/// read it through (`Recorder::keep_reader`). It used to fail with `EIO` ("cannot record a
+/// change, refusing the operation: NAME: Permission denied"): the cut read it by its name.
 #[test]
 fn a_file_open_for_writing_and_made_unreadable_can_be_renamed_linked_and_deleted() {
     let tree = UserTree::new();
@@ -771,14 +769,12 @@ fn a_file_open_for_writing_and_made_unreadable_can_be_renamed_linked_and_deleted
     }
 }
 
-/// (hostile13) BUG: a folder its owner made unreadable (`chmod 000`) while the workspace was
-/// not mounted is scanned by a mount whose daemon is not root as if it were empty: every file
-/// below it is recorded as deleted by `external` (here `d/h`, which is still there with new
-/// content), and a file made below it meanwhile (`d/m`) never enters the history, even once
-/// the folder is readable again and recording goes on (its next edit is then a `modify` of a
-/// file the history says was deleted). A file the daemon cannot read at the same scan makes
-/// the mount fail with a clear error instead. Either a clear refusal or an exact history is
-/// right: a delete of a file that is there is neither.
+/// (hostile13) A folder its owner made unreadable (`chmod 000`) while the workspace was not
+/// mounted: a mount whose daemon is not root refuses, naming the folder and what to do
+/// (`Error::Unscannable`). It used to scan it as if it were empty: every file below it was
+/// recorded as deleted by `external` (here `d/h`, which is still there with new content), and
+/// a file made below it meanwhile (`d/m`) never entered the history. Either a clear refusal or
+/// an exact history is right: a delete of a file that is there is neither.
 #[test]
 fn a_folder_made_unreadable_while_unmounted_is_not_recorded_as_emptied() {
     let tree = UserTree::new();
@@ -798,7 +794,10 @@ fn a_folder_made_unreadable_while_unmounted_is_not_recorded_as_emptied() {
     if !out.status.success() {
         // Refused: it must say why, and name the folder.
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains('d'), "mount refused without naming d: {err}");
+        assert!(
+            err.contains("cannot scan d: Permission denied") && err.contains(".rewindignore"),
+            "mount refused without naming d and what to do: {err}"
+        );
         return;
     }
     tree.sh("chmod 755 d");
@@ -819,13 +818,13 @@ fn a_folder_made_unreadable_while_unmounted_is_not_recorded_as_emptied() {
     tree.unmount();
 }
 
-/// (hostile13) BUG: with a daemon that is not root, a folder its owner makes unreadable
-/// (`chmod 000 d`) while a file below it is being written, or while its new file's create is
-/// still held back, loses that change: the daemon cannot look the file up by its path any
-/// more (`EACCES`), takes it for gone (`stat_if_same` gives `None`) and records nothing, with
-/// no error logged and `rewind sync` answering ok; the folder readable again, it is still not
-/// recorded. Here `d/f` ends "one\ntwo\n" and `d/new` holds "new\n", and the history has
-/// neither. (What the daemon cannot record must be refused, or recorded later, never dropped.)
+/// (hostile13) With a daemon that is not root, a folder its owner makes unreadable (`chmod 000
+/// d`) while a file below it is being written, or while its new file's create is still held
+/// back: the edit's end is read through the handle being released, and the create waits,
+/// held back with its id, until the folder is readable again (`Found::Hidden`). Both used to
+/// be lost: the daemon could not look the file up by its path (`EACCES`), took it for gone
+/// and recorded nothing, with no error logged. Here `d/f` ends "one\ntwo\n" and `d/new`
+/// holds "new\n".
 #[test]
 fn a_change_below_a_folder_made_unreadable_meanwhile_is_not_lost() {
     let tree = UserTree::new();

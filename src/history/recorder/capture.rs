@@ -25,6 +25,40 @@ pub trait Source: Send + Sync {
     fn lstat(&self, path: &[u8]) -> io::Result<libc::stat>;
 }
 
+/// What looking a file up by its path says.
+pub(super) enum Found {
+    /// The path names the file, as this stat says.
+    Same(libc::stat),
+    /// The path is gone, or names another file.
+    Gone,
+    /// The path could not be looked up (`EACCES`: a folder above it its owner made
+    /// unreadable, to a daemon that is not root): nothing says the file is gone.
+    Hidden(io::Error),
+}
+
+/// An error that says a path is not there, rather than that it could not be looked at.
+pub(super) fn not_there(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+/// An error of a change that waits until its path can be looked up or read again
+/// ([`Found::Hidden`]): it is kept, not dropped.
+pub(super) fn out_of_sight(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
+}
+
+/// `fstat` of an open file.
+pub(super) fn fstat(file: &File) -> io::Result<libc::stat> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `file` is an open fd, and `st` a buffer of the type the kernel fills.
+    if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: filled by the successful call above.
+    Ok(unsafe { st.assume_init() })
+}
+
 pub fn key_of(st: &libc::stat) -> Key {
     (st.st_dev, st.st_ino)
 }
@@ -121,13 +155,6 @@ impl Recorder {
             .map(|c| c.state)
     }
 
-    /// Read a file's content now, whatever the cache says: after writes, whose timestamps are
-    /// too coarse to tell two versions of the same size apart.
-    pub(super) fn capture_fresh(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_with(path, st, false, path, None, false)
-            .map(|c| c.state)
-    }
-
     /// [`capture_fresh_as`](Recorder::capture_fresh_as) at the end of an episode, or of a
     /// held-back create, read through `file` (an fd of the file open for reading) if given:
     /// new content of one value is not stored yet, but returned to be written with the change
@@ -150,10 +177,12 @@ impl Recorder {
         }
     }
 
-    /// [`capture_fresh`](Recorder::capture_fresh) of content that becomes the next version of
-    /// `version_of` (a file saved under a temporary name, about to be renamed over it): stored
-    /// as a delta on that path's content when that pays. Read from `reader` if given (a
-    /// handle on the file kept for a daemon that cannot open it by its name).
+    /// Read a file's content now, whatever the cache says (after writes, whose timestamps are
+    /// too coarse to tell two versions of the same size apart), as the next version of
+    /// `version_of` (itself, or the path a file saved under a temporary name is about to be
+    /// renamed over: stored as a delta on that path's content when that pays). Read from
+    /// `reader` if given (a handle on the file kept for a daemon that cannot open it by its
+    /// name).
     pub(super) fn capture_fresh_as(
         &self,
         path: &[u8],
@@ -184,7 +213,14 @@ impl Recorder {
             content: None,
             known: None,
         };
-        let use_cache = use_cache && !lock(&self.episodes).contains_key(&key_of(st));
+        // A file being written is not answered from the cache; it is read through the handle
+        // its episode keeps, if any (see `Recorder::keep_reader`), when none is given.
+        let (open, reader) = match lock(&self.episodes).get(&key_of(st)) {
+            Some(ep) => (true, ep.reader.clone()),
+            None => (false, None),
+        };
+        let use_cache = use_cache && !open;
+        let through = through.or(reader.as_deref());
         let mode = st.st_mode & 0o7777;
         let owner = Some(Owner::of(st));
         let io_err = |source| Error::Io {

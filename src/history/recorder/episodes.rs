@@ -10,7 +10,7 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::capture::{Sig, key_of, kind_of, seen_of};
+use super::capture::{Found, Sig, fstat, key_of, kind_of, not_there, out_of_sight, seen_of};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
@@ -288,6 +288,18 @@ impl Recorder {
         self.end_in_flight(key, ep, file)
     }
 
+    /// A handle to read the file of the open episode `key` through, kept with it (by a daemon
+    /// that is not root, which may not open the file by its name once its owner makes it
+    /// unreadable): a cut, for a rename, link or unlink while it is open, reads it from there.
+    pub fn keep_reader(&self, key: Key, reader: File) {
+        if let Some(ep) = lock(&self.episodes).get_mut(&key)
+            && !ep.created
+            && ep.reader.is_none()
+        {
+            ep.reader = Some(Arc::new(reader));
+        }
+    }
+
     /// A handle of the episode of `key` is released while others still hold it: one opener
     /// less, nothing ends. False (and nothing done) if it is the last handle, or there is no
     /// such episode: then [`end_write`](Self::end_write) it.
@@ -343,7 +355,10 @@ impl Recorder {
     /// An episode whose end the store could not take (`e`) stays in the table with no handle
     /// open, for [`retry_ends`](Self::retry_ends).
     fn keep_unended(&self, key: Key, ep: Episode, e: &crate::history::Error) {
-        if matches!(e, crate::history::Error::Store(_)) {
+        if out_of_sight(e) {
+            self.note_out_of_sight(&ep.path, e);
+        }
+        if matches!(e, crate::history::Error::Store(_)) || out_of_sight(e) {
             lock(&self.episodes).entry(key).or_insert(Episode {
                 opens: 0,
                 openers: Vec::new(),
@@ -372,7 +387,13 @@ impl Recorder {
                     _ => continue,
                 }
             };
-            self.end_in_flight(key, ep, None)?;
+            let path = ep.path.clone();
+            match self.end_in_flight(key, ep, None) {
+                // Still out of sight: the others go on.
+                Err(e) if out_of_sight(&e) => {}
+                Err(e) => return Err(e),
+                Ok(()) => self.back_in_sight(&path),
+            }
         }
         Ok(())
     }
@@ -390,11 +411,21 @@ impl Recorder {
             self.history.drop_open_episode(path)?;
             return Ok(None);
         }
-        // Gone, or the name now belongs to something else: what this file became is not in the
-        // tree.
-        let Some(st) = self.stat_if_same(path, key) else {
-            self.history.drop_open_episode(path)?;
-            return Ok(None);
+        let st = match self.find_same(path, key, file) {
+            Found::Same(st) => st,
+            // Gone, or the name now belongs to something else: what this file became is not
+            // in the tree.
+            Found::Gone => {
+                self.history.drop_open_episode(path)?;
+                return Ok(None);
+            }
+            // Kept, and recorded once it can be looked up (`retry_ends`).
+            Found::Hidden(source) => {
+                return Err(crate::history::Error::Io {
+                    path: crate::history::show_path(path).into(),
+                    source,
+                });
+            }
         };
         // Under every name: a `.gitignore` may be written through another name of its file.
         self.note_rules(path)?;
@@ -565,6 +596,44 @@ impl Recorder {
         self.source.lstat(path).ok().filter(|st| key_of(st) == key)
     }
 
+    /// Whether `path` is still the file `key`, telling a path that is gone from one that
+    /// cannot be looked up; in that case the file is looked at through `through` if given (a
+    /// handle on it: an episode and a held-back create follow every rename and unlink made
+    /// through the mount, so while it has a name it is this one).
+    pub(super) fn find_same(&self, path: &[u8], key: Key, through: Option<&File>) -> Found {
+        match self.source.lstat(path) {
+            Ok(st) if key_of(&st) == key => Found::Same(st),
+            Ok(_) => Found::Gone,
+            Err(e) if not_there(&e) => Found::Gone,
+            Err(e) => match through.map(fstat) {
+                Some(Ok(st)) if key_of(&st) == key && st.st_nlink > 0 => Found::Same(st),
+                _ => Found::Hidden(e),
+            },
+        }
+    }
+
+    /// A change of `path` waits for it to be looked up again (see [`Found::Hidden`]): said
+    /// once in the log.
+    pub(super) fn note_out_of_sight(&self, path: &[u8], e: &crate::history::Error) {
+        if lock(&self.out_of_sight).insert(path.to_vec()) {
+            tracing::warn!(
+                "{e}: the daemon cannot look it up now (a folder above it is not readable to \
+                 the user it runs as); its change is recorded once it can"
+            );
+        }
+    }
+
+    /// `path`'s change, if it waited, is recorded.
+    pub(super) fn back_in_sight(&self, path: &[u8]) {
+        let mut waiting = lock(&self.out_of_sight);
+        if !waiting.is_empty() && waiting.remove(path) {
+            tracing::info!(
+                "{}: its change is recorded",
+                crate::history::show_path(path)
+            );
+        }
+    }
+
     /// Record what an open episode on `key` (at `path`) has changed so far, and let it go on
     /// from the current content. A RELEASE reaches us after the writer's close, so a chmod,
     /// unlink or rename can come while the episode that just wrote the file is still open; it
@@ -576,7 +645,7 @@ impl Recorder {
     /// [`cut_episode`](Recorder::cut_episode), recording what changed so far as `by`'s change
     /// (`None`: the episode's own writer's).
     fn cut_episode_by(&self, key: Key, path: &[u8], by: Option<Who>) -> Result<()> {
-        let (ep_path, before, who, created) = match lock(&self.episodes).get(&key) {
+        let (ep_path, before, who, created, reader) = match lock(&self.episodes).get(&key) {
             Some(ep)
                 if !ep.orphaned && (ep.path == path || self.same_file(key, &ep.path, path)) =>
             {
@@ -585,6 +654,7 @@ impl Recorder {
                     ep.before.clone(),
                     ep.who.clone(),
                     ep.created,
+                    ep.reader.clone(),
                 )
             }
             _ => return Ok(()),
@@ -592,7 +662,9 @@ impl Recorder {
         let Some(st) = self.stat_if_same(&ep_path, key) else {
             return Ok(());
         };
-        let now = self.capture_fresh(&ep_path, &st)?;
+        // Through the episode's own handle where the daemon keeps one: its owner may have
+        // made the file unreadable meanwhile (see `keep_reader`).
+        let now = self.capture_fresh_as(&ep_path, &st, &ep_path, reader.as_deref())?;
         if before.as_ref() != Some(&now) {
             let kind = if created {
                 ChangeKind::Create

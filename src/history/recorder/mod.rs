@@ -99,6 +99,10 @@ pub struct Recorder {
     wake: (Sender<()>, Receiver<()>),
     /// The uid each session seen so far belongs to ([`owners`]); a leaf lock.
     session_owners: Mutex<HashMap<String, u32>>,
+    /// Paths whose change waits for the daemon to be able to look them up again (a folder
+    /// above made unreadable to a daemon that is not root), each told of once in the log; a
+    /// leaf lock.
+    out_of_sight: Mutex<HashSet<Vec<u8>>>,
     /// For the tests of the panic policy only: the file name whose create panics while it
     /// is recorded (`REWIND_TEST_PANIC`).
     panic_on: Option<Vec<u8>>,
@@ -131,6 +135,7 @@ impl Recorder {
             links: Mutex::new(links::Links::default()),
             ending: RwLock::new(()),
             ends_in_flight: Mutex::new(Vec::new()),
+            out_of_sight: Mutex::new(HashSet::new()),
             recent_mkdirs: Mutex::new(quiet::RecentMkdirs::new()),
             wake: crossbeam_channel::bounded(1),
             session_owners: Mutex::new(HashMap::new()),

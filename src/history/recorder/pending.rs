@@ -9,7 +9,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::capture::{Source, key_of, seen_of};
+use super::capture::{Found, Source, key_of, out_of_sight, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileState, Fsynced, OpenEpisode, Reserved, Seen};
@@ -71,6 +71,10 @@ impl Recorder {
             Err(crate::history::Error::Store(_)) => {
                 lock(&self.pending).entry(path.to_vec()).or_insert(kept);
             }
+            Err(e) if out_of_sight(e) => {
+                self.note_out_of_sight(path, e);
+                lock(&self.pending).entry(path.to_vec()).or_insert(kept);
+            }
             // Not recorded, and not to be tried again: its id is given back.
             Err(_) => self.release_id(kept.id),
             Ok(()) => {}
@@ -120,10 +124,20 @@ impl Recorder {
         {
             p.replaces = Some(original);
         }
-        let Some(st) = self.stat_if_same(path, p.key) else {
-            self.history.drop_open_episode(path)?;
-            self.release_id(p.id);
-            return Ok(());
+        let st = match self.find_same(path, p.key, p.reader.as_deref()) {
+            Found::Same(st) => st,
+            Found::Gone => {
+                self.history.drop_open_episode(path)?;
+                self.release_id(p.id);
+                return Ok(());
+            }
+            // Kept held back with its id, and recorded once it can be looked up.
+            Found::Hidden(source) => {
+                return Err(crate::history::Error::Io {
+                    path: crate::history::show_path(path).into(),
+                    source,
+                });
+            }
         };
         // Its content goes in the create's batch (as an episode's end's does).
         let captured = self.capture_end(path, &st, path, p.reader.as_deref())?;
@@ -258,7 +272,12 @@ impl Recorder {
                 continue;
             };
             SLOW_PENDING.pause();
-            self.record_create_or_keep(&path, p)?;
+            match self.record_create_or_keep(&path, p) {
+                // Still out of sight, and held back: the others go on.
+                Err(e) if out_of_sight(&e) => {}
+                Err(e) => return Err(e),
+                Ok(()) => self.back_in_sight(&path),
+            }
         }
         // A burst of creates (an untar: a table of tens of thousands) would leave its capacity
         // behind for the daemon's life; an empty table gives it back.
