@@ -1026,3 +1026,79 @@ fn a_create_waiting_for_its_folder_at_unmount_keeps_its_writer_and_its_place() {
         "c/new's create lost its place and its writer: {log}\nc: {dir_log}"
     );
 }
+
+/// (hostile14) A file with two names, `d/f` and `g`, with a daemon that is not root: its owner
+/// makes `d` unreadable (`chmod 000 d`). `g` is in a readable folder and is itself readable,
+/// so `stat g`, `cat g`, `echo >> g`, `chmod g`, `truncate g` and `ln g g3` must work (they do
+/// outside the mount). Through the mount each fails with `EACCES`, with and without
+/// passthrough: the daemon reaches the file by the one path it keeps for its inode (`d/f`,
+/// the first name it saw), which it can no longer look up. (Rename and unlink of `g` work:
+/// they go by the parent's path and the name.) Not from d4931e7/6a949d6: found while trying
+/// hard links against them.
+#[test]
+fn a_hard_link_outside_a_folder_made_unreadable_can_still_be_used() {
+    let tree = UserTree::new();
+    for (passthrough, d) in [(false, "dc"), (true, "dp")] {
+        tree.mount(passthrough);
+        let said = tree.sh(&format!(
+            "mkdir {d} && echo one > {d}/f && ln {d}/f {d}.g && cat {d}/f >/dev/null\n\
+             python3 -c \"\nimport os\n\
+             os.chmod('{d}', 0)\n\
+             g = '{d}.g'\n\
+             for name, op in [('stat', lambda: os.stat(g)), ('read', lambda: open(g).read()), \
+             ('append', lambda: open(g, 'a').write('x\\n')), \
+             ('chmod', lambda: os.chmod(g, 0o600)), ('truncate', lambda: os.truncate(g, 2)), \
+             ('link', lambda: os.link(g, g + '3'))]:\n    \
+             try:\n        op(); print(name, 'ok')\n    \
+             except OSError as e:\n        print(name, e)\n\
+             os.chmod('{d}', 0o755)\n\""
+        ));
+        tree.unmount();
+        assert_eq!(
+            said, "stat ok\nread ok\nappend ok\nchmod ok\ntruncate ok\nlink ok\n",
+            "passthrough {passthrough}"
+        );
+    }
+}
+
+/// (hostile14) With passthrough and a daemon that is not root: `d/f` (also named `g`) is open
+/// for writing, written ("two"), `d` made unreadable, then `g` renamed to `g2` and deleted, and
+/// the writer writes "three" and closes. With `d` readable the rename first cuts the episode
+/// (a modify of `d/f`, "one" -> "one two", with its link `g`), so the history of the one file
+/// is one chain. With `d` unreadable the cut is skipped (`cut_episode_by` looks `d/f` up by
+/// its path, `stat_if_same`, before it would read through the episode's kept handle): `g2` is
+/// renamed and deleted holding "one\ntwo\n" while `d/f`'s history says "one\n" until the
+/// close's modify, "one\n" -> "one\ntwo\nthree\n".
+#[test]
+fn a_cut_of_an_episode_below_a_folder_made_unreadable_reads_through_its_handle() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(true);
+    tree.sh("mkdir d && echo one > d/f && ln d/f g");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.sh("python3 -c \"\nimport os\n\
+         fd = os.open('d/f', os.O_WRONLY | os.O_APPEND)\n\
+         os.write(fd, b'two\\n')\n\
+         os.chmod('d', 0)\n\
+         os.rename('g', 'g2')\n\
+         os.unlink('g2')\n\
+         os.write(fd, b'three\\n')\n\
+         os.close(fd)\n\
+         os.chmod('d', 0o755)\n\"");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    let (changes, log) = tree.log("d/f");
+    let (g2, g2_log) = tree.log("g2");
+    tree.unmount();
+    let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
+    assert_eq!(
+        g2.last().unwrap()["before"]["hash"],
+        two.as_str(),
+        "{g2_log}"
+    );
+    assert_eq!(
+        changes.last().unwrap()["before"]["hash"],
+        two.as_str(),
+        "d/f's last change does not follow from what g2 held: {log}\ng2: {g2_log}"
+    );
+}
