@@ -985,7 +985,7 @@ fn reading_the_history_while_a_create_waits_for_its_folder_is_not_slowed() {
     tree.unmount();
     assert!(
         slow.iter()
-            .all(|(_, took)| *took < std::time::Duration::from_millis(1500)),
+            .all(|(_, took)| *took < Duration::from_millis(1500)),
         "with d/new waiting for d: {slow:?} (a log with nothing held back: {quiet:?})"
     );
 }
