@@ -150,12 +150,13 @@ pub enum Error {
     /// daemon that is not root): what changed there while nothing was watching cannot be
     /// told, and must not be taken for gone.
     #[error(
-        "cannot scan {path}: {source}; what changed there while the workspace was not mounted cannot be recorded. Make it readable to the user the daemon runs as, or name it in .rewindignore, then mount again"
+        "cannot scan {path}: {source}; what changed there while the workspace was not mounted cannot be recorded. {what_to_do}"
     )]
     Unscannable {
         path: String,
         #[source]
         source: io::Error,
+        what_to_do: &'static str,
     },
 }
 

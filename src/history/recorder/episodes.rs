@@ -659,11 +659,20 @@ impl Recorder {
             }
             _ => return Ok(()),
         };
-        let Some(st) = self.stat_if_same(&ep_path, key) else {
-            return Ok(());
+        // Looked at through the episode's own handle where the daemon keeps one: its owner may
+        // have made the file, or a folder above it, unreadable meanwhile (see `keep_reader`).
+        let st = match self.find_same(&ep_path, key, reader.as_deref()) {
+            Found::Same(st) => st,
+            Found::Gone => return Ok(()),
+            // What it wrote so far cannot be read: the operation that needs it first is
+            // refused (`EACCES`), rather than recorded out of order.
+            Found::Hidden(source) => {
+                return Err(crate::history::Error::Io {
+                    path: crate::history::show_path(&ep_path).into(),
+                    source,
+                });
+            }
         };
-        // Through the episode's own handle where the daemon keeps one: its owner may have
-        // made the file unreadable meanwhile (see `keep_reader`).
         let now = self.capture_fresh_as(&ep_path, &st, &ep_path, reader.as_deref())?;
         if before.as_ref() != Some(&now) {
             let kind = if created {

@@ -337,10 +337,17 @@ impl Recorder {
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
         }
-        let held: Vec<(Vec<u8>, std::time::Instant, Key)> = lock(&self.pending)
-            .iter()
-            .map(|(path, p)| (path.clone(), p.since, p.key))
-            .collect();
+        // Not those waiting for their path to be looked up again (`out_of_sight`): nothing
+        // the pending thread does will record them meanwhile.
+        let held: Vec<(Vec<u8>, std::time::Instant, Key)> = {
+            let pending = lock(&self.pending);
+            let hidden = lock(&self.out_of_sight);
+            pending
+                .iter()
+                .filter(|(path, _)| !hidden.contains(*path))
+                .map(|(path, p)| (path.clone(), p.since, p.key))
+                .collect()
+        };
         if held.is_empty() {
             return;
         }
@@ -385,6 +392,15 @@ impl Recorder {
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
     pub fn sync(&self) -> Result<()> {
         self.flush_pending_older(true)?;
+        // What still waits (a create whose path cannot be looked up now) leaves its marker, as
+        // an fsynced one does: the next mount records it with its id and its writer.
+        let waiting: Vec<(Vec<u8>, pending::Pending)> = lock(&self.pending)
+            .iter()
+            .map(|(path, p)| (path.clone(), p.clone()))
+            .collect();
+        for (path, p) in waiting {
+            self.put_pending_marker(&path, &p)?;
+        }
         self.drain()?;
         Ok(self.history.store().sync()?)
     }

@@ -372,9 +372,13 @@ impl Recorder {
         // name: its past stays whole, and what becomes of it is told (a save's temporary
         // file, held back, is not in the history yet and stays out of it).
         let dst_recorded = dst_recorded || (src_recorded && self.kept(src, src_dir));
-        if src_dir {
-            self.flush_pending_under(src)?;
-        }
+        // A create below it that cannot be recorded now (its path cannot be looked up) moves
+        // with the folder, recorded after the rename (below).
+        let hidden = if src_dir {
+            self.flush_pending_under(src)?
+        } else {
+            Vec::new()
+        };
         if dst_dir {
             self.flush_pending_under(dst)?;
         }
@@ -506,6 +510,8 @@ impl Recorder {
         })();
         if recorded.is_err() {
             self.undo_rename_bookkeeping(src, src_st, dst, dst_st, exchange, undo);
+        } else {
+            self.move_hidden_creates(src, dst, hidden);
         }
         recorded
     }

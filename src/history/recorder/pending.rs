@@ -288,8 +288,10 @@ impl Recorder {
         Ok(())
     }
 
-    /// Flush held-back creates at or below `dir` (before the directory is renamed).
-    pub(super) fn flush_pending_under(&self, dir: &[u8]) -> Result<()> {
+    /// Flush held-back creates at or below `dir` (before the directory is renamed). Returns
+    /// those that stay held back because their path cannot be looked up now (`out_of_sight`),
+    /// for [`move_hidden_creates`](Self::move_hidden_creates).
+    pub(super) fn flush_pending_under(&self, dir: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut prefix = dir.to_vec();
         prefix.push(b'/');
         let paths: Vec<Vec<u8>> = lock(&self.pending)
@@ -297,10 +299,31 @@ impl Recorder {
             .filter(|p| p.starts_with(&prefix))
             .cloned()
             .collect();
+        let mut hidden = Vec::new();
         for p in paths {
-            self.flush_pending(&p)?;
+            match self.flush_pending(&p) {
+                Err(e) if out_of_sight(&e) => hidden.push(p),
+                r => r?,
+            }
         }
-        Ok(())
+        Ok(hidden)
+    }
+
+    /// The folder `src` was renamed to `dst` (recorded): the held-back creates below it that
+    /// could not be recorded before (`hidden`) follow it, each with an id set aside again,
+    /// after the rename's, so that the history never has them under a folder that is not
+    /// there. Each is recorded once its new path can be looked up.
+    pub(super) fn move_hidden_creates(&self, src: &[u8], dst: &[u8], hidden: Vec<Vec<u8>>) {
+        for path in hidden {
+            let Some(p) = lock(&self.pending).remove(&path) else {
+                continue;
+            };
+            self.release_id(p.id);
+            let mut to = dst.to_vec();
+            to.extend_from_slice(&path[src.len()..]);
+            lock(&self.out_of_sight).remove(&path);
+            self.hold_back_again(&to, p);
+        }
     }
 }
 

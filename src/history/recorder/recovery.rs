@@ -73,7 +73,7 @@ impl Recorder {
                 Ok(st) => Some(st).filter(|st| kind_of(st) == FileKind::File),
                 Err(e) if gone(&e) => None,
                 // Not known to be gone: the episode would be recorded as a delete.
-                Err(e) => return Err(unscannable(&path, e)),
+                Err(e) => return Err(self.unscannable(&path, e)),
             };
             let after = now.as_ref().map(|st| self.capture(&path, st)).transpose()?;
             // A marker left by an earlier version has no owner: the owner alone is no change.
@@ -162,7 +162,7 @@ impl Recorder {
                 // Gone since its parent was read.
                 Err(e) if gone(&e) => continue,
                 // Everything below it would be taken for deleted.
-                Err(e) => return Err(unscannable(&dir, e)),
+                Err(e) => return Err(self.unscannable(&dir, e)),
             };
             for name in names {
                 let mut path = dir.clone();
@@ -176,7 +176,7 @@ impl Recorder {
                 let st = match self.source.lstat(&path) {
                     Ok(st) => st,
                     Err(e) if gone(&e) => continue,
-                    Err(e) => return Err(unscannable(&path, e)),
+                    Err(e) => return Err(self.unscannable(&path, e)),
                 };
                 let is_dir = kind_of(&st) == FileKind::Dir;
                 if !self.records(&path, is_dir) {
@@ -195,6 +195,21 @@ impl Recorder {
             }
         }
         Ok(out)
+    }
+
+    /// The refusal of a mount whose scan cannot look at `path`, with what to do: a folder the
+    /// history has below it cannot be ignored away (its files' past would lose its end).
+    fn unscannable(&self, path: &[u8], source: std::io::Error) -> crate::history::Error {
+        let what_to_do = if self.kept(path, true) {
+            "The history has files there: make it readable to the user the daemon runs as, then mount again"
+        } else {
+            "Make it readable to the user the daemon runs as, or name it in .rewindignore, then mount again"
+        };
+        crate::history::Error::Unscannable {
+            path: String::from_utf8_lossy(path).into_owned(),
+            source,
+            what_to_do,
+        }
     }
 
     /// Who made what changed while nothing was watching.
@@ -244,7 +259,7 @@ impl Recorder {
                 Ok(_) => {}
                 Err(e) if self::gone(&e) => gone.push(path),
                 // Not known to be gone: it may be there, below a folder that cannot be read.
-                Err(e) => return Err(unscannable(path, e)),
+                Err(e) => return Err(self.unscannable(path, e)),
             }
         }
         let mut new: HashSet<&Vec<u8>> = current.keys().filter(|p| !old.contains_key(*p)).collect();
@@ -456,11 +471,4 @@ fn content<'a>(dir: &[u8], entries: impl Iterator<Item = (&'a Vec<u8>, &'a Seen)
 /// An error that says a path is not there (rather than that it could not be looked at).
 fn gone(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
-}
-
-fn unscannable(path: &[u8], source: std::io::Error) -> crate::history::Error {
-    crate::history::Error::Unscannable {
-        path: String::from_utf8_lossy(path).into_owned(),
-        source,
-    }
 }
