@@ -1106,3 +1106,51 @@ fn a_cut_of_an_episode_below_a_folder_made_unreadable_reads_through_its_handle()
         "d/f's last change does not follow from what g2 held: {log}\ng2: {g2_log}"
     );
 }
+
+/// Python that defines `ex(a, b)`: `renameat2(a, b, RENAME_EXCHANGE)`.
+const EXCHANGE_PY: &str = "import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def ex(a, b):
+    if libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+";
+
+/// (hostile15) A daemon that is not root; folder `b` holds a new file whose create is held
+/// back, and `b` is made unreadable (`chmod 000 b`); then `a` and `b` are exchanged
+/// (`renameat2` with `RENAME_EXCHANGE`), and the folder (now at `a`) made readable again.
+/// `a/new` must be recorded (a create with "new\n"). 193de5f moves the hidden creates below
+/// the rename's *source* with it (`move_hidden_creates`), but `before_rename` drops what
+/// `flush_pending_under(dst)` returns: the create stays held back at `b/new`, where its file
+/// is not, is found `Gone` and dropped, so `a/new` never enters the history.
+#[test]
+fn an_exchanged_folder_with_a_hidden_held_back_create_keeps_it() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    for (passthrough, p) in [(false, "c"), (true, "p")] {
+        tree.mount(passthrough);
+        tree.sh(&format!(
+            "mkdir {p}a {p}b && echo one > {p}b/f && echo x > {p}a/x"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh(&format!(
+            "python3 -c \"{EXCHANGE_PY}\n\
+             with open('{p}b/new', 'w') as n:\n    n.write('new\\n')\n\
+             os.chmod('{p}b', 0)\nex('{p}a', '{p}b')\n\""
+        ));
+        tree.sh(&format!("chmod 755 {p}a && cat {p}a/new {p}b/x"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        std::thread::sleep(Duration::from_millis(1500));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let (made, log) = tree.log(&format!("{p}a/new"));
+        let (_, all) = tree.log(".");
+        tree.unmount();
+        let new = rewind::store::Hash::of(b"new\n").to_string();
+        assert!(
+            made.last()
+                .is_some_and(|c| c["after"]["hash"] == new.as_str()),
+            "passthrough {passthrough}: {p}a/new is not in the history: {log}\nall:\n{all}"
+        );
+    }
+}
