@@ -1203,3 +1203,73 @@ fn exchanged_folders_with_hidden_held_back_creates_of_one_name_keep_both() {
         );
     }
 }
+
+/// (hostile15) A new file's create held back because its folder `c` was made unreadable, its
+/// marker written by a `rewind sync` (193de5f: `sync` leaves the marker of what still waits),
+/// then `mv c e`: the create follows the folder (a new id after the rename's). Then, with
+/// `kill` (SIGKILL of the daemon, then `e` made readable and the workspace mounted again) or
+/// without (`e` made readable, the create recorded, unmount and mount): `e/new` must have one
+/// create, by its writer (python3, not `external`), after the rename, and `c/new` nothing.
+#[test]
+fn a_create_waiting_for_its_folder_with_a_marker_follows_a_rename_of_it() {
+    for kill in [false, true] {
+        let tree = UserTree::new();
+        let ws = tree.path("ws");
+        let ws_arg = ws.to_str().unwrap();
+        tree.mount(false);
+        tree.sh("mkdir c && echo one > c/f");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh("python3 -c \"\nimport os\n\
+             with open('c/new', 'w') as n:\n    n.write('new\\n')\n\
+             os.chmod('c', 0)\n\"");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh("mv c e");
+        if kill {
+            let status = tree.sh("cat .rewind/status");
+            let pid: i32 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("daemon: pid "))
+                .unwrap_or_else(|| panic!("{status}"))
+                .trim()
+                .parse()
+                .unwrap();
+            // SAFETY: a plain kill(2) of the daemon this test started.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+            std::thread::sleep(Duration::from_millis(300));
+            let ws_path = ws.to_str().unwrap();
+            let out = tree
+                .as_user(false, &["fusermount3", "-uz", ws_path])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            tree.sh("chmod 755 e");
+        } else {
+            tree.sh("chmod 755 e");
+            tree.rewind(&["-C", ws_arg, "sync"]);
+            std::thread::sleep(Duration::from_millis(1200));
+            tree.rewind(&["-C", ws_arg, "sync"]);
+            tree.unmount();
+        }
+        tree.mount(false);
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let (made, _) = tree.log("e/new");
+        let (old, _) = tree.log("c/new");
+        let (renamed, _) = tree.log("e");
+        let (_, all) = tree.log(".");
+        tree.unmount();
+        let rename_id = renamed
+            .iter()
+            .find(|c| c["kind"] == "rename")
+            .and_then(|c| c["id"].as_u64())
+            .unwrap_or_else(|| panic!("kill {kill}: no rename of c:\n{all}"));
+        assert!(
+            made.len() == 1
+                && made[0]["kind"] == "create"
+                && made[0]["process"] == "python3"
+                && made[0]["id"].as_u64() > Some(rename_id)
+                && old.is_empty(),
+            "kill {kill}: e/new should have one create by python3 after the rename \
+             ({rename_id}), and c/new nothing:\n{all}"
+        );
+    }
+}
