@@ -1273,3 +1273,51 @@ fn a_create_waiting_for_its_folder_with_a_marker_follows_a_rename_of_it() {
         );
     }
 }
+
+/// (hostile15) A new file's create held back because its folder `c` was made unreadable, then
+/// a rename of `p/c` that fails (`ENOTEMPTY`: onto a folder with a file), `p/c` renamed twice
+/// (`p/c -> p/e -> p/g`), its parent renamed (`p -> q`), back (`q/g -> q/c`, `q -> p`), and
+/// `p/c` made readable again: `p/c/new` has one create, after the last rename, and the history
+/// of the other names has nothing of it.
+#[test]
+fn a_create_waiting_for_its_folder_follows_renames_and_a_failed_one() {
+    for passthrough in [false, true] {
+        let tree = UserTree::new();
+        let ws = tree.path("ws");
+        let ws_arg = ws.to_str().unwrap();
+        tree.mount(passthrough);
+        tree.sh("mkdir p p/c p/t && echo one > p/c/f && echo x > p/t/x");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let said = tree.sh("python3 -c \"\nimport os\n\
+             with open('p/c/new', 'w') as n:\n    n.write('new\\n')\n\
+             os.chmod('p/c', 0)\n\
+             try:\n    os.rename('p/c', 'p/t')\nexcept OSError as e:\n    print(e.errno)\n\
+             os.rename('p/c', 'p/e')\nos.rename('p/e', 'p/g')\nos.rename('p', 'q')\n\
+             os.rename('q/g', 'q/c')\nos.rename('q', 'p')\n\"");
+        assert_eq!(said.trim(), libc::ENOTEMPTY.to_string());
+        tree.sh("chmod 755 p/c && cat p/c/new");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        std::thread::sleep(Duration::from_millis(1200));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let (made, _) = tree.log("p/c/new");
+        let (_, all) = tree.log(".");
+        let others: Vec<_> = ["p/e/new", "p/g/new", "q/g/new", "q/c/new", "p/t/new"]
+            .iter()
+            .map(|p| tree.log(p).0.len())
+            .collect();
+        tree.unmount();
+        let last_rename = all
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|c| c["kind"] == "rename")
+            .filter_map(|c| c["id"].as_u64())
+            .max();
+        let creates: Vec<_> = made.iter().filter(|c| c["kind"] == "create").collect();
+        assert!(
+            creates.len() == 1
+                && creates[0]["id"].as_u64() > last_rename
+                && others.iter().all(|n| *n == 0),
+            "passthrough {passthrough}: c/new (others {others:?}):\n{all}"
+        );
+    }
+}
