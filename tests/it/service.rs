@@ -1321,3 +1321,35 @@ fn a_create_waiting_for_its_folder_follows_renames_and_a_failed_one() {
         );
     }
 }
+
+/// (hostile15) As `reading_the_history_while_a_create_waits_for_its_folder_is_not_slowed`,
+/// but a read right after the folder is renamed: `move_hidden_creates` takes the create's old
+/// path out of `out_of_sight` and does not put its new one in, and it keeps its `since`, so a
+/// `settle_for_reading` that comes before the pending thread has tried it again waits for it
+/// the whole give-up (2 s): the pending thread puts it back held with the same `since`.
+#[test]
+fn reading_the_history_right_after_a_waiting_creates_folder_is_renamed_is_not_slowed() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(false);
+    tree.sh("mkdir d && echo one > d/f");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.sh("echo new > d/new && chmod 000 d");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut took = Vec::new();
+    for (a, b) in [("d", "e"), ("e", "d"), ("d", "e"), ("e", "d")] {
+        tree.sh(&format!("mv {a} {b}"));
+        let t = std::time::Instant::now();
+        tree.rewind(&["-C", ws_arg, "log"]);
+        took.push(t.elapsed());
+    }
+    tree.sh("chmod 755 d");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.unmount();
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(1500)),
+        "a log right after each rename: {took:?}"
+    );
+}
