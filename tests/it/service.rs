@@ -1353,3 +1353,58 @@ fn reading_the_history_right_after_a_waiting_creates_folder_is_renamed_is_not_sl
         "a log right after each rename: {took:?}"
     );
 }
+
+/// (hostile15) A new file's create held back because its folder `c` was made unreadable, left
+/// as a marker by the unmount (193de5f). While unmounted: `c` is left unreadable (the mount
+/// must refuse, naming `c`), then made readable and `c/new` deleted, or appended to. Deleted:
+/// nothing of `c/new` is recorded. Appended to: what the history says python3 made must not
+/// be what someone else wrote while nothing was mounted (that is `external`).
+#[test]
+fn a_create_left_waiting_at_unmount_then_changed_while_unmounted() {
+    for case in ["deleted", "appended"] {
+        let tree = UserTree::new();
+        let ws = tree.path("ws");
+        let ws_arg = ws.to_str().unwrap();
+        let bin = tree.path("bin/rewind");
+        tree.mount(false);
+        tree.sh("mkdir c && echo one > c/f");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.sh("python3 -c \"\nimport os\n\
+             with open('c/new', 'w') as n:\n    n.write('new\\n')\n\
+             os.chmod('c', 0)\n\"");
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        tree.unmount();
+        let out = tree
+            .as_user(false, &[bin.to_str().unwrap(), "mount", ws_arg])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !out.status.success() && err.contains("cannot scan c"),
+            "{case}: mount with c unreadable: {out:?}"
+        );
+        match case {
+            "deleted" => tree.sh("chmod 755 c && rm c/new"),
+            _ => tree.sh("chmod 755 c && echo changed >> c/new"),
+        };
+        tree.mount(false);
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let (made, _) = tree.log("c/new");
+        let (_, all) = tree.log(".");
+        tree.unmount();
+        let by_python_with_change = made.iter().any(|c| {
+            c["process"] == "python3"
+                && c["after"]["hash"]
+                    == rewind::store::Hash::of(b"new\nchanged\n")
+                        .to_string()
+                        .as_str()
+        });
+        match case {
+            "deleted" => assert!(made.is_empty(), "{case}:\n{all}"),
+            _ => assert!(
+                !by_python_with_change,
+                "{case}: an append made while unmounted is put down to python3:\n{all}"
+            ),
+        }
+    }
+}
