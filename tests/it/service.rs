@@ -1408,3 +1408,48 @@ fn a_create_left_waiting_at_unmount_then_changed_while_unmounted() {
         }
     }
 }
+
+/// (hostile15) A new file's create waits because its folder `c` was made unreadable; nothing
+/// else happens (no `sync`, no fsync) for a while (3 s, six times `PENDING_FOR`), then the
+/// daemon is killed (SIGKILL), `c` made readable and the workspace mounted again. A held-back
+/// create normally waits `PENDING_FOR`; this one waits for as long as `c` stays unreadable
+/// (hours, maybe), with no marker until a `sync` or the unmount writes one, so a crash
+/// meanwhile gives `c/new` to `external`. Its marker should be written when it starts to wait.
+#[test]
+fn a_create_waiting_for_its_folder_keeps_its_writer_over_a_crash() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(false);
+    tree.sh("mkdir c && echo one > c/f");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.sh("python3 -c \"\nimport os\n\
+         with open('c/new', 'w') as n:\n    n.write('new\\n')\n\
+         os.chmod('c', 0)\n\"");
+    std::thread::sleep(Duration::from_millis(3000));
+    let status = tree.sh("cat .rewind/status");
+    let pid: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("daemon: pid "))
+        .unwrap_or_else(|| panic!("{status}"))
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: a plain kill(2) of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = tree
+        .as_user(false, &["fusermount3", "-uz", ws_arg])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    tree.sh("chmod 755 c");
+    tree.mount(false);
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    let (made, log) = tree.log("c/new");
+    tree.unmount();
+    assert!(
+        made.len() == 1 && made[0]["process"] == "python3",
+        "c/new's writer lost over a crash: {log}"
+    );
+}
