@@ -1305,7 +1305,6 @@ fn a_create_waiting_for_its_folder_follows_renames_and_a_failed_one() {
             .iter()
             .map(|p| tree.log(p).0.len())
             .collect();
-        tree.unmount();
         let last_rename = all
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
@@ -1313,6 +1312,35 @@ fn a_create_waiting_for_its_folder_follows_renames_and_a_failed_one() {
             .filter_map(|c| c["id"].as_u64())
             .max();
         let creates: Vec<_> = made.iter().filter(|c| c["kind"] == "create").collect();
+        // The points on either side of the create: not there at the last rename, there at it.
+        let bin = tree.path("bin/rewind");
+        let cat_at = |id: u64| {
+            let at = id.to_string();
+            tree.as_user(
+                false,
+                &[
+                    bin.to_str().unwrap(),
+                    "-C",
+                    ws_arg,
+                    "cat",
+                    "p/c/new",
+                    "--at",
+                    &at,
+                ],
+            )
+            .output()
+            .unwrap()
+        };
+        if let (Some(before), Some(at)) =
+            (last_rename, creates.first().and_then(|c| c["id"].as_u64()))
+        {
+            let (before, at) = (cat_at(before), cat_at(at));
+            assert!(
+                !before.status.success() && at.status.success() && at.stdout == b"new\n",
+                "passthrough {passthrough}: cat --at: {before:?} {at:?}\n{all}"
+            );
+        }
+        tree.unmount();
         assert!(
             creates.len() == 1
                 && creates[0]["id"].as_u64() > last_rename
