@@ -478,6 +478,7 @@ impl Recorder {
                 id,
                 since: Instant::now(),
                 reader: ep.reader.clone(),
+                ended: Fsynced::of(st),
             };
             // A new file fsynced has a marker: it now says which id and time the create has,
             // so that a crash before it is recorded leaves it in its place. Written before the
@@ -614,13 +615,15 @@ impl Recorder {
 
     /// A change of `path` waits for it to be looked up again (see [`Found::Hidden`]): said
     /// once in the log.
-    pub(super) fn note_out_of_sight(&self, path: &[u8], e: &crate::history::Error) {
-        if lock(&self.out_of_sight).insert(path.to_vec()) {
+    pub(super) fn note_out_of_sight(&self, path: &[u8], e: &crate::history::Error) -> bool {
+        let new = lock(&self.out_of_sight).insert(path.to_vec());
+        if new {
             tracing::warn!(
                 "{e}: the daemon cannot look it up now (a folder above it is not readable to \
                  the user it runs as); its change is recorded once it can"
             );
         }
+        new
     }
 
     /// `path`'s change, if it waited, is recorded.

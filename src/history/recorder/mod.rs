@@ -399,7 +399,7 @@ impl Recorder {
             .map(|(path, p)| (path.clone(), p.clone()))
             .collect();
         for (path, p) in waiting {
-            self.put_pending_marker(&path, &p)?;
+            self.mark_waiting(&path, &p);
         }
         self.drain()?;
         Ok(self.history.store().sync()?)

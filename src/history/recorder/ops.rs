@@ -374,13 +374,12 @@ impl Recorder {
         let dst_recorded = dst_recorded || (src_recorded && self.kept(src, src_dir));
         // A create below it that cannot be recorded now (its path cannot be looked up) moves
         // with the folder, recorded after the rename (below).
-        let hidden = if src_dir {
-            self.flush_pending_under(src)?
-        } else {
-            Vec::new()
-        };
+        let mut hidden = Vec::new();
+        if src_dir {
+            hidden.push((src, dst, self.flush_pending_under(src)?));
+        }
         if dst_dir {
-            self.flush_pending_under(dst)?;
+            hidden.push((dst, src, self.flush_pending_under(dst)?));
         }
         self.flush_pending(dst)?;
         if exchange {
@@ -511,7 +510,7 @@ impl Recorder {
         if recorded.is_err() {
             self.undo_rename_bookkeeping(src, src_st, dst, dst_st, exchange, undo);
         } else {
-            self.move_hidden_creates(src, dst, hidden);
+            self.move_hidden_creates(hidden);
         }
         recorded
     }

@@ -14,12 +14,16 @@ use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileState, Fsynced, OpenEpisode, Reserved, Seen};
 use crate::history::db::Extra;
-use crate::history::join;
 use crate::history::who::Who;
+use crate::history::{join, show_path};
 
 /// How long a new file's creation is held back, waiting to see whether it is a temporary file
 /// renamed over its target (save-by-rename) or deleted.
 pub const PENDING_FOR: Duration = Duration::from_millis(500);
+
+/// Held-back creates below a folder renamed from `.0` to `.1` that wait for their paths to be
+/// looked up again (`.2`): see [`Recorder::move_hidden_creates`].
+pub(super) type HiddenMove<'a> = (&'a [u8], &'a [u8], Vec<Vec<u8>>);
 
 /// A created file whose creation is not recorded yet.
 #[derive(Clone)]
@@ -36,6 +40,10 @@ pub(super) struct Pending {
     pub(super) replaces: Option<FileState>,
     /// Fsynced: its marker is in the store ([`Recorder::sync_file`]).
     pub(super) fsynced: Option<Fsynced>,
+    /// The file as its episode's end left it: the marker of a create that waits for its path
+    /// to be looked up again says so, so that a crash or an unmount leaves it to the next mount
+    /// as its writer's only if nothing changed it since ([`Recorder::mark_waiting`]).
+    pub(super) ended: Fsynced,
     /// A handle to read it from when the daemon cannot open it by its name (see
     /// `Episode::reader`).
     pub(super) reader: Option<Arc<File>>,
@@ -72,7 +80,10 @@ impl Recorder {
                 lock(&self.pending).entry(path.to_vec()).or_insert(kept);
             }
             Err(e) if out_of_sight(e) => {
-                self.note_out_of_sight(path, e);
+                if self.note_out_of_sight(path, e) {
+                    // It may wait long: a crash meanwhile leaves it to the next mount.
+                    self.mark_waiting(path, &kept);
+                }
                 lock(&self.pending).entry(path.to_vec()).or_insert(kept);
             }
             // Not recorded, and not to be tried again: its id is given back.
@@ -134,7 +145,7 @@ impl Recorder {
             // Kept held back with its id, and recorded once it can be looked up.
             Found::Hidden(source) => {
                 return Err(crate::history::Error::Io {
-                    path: crate::history::show_path(path).into(),
+                    path: show_path(path).into(),
                     source,
                 });
             }
@@ -309,20 +320,48 @@ impl Recorder {
         Ok(hidden)
     }
 
-    /// The folder `src` was renamed to `dst` (recorded): the held-back creates below it that
-    /// could not be recorded before (`hidden`) follow it, each with an id set aside again,
-    /// after the rename's, so that the history never has them under a folder that is not
-    /// there. Each is recorded once its new path can be looked up.
-    pub(super) fn move_hidden_creates(&self, src: &[u8], dst: &[u8], hidden: Vec<Vec<u8>>) {
-        for path in hidden {
-            let Some(p) = lock(&self.pending).remove(&path) else {
-                continue;
-            };
-            self.release_id(p.id);
-            let mut to = dst.to_vec();
-            to.extend_from_slice(&path[src.len()..]);
-            lock(&self.out_of_sight).remove(&path);
-            self.hold_back_again(&to, p);
+    /// The folders `from` were renamed (recorded; two for an exchange): the held-back creates
+    /// below them that could not be recorded before (each `(from, to, paths)`) follow, each
+    /// with an id set aside again, after the rename's, so that the history never has them
+    /// under a folder that is not there, and its marker moved. All are taken out before any
+    /// goes back, so an exchange never puts one over another. Each is recorded once its new
+    /// path can be looked up.
+    pub(super) fn move_hidden_creates(&self, moves: Vec<HiddenMove<'_>>) {
+        let mut taken = Vec::new();
+        for (from, to, paths) in moves {
+            for path in paths {
+                let Some(p) = lock(&self.pending).remove(&path) else {
+                    continue;
+                };
+                self.release_id(p.id);
+                lock(&self.out_of_sight).remove(&path);
+                if let Err(e) = self.history.drop_open_episode(&path) {
+                    tracing::warn!("{}: its marker stays: {e}", show_path(&path));
+                }
+                let mut new = to.to_vec();
+                new.extend_from_slice(&path[from.len()..]);
+                taken.push((new, p));
+            }
+        }
+        for (path, p) in taken {
+            lock(&self.out_of_sight).insert(path.clone());
+            self.hold_back_again(&path, p);
+            if let Some(p) = lock(&self.pending).get(&path).cloned() {
+                self.mark_waiting(&path, &p);
+            }
+        }
+    }
+
+    /// Write the marker of the held-back create `p` of `path` that waits for its path to be
+    /// looked up again: with the file as its end left it (unless an fsync's is there), so the
+    /// next mount records it as its writer's, in its place, only if nothing changed it since.
+    pub(super) fn mark_waiting(&self, path: &[u8], p: &Pending) {
+        let marked = Pending {
+            fsynced: p.fsynced.or(Some(p.ended)),
+            ..p.clone()
+        };
+        if let Err(e) = self.put_pending_marker(path, &marked) {
+            tracing::warn!("{}: no marker for its create: {e}", show_path(path));
         }
     }
 }
