@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use crate::common::{Workspace, noise, ok, python, sh, wait_for};
-use crate::edges::{assert_true_chain, contents};
+use crate::edges::{Contents, assert_true_chain, contents};
 use crate::full_store_hostile::mounted_on_small_ext4;
 use crate::scale::{recount, status_counts};
 use crate::trust::{changes, every_file_is_in_the_history, rw_within};
@@ -197,16 +197,7 @@ os.waitpid(pid, 0)
         format!("sender {r}\nreceiver {r}\n", r = rounds - 1).into_bytes()
     );
     let all = contents(&mut ws);
-    let of_f: Vec<_> = all.iter().filter(|c| c.1 == "f").collect();
-    for (r, c) in of_f.iter().enumerate() {
-        assert_eq!(
-            c.3.as_deref(),
-            Some(format!("sender {r}\nreceiver {r}\n").as_bytes()),
-            "change {r} of f: {of_f:?}"
-        );
-    }
-    assert_eq!(of_f.len(), rounds, "{of_f:?}");
-    assert_true_chain(&all, "f", b"start\n", last);
+    assert_one_change_a_round(&all, rounds, last);
 }
 
 /// `gc --max-size` and `gc --repack` one after the other in a loop while small files are edited
@@ -568,6 +559,12 @@ os._exit(0)
     assert!(receiver.wait().unwrap().success());
     let last = fs::read(root.join("f")).unwrap();
     let all = contents(&mut ws);
+    assert_one_change_a_round(&all, rounds, last);
+}
+
+/// Each of the `rounds` rounds left one change of `f`, whose content is that round's sender's
+/// and receiver's lines, and the changes of `f` are a true chain from "start" to `last`.
+fn assert_one_change_a_round(all: &[Contents], rounds: usize, last: Vec<u8>) {
     let of_f: Vec<_> = all.iter().filter(|c| c.1 == "f").collect();
     for (r, c) in of_f.iter().enumerate() {
         assert_eq!(
@@ -577,5 +574,5 @@ os._exit(0)
         );
     }
     assert_eq!(of_f.len(), rounds, "{of_f:?}");
-    assert_true_chain(&all, "f", b"start\n", last);
+    assert_true_chain(all, "f", b"start\n", last);
 }

@@ -237,6 +237,19 @@ impl UserTree {
             .collect();
         (changes, log)
     }
+
+    /// The last change of `path` leaves it holding `content`.
+    fn assert_last_is(&self, path: &str, content: &[u8]) {
+        let (changes, log) = self.log(path);
+        let hash = rewind::store::Hash::of(content).to_string();
+        assert!(
+            changes
+                .last()
+                .is_some_and(|c| c["after"]["hash"] == hash.as_str()),
+            "{path}: its last change does not leave {:?}: {log}",
+            String::from_utf8_lossy(content)
+        );
+    }
 }
 
 impl Drop for UserTree {
@@ -752,13 +765,7 @@ fn a_file_open_for_writing_and_made_unreadable_can_be_renamed_linked_and_deleted
         for path in [format!("{name}.mv.moved"), format!("{name}.ln.2")] {
             let content = tree.sh(&format!("cat {path}"));
             assert_eq!(content, "one\ntwo\nthree\n", "{path}");
-            let (changes, log) = tree.log(&path);
-            let hash = rewind::store::Hash::of(content.as_bytes()).to_string();
-            assert_eq!(
-                changes.last().unwrap()["after"]["hash"],
-                hash.as_str(),
-                "{path}: {log}"
-            );
+            tree.assert_last_is(&path, content.as_bytes());
         }
         let (changes, log) = tree.log(&format!("{name}.rm"));
         let last = changes.last().unwrap();
@@ -807,12 +814,7 @@ fn a_folder_made_unreadable_while_unmounted_is_not_recorded_as_emptied() {
         !changes.iter().any(|c| c["kind"] == "delete"),
         "d/h is there, yet the history says it was deleted: {log}"
     );
-    let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
-    assert_eq!(
-        changes.last().unwrap()["after"]["hash"],
-        two.as_str(),
-        "d/h: {log}"
-    );
+    tree.assert_last_is("d/h", b"one\ntwo\n");
     let (made, log) = tree.log("d/m");
     assert!(!made.is_empty(), "d/m is not in the history: {log}");
     tree.unmount();
@@ -849,20 +851,8 @@ fn a_change_below_a_folder_made_unreadable_meanwhile_is_not_lost() {
         tree.rewind(&["-C", ws_arg, "sync"]);
         tree.sh(&format!("chmod 755 {d}"));
         tree.rewind(&["-C", ws_arg, "sync"]);
-        let (changes, log) = tree.log(&format!("{d}/f"));
-        let two = rewind::store::Hash::of(b"one\ntwo\n").to_string();
-        assert_eq!(
-            changes.last().unwrap()["after"]["hash"],
-            two.as_str(),
-            "{d}/f's edit is not in the history: {log}"
-        );
-        let (made, log) = tree.log(&format!("{d}/new"));
-        let new = rewind::store::Hash::of(b"new\n").to_string();
-        assert!(
-            made.last()
-                .is_some_and(|c| c["after"]["hash"] == new.as_str()),
-            "{d}/new is not in the history: {log}"
-        );
+        tree.assert_last_is(&format!("{d}/f"), b"one\ntwo\n");
+        tree.assert_last_is(&format!("{d}/new"), b"new\n");
         tree.unmount();
     }
 }
@@ -898,13 +888,7 @@ fn a_folder_with_a_hidden_held_back_create_can_be_renamed() {
         );
         tree.sh(&format!("chmod 755 {p}.q/e"));
         tree.rewind(&["-C", ws_arg, "sync"]);
-        let (made, log) = tree.log(&format!("{p}.q/e/new"));
-        let new = rewind::store::Hash::of(b"new\n").to_string();
-        assert!(
-            made.last()
-                .is_some_and(|c| c["after"]["hash"] == new.as_str()),
-            "{p}.q/e/new is not in the history: {log}"
-        );
+        tree.assert_last_is(&format!("{p}.q/e/new"), b"new\n");
         tree.unmount();
     }
 }

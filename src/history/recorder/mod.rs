@@ -391,16 +391,9 @@ impl Recorder {
 
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
     pub fn sync(&self) -> Result<()> {
+        // What still waits (a create whose path cannot be looked up now) has its marker from
+        // when it began to wait (`mark_waiting`): the next mount records it in its place.
         self.flush_pending_older(true)?;
-        // What still waits (a create whose path cannot be looked up now) leaves its marker, as
-        // an fsynced one does: the next mount records it with its id and its writer.
-        let waiting: Vec<(Vec<u8>, pending::Pending)> = lock(&self.pending)
-            .iter()
-            .map(|(path, p)| (path.clone(), p.clone()))
-            .collect();
-        for (path, p) in waiting {
-            self.mark_waiting(&path, &p);
-        }
         self.drain()?;
         Ok(self.history.store().sync()?)
     }
