@@ -2,8 +2,9 @@
 //! to any more. Which changes must stay is the caller's rule (`history::retention`); this
 //! module only counts references.
 //!
-//! A dry run and a run are one computation: [`Store::gc`] plans under the writer lock and,
-//! unless it is a dry run, carries out exactly that plan before letting go of the lock. What
+//! A dry run and a run are one computation: [`Store::gc`] plans (recording goes on meanwhile,
+//! and what it records is taken into account under the writer lock) and, unless it is a dry
+//! run, carries out exactly that plan before letting go of the lock. What
 //! a run removed is remembered (the *horizon*: the newest change removed, and per session and
 //! agent how many of theirs), so that no question about the past is answered from incomplete
 //! history.
@@ -16,11 +17,17 @@ use rocksdb::{BottommostLevelCompaction, CompactOptions, IteratorMode, LiveFile,
 
 use super::blobs::{self, Hash};
 use super::write::{Room, delete_change, mib};
-use super::{ALL_CFS, CF_BLOBS, CF_META, ChangeRecord, Query, Result, Store};
+use super::{
+    ALL_CFS, CF_BLOBS, CF_META, CF_SESSIONS, ChangeRecord, Query, Result, SessionRecord, Store,
+};
 
 /// For the tests: how long a gc pauses between its deletes and their compaction, the writer
 /// lock let go (`REWIND_TEST_SLOW_COMPACT`, milliseconds).
 static SLOW_COMPACT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_COMPACT");
+
+/// For the tests: how long a gc pauses once its plan is made, before it takes the writer lock
+/// to correct it and write its batch (`REWIND_TEST_SLOW_GC_PLAN`, milliseconds).
+static SLOW_PLAN: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_GC_PLAN");
 
 /// What a gc may remove.
 pub struct GcPlan<'a> {
@@ -172,6 +179,100 @@ fn content_hashes(c: &ChangeRecord) -> impl Iterator<Item = Hash> + '_ {
         .filter_map(|s| s.as_ref().and_then(|s| s.hash).map(Hash))
 }
 
+/// What reading the blob `hash` (stored as `value`) needs besides it: the chunks of a chunked
+/// one, the base of a delta.
+fn needs_of(hash: &Hash, value: &[u8]) -> Result<Vec<Hash>> {
+    Ok(if let Some(m) = blobs::manifest_of(hash, value)? {
+        m.chunks.into_iter().map(|(h, _)| Hash(h)).collect()
+    } else if let Some((base, _)) = blobs::delta_base(value) {
+        vec![base]
+    } else {
+        Vec::new()
+    })
+}
+
+/// Session summaries made from `changes`.
+fn summaries<'a>(
+    changes: impl Iterator<Item = &'a ChangeRecord>,
+) -> HashMap<String, SessionRecord> {
+    let mut out = HashMap::new();
+    for c in changes {
+        count_in(&mut out, c);
+    }
+    out
+}
+
+fn count_in(sessions: &mut HashMap<String, SessionRecord>, c: &ChangeRecord) {
+    match sessions.get_mut(&c.session) {
+        Some(s) => s.count_in(c),
+        None => {
+            let mut s = SessionRecord::started_by(c);
+            s.count_in(c);
+            sessions.insert(c.session.clone(), s);
+        }
+    }
+}
+
+/// What was recorded, and whether anything was taken back, while a gc planned ([`Store::sweep`]).
+#[derive(Default)]
+pub(super) struct Watch {
+    pub(super) recorded: Vec<ChangeRecord>,
+    /// A change was taken back.
+    pub(super) retracted: bool,
+}
+
+/// A gc's plan being made: what is recorded, taken back and unpinned meanwhile is watched
+/// until [`finish`](Watching::finish), or until it is dropped (a plan cut short by an error).
+struct Watching<'a> {
+    store: &'a Store,
+    done: bool,
+}
+
+impl<'a> Watching<'a> {
+    /// `writer_held`: the caller holds the writer lock.
+    fn start(store: &'a Store, writer_held: bool) -> Watching<'a> {
+        // With the writer lock: a change is written either before (and the plan reads it) or
+        // after (and is watched).
+        let _writer =
+            (!writer_held).then(|| store.writer.lock().unwrap_or_else(|e| e.into_inner()));
+        *store.gc_watch.lock().unwrap_or_else(|e| e.into_inner()) = Some(Watch::default());
+        store.pins.watch();
+        Watching { store, done: false }
+    }
+
+    /// What was recorded and taken back, and the content unpinned: call with `writer` and
+    /// the pin table's lock held.
+    fn finish(
+        mut self,
+        pinned: &std::sync::MutexGuard<'_, HashMap<Hash, u32>>,
+    ) -> (Watch, HashSet<Hash>) {
+        self.done = true;
+        let watch = self
+            .store
+            .gc_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        (watch, self.store.pins.unwatch(pinned))
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        *self
+            .store
+            .gc_watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        let pinned = self.store.pins.lock();
+        self.store.pins.unwatch(&pinned);
+    }
+}
+
 /// Bytes the files below `dir` take on disk (allocated blocks, as `du` counts them).
 pub fn disk_usage(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -299,10 +400,31 @@ impl Store {
     }
 
     /// The removal part of [`gc`](Store::gc), under `gc_lock`.
+    ///
+    /// The plan reads every change and every blob's header: seconds for a large store.
+    /// Recording goes on meanwhile (a gc used to hold the writer lock for all of it, and every
+    /// write through the mount waited). What is recorded while it plans, and every content
+    /// unpinned, is watched ([`Watching`]); under the writer lock, where the batch is
+    /// written, the plan keeps that content and what reading it needs, and counts the new
+    /// changes in the session summaries. A change taken back meanwhile (an operation that
+    /// failed after its change was recorded) may have been the newest of its path, which the
+    /// plan then let go of: the plan is made again, and after three such tries, with the
+    /// writer lock held throughout.
     fn sweep(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
-        // Hold the writer lock so no change is recorded between planning and deleting (and
-        // until the session summaries are rebuilt from what is left).
-        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            if let Some(report) = self.sweep_once(plan, tries > 3)? {
+                return Ok(report);
+            }
+        }
+    }
+
+    /// One try of [`sweep`](Self::sweep): `None` if a change was taken back while it planned
+    /// (never with `locked`: the writer lock held from the start).
+    fn sweep_once(&self, plan: &GcPlan<'_>, locked: bool) -> Result<Option<GcReport>> {
+        let held = locked.then(|| self.writer.lock().unwrap_or_else(|e| e.into_inner()));
+        let watching = Watching::start(self, held.is_some());
         let disk_before = disk_usage(&self.dir);
         let all = self.query(&Query::default())?;
         let protected = (plan.protect)(&all);
@@ -318,10 +440,9 @@ impl Store {
                 let Ok(hash) = <[u8; 32]>::try_from(&key[..]).map(Hash) else {
                     continue;
                 };
-                if let Some(m) = blobs::manifest_of(&hash, &value)? {
-                    chunks_of.insert(hash, m.chunks.into_iter().map(|(h, _)| Hash(h)).collect());
-                } else if let Some((base, _)) = blobs::delta_base(&value) {
-                    chunks_of.insert(hash, vec![base]);
+                let needs = needs_of(&hash, &value)?;
+                if !needs.is_empty() {
+                    chunks_of.insert(hash, needs);
                 }
                 sizes.insert(hash, value.len() as u64);
             }
@@ -397,12 +518,41 @@ impl Store {
             }
             doomed.push(c);
         }
+        // What stays of each session, as far as the plan knows.
+        let mut sessions = if plan.dry_run {
+            HashMap::new()
+        } else {
+            let gone: HashSet<u64> = doomed.iter().map(|c| c.id).collect();
+            summaries(all.iter().filter(|c| !gone.contains(&c.id)))
+        };
+        SLOW_PLAN.pause();
 
+        // Hold the writer lock so no change is recorded between the plan's last corrections
+        // and the batch (and until the session summaries are written).
+        let writer = match held {
+            Some(writer) => writer,
+            None => self.writer.lock().unwrap_or_else(|e| e.into_inner()),
+        };
         // Blobs pinned by an operation in progress belong to a record not written yet: keep
         // them (`pins.rs`). The lock is held until the batch is written, so `keep_blob` either
-        // pinned its hash in time or finds the blob gone (and it is stored again).
+        // pinned its hash in time or finds the blob gone (and it is stored again). Blobs
+        // unpinned while the plan was made belong to records it did not see: keep them too.
         let pinned = self.pins.lock();
-        let kept: HashSet<Hash> = pinned.keys().copied().flat_map(with_chunks).collect();
+        let (watch, released) = watching.finish(&pinned);
+        if watch.retracted && !locked {
+            return Ok(None);
+        }
+        let seen = |id: u64| all.binary_search_by_key(&id, |c| c.id).is_ok();
+        let recorded: Vec<&ChangeRecord> = watch.recorded.iter().filter(|c| !seen(c.id)).collect();
+        let kept = self.needed_by(
+            pinned
+                .keys()
+                .copied()
+                .chain(released)
+                .chain(recorded.iter().flat_map(|c| content_hashes(c))),
+            &sizes,
+            &chunks_of,
+        )?;
         unreferenced.retain(|h| !kept.contains(h));
         unreferenced.sort();
         unreferenced.dedup();
@@ -465,8 +615,14 @@ impl Store {
             not_compacted: None,
         };
         if plan.dry_run {
-            return Ok(report);
+            return Ok(Some(report));
         }
+
+        // The session summaries: what the plan left of them, with what was recorded since.
+        for c in &recorded {
+            count_in(&mut sessions, c);
+        }
+        let old_sessions = self.sessions()?;
 
         // The counts lose what is deleted; content stored since the scan above is not in
         // `sizes` and never deleted here (and a hash only a change named is not stored).
@@ -498,6 +654,14 @@ impl Store {
             for ((kind, name), cut) in &cuts {
                 batch.put_cf(db.cf(CF_META), cut_key(*kind, name), cut.encode());
             }
+            for old in &old_sessions {
+                if !sessions.contains_key(&old.name) {
+                    batch.delete_cf(db.cf(CF_SESSIONS), old.name.as_bytes());
+                }
+            }
+            for info in sessions.values() {
+                batch.put_cf(db.cf(CF_SESSIONS), info.name.as_bytes(), info.encode());
+            }
         }
         self.write_counted_as("gc", batch, &mut counts, new_counts, true)?;
         drop(counts);
@@ -506,7 +670,10 @@ impl Store {
             self.sweeps.fetch_add(1, Ordering::SeqCst);
         }
         drop(pinned);
-        self.rebuild_sessions()?;
+        self.sessions_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         // Recording goes on while RocksDB compacts: a compaction of a big store takes seconds,
         // and every operation that records waited for it (a `mkdir` took 0.7 s beside a gc of
         // 100k changes).
@@ -517,7 +684,43 @@ impl Store {
             report.not_compacted = self.give_back_space()?;
         }
         report.disk_after = disk_usage(&self.dir);
-        Ok(report)
+        Ok(Some(report))
+    }
+
+    /// `roots` and every blob reading them needs (chunks, delta bases, their bases). What the
+    /// scan saw is in `chunks_of` (or, stored whole, in `sizes` only); a blob stored since is
+    /// read.
+    fn needed_by(
+        &self,
+        roots: impl IntoIterator<Item = Hash>,
+        sizes: &HashMap<Hash, u64>,
+        chunks_of: &HashMap<Hash, Vec<Hash>>,
+    ) -> Result<HashSet<Hash>> {
+        let mut out = HashSet::new();
+        let mut todo: Vec<Hash> = roots.into_iter().collect();
+        let db = self.db()?;
+        while let Some(h) = todo.pop() {
+            if !out.insert(h) {
+                continue;
+            }
+            if let Some(needs) = chunks_of.get(&h) {
+                todo.extend(needs);
+            } else if !sizes.contains_key(&h)
+                && let Some(value) = db
+                    .get_pinned_cf(db.cf(CF_BLOBS), h.0)
+                    .map_err(Store::db_error("read blob"))?
+            {
+                todo.extend(needs_of(&h, &value)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tell a gc that is planning about a write: call with `writer` held, once it is written.
+    pub(super) fn watched_by_gc(&self, note: impl FnOnce(&mut Watch)) {
+        if let Some(w) = &mut *self.gc_watch.lock().unwrap_or_else(|e| e.into_inner()) {
+            note(w);
+        }
     }
 
     /// Whether deleted content still takes room in the store: only gc deletes in `blobs`, and

@@ -157,6 +157,9 @@ pub struct Store {
     /// Held by a gc from start to end, repack included: a repack takes bases that only a gc
     /// removes (`repack.rs`). Taken before `writer`.
     gc_lock: Mutex<()>,
+    /// While a gc plans without the writer lock: the changes recorded and taken back since it
+    /// began (`gc.rs`). Changed only with `writer` held.
+    gc_watch: Mutex<Option<gc::Watch>>,
     /// The last base read that is a zstd dictionary (a repack's, which many heads are stored
     /// on: `repack.rs`), decoded and checked, so that reading them does not decode it each
     /// time. A leaf lock.

@@ -442,6 +442,7 @@ impl Store {
             pins: Default::default(),
             pinned: AtomicU64::new(0),
             gc_lock: Mutex::new(()),
+            gc_watch: Mutex::new(None),
             dictionary: Mutex::new(None),
             wanted: AtomicU64::new(0),
             similar: Default::default(),

@@ -17,11 +17,14 @@
 //!   line says which): safe, but it is a leak, so every writer in the daemon opens a scope.
 //!
 //! The table holds a count per hash, so it is as large as the captures in flight, whatever
-//! the history's size. gc reads it under its lock from planning until its batch is written
-//! (see `gc.rs`).
+//! the history's size. gc plans without holding the writer lock (recording goes on), so it
+//! also asks the table to remember every hash unpinned while it plans ([`PinTable::watch`]):
+//! such a hash belongs to a record written meanwhile, which the plan did not see. gc keeps
+//! both what is pinned and what was unpinned, read together under the table's lock when it
+//! writes its batch (see `gc.rs`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Hash, Store};
@@ -30,11 +33,31 @@ use super::{Hash, Store};
 #[derive(Default)]
 pub(super) struct PinTable {
     counts: Mutex<HashMap<Hash, u32>>,
+    /// While a gc plans: every hash unpinned since it began. Changed only with `counts`
+    /// held, so that a hash is always either pinned or here.
+    released: Mutex<Option<HashSet<Hash>>>,
 }
 
 impl PinTable {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Hash, u32>> {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn released(&self) -> MutexGuard<'_, Option<HashSet<Hash>>> {
+        self.released.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remember the hashes unpinned from now on, until [`unwatch`](Self::unwatch).
+    pub(super) fn watch(&self) {
+        let _counts = self.lock();
+        *self.released() = Some(HashSet::new());
+    }
+
+    /// Stop remembering; what was unpinned since [`watch`](Self::watch). Call with the
+    /// table's lock held (`counts`), so that nothing is unpinned between reading the pins and
+    /// this.
+    pub(super) fn unwatch(&self, _counts: &MutexGuard<'_, HashMap<Hash, u32>>) -> HashSet<Hash> {
+        self.released().take().unwrap_or_default()
     }
 
     fn add(counts: &mut HashMap<Hash, u32>, hash: Hash) {
@@ -53,6 +76,9 @@ impl PinTable {
                     counts.remove(h);
                 }
             }
+        }
+        if let Some(released) = &mut *self.released() {
+            released.extend(hashes.iter().copied());
         }
         // A burst of captures (a large tree) leaves the map's capacity behind: give it back.
         if counts.capacity() > 4096 && counts.len() < counts.capacity() / 4 {

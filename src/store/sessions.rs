@@ -1,9 +1,7 @@
 //! Session summaries: a count and the first and last change of each session, kept in step with
 //! the changes in the same batch (an index, like `by_session`, that needs no scan to read).
 
-use rocksdb::WriteBatch;
-
-use super::{CF_SESSIONS, ChangeRecord, Result, SessionRecord, Store};
+use super::{ChangeRecord, Result, SessionRecord, Store};
 
 impl SessionRecord {
     /// A session that `change` is the first of (counted by [`count_in`](Self::count_in)).
@@ -52,34 +50,5 @@ impl Store {
         let mut info = stored.unwrap_or_else(|| SessionRecord::started_by(change));
         info.count_in(change);
         Ok(info)
-    }
-
-    /// Recompute every session summary from the remaining changes (after gc removed some).
-    pub(super) fn rebuild_sessions(&self) -> Result<()> {
-        let mut sessions: std::collections::HashMap<String, SessionRecord> = Default::default();
-        self.for_each(&super::Query::default(), |c| {
-            sessions
-                .entry(c.session.clone())
-                .or_insert_with(|| SessionRecord::started_by(&c))
-                .count_in(&c);
-            true
-        })?;
-        let old = self.sessions()?;
-        let db = self.db()?;
-        let mut batch = WriteBatch::default();
-        for old in old {
-            if !sessions.contains_key(&old.name) {
-                batch.delete_cf(db.cf(CF_SESSIONS), old.name.as_bytes());
-            }
-        }
-        for info in sessions.values() {
-            batch.put_cf(db.cf(CF_SESSIONS), info.name.as_bytes(), info.encode());
-        }
-        drop(db);
-        self.sessions_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.write_to_free("gc sessions", batch)
     }
 }

@@ -517,6 +517,7 @@ impl Store {
         drop(db);
         self.write_counted("record change", batch, &mut counts, new_counts)?;
         drop(counts);
+        self.watched_by_gc(|w| w.recorded.extend(out.iter().cloned()));
         for content in contents {
             self.content_written(content);
         }
@@ -597,6 +598,7 @@ impl Store {
         drop(db);
         self.write_counted("retract change", batch, &mut counts, new_counts)?;
         drop(counts);
+        self.watched_by_gc(|w| w.retracted = true);
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())

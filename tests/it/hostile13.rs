@@ -35,7 +35,7 @@ fn fill_to_the_last_byte(small: &crate::common::SmallFs) -> std::path::PathBuf {
 
 /// Every change `rewind log` lists names content the mount's `.rewind/versions/` serves, equal
 /// to its hash.
-fn every_listed_version_reads_back(ws: &Workspace) -> usize {
+pub(crate) fn every_listed_version_reads_back(ws: &Workspace) -> usize {
     let root = ws.path();
     let mut read = 0;
     let mut wrong = Vec::new();

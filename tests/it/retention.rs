@@ -468,6 +468,86 @@ fn recording_goes_on_while_gc_compacts() {
     assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), "three\n");
 }
 
+/// gc plans without holding up recording: the plan reads every change and every blob (seconds
+/// on a big store), and every write through the mount used to wait for it. With the plan
+/// slowed down (`REWIND_TEST_SLOW_GC_PLAN`), writes made while gc plans return before it is
+/// done, and what they recorded stays whole although it names content the plan found
+/// unreferenced (a version of `a.txt` that gc removes, written again to another file). The
+/// counts equal a recount of the store, and every session's summary counts the changes the
+/// log lists for it, first and last id included.
+#[test]
+fn recording_goes_on_while_gc_plans_and_keeps_what_it_names() {
+    use crate::scale::{recount, status_counts};
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_GC_PLAN", "5000")]);
+    for v in ["one\n", "two\n", "three\n"] {
+        write(&ws, "a.txt", v.as_bytes());
+    }
+    write(&ws, "b.txt", b"b\n");
+    write(&ws, "d.txt", b"d\n");
+    ok(rw(&ws, &["sync"]));
+    let mut gc = spawn_gc(&ws);
+    // gc's plan of this small store takes milliseconds; then it pauses for 5 s.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let start = std::time::Instant::now();
+    write(&ws, "b.txt", b"one\n");
+    sh(
+        &ws.path(),
+        "echo two > d.txt && mkdir made-during-gc && cp a.txt c.txt",
+    );
+    // The new file's create is recorded now, not after gc.
+    ok(rw(&ws, &["sync"]));
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "the writes took {took:?}: they waited for gc's plan"
+    );
+    assert!(
+        gc.try_wait().unwrap().is_none(),
+        "gc ended before the writes were made"
+    );
+    let out = gc.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("removed 2 changes"), "{said}");
+    ok(rw(&ws, &["sync"]));
+    // Read from the store (the workspace has them too): before anything writes the files again,
+    // which would store their content anew.
+    let read = crate::hostile13::every_listed_version_reads_back(&ws);
+    assert!(read >= 5, "{read} versions read");
+    for (path, content) in [
+        ("a.txt", "three\n"),
+        ("b.txt", "one\n"),
+        ("c.txt", "three\n"),
+        ("d.txt", "two\n"),
+    ] {
+        assert_eq!(ok(rw(&ws, &["cat", path])), content, "{path}");
+    }
+    ok(rw(&ws, &["sync"]));
+    let log = ok(rw(&ws, &["log"]));
+    assert!(log.contains("made-during-gc"), "{log}");
+    assert_eq!(status_counts(&ws), recount(&ws.store()));
+    // Each session's summary, as a recount of the log gives it.
+    let changes = json_lines(&ok(rw(&ws, &["log", "--json"])));
+    let sessions = json_lines(&ok(rw(&ws, &["sessions", "--json"])));
+    assert!(!sessions.is_empty());
+    for s in &sessions {
+        let ids: Vec<u64> = changes
+            .iter()
+            .filter(|c| c["session"] == s["name"])
+            .map(|c| c["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(s["changes"], ids.len() as u64, "{s}");
+        assert_eq!(s["first_id"], *ids.iter().min().unwrap(), "{s}");
+        assert_eq!(s["last_id"], *ids.iter().max().unwrap(), "{s}");
+    }
+    let listed: usize = sessions
+        .iter()
+        .map(|s| s["changes"].as_u64().unwrap() as usize)
+        .sum();
+    assert_eq!(listed, changes.len());
+}
+
 /// What is recorded while gc compacts (the writer lock let go) stays whole, with hostile
 /// timing: files written and edited during the compaction of one gc read back and are counted
 /// (`status` equals a recount of the store); two gcs at once beside a writer; then the daemon
@@ -634,4 +714,10 @@ fn rewrite_old(ws: &Workspace, versions: std::ops::RangeInclusive<u32>) {
         ok(rw(ws, &["sync"]));
     }
     ok(rw(ws, &["sync"]));
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
 }
