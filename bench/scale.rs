@@ -26,7 +26,11 @@
 //! - `tree`: `rm -rf` of a tree of 50,000 small files through a mount, and its rollback, beside
 //!   a native `cp -a` of the same tree (caches dropped before each).
 //!
-//! `cargo bench --bench scale [-- --only mem,cdc,capture,gc,gc-mounted,read,delta,git,tree] [--files N]
+//! - `gc-stall`: how long a change waits to be recorded while gc runs on a store of
+//!   `--changes N` changes: a thread records one every millisecond during a gc that removes
+//!   nothing, then during one that removes half of them, beside the same thread with no gc.
+//!
+//! `cargo bench --bench scale [-- --only mem,cdc,capture,gc,gc-mounted,read,delta,git,tree,gc-stall] [--files N]
 //! [--rounds N] [--mib N] [--changes N] [--repo PATH] [--commits N] [--tree N]`. `mem`, `gc`,
 //! `read`, `git` and `tree` need FUSE (`tree` root, to drop caches).
 
@@ -125,6 +129,19 @@ fn main() {
             ),
             "≥ 90 % of it",
         ));
+    }
+    if want("gc-stall") {
+        let changes: usize = arg(&args, "--changes").unwrap_or(120_000);
+        for (what, gc_time, stall) in gc_stall(&work.join("gc-stall"), changes) {
+            rows.push((
+                format!("the longest a change waited to be recorded, {what}, {changes} changes"),
+                match gc_time {
+                    Some(t) => format!("{:.1} ms (gc: {:.2} s)", stall * 1e3, t),
+                    None => format!("{:.1} ms", stall * 1e3),
+                },
+                "",
+            ));
+        }
     }
     if want("read") {
         let changes: usize = arg(&args, "--changes").unwrap_or(120_000);
@@ -485,6 +502,120 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
     out.push(("read .rewind/at/ID/FILE".into(), runs[runs.len() / 2]));
     rewind(work, &data, &["unmount".as_ref(), ws.as_os_str()]);
     out
+}
+
+/// A change recorded every millisecond on another thread, while nothing else runs, during a gc
+/// of a store of `changes` changes that removes none, then during one that removes half: the
+/// longest a record took, and how long each gc took.
+fn gc_stall(work: &Path, changes: usize) -> Vec<(&'static str, Option<f64>, f64)> {
+    use rewind::history::History;
+    use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
+    use rewind::history::db::{Extra, GcPolicy};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fs::create_dir_all(work).unwrap();
+    let history = Arc::new(History::new(Arc::new(
+        Store::open(&work.join("store")).unwrap(),
+    )));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let start = now - 3_600_000_000_000;
+    fn change(history: &History, i: u64, time_ns: u64) -> Change {
+        let content = format!("version {i}\n");
+        Change {
+            id: 0,
+            time_ns,
+            kind: ChangeKind::Modify,
+            path: format!("d{}/f{}.txt", i % 100, i % 5000).into_bytes(),
+            from: None,
+            before: None,
+            after: Some(FileState {
+                kind: FileKind::File,
+                size: content.len() as u64,
+                mode: 0o644,
+                hash: Some(history.store().put_blob(content.as_bytes()).unwrap()),
+                owner: None,
+            }),
+            session: format!("s{}", i % 10),
+            agent: "bench".into(),
+            pid: 1,
+            process: "bench".into(),
+            links: Vec::new(),
+            groups: Vec::new(),
+            turn: None,
+            tool: None,
+            uid: None,
+        }
+    }
+    let extra = Extra::default();
+    for batch in (0..changes as u64).collect::<Vec<_>>().chunks(1000) {
+        let _pins = history.store().pin_scope();
+        let batch: Vec<Change> = batch
+            .iter()
+            .map(|&i| change(&history, i, start + i * 1000))
+            .collect();
+        history
+            .record_many(batch.into_iter().map(|c| (c, &extra)).collect())
+            .unwrap();
+    }
+    let half = start + changes as u64 / 2 * 1000;
+    // One change a millisecond; the longest a record took while `busy` ran.
+    let longest_during = |busy: &dyn Fn()| -> f64 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (history, stop) = (history.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut longest = 0f64;
+                let mut i = 1u64 << 40;
+                while !stop.load(Ordering::Relaxed) {
+                    let extra = Extra::default();
+                    let _pins = history.store().pin_scope();
+                    let c = change(&history, i, now + i);
+                    let t = Instant::now();
+                    history.record_many(vec![(c, &extra)]).unwrap();
+                    longest = longest.max(t.elapsed().as_secs_f64());
+                    i += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                longest
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        busy();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap()
+    };
+    let gc = |older_than_ns: u64| {
+        let t = Instant::now();
+        let report = history
+            .gc(&GcPolicy {
+                older_than_ns: Some(older_than_ns),
+                max_bytes: None,
+                dry_run: false,
+                repack: false,
+            })
+            .unwrap();
+        eprintln!("gc-stall: gc removed {} changes", report.changes_removed);
+        t.elapsed().as_secs_f64()
+    };
+    let idle = longest_during(&|| std::thread::sleep(std::time::Duration::from_secs(1)));
+    let took = std::cell::Cell::new(0.0);
+    let none = longest_during(&|| took.set(gc(start)));
+    let none_took = took.get();
+    let half_stall = longest_during(&|| took.set(gc(half)));
+    vec![
+        ("no gc (1 s)", None, idle),
+        ("during a gc that removes none", Some(none_took), none),
+        (
+            "during a gc that removes half",
+            Some(took.get()),
+            half_stall,
+        ),
+    ]
 }
 
 /// What `du` counts: allocated blocks of every file below `dir`.
