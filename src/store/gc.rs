@@ -525,6 +525,14 @@ impl Store {
             let gone: HashSet<u64> = doomed.iter().map(|c| c.id).collect();
             summaries(all.iter().filter(|c| !gone.contains(&c.id)))
         };
+        // The batch's bulk, its deletes of changes, made before the lock is taken.
+        let mut batch = WriteBatch::default();
+        if !plan.dry_run {
+            let db = self.db()?;
+            for c in &doomed {
+                delete_change(&db, &mut batch, c);
+            }
+        }
         SLOW_PLAN.pause();
 
         // Hold the writer lock so no change is recorded between the plan's last corrections
@@ -633,12 +641,8 @@ impl Store {
             new_counts.blobs = new_counts.blobs.saturating_sub(1);
             new_counts.blob_bytes = new_counts.blob_bytes.saturating_sub(*size);
         }
-        let mut batch = WriteBatch::default();
         {
             let db = self.db()?;
-            for c in &doomed {
-                delete_change(&db, &mut batch, c);
-            }
             for h in &unreferenced {
                 batch.delete_cf(db.cf(CF_BLOBS), h.0);
             }
