@@ -240,4 +240,31 @@ mod tests {
         drop(moved);
         assert_eq!(store.pinned_blobs(), 1);
     }
+
+    /// While a gc plans, every hash unpinned is remembered (its record was written meanwhile),
+    /// from any scope or carried pins, and only then: a watch begun later or ended forgets.
+    #[test]
+    fn a_watch_remembers_what_was_unpinned_while_it_lasted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (a, b, c) = (Hash::of(b"a"), Hash::of(b"b"), Hash::of(b"c"));
+        drop(store.pin([a]));
+        store.pins.watch();
+        {
+            let _scope = store.pin_scope();
+            store.put_blob(b"b").unwrap();
+            let carried = store.pin([c]);
+            std::thread::spawn(move || drop(carried)).join().unwrap();
+            // Still pinned by the scope: not yet released.
+            let pinned = store.pins.lock();
+            assert!(pinned.contains_key(&b));
+            assert_eq!(*store.pins.released(), Some(HashSet::from([c])));
+        }
+        let released = store.pins.unwatch(&store.pins.lock());
+        assert_eq!(released, HashSet::from([b, c]));
+        // Not watching: nothing is remembered.
+        drop(store.pin([a]));
+        assert_eq!(*store.pins.released(), None);
+        assert!(store.pins.unwatch(&store.pins.lock()).is_empty());
+    }
 }
