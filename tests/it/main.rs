@@ -10,6 +10,7 @@ mod git;
 mod history;
 mod hostile;
 mod hostile13;
+mod hostile16;
 mod hunk;
 mod model;
 mod mount;

@@ -1,0 +1,522 @@
+//! The sixteenth hostile pass (round 12), on "gc: plan without the writer lock": gc plans
+//! while recording goes on, and under the writer lock keeps what was recorded, pinned or
+//! unpinned meanwhile. Every attack here names, while gc's plan is paused
+//! (`REWIND_TEST_SLOW_GC_PLAN`), content the plan found unreferenced, in another way the daemon
+//! can: a rollback to an old point, a new file, a rename over, a hard link, `sed -i`, a file
+//! of more than a chunk, a new file whose delta base is an old version, a file held open
+//! across the gc; two gcs and a dry run at once; a SIGKILL during the pause. Afterwards every
+//! content the store's changes, markers and turns name reads back whole from the store, the
+//! counts equal a recount, and every session's summary equals a recount of `log --json`.
+
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{Workspace, noise, ok, rw, sh, wait_for};
+use crate::scale::{recount, status_counts};
+use rewind::store::{Hash, Query, Store};
+
+/// How long the daemon's gcs pause between plan and commit.
+const PAUSE_MS: u64 = 4000;
+
+fn mount_slow(ws: &mut Workspace, extra: &[&str]) {
+    ws.mount_with_env(
+        extra,
+        &[("REWIND_TEST_SLOW_GC_PLAN", &PAUSE_MS.to_string())],
+    );
+}
+
+/// `rewind ARGS` started in the background from inside the workspace.
+fn spawn(ws: &Workspace, args: &[&str]) -> Child {
+    ws.command(args)
+        .current_dir(ws.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for `child`, which must succeed: its stdout.
+#[track_caller]
+fn finished(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Start `rewind gc --keep 0s` (and `extra`) and wait until its plan is made and it pauses
+/// (the plan of these small stores takes milliseconds).
+fn gc_paused(ws: &Workspace, extra: &[&str]) -> (Child, Instant) {
+    let mut args = vec!["gc", "--keep", "0s"];
+    args.extend_from_slice(extra);
+    let gc = spawn(ws, &args);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_millis(1000));
+    (gc, started)
+}
+
+/// The attack must have happened within the pause: gc still running, and time left.
+#[track_caller]
+fn still_planning(gc: &mut Child, started: Instant) {
+    assert!(
+        gc.try_wait().unwrap().is_none(),
+        "gc ended before the attack was over"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(PAUSE_MS),
+        "the attack took {:?}, longer than gc's pause",
+        started.elapsed()
+    );
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Every content that a change (before and after), an open-episode marker or a turn's
+/// conversation names reads back whole from the store (chunks and delta bases included), read
+/// through a read-only instance of it. Returns how many contents were read.
+fn every_named_content_reads_back(ws: &Workspace) -> usize {
+    let store = Store::open_read_only(&ws.store()).unwrap();
+    let mut named: Vec<(String, [u8; 32])> = Vec::new();
+    for c in store.query(&Query::default()).unwrap() {
+        for (side, s) in [("before", &c.before), ("after", &c.after)] {
+            if let Some(h) = s.as_ref().and_then(|s| s.hash) {
+                named.push((
+                    format!(
+                        "change {} {side} ({})",
+                        c.id,
+                        String::from_utf8_lossy(&c.path)
+                    ),
+                    h,
+                ));
+            }
+        }
+    }
+    for (path, e) in store.open_episodes().unwrap() {
+        if let Some(h) = e.before.and_then(|b| b.hash) {
+            named.push((format!("marker of {}", String::from_utf8_lossy(&path)), h));
+        }
+    }
+    for t in store.turns(None).unwrap() {
+        if let Some(h) = t.conversation {
+            named.push((format!("turn {}:{}", t.session, t.number), h));
+        }
+    }
+    let broken: Vec<String> = named
+        .iter()
+        .filter_map(|(what, h)| {
+            store
+                .verify_blob(&Hash(*h))
+                .err()
+                .map(|e| format!("{what}: {}: {e}", Hash(*h).to_hex()))
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "content named but not readable: {broken:#?}"
+    );
+    named.len()
+}
+
+/// `status`'s counts equal a recount of the store, and every session's summary (changes,
+/// first and last id) equals a recount of `log --json`.
+fn counts_and_sessions_hold(ws: &Workspace) {
+    ok(rw(ws, &["sync"]));
+    assert_eq!(
+        status_counts(ws),
+        recount(&ws.store()),
+        "status vs a recount"
+    );
+    let changes = json_lines(&ok(rw(ws, &["log", "--json"])));
+    let sessions = json_lines(&ok(rw(ws, &["sessions", "--json"])));
+    let mut wrong = Vec::new();
+    for s in &sessions {
+        let ids: Vec<u64> = changes
+            .iter()
+            .filter(|c| c["session"] == s["name"])
+            .map(|c| c["id"].as_u64().unwrap())
+            .collect();
+        let want = (
+            ids.len() as u64,
+            ids.iter().min().copied(),
+            ids.iter().max().copied(),
+        );
+        let got = (
+            s["changes"].as_u64().unwrap_or(u64::MAX),
+            s["first_id"].as_u64(),
+            s["last_id"].as_u64(),
+        );
+        if want != got {
+            wrong.push(format!("{}: summary {got:?}, log {want:?}", s["name"]));
+        }
+    }
+    let listed: u64 = sessions
+        .iter()
+        .map(|s| s["changes"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(wrong.is_empty(), "session summaries: {wrong:#?}");
+    assert_eq!(listed, changes.len() as u64, "sessions list every change");
+}
+
+/// Versions 1 to 3 of `a.txt` and of a 2 MiB `big.bin` (chunked), each a change of its own;
+/// gc --keep 0s removes versions 1 and 2. Returns big.bin's three versions.
+fn three_versions(ws: &Workspace) -> Vec<Vec<u8>> {
+    let dir = ws.path();
+    let mut bigs = Vec::new();
+    for v in 1..=3u64 {
+        // Text long enough to be stored as a delta on the version before.
+        let text: String = (0..400)
+            .map(|i| format!("line {i} of version {v}\n"))
+            .collect();
+        fs::write(dir.join("a.txt"), text).unwrap();
+        let big = noise(2 << 20, v);
+        fs::write(dir.join("big.bin"), &big).unwrap();
+        bigs.push(big);
+        ok(rw(ws, &["sync"]));
+    }
+    bigs
+}
+
+fn a_text(v: u64) -> String {
+    (0..400)
+        .map(|i| format!("line {i} of version {v}\n"))
+        .collect()
+}
+
+/// The id of the oldest change of `path` that `log --json` lists.
+fn first_change_of(ws: &Workspace, path: &str) -> u64 {
+    json_lines(&ok(rw(ws, &["log", "--json", path])))
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .min()
+        .unwrap()
+}
+
+/// A rollback to a point gc is about to remove, made while gc plans: the rollback restores
+/// version 1 of a text file and of a chunked file (content only the doomed changes name), and
+/// records that. gc must keep that content (the rollback's changes name it), so the files, their
+/// versions and every content the store names read back afterwards.
+#[test]
+fn a_rollback_to_a_doomed_point_made_while_gc_plans_keeps_what_it_restored() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let bigs = three_versions(&ws);
+    let point = first_change_of(&ws, "big.bin").max(first_change_of(&ws, "a.txt"));
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    let said = ok(rw(&ws, &["rollback", "--to", &point.to_string()]));
+    ok(rw(&ws, &["sync"]));
+    still_planning(&mut gc, started);
+    let out = finished(gc);
+    assert!(out.contains("removed"), "{out}");
+    ok(rw(&ws, &["sync"]));
+    let dir = ws.path();
+    assert_eq!(
+        fs::read_to_string(dir.join("a.txt")).unwrap(),
+        a_text(1),
+        "{said}"
+    );
+    assert!(
+        fs::read(dir.join("big.bin")).unwrap() == bigs[0],
+        "big.bin is not version 1"
+    );
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(1));
+    let read = crate::hostile13::every_listed_version_reads_back(&ws);
+    assert!(read >= 4, "{read} versions read");
+    let named = every_named_content_reads_back(&ws);
+    assert!(named >= 4, "{named}");
+    counts_and_sessions_hold(&ws);
+}
+
+/// While gc plans, doomed content is named again in every way a shell can: a new file with
+/// version 1's text, a rename over a file, a hard link to a file with version 1's content,
+/// `sed -i` that makes version 1 again, version 1 of the chunked file written to a new path
+/// (its chunks and manifest reused), a new file with another name of the same extension whose
+/// delta base may be an old version, and a file opened for writing before gc and closed after
+/// it with version 1's text. Every content named reads back afterwards.
+#[test]
+fn doomed_content_named_again_in_every_way_while_gc_plans_stays_whole() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let bigs = three_versions(&ws);
+    let dir = ws.path();
+    fs::write(dir.join("over.txt"), "to be replaced\n").unwrap();
+    fs::write(
+        dir.join("sed.txt"),
+        a_text(3).replace("version 3", "version 1x"),
+    )
+    .unwrap();
+    fs::write(dir.join("held.txt"), "held before\n").unwrap();
+    ok(rw(&ws, &["sync"]));
+    // Held open for writing across the whole gc: its episode's marker is there all along.
+    let mut held = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("held.txt"))
+        .unwrap();
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    fs::write(dir.join("plain-v1.txt"), a_text(1)).unwrap();
+    fs::write(dir.join("tmp-v1"), a_text(1)).unwrap();
+    fs::rename(dir.join("tmp-v1"), dir.join("over.txt")).unwrap();
+    fs::write(dir.join("linked.txt"), a_text(2)).unwrap();
+    fs::hard_link(dir.join("linked.txt"), dir.join("link2.txt")).unwrap();
+    sh(&dir, "sed -i 's/version 1x/version 1/' sed.txt");
+    fs::write(dir.join("big-v1.bin"), &bigs[0]).unwrap();
+    // A new .txt path: its delta base may be a recent .txt content, version 1 or 2 of a.txt.
+    fs::write(
+        dir.join("similar.txt"),
+        a_text(2).replace("line 7 of", "line seven of"),
+    )
+    .unwrap();
+    ok(rw(&ws, &["sync"]));
+    still_planning(&mut gc, started);
+    let out = finished(gc);
+    assert!(out.contains("removed"), "{out}");
+    {
+        use std::io::Write;
+        held.write_all(a_text(1).as_bytes()).unwrap();
+    }
+    drop(held);
+    ok(rw(&ws, &["sync"]));
+    for (path, want) in [
+        ("plain-v1.txt", a_text(1)),
+        ("over.txt", a_text(1)),
+        ("linked.txt", a_text(2)),
+        ("link2.txt", a_text(2)),
+        ("sed.txt", a_text(3).replace("version 3", "version 1")),
+        (
+            "similar.txt",
+            a_text(2).replace("line 7 of", "line seven of"),
+        ),
+        ("held.txt", a_text(1)),
+    ] {
+        assert_eq!(ok(rw(&ws, &["cat", path])), want, "{path}");
+    }
+    let read = crate::hostile13::every_listed_version_reads_back(&ws);
+    assert!(read >= 8, "{read} versions read");
+    every_named_content_reads_back(&ws);
+    assert!(
+        fs::read(
+            dir.join(".rewind/versions/big-v1.bin")
+                .join(first_change_of(&ws, "big-v1.bin").to_string())
+        )
+        .unwrap()
+            == bigs[0]
+    );
+    counts_and_sessions_hold(&ws);
+}
+
+/// Two gcs and a dry run queued behind each other, with `rewind run --session` writers naming
+/// what each one's plan dooms while it pauses: the first gc's plan dooms version 1 of `a.txt`,
+/// written again to new files (in new sessions) during its pause; the second's dooms the older
+/// versions of `w.txt` made during the first's pause, written again during the second's pause
+/// while a dry run waits behind it. Afterwards the store holds everything it names and the
+/// summaries equal a recount.
+#[test]
+fn two_gcs_and_a_dry_run_queued_beside_new_sessions_keep_the_store_whole() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    three_versions(&ws);
+    let dir = ws.path();
+    let run = |session: &str, script: &str| {
+        let out = ws
+            .command(&["run", "--session", session, "--", "sh", "-c", script])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let (mut a, started) = gc_paused(&ws, &[]);
+    // Queued behind `a` (gc_lock).
+    let b = spawn(&ws, &["gc", "--keep", "0s", "--max-size", "1K"]);
+    for i in 0..3 {
+        fs::write(dir.join(format!("v1-{i}.txt")), a_text(1)).unwrap();
+        run(&format!("writer-{i}"), &format!("cp v1-{i}.txt s{i}.txt"));
+    }
+    for v in 1..=3 {
+        run("w-writer", &format!("printf 'w %s\\n' {v} > w.txt"));
+        ok(rw(&ws, &["sync"]));
+    }
+    still_planning(&mut a, started);
+    let said_a = finished(a);
+    // `b` plans now (milliseconds) and pauses.
+    std::thread::sleep(Duration::from_millis(1000));
+    let b_started = Instant::now();
+    let dry = spawn(&ws, &["gc", "--keep", "0s", "--dry-run"]);
+    run(
+        "w-copier",
+        "printf 'w %s\\n' 1 > w1.txt; printf 'w %s\\n' 2 > w2.txt",
+    );
+    fs::write(dir.join("v1-late.txt"), a_text(1)).unwrap();
+    ok(rw(&ws, &["sync"]));
+    assert!(
+        b_started.elapsed() < Duration::from_millis(PAUSE_MS - 1500),
+        "the second round took {:?}",
+        b_started.elapsed()
+    );
+    let said_b = finished(b);
+    let said_dry = finished(dry);
+    eprintln!("gc a: {said_a}\ngc b: {said_b}\ndry run: {said_dry}");
+    assert!(said_b.contains("removed"), "{said_b}");
+    ok(rw(&ws, &["sync"]));
+    for i in 0..3 {
+        assert_eq!(ok(rw(&ws, &["cat", &format!("s{i}.txt")])), a_text(1));
+    }
+    assert_eq!(ok(rw(&ws, &["cat", "w1.txt"])), "w 1\n");
+    assert_eq!(ok(rw(&ws, &["cat", "w2.txt"])), "w 2\n");
+    assert_eq!(ok(rw(&ws, &["cat", "v1-late.txt"])), a_text(1));
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
+
+/// Rename-away saves (vim's: `a.txt` renamed to `a.txt~`, the new content written as `a.txt`,
+/// the backup deleted, by one process) over and over while gc plans: each folds its rename into
+/// a modify by taking the rename back, which makes gc plan again; after three tries gc plans
+/// with the writer lock held. The saves write version 1 (content the plan dooms). gc ends,
+/// the saves all succeed, and the store is whole.
+#[test]
+fn rename_away_saves_taking_changes_back_all_through_gc_make_it_plan_again_and_end() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    three_versions(&ws);
+    let dir = ws.path();
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    let mut saves = 0;
+    let mut slowest = Duration::ZERO;
+    while gc.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "gc did not end in 60 s"
+        );
+        let t = Instant::now();
+        let out = crate::common::python(
+            &dir,
+            &format!(
+                "import os\n\
+                 os.rename('a.txt', 'a.txt~')\n\
+                 with open('a.txt', 'w') as f: f.write({:?})\n\
+                 os.remove('a.txt~')\n\
+                 print('saved')\n",
+                if saves % 2 == 0 { a_text(1) } else { a_text(2) }
+            ),
+        );
+        assert_eq!(out.trim(), "saved");
+        slowest = slowest.max(t.elapsed());
+        saves += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let took = started.elapsed();
+    let said = finished(gc);
+    eprintln!("{saves} saves, the slowest {slowest:?}; gc took {took:?}: {said}");
+    ok(rw(&ws, &["sync"]));
+    let want = if saves % 2 == 1 { a_text(1) } else { a_text(2) };
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), want);
+    let kinds: Vec<String> = json_lines(&ok(rw(&ws, &["log", "--json", "a.txt~"])))
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kinds.is_empty(), "the backup is in the history: {kinds:?}");
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
+
+/// A new file's create is held back (its id set aside when it was made); then another file
+/// gets two versions; gc plans (the create not recorded yet), dooms the older of those, whose
+/// id is above the create's, and the create is recorded while gc pauses. The create then has an
+/// id below gc's horizon, the oldest point still answered (as the newest change of a path kept
+/// from before it has): its version still reads back through `.rewind/versions/`, the oldest
+/// point kept has the file (`cat --at`, `.rewind/at/`), and its session's summary is whole.
+#[test]
+fn a_held_back_create_recorded_while_gc_plans_below_its_horizon() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let dir = ws.path();
+    fs::write(dir.join("o.txt"), "o 0\n").unwrap();
+    ok(rw(&ws, &["sync"]));
+    // Held back for 500 ms: made first, recorded last.
+    fs::write(dir.join("new.txt"), "new\n").unwrap();
+    fs::write(dir.join("o.txt"), "o 1\n").unwrap();
+    fs::write(dir.join("o.txt"), "o 2\n").unwrap();
+    let gc = spawn(&ws, &["gc", "--keep", "0s"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let said = finished(gc);
+    ok(rw(&ws, &["sync"]));
+    let log = json_lines(&ok(rw(&ws, &["log", "--json"])));
+    let lines: Vec<String> = log
+        .iter()
+        .map(|c| format!("{} {} {}", c["id"], c["kind"], c["path"]))
+        .collect();
+    eprintln!("gc: {said}\nlog: {lines:#?}");
+    let create = log
+        .iter()
+        .find(|c| c["path"] == "new.txt")
+        .unwrap_or_else(|| panic!("no change of new.txt: {lines:#?}"));
+    let id = create["id"].as_u64().unwrap();
+    assert_eq!(ok(rw(&ws, &["cat", "new.txt"])), "new\n");
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+    // Its own id is below the horizon, as the newest change of a path kept from before it is:
+    // refused, as they are. The oldest point kept has the file.
+    let horizon: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("oldest point still kept: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no horizon in {said}"));
+    assert!(
+        id < horizon,
+        "the create {id}, the horizon {horizon}: no longer below it"
+    );
+    assert_eq!(
+        ok(rw(&ws, &["cat", "new.txt", "--at", &horizon.to_string()])),
+        "new\n"
+    );
+    assert!(
+        fs::read_dir(dir.join(format!(".rewind/at/{horizon}")))
+            .unwrap()
+            .any(|e| e.unwrap().file_name() == "new.txt")
+    );
+}
+
+/// The daemon SIGKILLed during gc's pause (its plan made, nothing written), with writes made
+/// during the pause naming doomed content; a remount: every content named reads back, the
+/// counts equal a recount, the summaries equal a recount of the log, and a later gc (not
+/// slowed) leaves the store whole too.
+#[test]
+fn a_sigkill_while_gc_plans_then_a_remount_leaves_the_store_whole() {
+    use crate::trust::{exited, signal};
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let bigs = three_versions(&ws);
+    let dir = ws.path();
+    let pid = crate::common::daemon_pid(&ws) as u32;
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    fs::write(dir.join("v1.txt"), a_text(1)).unwrap();
+    fs::write(dir.join("big-v1.bin"), &bigs[0]).unwrap();
+    ok(rw(&ws, &["sync"]));
+    still_planning(&mut gc, started);
+    signal(pid, libc::SIGKILL);
+    assert!(wait_for(30, || exited(pid)), "the daemon did not die");
+    let _ = gc.wait();
+    let _ = Command::new("fusermount3").arg("-uz").arg(&dir).status();
+    ws.mount_with_env(&[] as &[&str], &[] as &[(&str, &str)]);
+    ok(rw(&ws, &["sync"]));
+    assert_eq!(ok(rw(&ws, &["cat", "v1.txt"])), a_text(1));
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+    ok(rw(&ws, &["gc", "--keep", "0s"]));
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+    assert!(fs::read(dir.join("big-v1.bin")).unwrap() == bigs[0]);
+}
