@@ -520,3 +520,146 @@ fn a_sigkill_while_gc_plans_then_a_remount_leaves_the_store_whole() {
     counts_and_sessions_hold(&ws);
     assert!(fs::read(dir.join("big-v1.bin")).unwrap() == bigs[0]);
 }
+
+/// Wait for `threads` until `secs`; panics naming what has not ended (a deadlock, or a write
+/// that waits for ever).
+fn join_within<T>(secs: u64, threads: Vec<(String, std::thread::JoinHandle<T>)>) -> Vec<T> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while threads.iter().any(|(_, t)| !t.is_finished()) {
+        if Instant::now() > deadline {
+            let stuck: Vec<&String> = threads
+                .iter()
+                .filter(|(_, t)| !t.is_finished())
+                .map(|(n, _)| n)
+                .collect();
+            panic!("not ended after {secs} s: {stuck:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    threads
+        .into_iter()
+        .map(|(_, t)| t.join().unwrap())
+        .collect()
+}
+
+/// gcs one after another (each pausing 30 ms between plan and commit) for 10 s, beside three
+/// writers that cycle their files through four versions (so every gc dooms versions the
+/// writers write again), save by rename over, make and remove hard links, write a file of more
+/// than a chunk in four versions, and save the rename-away way (taking changes back). Nothing
+/// waits for ever, every gc succeeds, and afterwards the store holds everything it names,
+/// the files read back as the workspace has them, and the counts and summaries hold.
+#[test]
+fn gcs_in_a_row_beside_writers_naming_old_content_keep_the_store_whole() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_GC_PLAN", "30")]);
+    let dir = ws.path();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut threads = Vec::new();
+    for t in 0..3u64 {
+        let dir = dir.clone();
+        threads.push((
+            format!("writer {t}"),
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while Instant::now() < until {
+                    let v = i % 4;
+                    let text = a_text(v + 10 * t);
+                    fs::write(dir.join(format!("f{t}.txt")), &text).unwrap();
+                    if i % 3 == 0 {
+                        fs::write(dir.join(format!("r{t}.tmp")), &text).unwrap();
+                        fs::rename(dir.join(format!("r{t}.tmp")), dir.join(format!("r{t}.txt")))
+                            .unwrap();
+                    }
+                    if i % 5 == 0 {
+                        let link = dir.join(format!("l{t}-{i}.txt"));
+                        fs::hard_link(dir.join(format!("f{t}.txt")), &link).unwrap();
+                        if i >= 5 {
+                            let _ = fs::remove_file(dir.join(format!("l{t}-{}.txt", i - 5)));
+                        }
+                    }
+                    if i % 7 == 0 {
+                        fs::write(
+                            dir.join(format!("big{t}.bin")),
+                            noise((1 << 20) + 4096, v + 100 * t),
+                        )
+                        .unwrap();
+                    }
+                    if i % 11 == 0 {
+                        let out = crate::common::python(
+                            &dir,
+                            &format!(
+                                "import os\n\
+                                 os.rename('f{t}.txt', 'f{t}.txt~')\n\
+                                 with open('f{t}.txt', 'w') as f: f.write({:?})\n\
+                                 os.remove('f{t}.txt~')\n\
+                                 print('saved')\n",
+                                a_text((v + 1) % 4 + 10 * t)
+                            ),
+                        );
+                        assert_eq!(out.trim(), "saved");
+                    }
+                    i += 1;
+                }
+                i
+            }),
+        ));
+    }
+    let gcs = {
+        let data = dir.parent().unwrap().join("data");
+        let ws_cmd = move || {
+            let mut c = Command::new(crate::common::REWIND);
+            c.env("XDG_DATA_HOME", &data)
+                .env("PATH", crate::common::path_with_rewind())
+                .env_remove("REWIND_SESSION")
+                .env_remove("REWIND_AGENT");
+            c
+        };
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            let mut slowest = Duration::ZERO;
+            while Instant::now() < until {
+                let t = Instant::now();
+                let out = ws_cmd()
+                    .args(["gc", "--keep", "0s"])
+                    .current_dir(&dir)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "gc {runs}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                slowest = slowest.max(t.elapsed());
+                runs += 1;
+            }
+            (runs, slowest)
+        })
+    };
+    let rounds = join_within(90, threads);
+    let (runs, slowest) = join_within(90, vec![("gcs".to_owned(), gcs)])
+        .pop()
+        .unwrap();
+    eprintln!("writers' rounds {rounds:?}; {runs} gcs, the slowest {slowest:?}");
+    assert!(runs >= 3, "{runs} gcs");
+    ok(rw(&ws, &["sync"]));
+    let mut wrong = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.starts_with('.') {
+            continue;
+        }
+        let on_disk = fs::read(dir.join(&name)).unwrap();
+        let out = rw(&ws, &["cat", &name]);
+        if !out.status.success() || out.stdout != on_disk {
+            wrong.push(format!(
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "files not as the history has them: {wrong:#?}");
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
