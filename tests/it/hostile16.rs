@@ -658,7 +658,77 @@ fn gcs_in_a_row_beside_writers_naming_old_content_keep_the_store_whole() {
             ));
         }
     }
-    assert!(wrong.is_empty(), "files not as the history has them: {wrong:#?}");
+    assert!(
+        wrong.is_empty(),
+        "files not as the history has them: {wrong:#?}"
+    );
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
+
+fn lib_text(v: u64) -> String {
+    (0..300)
+        .map(|i| {
+            format!(
+                "    let value_{i} = compute({i}, \"{i:x}\"); // {}\n",
+                i * v % 7
+            )
+        })
+        .collect()
+}
+
+/// `gc --repack` (both its sweeps pause between plan and commit, and the repack between them
+/// rewrites older versions as deltas on newer ones) while a writer goes on all through it:
+/// `a.txt` gets new versions cycling through old ones (each stored as a delta on the newest,
+/// which the repack may make a base too), old versions are written to new files, and version 1
+/// of the chunked file comes back, while the repack rewrites `lib.rs`'s older versions.
+/// Afterwards everything named reads back. (Old versions of `lib.rs` copied to new paths
+/// instead make the repack rewrite nothing: every version is then another path's head.)
+#[test]
+fn gc_repack_beside_a_writer_cycling_old_versions_keeps_the_store_whole() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let bigs = three_versions(&ws);
+    let dir = ws.path();
+    // A history a repack stores smaller (as `repack::a_mounted_gc_repacks_...` makes it).
+    for v in 0..8 {
+        fs::write(dir.join("lib.rs"), lib_text(v)).unwrap();
+        ok(rw(&ws, &["sync"]));
+    }
+    let mut gc = spawn(&ws, &["gc", "--keep", "3650d", "--repack"]);
+    let started = Instant::now();
+    let mut i = 0u64;
+    while gc.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "gc --repack ran 60 s"
+        );
+        let v = 1 + i % 4;
+        fs::write(dir.join("a.txt"), a_text(v)).unwrap();
+        fs::write(dir.join(format!("c{i}.txt")), a_text(1 + (i + 2) % 4)).unwrap();
+        if i == 3 {
+            fs::write(dir.join("big.bin"), &bigs[0]).unwrap();
+        }
+        ok(rw(&ws, &["sync"]));
+        i += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let said = finished(gc);
+    eprintln!(
+        "{i} rounds during gc --repack ({:?}): {said}",
+        started.elapsed()
+    );
+    assert!(i >= 10, "{i} rounds");
+    assert!(said.contains("repacked"), "{said}");
+    ok(rw(&ws, &["sync"]));
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(1 + (i - 1) % 4));
+    assert!(fs::read(dir.join("big.bin")).unwrap() == bigs[0]);
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+    // And once more, not slowed: what the first left is still whole after a gc that removes.
+    ok(rw(&ws, &["gc", "--keep", "0s", "--repack"]));
     crate::hostile13::every_listed_version_reads_back(&ws);
     every_named_content_reads_back(&ws);
     counts_and_sessions_hold(&ws);
