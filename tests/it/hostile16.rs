@@ -807,3 +807,70 @@ fn an_unmount_while_gc_plans_leaves_the_store_whole() {
     every_named_content_reads_back(&ws);
     counts_and_sessions_hold(&ws);
 }
+
+/// What the mount knows to be stored outlives a gc that deletes it. A new folder's file is
+/// recorded (its content stored, and the capture cache knows the file has it), then the folder
+/// is renamed to an ignored name (`target`, as cargo moves its build folder into place): what
+/// was recorded of it is taken back, so its content is referred to by nothing, and gc removes
+/// it. The unmount leaves the capture cache for the next mount (`save_known`), the file still
+/// as it was. After a remount the file is renamed out of the ignored folder: the file's create must
+/// name content the store has (read again, or stored again).
+#[test]
+fn content_gc_removed_is_not_taken_as_stored_by_the_next_mount() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    fs::write(dir.join(".gitignore"), "target/\n").unwrap();
+    fs::create_dir(dir.join("tbuild")).unwrap();
+    fs::write(dir.join("tbuild/out.bin"), a_text(77)).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let log = ok(rw(&ws, &["log"]));
+    assert!(log.contains("tbuild/out.bin"), "{log}");
+    fs::rename(dir.join("tbuild"), dir.join("target")).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let log = ok(rw(&ws, &["log"]));
+    assert!(
+        !log.contains("tbuild/out.bin"),
+        "the burst is not taken back: {log}"
+    );
+    let said = ok(rw(&ws, &["gc", "--keep", "0s"]));
+    assert!(
+        !said.contains("and 0 blobs"),
+        "gc removed no content: {said}"
+    );
+    ws.unmount();
+    ws.mount();
+    fs::rename(dir.join("target/out.bin"), dir.join("out.bin")).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let log = ok(rw(&ws, &["log"]));
+    assert!(log.contains("out.bin"), "{log}");
+    every_named_content_reads_back(&ws);
+    assert_eq!(ok(rw(&ws, &["cat", "out.bin"])), a_text(77));
+}
+
+/// The same within one mount (no unmount between the gc and the rename): the capture cache
+/// sees that a gc deleted content since (`sweeps`), and the file is read again.
+#[test]
+fn content_gc_removed_is_read_again_within_the_same_mount() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    fs::write(dir.join(".gitignore"), "target/\n").unwrap();
+    fs::create_dir(dir.join("tbuild")).unwrap();
+    fs::write(dir.join("tbuild/out.bin"), a_text(77)).unwrap();
+    ok(rw(&ws, &["sync"]));
+    fs::rename(dir.join("tbuild"), dir.join("target")).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let said = ok(rw(&ws, &["gc", "--keep", "0s"]));
+    assert!(
+        !said.contains("and 0 blobs"),
+        "gc removed no content: {said}"
+    );
+    fs::rename(dir.join("target/out.bin"), dir.join("out.bin")).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let log = ok(rw(&ws, &["log"]));
+    eprintln!("gc: {said}\nlog:\n{log}");
+    assert!(log.contains("out.bin"), "{log}");
+    every_named_content_reads_back(&ws);
+    assert_eq!(ok(rw(&ws, &["cat", "out.bin"])), a_text(77));
+}
