@@ -874,3 +874,42 @@ fn content_gc_removed_is_read_again_within_the_same_mount() {
     every_named_content_reads_back(&ws);
     assert_eq!(ok(rw(&ws, &["cat", "out.bin"])), a_text(77));
 }
+
+/// `git checkout` of an old commit while gc plans: git writes back versions 1 of `a.txt` and
+/// of the chunked `big.bin`, which gc's plan dooms (git's own copy is in `.git`, which is not
+/// recorded). Afterwards both files, their versions and every content named read back.
+#[test]
+fn a_git_checkout_of_doomed_versions_while_gc_plans_keeps_them() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let dir = ws.path();
+    sh(
+        &dir,
+        "git init -q . && git config user.email t@t && git config user.name t",
+    );
+    let mut bigs = Vec::new();
+    for v in 1..=3u64 {
+        fs::write(dir.join("a.txt"), a_text(v)).unwrap();
+        let big = noise(2 << 20, v);
+        fs::write(dir.join("big.bin"), &big).unwrap();
+        bigs.push(big);
+        sh(
+            &dir,
+            &format!("git add a.txt big.bin && git commit -qm v{v}"),
+        );
+        ok(rw(&ws, &["sync"]));
+    }
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    sh(&dir, "git checkout -q HEAD~2 -- a.txt big.bin");
+    ok(rw(&ws, &["sync"]));
+    still_planning(&mut gc, started);
+    let said = finished(gc);
+    assert!(said.contains("removed"), "{said}");
+    ok(rw(&ws, &["sync"]));
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(1));
+    let big = rw(&ws, &["cat", "big.bin"]);
+    assert!(big.status.success() && big.stdout == bigs[0], "big.bin");
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
