@@ -913,3 +913,85 @@ fn a_git_checkout_of_doomed_versions_while_gc_plans_keeps_them() {
     every_named_content_reads_back(&ws);
     counts_and_sessions_hold(&ws);
 }
+
+/// A turn begun before gc plans and ended while it pauses, its transcript kept as the turn's
+/// conversation then (stored and named by the turn after the plan read the turns), beside a
+/// write of doomed content in the turn's session. The conversation and everything else named
+/// read back after the gc.
+#[test]
+fn a_turn_ended_while_gc_plans_keeps_its_conversation() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    three_versions(&ws);
+    let dir = ws.path();
+    let home = tempfile::tempdir().unwrap();
+    let transcript = home.path().join(".claude/projects/-ws/t1.jsonl");
+    fs::create_dir_all(transcript.parent().unwrap()).unwrap();
+    let said = |role: &str, text: &str| {
+        serde_json::json!({"type": role, "message": {"role": role, "content": text}}).to_string()
+    };
+    fs::write(
+        &transcript,
+        format!(
+            "{}\n{}\n",
+            said("user", "bring version 1 back"),
+            said("assistant", "done")
+        ),
+    )
+    .unwrap();
+    let h = [("HOME", home.path().to_str().unwrap())];
+    ok(crate::common::rw_env(
+        &ws,
+        &["turn", "begin", "--session", "s1", "--agent", "claude"],
+        &h,
+    ));
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    ok(crate::common::rw_env(
+        &ws,
+        &[
+            "run",
+            "--session",
+            "s1",
+            "--agent",
+            "claude",
+            "--",
+            "cp",
+            "a.txt",
+            "copy.txt",
+        ],
+        &h,
+    ));
+    fs::write(dir.join("v1.txt"), a_text(1)).unwrap();
+    ok(crate::common::rw_env(
+        &ws,
+        &[
+            "turn",
+            "end",
+            "--session",
+            "s1",
+            "--transcript",
+            transcript.to_str().unwrap(),
+        ],
+        &h,
+    ));
+    let mut kept = None;
+    for _ in 0..100 {
+        let shown = json_lines(&ok(rw(&ws, &["turns", "--show", "s1:1", "--json"])));
+        if let Some(c) = shown[0]["conversation"].as_str() {
+            kept = Some(c.to_owned());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    still_planning(&mut gc, started);
+    let kept = kept.expect("the conversation was not kept while gc paused");
+    assert!(kept.contains("bring version 1 back"), "{kept}");
+    let out = finished(gc);
+    assert!(out.contains("removed"), "{out}");
+    ok(rw(&ws, &["sync"]));
+    let shown = json_lines(&ok(rw(&ws, &["turns", "--show", "s1:1", "--json"])));
+    assert_eq!(shown[0]["conversation"].as_str(), Some(kept.as_str()));
+    let named = every_named_content_reads_back(&ws);
+    assert!(named > 3, "{named}");
+    counts_and_sessions_hold(&ws);
+}
