@@ -576,26 +576,26 @@ fn gcs_in_a_row_beside_writers_naming_old_content_keep_the_store_whole() {
                     let v = i % 4;
                     let text = a_text(v + 10 * t);
                     fs::write(dir.join(format!("f{t}.txt")), &text).unwrap();
-                    if i % 3 == 0 {
+                    if i.is_multiple_of(3) {
                         fs::write(dir.join(format!("r{t}.tmp")), &text).unwrap();
                         fs::rename(dir.join(format!("r{t}.tmp")), dir.join(format!("r{t}.txt")))
                             .unwrap();
                     }
-                    if i % 5 == 0 {
+                    if i.is_multiple_of(5) {
                         let link = dir.join(format!("l{t}-{i}.txt"));
                         fs::hard_link(dir.join(format!("f{t}.txt")), &link).unwrap();
                         if i >= 5 {
                             let _ = fs::remove_file(dir.join(format!("l{t}-{}.txt", i - 5)));
                         }
                     }
-                    if i % 7 == 0 {
+                    if i.is_multiple_of(7) {
                         fs::write(
                             dir.join(format!("big{t}.bin")),
                             noise((1 << 20) + 4096, v + 100 * t),
                         )
                         .unwrap();
                     }
-                    if i % 11 == 0 {
+                    if i.is_multiple_of(11) {
                         let out = crate::common::python(
                             &dir,
                             &format!(
