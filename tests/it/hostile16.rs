@@ -995,3 +995,70 @@ fn a_turn_ended_while_gc_plans_keeps_its_conversation() {
     assert!(named > 3, "{named}");
     counts_and_sessions_hold(&ws);
 }
+
+/// While gc plans: a session all of whose changes the plan dooms records a new one (its
+/// summary must then count only that), and a file is written back to a doomed version while
+/// open and unlinked while still open (its modify and its delete both name that version).
+#[test]
+fn a_doomed_session_records_again_and_a_file_is_deleted_open_while_gc_plans() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    let dir = ws.path();
+    let run = |session: &str, agent: &str, script: &str| {
+        let out = ws
+            .command(&[
+                "run",
+                "--session",
+                session,
+                "--agent",
+                agent,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    // Every change of `old` is followed by a later one of its path, in another session.
+    run("old", "codex", "printf 'old 1\\n' > f.txt");
+    ok(rw(&ws, &["sync"]));
+    run("new", "claude", "printf 'new 1\\n' > f.txt");
+    fs::write(dir.join("d.txt"), a_text(1)).unwrap();
+    ok(rw(&ws, &["sync"]));
+    fs::write(dir.join("d.txt"), a_text(2)).unwrap();
+    ok(rw(&ws, &["sync"]));
+    let (mut gc, started) = gc_paused(&ws, &[]);
+    run("old", "cursor", "printf 'old again\\n' > g.txt");
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(dir.join("d.txt"))
+            .unwrap();
+        f.write_all(a_text(1).as_bytes()).unwrap();
+        fs::remove_file(dir.join("d.txt")).unwrap();
+        f.write_all(b"after the unlink\n").unwrap();
+    }
+    ok(rw(&ws, &["sync"]));
+    still_planning(&mut gc, started);
+    let said = finished(gc);
+    assert!(said.contains("session old"), "{said}");
+    ok(rw(&ws, &["sync"]));
+    let sessions = json_lines(&ok(rw(&ws, &["sessions", "--json"])));
+    let old = sessions
+        .iter()
+        .find(|s| s["name"] == "old")
+        .unwrap_or_else(|| panic!("no session old: {sessions:?}"));
+    assert_eq!(old["changes"], 1, "{old}");
+    assert_eq!(old["agents"], serde_json::json!(["cursor"]), "{old}");
+    let deleted: Vec<serde_json::Value> = json_lines(&ok(rw(&ws, &["log", "--json", "d.txt"])));
+    let last = deleted.last().unwrap();
+    assert_eq!(last["kind"], "delete", "{deleted:?}");
+    crate::hostile13::every_listed_version_reads_back(&ws);
+    every_named_content_reads_back(&ws);
+    counts_and_sessions_hold(&ws);
+}
