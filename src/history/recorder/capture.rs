@@ -319,9 +319,18 @@ impl Recorder {
     /// mtime and ctime are then still the same has the same content, so deleting or overwriting
     /// it is recorded without reading it. A ctime cannot be set back, so whatever changed the
     /// file while it was not mounted (an editor, `touch -r`, a restore from a backup) misses.
+    ///
+    /// Only what no gc may have deleted since it was captured: the next mount takes every
+    /// entry as stored without looking (an entry of a file whose content a gc removed, say
+    /// after the file moved into an ignored folder, would have its next change name a missing
+    /// blob). A gc that deletes blobs while this is written deletes the record in its batch;
+    /// one that does so just before is caught by counting its sweeps again after.
     pub fn save_known(&self) -> Result<()> {
+        let store = self.history.store();
+        let sweeps = store.sweeps();
         let files: Vec<KnownFileRecord> = lock(&self.known)
             .iter()
+            .filter(|(_, k)| k.sweeps == sweeps)
             .map(|(key, k)| KnownFileRecord {
                 dev: key.0,
                 ino: key.1,
@@ -335,7 +344,11 @@ impl Recorder {
             return Ok(());
         }
         let value = KnownRecord { files }.encode();
-        Ok(self.history.store().put_meta(KNOWN_KEY, &value)?)
+        store.put_meta(KNOWN_KEY, &value)?;
+        if store.sweeps() != sweeps {
+            store.delete_meta(KNOWN_KEY)?;
+        }
+        Ok(())
     }
 
     /// Take what the last mount left ([`save_known`](Self::save_known)) into the cache. It is
