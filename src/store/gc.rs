@@ -213,12 +213,11 @@ fn count_in(sessions: &mut HashMap<String, SessionRecord>, c: &ChangeRecord) {
     }
 }
 
-/// What was recorded, and whether anything was taken back, while a gc planned ([`Store::sweep`]).
+/// What was recorded and taken back while a gc planned ([`Store::sweep`]).
 #[derive(Default)]
 pub(super) struct Watch {
     pub(super) recorded: Vec<ChangeRecord>,
-    /// A change was taken back.
-    pub(super) retracted: bool,
+    pub(super) retracted: Vec<ChangeRecord>,
 }
 
 /// A gc's plan being made: what is recorded, taken back and unpinned meanwhile is watched
@@ -406,10 +405,10 @@ impl Store {
     /// write through the mount waited). What is recorded while it plans, and every content
     /// unpinned, is watched ([`Watching`]); under the writer lock, where the batch is
     /// written, the plan keeps that content and what reading it needs, and counts the new
-    /// changes in the session summaries. A change taken back meanwhile (an operation that
-    /// failed after its change was recorded) may have been the newest of its path, which the
-    /// plan then let go of: the plan is made again, and after three such tries, with the
-    /// writer lock held throughout.
+    /// changes in the session summaries. A change the plan counted and that was taken back
+    /// meanwhile (an operation that failed after its change was recorded) may have been the
+    /// newest of its path, which the plan then let go of: the plan is made again, and after
+    /// three such tries, with the writer lock held throughout.
     fn sweep(&self, plan: &GcPlan<'_>) -> Result<GcReport> {
         let mut tries = 0;
         loop {
@@ -420,8 +419,8 @@ impl Store {
         }
     }
 
-    /// One try of [`sweep`](Self::sweep): `None` if a change was taken back while it planned
-    /// (never with `locked`: the writer lock held from the start).
+    /// One try of [`sweep`](Self::sweep): `None` if a change the plan counted was taken back
+    /// while it planned (never with `locked`: the writer lock held from the start).
     fn sweep_once(&self, plan: &GcPlan<'_>, locked: bool) -> Result<Option<GcReport>> {
         let held = locked.then(|| self.writer.lock().unwrap_or_else(|e| e.into_inner()));
         let watching = Watching::start(self, held.is_some());
@@ -547,17 +546,28 @@ impl Store {
         // unpinned while the plan was made belong to records it did not see: keep them too.
         let pinned = self.pins.lock();
         let (watch, released) = watching.finish(&pinned);
-        if watch.retracted && !locked {
+        let seen = |id: u64| all.binary_search_by_key(&id, |c| c.id).is_ok();
+        // A change taken back that the plan counted may have been the newest of its path.
+        // One it did not (recorded meanwhile: an editor's rename-away save takes one back at
+        // every save) changes nothing in it.
+        if watch.retracted.iter().any(|c| seen(c.id)) && !locked {
             return Ok(None);
         }
-        let seen = |id: u64| all.binary_search_by_key(&id, |c| c.id).is_ok();
-        let recorded: Vec<&ChangeRecord> = watch.recorded.iter().filter(|c| !seen(c.id)).collect();
+        let taken_back: HashSet<u64> = watch.retracted.iter().map(|c| c.id).collect();
+        let recorded: Vec<&ChangeRecord> = watch
+            .recorded
+            .iter()
+            .filter(|c| !seen(c.id) && !taken_back.contains(&c.id))
+            .collect();
         let kept = self.needed_by(
             pinned
                 .keys()
                 .copied()
                 .chain(released)
-                .chain(recorded.iter().flat_map(|c| content_hashes(c))),
+                .chain(recorded.iter().flat_map(|c| content_hashes(c)))
+                // What a change taken back named may be named again by the marker put back
+                // with it.
+                .chain(watch.retracted.iter().flat_map(content_hashes)),
             &sizes,
             &chunks_of,
         )?;

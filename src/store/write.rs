@@ -598,7 +598,7 @@ impl Store {
         drop(db);
         self.write_counted("retract change", batch, &mut counts, new_counts)?;
         drop(counts);
-        self.watched_by_gc(|w| w.retracted = true);
+        self.watched_by_gc(|w| w.retracted.extend(changes.iter().cloned()));
         self.sessions_cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -511,6 +511,61 @@ fn gc_by_age_keeps_the_newest_change_of_each_path_and_every_referenced_blob() {
     assert_eq!(a, [4]);
 }
 
+/// A change gc's plan counted, taken back while gc plans (an operation that failed after its
+/// change was recorded), may have been the newest of its path: the plan let go of the change
+/// before it, which is now the newest. gc plans again instead of removing it. The plan is
+/// slowed down (`REWIND_TEST_SLOW_GC_PLAN`, read once per process: nextest runs each test in
+/// its own).
+#[test]
+fn gc_plans_again_when_a_change_it_counted_is_taken_back_meanwhile() {
+    // SAFETY: set before any thread of this process reads the environment.
+    unsafe { std::env::set_var("REWIND_TEST_SLOW_GC_PLAN", "1500") };
+    let dir = tempfile::tempdir().unwrap();
+    let history = Arc::new(open(dir.path()));
+    modify(&history, "a", 10, b"a0", b"a1"); // 1
+    let second = modify(&history, "a", 20, b"a1", b"a2"); // 2: the newest of a, for now
+    let taken_back = history
+        .query(&Query::default())
+        .unwrap()
+        .into_iter()
+        .find(|c| c.id == second)
+        .unwrap();
+    let gc = {
+        let history = history.clone();
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            let report = history
+                .gc(&GcPolicy {
+                    older_than_ns: Some(1000),
+                    max_bytes: None,
+                    dry_run: false,
+                    repack: false,
+                })
+                .unwrap();
+            (report, started.elapsed())
+        })
+    };
+    // The plan (of two changes) is made at once; gc then pauses before its commit.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    history.retract(&taken_back).unwrap();
+    let (report, took) = gc.join().unwrap();
+    assert!(
+        took >= std::time::Duration::from_millis(2900),
+        "gc took {took:?}: it did not plan again"
+    );
+    assert_eq!(report.changes_removed, 0, "{report:?}");
+    let left: Vec<u64> = history
+        .query(&Query::default())
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(left, [1], "a keeps its newest change");
+    history.store().read_blob(&Hash::of(b"a1")).unwrap();
+    let s1 = history.session("s1").unwrap().unwrap();
+    assert_eq!((s1.count, s1.first_id, s1.last_id), (1, 1, 1));
+}
+
 #[test]
 fn gc_by_size_removes_oldest_history_first() {
     let dir = tempfile::tempdir().unwrap();
