@@ -147,7 +147,7 @@ pub fn report(r: &GcReport, max_size: Option<&str>) -> Vec<String> {
     }
     if r.over_target {
         out.push(format!(
-            "cannot reach --max-size {}: {} bytes stay (the newest change of every path is always kept, and so is content stored within the last hour, which a change being recorded may use; a later gc removes what is then unused)",
+            "cannot reach --max-size {}: {} bytes stay (the newest change of every path is always kept, and so is content that a change being recorded uses; a later gc removes what is then unused)",
             max_size.unwrap_or("?"),
             r.bytes_after
         ));
