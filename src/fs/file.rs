@@ -221,7 +221,7 @@ impl Core {
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<Opened> {
         let _names = self.names_shared();
-        let path = self.path(ino)?;
+        let path = self.reachable_path(ino)?;
         // The content is stored before the open that could truncate or change it.
         let episode = if writes(flags) {
             self.begin_write(&path, caller.by())?

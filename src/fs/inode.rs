@@ -195,6 +195,42 @@ impl InodeTable {
         Some(path)
     }
 
+    /// How many names `ino` is known by (more than one: hard links).
+    pub fn name_count(&self, ino: u64) -> usize {
+        self.nodes.get(&ino).map_or(0, |n| n.links.as_slice().len())
+    }
+
+    /// Every path of `ino`, one for each of its names, the first name's first (each reached
+    /// through the first names of the folders above it).
+    pub fn paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        let Some(node) = self.nodes.get(&ino) else {
+            return Vec::new();
+        };
+        node.links
+            .as_slice()
+            .iter()
+            .filter_map(|link| {
+                let mut path = self.path(link.parent)?;
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(link.name.as_bytes());
+                Some(path)
+            })
+            .collect()
+    }
+
+    /// Make the `i`th name of `ino` (in the order of [`paths`](Self::paths)) its first, the
+    /// others keeping their order.
+    pub fn prefer(&mut self, ino: u64, i: usize) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            let links = node.links.as_mut_slice();
+            if i < links.len() {
+                links[..=i].rotate_right(1);
+            }
+        }
+    }
+
     /// The parent of `ino` through its first name (the root for the root, and for nodes
     /// without a name).
     pub fn parent(&self, ino: u64) -> u64 {
@@ -516,6 +552,27 @@ mod tests {
         assert_eq!(t.path(f).unwrap(), b"z/c/f.rs");
         assert_eq!(t.find(b"z/c/f.rs"), Some(f));
         assert_eq!(t.find(b"a/b"), None);
+    }
+
+    #[test]
+    fn a_preferred_name_comes_first_and_the_others_keep_their_order() {
+        let mut t = InodeTable::new((1, 1));
+        let d = t.lookup(ROOT, b"d", (1, 2));
+        let f = t.lookup(d, b"f", (1, 3));
+        assert_eq!(t.lookup(ROOT, b"g", (1, 3)), f);
+        assert_eq!(t.lookup(ROOT, b"h", (1, 3)), f);
+        assert_eq!(t.name_count(f), 3);
+        assert_eq!(t.paths(f), [b"d/f".to_vec(), b"g".to_vec(), b"h".to_vec()]);
+        t.prefer(f, 2);
+        assert_eq!(t.path(f).unwrap(), b"h");
+        assert_eq!(t.parent(f), ROOT);
+        assert_eq!(t.paths(f), [b"h".to_vec(), b"d/f".to_vec(), b"g".to_vec()]);
+        // Out of range: nothing moves.
+        t.prefer(f, 7);
+        assert_eq!(t.path(f).unwrap(), b"h");
+        // Every name still leads to it.
+        assert_eq!(t.find(b"d/f"), Some(f));
+        assert_eq!(t.find(b"g"), Some(f));
     }
 
     #[test]

@@ -255,6 +255,35 @@ impl Core {
         self.inodes().path(ino.0).ok_or(Errno::ENOENT)
     }
 
+    /// The path of `ino` to reach the file by. The daemon reaches a file through the first of
+    /// its names it saw. A daemon that is not root may be refused (`EACCES`) on the way to that
+    /// one, a folder above it made unreadable by its owner, while another name of a hard-linked
+    /// file is in reach, as it is outside the mount: the names are tried in turn, and the first
+    /// that works is the file's first name from then on. Costs a `stat` only for a file with
+    /// several names, with a daemon that is not root.
+    fn reachable_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        let path = self.path(ino)?;
+        if self.euid == 0 || self.inodes().name_count(ino.0) < 2 {
+            return Ok(path);
+        }
+        let refused = |p: &[u8]| {
+            self.backing
+                .stat(p)
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+        };
+        if !refused(&path) {
+            return Ok(path);
+        }
+        let paths = self.inodes().paths(ino.0);
+        for (i, other) in paths.iter().enumerate().skip(1) {
+            if self.backing.stat(other).is_ok() {
+                self.inodes().prefer(ino.0, i);
+                return Ok(other.clone());
+            }
+        }
+        Ok(path)
+    }
+
     fn passthrough(&self) -> bool {
         self.passthrough.load(Ordering::Relaxed)
     }

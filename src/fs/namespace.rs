@@ -57,7 +57,7 @@ impl Core {
             ));
         }
         let _names = self.names_shared();
-        match self.path(ino) {
+        match self.reachable_path(ino) {
             Ok(path) => Ok(attr(ino.0, &self.backing.stat(&path)?)),
             // No name left (unlinked while open): `fstat` still answers, from an open handle.
             Err(e) => match self.files.find(|f| f.ino == ino.0) {
@@ -481,7 +481,7 @@ impl Core {
         let new_parent_path = self.path(new_parent)?;
         let new_path = join(&new_parent_path, new_name);
         self.ready_for(&new_path, false)?;
-        let Ok(path) = self.path(ino) else {
+        let Ok(path) = self.reachable_path(ino) else {
             // No name yet: an O_TMPFILE given its first one. A new file, written from now on.
             let open = self.link_unnamed(ino, &new_parent_path, new_name)?;
             let attr = self.entry(new_parent, &new_parent_path, new_name)?;

@@ -28,8 +28,11 @@ impl Core {
         fh: Option<FileHandle>,
     ) -> Result<FileAttr> {
         let _names = self.names_shared();
-        let path = self.path(ino).ok();
         let open = fh.and_then(|fh| self.files.get(fh.0));
+        let path = match open {
+            Some(_) => self.path(ino).ok(),
+            None => self.reachable_path(ino).ok(),
+        };
         let stat = || match &open {
             Some(o) => backing::stat_fd(o.file.as_fd()).map_err(Errno::from),
             None => self

@@ -1017,13 +1017,11 @@ fn a_create_waiting_for_its_folder_at_unmount_keeps_its_writer_and_its_place() {
 /// (hostile14) A file with two names, `d/f` and `g`, with a daemon that is not root: its owner
 /// makes `d` unreadable (`chmod 000 d`). `g` is in a readable folder and is itself readable,
 /// so `stat g`, `cat g`, `echo >> g`, `chmod g`, `truncate g` and `ln g g3` must work (they do
-/// outside the mount). Through the mount each fails with `EACCES`, with and without
-/// passthrough: the daemon reaches the file by the one path it keeps for its inode (`d/f`,
-/// the first name it saw), which it can no longer look up. (Rename and unlink of `g` work:
-/// they go by the parent's path and the name.) Not from d4931e7/6a949d6: found while trying
-/// hard links against them. Known, not fixed yet: the inode table keeps one path per inode.
+/// outside the mount), with and without passthrough. The daemon reached the file by the
+/// first name it saw (`d/f`), which it could no longer look up, and each failed with
+/// `EACCES`; refused there, it now tries the file's other names (`Core::reachable_path`).
+/// (Rename and unlink of `g` always worked: they go by the parent's path and the name.)
 #[test]
-#[ignore = "known: a non-root daemon reaches a hard-linked file through the first name it saw"]
 fn a_hard_link_outside_a_folder_made_unreadable_can_still_be_used() {
     let tree = UserTree::new();
     for (passthrough, d) in [(false, "dc"), (true, "dp")] {
