@@ -17,9 +17,9 @@ use crate::scale::{recount, status_counts};
 use rewind::store::{Hash, Query, Store};
 
 /// How long the daemon's gcs pause between plan and commit.
-const PAUSE_MS: u64 = 4000;
+pub(crate) const PAUSE_MS: u64 = 4000;
 
-fn mount_slow(ws: &mut Workspace, extra: &[&str]) {
+pub(crate) fn mount_slow(ws: &mut Workspace, extra: &[&str]) {
     ws.mount_with_env(
         extra,
         &[("REWIND_TEST_SLOW_GC_PLAN", &PAUSE_MS.to_string())],
@@ -27,7 +27,7 @@ fn mount_slow(ws: &mut Workspace, extra: &[&str]) {
 }
 
 /// `rewind ARGS` started in the background from inside the workspace.
-fn spawn(ws: &Workspace, args: &[&str]) -> Child {
+pub(crate) fn spawn(ws: &Workspace, args: &[&str]) -> Child {
     ws.command(args)
         .current_dir(ws.path())
         .stdout(Stdio::piped())
@@ -38,7 +38,7 @@ fn spawn(ws: &Workspace, args: &[&str]) -> Child {
 
 /// Wait for `child`, which must succeed: its stdout.
 #[track_caller]
-fn finished(child: Child) -> String {
+pub(crate) fn finished(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -51,7 +51,7 @@ fn finished(child: Child) -> String {
 
 /// Start `rewind gc --keep 0s` (and `extra`) and wait until its plan is made and it pauses
 /// (the plan of these small stores takes milliseconds).
-fn gc_paused(ws: &Workspace, extra: &[&str]) -> (Child, Instant) {
+pub(crate) fn gc_paused(ws: &Workspace, extra: &[&str]) -> (Child, Instant) {
     let mut args = vec!["gc", "--keep", "0s"];
     args.extend_from_slice(extra);
     let gc = spawn(ws, &args);
@@ -62,7 +62,7 @@ fn gc_paused(ws: &Workspace, extra: &[&str]) -> (Child, Instant) {
 
 /// The attack must have happened within the pause: gc still running, and time left.
 #[track_caller]
-fn still_planning(gc: &mut Child, started: Instant) {
+pub(crate) fn still_planning(gc: &mut Child, started: Instant) {
     assert!(
         gc.try_wait().unwrap().is_none(),
         "gc ended before the attack was over"
@@ -74,7 +74,7 @@ fn still_planning(gc: &mut Child, started: Instant) {
     );
 }
 
-fn json_lines(text: &str) -> Vec<serde_json::Value> {
+pub(crate) fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
@@ -83,7 +83,7 @@ fn json_lines(text: &str) -> Vec<serde_json::Value> {
 /// Every content that a change (before and after), an open-episode marker or a turn's
 /// conversation names reads back whole from the store (chunks and delta bases included), read
 /// through a read-only instance of it. Returns how many contents were read.
-fn every_named_content_reads_back(ws: &Workspace) -> usize {
+pub(crate) fn every_named_content_reads_back(ws: &Workspace) -> usize {
     let store = Store::open_read_only(&ws.store()).unwrap();
     let mut named: Vec<(String, [u8; 32])> = Vec::new();
     for c in store.query(&Query::default()).unwrap() {
@@ -128,7 +128,7 @@ fn every_named_content_reads_back(ws: &Workspace) -> usize {
 
 /// `status`'s counts equal a recount of the store, and every session's summary (changes,
 /// first and last id and time, agents) equals a recount of `log --json`.
-fn counts_and_sessions_hold(ws: &Workspace) {
+pub(crate) fn counts_and_sessions_hold(ws: &Workspace) {
     ok(rw(ws, &["sync"]));
     assert_eq!(
         status_counts(ws),
@@ -179,7 +179,7 @@ fn counts_and_sessions_hold(ws: &Workspace) {
 
 /// Versions 1 to 3 of `a.txt` and of a 2 MiB `big.bin` (chunked), each a change of its own;
 /// gc --keep 0s removes versions 1 and 2. Returns big.bin's three versions.
-fn three_versions(ws: &Workspace) -> Vec<Vec<u8>> {
+pub(crate) fn three_versions(ws: &Workspace) -> Vec<Vec<u8>> {
     let dir = ws.path();
     let mut bigs = Vec::new();
     for v in 1..=3u64 {
@@ -196,7 +196,7 @@ fn three_versions(ws: &Workspace) -> Vec<Vec<u8>> {
     bigs
 }
 
-fn a_text(v: u64) -> String {
+pub(crate) fn a_text(v: u64) -> String {
     (0..400)
         .map(|i| format!("line {i} of version {v}\n"))
         .collect()

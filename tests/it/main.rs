@@ -11,6 +11,7 @@ mod history;
 mod hostile;
 mod hostile13;
 mod hostile16;
+mod hostile17;
 mod hunk;
 mod model;
 mod mount;
