@@ -385,3 +385,81 @@ fn a_burst_the_plan_counted_taken_back_makes_gc_plan_again_and_the_store_holds()
     assert_eq!(ok(rw(&ws, &["cat", "two.bin"])), a_text(22));
     store_holds(&ws, &[]);
 }
+
+/// A rename-away save that spans a whole gc: `a.txt` renamed to `a.txt~` (recorded), then gc
+/// (not slowed) with --keep 0s, which counts the rename as the newest change of both names and
+/// so lets every older change of `a.txt` go; then the save ends (a new `a.txt`, `a.txt~`
+/// deleted) and the rename is taken back, after the gc. The point gc left as the oldest kept
+/// (its horizon) had `a.txt` with version 3: it must still answer that, and `a.txt` must still
+/// have a history whose versions read back.
+#[test]
+fn a_rename_away_save_spanning_a_gc_leaves_the_oldest_point_its_file() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    three_versions(&ws);
+    let dir = ws.path();
+    let save = crate::common::python_command(
+        &dir,
+        &format!(
+            "import os, time\n\
+             os.rename('a.txt', 'a.txt~')\n\
+             time.sleep(3)\n\
+             with open('a.txt', 'w') as f: f.write({:?})\n\
+             os.remove('a.txt~')\n\
+             print('saved')\n",
+            a_text(4)
+        ),
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    ok(rw(&ws, &["sync"]));
+    let before = json_lines(&ok(rw(&ws, &["log", "--json"])));
+    let t = Instant::now();
+    let said = ok(rw(&ws, &["gc", "--keep", "0s"]));
+    let took = t.elapsed();
+    let out = save.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "saved");
+    ok(rw(&ws, &["sync"]));
+    let log = json_lines(&ok(rw(&ws, &["log", "--json"])));
+    let lines = |l: &[serde_json::Value]| -> Vec<String> {
+        l.iter()
+            .map(|c| format!("{} {} {}", c["id"], c["kind"], c["path"]))
+            .collect()
+    };
+    eprintln!(
+        "before gc: {:#?}\ngc ({took:?}): {said}\nafter the save: {:#?}\nretracted: {:?}",
+        lines(&before),
+        lines(&log),
+        retracted_ids(&ws)
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "gc took {took:?}: the save's end may have come before it"
+    );
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(4));
+    store_holds(&ws, &[]);
+    let horizon: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("oldest point still kept: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no horizon in {said}"));
+    let at = rw(&ws, &["cat", "a.txt", "--at", &horizon.to_string()]);
+    assert!(
+        at.status.success() && at.stdout == a_text(3).as_bytes(),
+        "cat a.txt --at {horizon} (the horizon; a.txt had version 3): {}, {} bytes, {}",
+        at.status,
+        at.stdout.len(),
+        String::from_utf8_lossy(&at.stderr).trim()
+    );
+    let listed: Vec<String> = fs::read_dir(dir.join(format!(".rewind/at/{horizon}")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        listed.iter().any(|n| n == "a.txt"),
+        ".rewind/at/{horizon}: {listed:?}"
+    );
+}
