@@ -463,3 +463,63 @@ fn a_rename_away_save_spanning_a_gc_leaves_the_oldest_point_its_file() {
         ".rewind/at/{horizon}: {listed:?}"
     );
 }
+
+/// A backup-keeping save whose rename the plan counted: `a.txt` renamed to `a.txt~`, then gc
+/// plans (paused), and meanwhile the new `a.txt` is written: the rename, counted by the plan,
+/// is taken back (the save recorded as a create of the backup and a modify), so gc plans
+/// again. Afterwards the store is whole, both names have their newest change, and the horizon
+/// still answers `a.txt`.
+#[test]
+fn a_backup_save_whose_rename_the_plan_counted_makes_gc_plan_again_and_holds() {
+    let mut ws = Workspace::new();
+    mount_slow(&mut ws, &[]);
+    three_versions(&ws);
+    let dir = ws.path();
+    let save = crate::common::python_command(
+        &dir,
+        &format!(
+            "import os, time\n\
+             os.rename('a.txt', 'a.txt~')\n\
+             time.sleep(2)\n\
+             with open('a.txt', 'w') as f: f.write({:?})\n\
+             print('saved')\n",
+            a_text(4)
+        ),
+    )
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    ok(rw(&ws, &["sync"]));
+    let (gc, started) = gc_paused(&ws, &[]);
+    let out = save.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "saved");
+    let said = finished(gc);
+    let took = started.elapsed();
+    ok(rw(&ws, &["sync"]));
+    let log: Vec<String> = json_lines(&ok(rw(&ws, &["log", "--json"])))
+        .iter()
+        .map(|c| format!("{} {} {}", c["id"], c["kind"], c["path"]))
+        .collect();
+    eprintln!(
+        "gc ({took:?}): {said}\nlog: {log:#?}\nretracted: {:?}",
+        retracted_ids(&ws)
+    );
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(4));
+    assert_eq!(ok(rw(&ws, &["cat", "a.txt~"])), a_text(3));
+    store_holds(&ws, &[]);
+    let horizon: u64 = said
+        .lines()
+        .find_map(|l| l.strip_prefix("oldest point still kept: "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no horizon in {said}"));
+    let at = rw(&ws, &["cat", "a.txt", "--at", &horizon.to_string()]);
+    assert!(
+        at.status.success() && at.stdout == a_text(3).as_bytes(),
+        "cat a.txt --at {horizon} (the horizon; a.txt had version 3): {}, {} bytes, {}",
+        at.status,
+        at.stdout.len(),
+        String::from_utf8_lossy(&at.stderr).trim()
+    );
+}
