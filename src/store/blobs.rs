@@ -835,6 +835,21 @@ impl Store {
         self.sweeps.load(Ordering::SeqCst)
     }
 
+    /// Write the meta `key` naming contents known stored when [`sweeps`](Store::sweeps) was
+    /// `sweeps`, unless a gc has deleted blobs since (then nothing is written: false). Under
+    /// the pin table's lock, which a gc holds from its last look at what is pinned until its
+    /// count of sweeps is raised, after its batch: the record is written either before that
+    /// batch (which deletes it, with the blobs) or after the count is raised (and it is not
+    /// written).
+    pub fn put_meta_unless_swept(&self, key: &[u8], value: &[u8], sweeps: u64) -> Result<bool> {
+        let _pinned = self.pins.lock();
+        if self.sweeps() != sweeps {
+            return Ok(false);
+        }
+        self.put_meta(key, value)?;
+        Ok(true)
+    }
+
     pub fn has_blob(&self, hash: &Hash) -> Result<bool> {
         let db = self.db()?;
         let cf = db.cf(CF_BLOBS);

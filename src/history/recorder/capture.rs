@@ -323,8 +323,8 @@ impl Recorder {
     /// Only what no gc may have deleted since it was captured: the next mount takes every
     /// entry as stored without looking (an entry of a file whose content a gc removed, say
     /// after the file moved into an ignored folder, would have its next change name a missing
-    /// blob). A gc that deletes blobs while this is written deletes the record in its batch;
-    /// one that does so just before is caught by counting its sweeps again after.
+    /// blob). A gc that deletes blobs after the record is written deletes it in its batch;
+    /// one that did before is seen (`Store::put_meta_unless_swept`).
     pub fn save_known(&self) -> Result<()> {
         let store = self.history.store();
         let sweeps = store.sweeps();
@@ -344,10 +344,7 @@ impl Recorder {
             return Ok(());
         }
         let value = KnownRecord { files }.encode();
-        store.put_meta(KNOWN_KEY, &value)?;
-        if store.sweeps() != sweeps {
-            store.delete_meta(KNOWN_KEY)?;
-        }
+        store.put_meta_unless_swept(KNOWN_KEY, &value, sweeps)?;
         Ok(())
     }
 
