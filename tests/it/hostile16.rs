@@ -126,6 +126,14 @@ pub(crate) fn every_named_content_reads_back(ws: &Workspace) -> usize {
     named.len()
 }
 
+/// Every listed version and every named content reads back from the store, and the counts
+/// and session summaries equal a recount.
+fn the_store_is_whole(ws: &Workspace) {
+    crate::hostile13::every_listed_version_reads_back(ws);
+    every_named_content_reads_back(ws);
+    counts_and_sessions_hold(ws);
+}
+
 /// `status`'s counts equal a recount of the store, and every session's summary (changes,
 /// first and last id and time, agents) equals a recount of `log --json`.
 pub(crate) fn counts_and_sessions_hold(ws: &Workspace) {
@@ -382,9 +390,7 @@ fn two_gcs_and_a_dry_run_queued_beside_new_sessions_keep_the_store_whole() {
     assert_eq!(ok(rw(&ws, &["cat", "w1.txt"])), "w 1\n");
     assert_eq!(ok(rw(&ws, &["cat", "w2.txt"])), "w 2\n");
     assert_eq!(ok(rw(&ws, &["cat", "v1-late.txt"])), a_text(1));
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 /// Rename-away saves (vim's: `a.txt` renamed to `a.txt~`, the new content written as `a.txt`,
@@ -444,9 +450,7 @@ fn rename_away_saves_all_through_gc_neither_wait_nor_make_it_plan_again() {
         .map(|c| c["kind"].as_str().unwrap().to_owned())
         .collect();
     assert!(kinds.is_empty(), "the backup is in the history: {kinds:?}");
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 /// A new file's create is held back (its id set aside when it was made); then another file
@@ -482,9 +486,7 @@ fn a_held_back_create_recorded_while_gc_plans_below_its_horizon() {
         .unwrap_or_else(|| panic!("no change of new.txt: {lines:#?}"));
     let id = create["id"].as_u64().unwrap();
     assert_eq!(ok(rw(&ws, &["cat", "new.txt"])), "new\n");
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
     // Its own id is below the horizon, as the newest change of a path kept from before it is:
     // refused, as they are. The oldest point kept has the file.
     let horizon: u64 = said
@@ -532,13 +534,9 @@ fn a_sigkill_while_gc_plans_then_a_remount_leaves_the_store_whole() {
     ws.mount_with_env(&[] as &[&str], &[] as &[(&str, &str)]);
     ok(rw(&ws, &["sync"]));
     assert_eq!(ok(rw(&ws, &["cat", "v1.txt"])), a_text(1));
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
     ok(rw(&ws, &["gc", "--keep", "0s"]));
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
     assert!(fs::read(dir.join("big-v1.bin")).unwrap() == bigs[0]);
 }
 
@@ -683,9 +681,7 @@ fn gcs_in_a_row_beside_writers_naming_old_content_keep_the_store_whole() {
         wrong.is_empty(),
         "files not as the history has them: {wrong:#?}"
     );
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 fn lib_text(v: u64) -> String {
@@ -745,14 +741,10 @@ fn gc_repack_beside_a_writer_cycling_old_versions_keeps_the_store_whole() {
     ok(rw(&ws, &["sync"]));
     assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(1 + (i - 1) % 4));
     assert!(fs::read(dir.join("big.bin")).unwrap() == bigs[0]);
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
     // And once more, not slowed: what the first left is still whole after a gc that removes.
     ok(rw(&ws, &["gc", "--keep", "0s", "--repack"]));
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 /// `rewind unmount --force` while gc pauses between its plan and its commit (a plain unmount
@@ -813,9 +805,7 @@ fn an_unmount_while_gc_plans_leaves_the_store_whole() {
     ok(rw(&ws, &["sync"]));
     assert_eq!(ok(rw(&ws, &["cat", "v1.txt"])), a_text(1));
     assert!(fs::read(dir.join("big-v1.bin")).unwrap() == bigs[0]);
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 /// What the mount knows to be stored outlives a gc that deletes it. A new folder's file is
@@ -919,9 +909,7 @@ fn a_git_checkout_of_doomed_versions_while_gc_plans_keeps_them() {
     assert_eq!(ok(rw(&ws, &["cat", "a.txt"])), a_text(1));
     let big = rw(&ws, &["cat", "big.bin"]);
     assert!(big.status.success() && big.stdout == bigs[0], "big.bin");
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
 
 /// A turn begun before gc plans and ended while it pauses, its transcript kept as the turn's
@@ -1068,7 +1056,5 @@ fn a_doomed_session_records_again_and_a_file_is_deleted_open_while_gc_plans() {
     let deleted: Vec<serde_json::Value> = json_lines(&ok(rw(&ws, &["log", "--json", "d.txt"])));
     let last = deleted.last().unwrap();
     assert_eq!(last["kind"], "delete", "{deleted:?}");
-    crate::hostile13::every_listed_version_reads_back(&ws);
-    every_named_content_reads_back(&ws);
-    counts_and_sessions_hold(&ws);
+    the_store_is_whole(&ws);
 }
