@@ -39,6 +39,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use rewind::history::History;
+use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
 use rewind::store::{Hash, Store};
 
 const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
@@ -362,8 +364,6 @@ fn gc(work: &Path, mib: usize, mounted: bool) -> (u64, u64, u64) {
 /// store with `live` changes kept and as many removed by gc: `live` files each created, then
 /// modified, and gc told to remove everything older than the modifications.
 fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
-    use rewind::history::History;
-    use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
     use rewind::history::db::{Extra, GcPolicy};
     use std::sync::Arc;
 
@@ -387,13 +387,6 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
         .unwrap()
         .as_nanos() as u64;
     let start = now - 3_600_000_000_000;
-    let state = |content: &[u8]| FileState {
-        kind: FileKind::File,
-        size: content.len() as u64,
-        mode: 0o644,
-        hash: Some(history.store().put_blob(content).unwrap()),
-        owner: None,
-    };
     let mut split = 0;
     for round in 0..2u64 {
         for batch in (0..live).collect::<Vec<_>>().chunks(1000) {
@@ -401,31 +394,19 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
             let changes: Vec<Change> = batch
                 .iter()
                 .map(|&i| {
-                    let path = format!("d{}/f{i}.txt", i % 100);
-                    let after = format!("round {round} of file {i}\n");
-                    Change {
-                        id: 0,
-                        time_ns: start + (round * live as u64 + i as u64) * 1000,
-                        kind: if round == 0 {
+                    let content = |round: u64| format!("round {round} of file {i}\n");
+                    bench_change(
+                        if round == 0 {
                             ChangeKind::Create
                         } else {
                             ChangeKind::Modify
                         },
-                        path: path.into_bytes(),
-                        from: None,
-                        before: (round == 1)
-                            .then(|| state(format!("round 0 of file {i}\n").as_bytes())),
-                        after: Some(state(after.as_bytes())),
-                        session: format!("s{}", i % 10),
-                        agent: "bench".into(),
-                        pid: 1,
-                        process: "bench".into(),
-                        links: Vec::new(),
-                        groups: Vec::new(),
-                        turn: None,
-                        tool: None,
-                        uid: None,
-                    }
+                        format!("d{}/f{i}.txt", i % 100),
+                        start + (round * live as u64 + i as u64) * 1000,
+                        (round == 1).then(|| stored_file(&history, content(0).as_bytes())),
+                        Some(stored_file(&history, content(round).as_bytes())),
+                        i as u64,
+                    )
                 })
                 .collect();
             let extra = Extra::default();
@@ -508,8 +489,6 @@ fn reading(work: &Path, live: usize) -> Vec<(String, f64)> {
 /// of a store of `changes` changes that removes none, then during one that removes half: the
 /// longest a record took, and how long each gc took.
 fn gc_stall(work: &Path, changes: usize) -> Vec<(&'static str, Option<f64>, f64)> {
-    use rewind::history::History;
-    use rewind::history::change::{Change, ChangeKind, FileKind, FileState};
     use rewind::history::db::{Extra, GcPolicy};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -523,40 +502,21 @@ fn gc_stall(work: &Path, changes: usize) -> Vec<(&'static str, Option<f64>, f64)
         .unwrap()
         .as_nanos() as u64;
     let start = now - 3_600_000_000_000;
-    fn change(history: &History, i: u64, time_ns: u64) -> Change {
+    let change = |i: u64, time_ns: u64| {
         let content = format!("version {i}\n");
-        Change {
-            id: 0,
+        bench_change(
+            ChangeKind::Modify,
+            format!("d{}/f{}.txt", i % 100, i % 5000),
             time_ns,
-            kind: ChangeKind::Modify,
-            path: format!("d{}/f{}.txt", i % 100, i % 5000).into_bytes(),
-            from: None,
-            before: None,
-            after: Some(FileState {
-                kind: FileKind::File,
-                size: content.len() as u64,
-                mode: 0o644,
-                hash: Some(history.store().put_blob(content.as_bytes()).unwrap()),
-                owner: None,
-            }),
-            session: format!("s{}", i % 10),
-            agent: "bench".into(),
-            pid: 1,
-            process: "bench".into(),
-            links: Vec::new(),
-            groups: Vec::new(),
-            turn: None,
-            tool: None,
-            uid: None,
-        }
-    }
+            None,
+            Some(stored_file(&history, content.as_bytes())),
+            i,
+        )
+    };
     let extra = Extra::default();
     for batch in (0..changes as u64).collect::<Vec<_>>().chunks(1000) {
         let _pins = history.store().pin_scope();
-        let batch: Vec<Change> = batch
-            .iter()
-            .map(|&i| change(&history, i, start + i * 1000))
-            .collect();
+        let batch: Vec<Change> = batch.iter().map(|&i| change(i, start + i * 1000)).collect();
         history
             .record_many(batch.into_iter().map(|c| (c, &extra)).collect())
             .unwrap();
@@ -573,7 +533,15 @@ fn gc_stall(work: &Path, changes: usize) -> Vec<(&'static str, Option<f64>, f64)
                 while !stop.load(Ordering::Relaxed) {
                     let extra = Extra::default();
                     let _pins = history.store().pin_scope();
-                    let c = change(&history, i, now + i);
+                    let content = format!("version {i}\n");
+                    let c = bench_change(
+                        ChangeKind::Modify,
+                        format!("d{}/f{}.txt", i % 100, i % 5000),
+                        now + i,
+                        None,
+                        Some(stored_file(&history, content.as_bytes())),
+                        i,
+                    );
                     let t = Instant::now();
                     history.record_many(vec![(c, &extra)]).unwrap();
                     longest = longest.max(t.elapsed().as_secs_f64());
@@ -616,6 +584,47 @@ fn gc_stall(work: &Path, changes: usize) -> Vec<(&'static str, Option<f64>, f64)
             half_stall,
         ),
     ]
+}
+
+/// A change of a file by agent `bench`, as the benchmarks record them straight into a store,
+/// in session `s{n % 10}`.
+fn bench_change(
+    kind: ChangeKind,
+    path: String,
+    time_ns: u64,
+    before: Option<FileState>,
+    after: Option<FileState>,
+    n: u64,
+) -> Change {
+    Change {
+        id: 0,
+        time_ns,
+        kind,
+        path: path.into_bytes(),
+        from: None,
+        before,
+        after,
+        session: format!("s{}", n % 10),
+        agent: "bench".into(),
+        pid: 1,
+        process: "bench".into(),
+        links: Vec::new(),
+        groups: Vec::new(),
+        turn: None,
+        tool: None,
+        uid: None,
+    }
+}
+
+/// `content` stored, as the state of a file holding it.
+fn stored_file(history: &History, content: &[u8]) -> FileState {
+    FileState {
+        kind: FileKind::File,
+        size: content.len() as u64,
+        mode: 0o644,
+        hash: Some(history.store().put_blob(content).unwrap()),
+        owner: None,
+    }
 }
 
 /// What `du` counts: allocated blocks of every file below `dir`.

@@ -262,8 +262,15 @@ impl Core {
     /// that works is the file's first name from then on. Costs a `stat` only for a file with
     /// several names, with a daemon that is not root.
     fn reachable_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
-        let path = self.path(ino)?;
-        if self.euid == 0 || self.inodes().name_count(ino.0) < 2 {
+        if self.euid == 0 {
+            return self.path(ino);
+        }
+        let (path, names) = {
+            let inodes = self.inodes();
+            (inodes.path(ino.0), inodes.name_count(ino.0))
+        };
+        let path = path.ok_or(Errno::ENOENT)?;
+        if names < 2 {
             return Ok(path);
         }
         let refused = |p: &[u8]| {

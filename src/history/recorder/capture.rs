@@ -47,6 +47,15 @@ pub(super) fn out_of_sight(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied)
 }
 
+/// The error of a change of `path` that waits until the path can be looked up again
+/// ([`Found::Hidden`]).
+pub(super) fn hidden(path: &[u8], source: io::Error) -> Error {
+    Error::Io {
+        path: show_path(path).into(),
+        source,
+    }
+}
+
 /// `fstat` of an open file.
 pub(super) fn fstat(file: &File) -> io::Result<libc::stat> {
     use std::os::fd::AsRawFd;

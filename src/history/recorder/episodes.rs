@@ -10,7 +10,9 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::capture::{Found, Sig, fstat, key_of, kind_of, not_there, out_of_sight, seen_of};
+use super::capture::{
+    Found, Sig, fstat, hidden, key_of, kind_of, not_there, out_of_sight, seen_of,
+};
 use super::pending::Pending;
 use super::{Key, Recorder, lock};
 use crate::history::Result;
@@ -420,12 +422,7 @@ impl Recorder {
                 return Ok(None);
             }
             // Kept, and recorded once it can be looked up (`retry_ends`).
-            Found::Hidden(source) => {
-                return Err(crate::history::Error::Io {
-                    path: crate::history::show_path(path).into(),
-                    source,
-                });
-            }
+            Found::Hidden(source) => return Err(hidden(path, source)),
         };
         // Under every name: a `.gitignore` may be written through another name of its file.
         self.note_rules(path)?;
@@ -669,12 +666,7 @@ impl Recorder {
             Found::Gone => return Ok(()),
             // What it wrote so far cannot be read: the operation that needs it first is
             // refused (`EACCES`), rather than recorded out of order.
-            Found::Hidden(source) => {
-                return Err(crate::history::Error::Io {
-                    path: crate::history::show_path(&ep_path).into(),
-                    source,
-                });
-            }
+            Found::Hidden(source) => return Err(hidden(&ep_path, source)),
         };
         let now = self.capture_fresh_as(&ep_path, &st, &ep_path, reader.as_deref())?;
         if before.as_ref() != Some(&now) {

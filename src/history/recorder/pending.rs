@@ -9,7 +9,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::capture::{Found, Source, key_of, out_of_sight, seen_of};
+use super::capture::{Found, Source, hidden, key_of, out_of_sight, seen_of};
 use super::{Key, Recorder, lock};
 use crate::history::Result;
 use crate::history::change::{ChangeKind, FileState, Fsynced, OpenEpisode, Reserved, Seen};
@@ -143,12 +143,7 @@ impl Recorder {
                 return Ok(());
             }
             // Kept held back with its id, and recorded once it can be looked up.
-            Found::Hidden(source) => {
-                return Err(crate::history::Error::Io {
-                    path: show_path(path).into(),
-                    source,
-                });
-            }
+            Found::Hidden(source) => return Err(hidden(path, source)),
         };
         // Its content goes in the create's batch (as an episode's end's does).
         let captured = self.capture_end(path, &st, path, p.reader.as_deref())?;
