@@ -64,7 +64,8 @@ pub fn writer(recorder: Arc<Recorder>) {
 }
 
 /// Record held-back creates once they are old enough, and what the store could not take
-/// before (see `Recorder::flush_pending_older`).
+/// before (see `Recorder::flush_pending_older`); note the edits that last in the store
+/// (`Recorder::mark_open_episodes`).
 pub fn pending(recorder: Arc<Recorder>) {
     spawn("pending", move || {
         loop {
@@ -77,6 +78,9 @@ pub fn pending(recorder: Arc<Recorder>) {
             if let Err(e) = recorder.flush_pending_older(false) {
                 tracing::error!("cannot record new files: {e}");
                 std::thread::sleep(Duration::from_secs(1));
+            }
+            if let Err(e) = recorder.mark_open_episodes() {
+                tracing::warn!("cannot note the files being written: {e}");
             }
         }
     });

@@ -68,6 +68,16 @@ impl Core {
         rec.begin_write(path, &st, by).map_err(record_errno)
     }
 
+    /// [`begin_write`](Self::begin_write) for a rollback's rewrite of a file in place, noted
+    /// in the store at once (see `Recorder::begin_restore`).
+    pub(super) fn begin_restore(&self, path: &[u8], by: By) -> Result<Option<Key>> {
+        let Some(rec) = &self.recorder else {
+            return Ok(None);
+        };
+        let st = self.backing.stat(path)?;
+        rec.begin_restore(path, &st, by).map_err(record_errno)
+    }
+
     pub(super) fn end_write(&self, episode: Option<Key>) {
         self.end_write_through(episode, None, None);
     }

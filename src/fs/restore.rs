@@ -353,7 +353,7 @@ impl Apply for Restorer {
                 };
                 let episode = self
                     .core
-                    .begin_write(path, self.by())
+                    .begin_restore(path, self.by())
                     .map_err(|e| failed(path, e))?;
                 if let Some((rec, st)) = &writer
                     && let Err(e) = rec.cut_for_restore(path, st)

@@ -1375,6 +1375,135 @@ fn by_agent_t(kind: &str) -> Vec<(String, String, String)> {
     vec![(kind.into(), "agentT".into(), "tester".into())]
 }
 
+/// An edit of a file whose last version is recorded keeps who made it across a crash once it
+/// has been open for a moment (its marker is written then: `MARK_AFTER`, 100 ms, and the
+/// pending thread's round, 250 ms) or once it is fsynced: after a SIGKILL of the daemon with
+/// the file still open and a remount, its change is agentT's, with the content before and
+/// the content the file holds.
+#[test]
+fn an_edit_open_a_moment_or_fsynced_keeps_who_made_it_across_a_crash() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("slow.txt"), "before\n").unwrap();
+    fs::write(ws.path().join("synced.txt"), "before\n").unwrap();
+    sync(&ws);
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+import time
+slow = open("slow.txt", "r+")
+slow.write("during\n"); slow.flush()
+time.sleep(1)
+synced = open("synced.txt", "r+")
+synced.write("during\n"); synced.flush(); os.fsync(synced.fileno())
+"#,
+    );
+    for path in ["slow.txt", "synced.txt"] {
+        let who = who_changed(&ws, path);
+        assert_eq!(who[1..], by_agent_t("modify"), "{path}: {who:?}");
+        let change = log(&ws).into_iter().rfind(|c| c["path"] == path).unwrap();
+        let diff = rw_ok(&ws, &["diff", &change["id"].to_string()]);
+        assert!(diff.contains("\n-before\n+during\n"), "{path}:\n{diff}");
+    }
+    ws.unmount();
+}
+
+/// An edit the daemon is killed in the middle of, right after its open, is still recorded at
+/// the next mount with the content before and the content the file holds. Of a file whose
+/// last version is recorded (`quick.txt`, written through the mount first) its marker may not
+/// be written yet, and then only who made it is lost (it is `external`); of a file the history
+/// has seen but never read (`seen.txt`, there before the first mount) the marker is written
+/// at the open, as nothing else names its content before.
+#[test]
+fn an_edit_cut_short_at_once_by_a_crash_is_recorded_with_its_content() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("seen.txt"), "before\n").unwrap();
+    ws.mount();
+    fs::write(ws.path().join("quick.txt"), "before\n").unwrap();
+    sync(&ws);
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+quick = open("quick.txt", "r+")
+quick.write("during\n"); quick.flush()
+seen = open("seen.txt", "r+")
+seen.write("during\n"); seen.flush()
+"#,
+    );
+    let all = log(&ws);
+    let changes: Vec<&Value> = all
+        .iter()
+        .filter(|c| c["path"] == "quick.txt" && c["kind"] == "modify")
+        .collect();
+    assert_eq!(changes.len(), 1, "{all:#?}");
+    assert!(
+        ["external", "tester"].contains(&changes[0]["agent"].as_str().unwrap()),
+        "{changes:#?}"
+    );
+    assert_eq!(who_changed(&ws, "seen.txt"), by_agent_t("modify"));
+    for c in [
+        changes[0],
+        all.iter().find(|c| c["path"] == "seen.txt").unwrap(),
+    ] {
+        let diff = rw_ok(&ws, &["diff", &c["id"].to_string()]);
+        assert!(diff.contains("\n-before\n+during\n"), "{diff}");
+    }
+    ws.unmount();
+}
+
+/// The content before an edit of a file written under the mount (through a handle on the
+/// folder opened before mounting) is stored by the edit's open and named by no change: its
+/// marker, written at once for such content (not after `MARK_AFTER`), keeps it from gc. A gc
+/// with `--max-size 0` while the file is open for writing, then the write and the close: the
+/// change's content before still reads back.
+#[test]
+fn gc_keeps_the_content_before_an_edit_of_a_file_written_under_the_mount() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("f.txt"), "recorded\n").unwrap();
+    let under = fs::File::open(ws.path()).unwrap();
+    ws.mount();
+    // SAFETY: openat(2) on a folder fd this test holds, with a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            under.as_raw_fd(),
+            c"f.txt".as_ptr(),
+            libc::O_WRONLY | libc::O_TRUNC,
+        )
+    };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut outside = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    outside.write_all(b"written under the mount\n").unwrap();
+    drop(outside);
+    let mut edit = fs::OpenOptions::new()
+        .write(true)
+        .open(ws.path().join("f.txt"))
+        .unwrap();
+    rw_ok(&ws, &["gc", "--max-size", "0"]);
+    edit.write_all(b"changed").unwrap();
+    drop(edit);
+    let changes: Vec<Value> = log(&ws)
+        .into_iter()
+        .filter(|c| c["path"] == "f.txt" && c["kind"] == "modify")
+        .collect();
+    let id = changes.last().expect("the edit is recorded")["id"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        rw_ok(&ws, &["cat", "f.txt", "--at", &(id - 1).to_string()]),
+        "written under the mount\n"
+    );
+    assert_eq!(
+        rw_ok(&ws, &["cat", "f.txt", "--at", &id.to_string()]),
+        "changed under the mount\n"
+    );
+    ws.unmount();
+}
+
 /// F2b (issue 25): `fsync` of a new file makes its creation durable with who made it, though
 /// the create itself is still held back (an editor's temporary file must stay one `modify`):
 /// after a SIGKILL of the daemon and a remount, the create is in the history in session agentT

@@ -119,6 +119,10 @@ pub(super) struct KnownFile {
     sig: Sig,
     hash: Hash,
     sweeps: u64,
+    /// Read at the end of a change that was recorded: the history names this content as the
+    /// file's last version, so an edit that begins from it needs no marker at once (see
+    /// `episodes::Unmarked`).
+    recorded: bool,
 }
 
 /// Reads `file` from offset `at` on with positioned reads, leaving the fd's offset alone.
@@ -155,13 +159,20 @@ pub(super) struct Captured {
     pub(super) content: Option<NewContent>,
     /// What the capture cache is to know once the content is stored.
     known: Option<(Key, KnownFile)>,
+    /// Answered by the cache with content read at the end of a recorded change.
+    pub(super) recorded: bool,
 }
 
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
     pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
+        self.capture_cached(path, st).map(|c| c.state)
+    }
+
+    /// [`capture`](Recorder::capture), saying whether the content is the file's last version
+    /// the history names ([`Captured::recorded`]).
+    pub(super) fn capture_cached(&self, path: &[u8], st: &libc::stat) -> Result<Captured> {
         self.capture_with(path, st, true, path, None, false)
-            .map(|c| c.state)
     }
 
     /// [`capture_fresh_as`](Recorder::capture_fresh_as) at the end of an episode, or of a
@@ -179,10 +190,15 @@ impl Recorder {
     }
 
     /// What [`capture_end`](Recorder::capture_end) read is stored: the capture cache may
-    /// answer with it.
-    pub(super) fn captured(&self, captured: Captured) {
+    /// answer with it; `recorded`: as the content after a change just recorded.
+    pub(super) fn captured(&self, captured: Captured, recorded: bool) {
         if let Some((key, file)) = captured.known {
-            remember(&mut lock(&self.known), key, file, KNOWN_MAX);
+            remember(
+                &mut lock(&self.known),
+                key,
+                KnownFile { recorded, ..file },
+                KNOWN_MAX,
+            );
         }
     }
 
@@ -221,6 +237,7 @@ impl Recorder {
             state,
             content: None,
             known: None,
+            recorded: false,
         };
         // A file being written is not answered from the cache; it is read through the handle
         // its episode keeps, if any (see `Recorder::keep_reader`), when none is given.
@@ -250,13 +267,16 @@ impl Recorder {
                 if let Some(k) = cached
                     && store.keep_blob_since(&k.hash, k.sweeps).unwrap_or(false)
                 {
-                    return Ok(stored(FileState {
-                        kind: FileKind::File,
-                        size: sig.size as u64,
-                        mode,
-                        hash: Some(k.hash),
-                        owner,
-                    }));
+                    return Ok(Captured {
+                        recorded: k.recorded,
+                        ..stored(FileState {
+                            kind: FileKind::File,
+                            size: sig.size as u64,
+                            mode,
+                            hash: Some(k.hash),
+                            owner,
+                        })
+                    });
                 }
                 let sweeps = store.sweeps();
                 let opened;
@@ -293,12 +313,20 @@ impl Recorder {
                 // Only content read whole at the size `st` gives stands for the file while its
                 // signature holds, and only once it is stored.
                 if size as i64 == sig.size {
-                    let known = (key, KnownFile { sig, hash, sweeps });
-                    if content.is_some() {
-                        captured.known = Some(known);
-                    } else {
+                    let known = (
+                        key,
+                        KnownFile {
+                            sig,
+                            hash,
+                            sweeps,
+                            recorded: false,
+                        },
+                    );
+                    if content.is_none() {
                         remember(&mut lock(&self.known), known.0, known.1, KNOWN_MAX);
                     }
+                    // Either way, `captured` may then say it is a recorded change's.
+                    captured.known = Some(known);
                 }
                 captured.content = content;
                 Ok(captured)
@@ -383,10 +411,13 @@ impl Recorder {
                 mtime: f.mtime,
                 ctime: f.ctime,
             };
+            // What the last mount knew is stored, but whether the history names it as the
+            // file's last version is not known here.
             let file = KnownFile {
                 sig,
                 hash: Hash(f.hash),
                 sweeps,
+                recorded: false,
             };
             known.insert((f.dev, f.ino), file);
         }
@@ -441,6 +472,7 @@ mod tests {
             },
             hash: Hash([n; 32]),
             sweeps: 0,
+            recorded: false,
         }
     }
 

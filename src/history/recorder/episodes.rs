@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::capture::{
     Found, Sig, fstat, hidden, key_of, kind_of, not_there, out_of_sight, seen_of,
@@ -46,6 +46,37 @@ pub(super) struct Episode {
     /// A handle to read the file from, kept from its last writer's when the daemon cannot
     /// open it by its name (a new file made unreadable: `open(O_CREAT|O_WRONLY, 0)`).
     pub(super) reader: Option<Arc<File>>,
+    /// An edit of a file that was there whose marker is not written yet (see [`Unmarked`]).
+    pub(super) unmarked: Option<Unmarked>,
+}
+
+/// The marker of an edit of a file whose content the history names as its last version (the
+/// capture cache read it at the end of a recorded change, and nothing wrote the file since)
+/// is written only once the edit has been open for [`MARK_AFTER`] (by the pending thread,
+/// [`Recorder::mark_open_episodes`]), or at an `fsync` of the file. Most edits end within a
+/// millisecond of their open, and their change, written at the end, is all the store needs:
+/// the marker was a RocksDB write on the way of every open for writing (a quarter of what
+/// recording added to a small edit, on these VMs). A crash before it leaves the edit to the
+/// next mount's scan, which records it as `external` from that last version to what the file
+/// holds, as it does a new file's create held back: only who made it is lost. Any other edit
+/// (the first since the mount, a file written outside the mount) has its marker at once: the
+/// content before is named nowhere else.
+pub(super) struct Unmarked {
+    since: Instant,
+    /// The content before, kept from gc (which counts what the markers name) until the
+    /// marker or the change does.
+    _before: crate::store::Pins,
+}
+
+/// How long an edit of a file that was there stays open before its marker is written.
+pub const MARK_AFTER: Duration = Duration::from_millis(100);
+
+/// How an episode of a file that was there begins: the file's signature, and whether its
+/// marker is written at once (see [`Recorder::begin_restore`]).
+#[derive(Clone, Copy)]
+struct Begun {
+    sig: Sig,
+    mark_now: bool,
 }
 
 /// How many openers an episode lists before it stops listing them.
@@ -56,7 +87,7 @@ const MAX_OPENERS: usize = 16;
 static SLOW_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_END");
 
 /// How long reading the history waits for the RELEASE of a file whose writers are gone.
-const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 impl Episode {
     /// Every thread that opened the file in this episode is gone: its handles are only waiting
@@ -107,6 +138,24 @@ impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
     pub fn begin_write(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
+        self.begin_write_marked(path, st, by, false)
+    }
+
+    /// [`begin_write`](Recorder::begin_write) for a rollback about to rewrite a file in place:
+    /// its marker is written at once (not after [`MARK_AFTER`]), so that a crash in the middle
+    /// of a rollback leaves the file it was rewriting to the next mount as the rollback's
+    /// restore, not as an `external` change.
+    pub fn begin_restore(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
+        self.begin_write_marked(path, st, by, true)
+    }
+
+    fn begin_write_marked(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        by: By,
+        mark_now: bool,
+    ) -> Result<Option<Key>> {
         let _pins = self.pin_scope();
         if kind_of(st) != FileKind::File || !self.records(path, false) {
             return Ok(None);
@@ -138,12 +187,22 @@ impl Recorder {
             }
         }
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+            if mark_now {
+                self.mark(ep)?;
+            }
             ep.opened_by(by.pid);
             return Ok(Some(key));
         }
-        let before = self.capture(path, st)?;
+        let before = self.capture_cached(path, st)?;
         let who = self.who(by);
-        self.open_episode(key, path, Some(before), who, Some(Sig::of(st)), by.pid)?;
+        // Content the history does not name as the file's last version (read now, or by an
+        // open before) has only the marker to say what the file held before the edit.
+        let begun = Begun {
+            sig: Sig::of(st),
+            mark_now: mark_now || !before.recorded,
+        };
+        let before = before.state;
+        self.open_episode(key, path, Some(before), who, Some(begun), by.pid)?;
         Ok(Some(key))
     }
 
@@ -170,22 +229,37 @@ impl Recorder {
         Ok(Some(key_of(st)))
     }
 
+    /// Open the episode of `key`: of a new file if `begun` is `None`, else of a file that was
+    /// there, with its signature then.
     fn open_episode(
         &self,
         key: Key,
         path: &[u8],
         before: Option<FileState>,
         who: Who,
-        begun: Option<Sig>,
+        begun: Option<Begun>,
         pid: u32,
     ) -> Result<()> {
         // A file that was there has a before state and a signature; a new file neither.
         let created = begun.is_none();
         // A new file needs no marker: if the daemon dies before its end, the scan at the next
-        // mount finds it anyway. A marker keeps the before state of a file being changed.
-        if !created {
-            self.put_marker(path, before.clone(), &who, None)?;
+        // mount finds it anyway. A marker keeps the before state of a file being changed and
+        // who changes it, once the edit lasts (see `Unmarked`).
+        let mut unmarked = None;
+        match begun {
+            Some(b) if b.mark_now => self.put_marker(path, before.clone(), &who, None)?,
+            Some(_) => {
+                unmarked = Some(Unmarked {
+                    since: Instant::now(),
+                    _before: self
+                        .history
+                        .store()
+                        .pin(before.as_ref().and_then(|b| b.hash)),
+                })
+            }
+            None => {}
         }
+        let begun = begun.map(|b| b.sig);
         let mut episodes = lock(&self.episodes);
         // Another open of the same file may have won the race while we captured: join it.
         episodes
@@ -203,7 +277,50 @@ impl Recorder {
                 fsynced: None,
                 begun,
                 reader: None,
+                unmarked,
             });
+        Ok(())
+    }
+
+    /// Write the marker of every edit open for [`MARK_AFTER`] or longer that has none yet (by
+    /// the pending thread).
+    pub fn mark_open_episodes(&self) -> Result<()> {
+        let due: Vec<(Key, Vec<u8>)> = lock(&self.episodes)
+            .iter()
+            .filter(|(_, ep)| {
+                !ep.orphaned
+                    && ep
+                        .unmarked
+                        .as_ref()
+                        .is_some_and(|u| u.since.elapsed() >= MARK_AFTER)
+            })
+            .map(|(key, ep)| (*key, ep.path.clone()))
+            .collect();
+        for (key, path) in due {
+            // One moved under an ignored folder meanwhile gets none (its end records nothing).
+            if !self.records(&path, false) {
+                continue;
+            }
+            // Under the table's lock: an end, cut or rename of the episode writes or removes
+            // its marker after this one, never before.
+            let mut episodes = lock(&self.episodes);
+            if let Some(ep) = episodes.get_mut(&key)
+                && ep.path == path
+                && !ep.orphaned
+            {
+                self.mark(ep)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write the marker of the episode `ep` if it has none yet (see [`Unmarked`]). Called with
+    /// the table of episodes locked.
+    pub(super) fn mark(&self, ep: &mut Episode) -> Result<()> {
+        if ep.unmarked.is_some() {
+            self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)?;
+            ep.unmarked = None;
+        }
         Ok(())
     }
 
@@ -260,7 +377,7 @@ impl Recorder {
                 }
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -486,13 +603,19 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
+        // The writer's thread first: the wake-up of this RELEASE, which the writer's close()
+        // queued, may have taken its CPU on the way back from close(). With the id set aside
+        // the requests after it need not wait, and the writer goes on while what it wrote is
+        // read and stored (W2's small edit with 1 ms between edits, p50: 152 -> 140 µs, off
+        // 135).
+        std::thread::yield_now();
         let captured = self.capture_end(path, st, path, file)?;
         let after = captured.state.clone();
         if ep.before.as_ref() == Some(&after) {
             // Stored already, as the content before (nothing to write with a change).
             self.history.drop_open_episode(path)?;
             self.release_id(id);
-            self.captured(captured);
+            self.captured(captured, false);
             return Ok(None);
         }
         let mut change = self.change(ChangeKind::Modify, path, &ep.who);
@@ -511,7 +634,7 @@ impl Recorder {
             },
             Some(id),
         )?;
-        self.captured(captured);
+        self.captured(captured, true);
         Ok(None)
     }
 
@@ -689,6 +812,7 @@ impl Recorder {
             ep.created = false;
             ep.begun = None;
             ep.fsynced = None;
+            ep.unmarked = None;
         }
         self.put_marker(&ep_path, Some(now), &who, None)
     }

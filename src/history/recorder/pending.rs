@@ -153,7 +153,7 @@ impl Recorder {
             self.history.put_manifest(&[(path.to_vec(), Some(seen))])?;
             self.history.drop_open_episode(path)?;
             self.release_id(p.id);
-            self.captured(captured);
+            self.captured(captured, false);
             return Ok(());
         }
         let kind = match p.replaces {
@@ -176,7 +176,7 @@ impl Recorder {
             },
             Some(p.id),
         )?;
-        self.captured(captured);
+        self.captured(captured, true);
         Ok(())
     }
 
@@ -212,10 +212,12 @@ impl Recorder {
         {
             let mut episodes = lock(&self.episodes);
             if let Some(ep) = episodes.get_mut(&key) {
-                // An episode of a file that was there before has had its marker from the start.
                 if !ep.orphaned && (ep.created || ep.fsynced.is_some()) {
                     self.put_marker(&ep.path, ep.before.clone(), &ep.who, fsynced)?;
                     ep.fsynced = fsynced;
+                } else if !ep.orphaned {
+                    // An edit of a file that was there: its marker, if it has none yet.
+                    self.mark(ep)?;
                 }
                 return Ok(());
             }
