@@ -21,7 +21,7 @@ use crate::hostile16::{
 
 /// Every regular file under the workspace (but `.rewind`, `.git`, `target` and `skip`) has a
 /// history, and its newest change names what the file holds (`rewind cat` gives it back).
-fn every_file_has_its_newest_change(ws: &Workspace, skip: &[&str]) -> usize {
+pub(crate) fn every_file_has_its_newest_change(ws: &Workspace, skip: &[&str]) -> usize {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
         for e in fs::read_dir(dir).unwrap() {
             let e = e.unwrap();

@@ -12,6 +12,7 @@ mod hostile;
 mod hostile13;
 mod hostile16;
 mod hostile17;
+mod hostile18;
 mod hunk;
 mod model;
 mod mount;

@@ -1339,7 +1339,7 @@ fn sigkill_during_delta_writes_loses_nothing() {
 /// Run `script` (python, in the workspace, as session `agentT` of agent `tester`), which ends
 /// by SIGKILLing the daemon, at once, well within the half second a new file's create is held
 /// back; then remount (`extra`: the mount's options, both times).
-fn killed_after(ws: &mut Workspace, extra: &[&str], script: &str) {
+pub(crate) fn killed_after(ws: &mut Workspace, extra: &[&str], script: &str) {
     let pid = daemon_pid(ws);
     let script = format!("import os, signal\n{script}\nos.kill({pid}, signal.SIGKILL)\n");
     let out = python_command(&ws.path(), &script)
@@ -1360,7 +1360,7 @@ fn killed_after(ws: &mut Workspace, extra: &[&str], script: &str) {
 }
 
 /// Each change of `path` as (kind, session, agent), oldest first.
-fn who_changed(ws: &Workspace, path: &str) -> Vec<(String, String, String)> {
+pub(crate) fn who_changed(ws: &Workspace, path: &str) -> Vec<(String, String, String)> {
     rw_ok(ws, &["log", path, "--json"])
         .lines()
         .map(|l| {
