@@ -85,7 +85,8 @@ fn recorded_files(ws: &Workspace, files: &[(&str, &str)]) {
 /// written by then) is recorded, and so is the same edit of a file there before the mount
 /// (marker at its open) cut short at once.
 ///
-/// FAILS on 6b0e5e2: `quick.txt` has no modify; its newest change names "Q before".
+/// FAILS on 6b0e5e2: `quick.txt` has no modify; its newest change names "Q before". Passes
+/// on its parent 3b620a8 (src/ of 3b620a8 with this file): a regression of 6b0e5e2.
 #[test]
 fn an_edit_keeping_size_and_mtime_cut_short_is_still_recorded() {
     let mut ws = Workspace::new();
@@ -252,8 +253,8 @@ time.sleep({wait})
 /// FAILS on 6b0e5e2: two changes, `modify f.txt` and `modify g.txt`, both `external` (each
 /// with the right content). So does the variant below, whose marker is written (`modify f.txt`
 /// by agentT, `modify g.txt` external): the recovery of a marker records one name and the scan
-/// then finds the other name changed. Not from the deferred marker, then; only the
-/// attribution differs.
+/// then finds the other name changed. Both fail on the parent 3b620a8 too: not from the
+/// deferred marker; only the attribution differs.
 #[test]
 fn an_edit_through_a_second_name_after_the_first_names_change_then_killed_at_once() {
     second_name_edit_killed(0.0);
@@ -454,11 +455,11 @@ time.sleep(random.uniform(0.0, 0.4))
 /// SIGKILL at once and a remount (`kill`), or the close and a clean unmount and remount:
 /// nothing else may be recorded, as nobody wrote anything else.
 ///
-/// FAILS on 6b0e5e2 and, by the reading of the code, before it (not from the deferred
-/// marker): the cut writes the episode's marker at `e.txt` (`cut_episode_by`, at `ep.path`),
-/// and `rename_bookkeeping` moves neither the episode nor its marker for an exchange of two
-/// files (`move_episode` is skipped when `exchange`), so the marker names `e.txt` while the
-/// file being written is `g.txt`; the next mount reads `e.txt` (the other file, "G before")
+/// FAILS on 6b0e5e2 and on its parent 3b620a8 (not from the deferred marker): the cut
+/// writes the episode's marker at `e.txt` (`cut_episode_by`, at `ep.path`), and
+/// `rename_bookkeeping` moves neither the episode nor its marker for an exchange of two files
+/// (`move_episode` is skipped when `exchange`), so the marker names `e.txt` while the file
+/// being written is `g.txt`; the next mount reads `e.txt` (the other file, "G before")
 /// against the marker ("E during") and records a modify of `e.txt` by agentT that never
 /// happened.
 fn exchanged_while_open(kill: bool) {
@@ -514,7 +515,7 @@ fn an_edit_cut_by_an_exchange_then_closed_leaves_no_bogus_change() {
 /// save (a modify of `t.txt`); then a SIGKILL at once. After the remount nothing else is
 /// recorded: the edit's handle is on a file no longer in the tree.
 ///
-/// FAILS on 6b0e5e2, and by the reading of the code before it: a third modify of `t.txt`
+/// FAILS on 6b0e5e2 and on its parent 3b620a8: a third modify of `t.txt`
 /// ("T during" to "T saved!" again, by agentT): the cut's marker at `t.txt`
 /// (`cut_episode_by`) is left there once the episode is orphaned by the rename over it, and
 /// the next mount reads the saved file against it.
@@ -555,8 +556,8 @@ os.rename("n.txt", "t.txt")
 /// the moment its marker is written, so it must keep who made it (agentT) across the crash.
 ///
 /// FAILS on 6b0e5e2: A's end, finding its episode orphaned, drops the marker at `t.txt`
-/// (`finish_episode`: `drop_open_episode(path)`), which is B's: by the reading of the code
-/// this is older than 6b0e5e2. The control (`close_a` false: A still open at the kill) holds.
+/// (`finish_episode`: `drop_open_episode(path)`), which is B's. Fails on its parent 3b620a8
+/// too: older than 6b0e5e2. The control (`close_a` false: A still open at the kill) holds.
 fn saved_over_then_next_edit(close_a: bool) {
     let mut ws = Workspace::new();
     ws.mount();
