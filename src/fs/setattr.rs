@@ -108,6 +108,13 @@ impl Core {
             }
         }
         if ch.atime.is_some() || ch.mtime.is_some() {
+            // An edit of the file not noted in the store yet is noted first: times put back
+            // would hide it from the scan after a crash (`Recorder::before_times`).
+            if let Some(rec) = &self.recorder
+                && rec.any_unmarked()
+            {
+                rec.before_times(&stat()?).map_err(record_errno)?;
+            }
             let times = [timespec(ch.atime), timespec(ch.mtime)];
             match (&open, path.as_deref()) {
                 (Some(o), _) => futimens(&o.file, &times)?,

@@ -85,8 +85,9 @@ fn recorded_files(ws: &Workspace, files: &[(&str, &str)]) {
 /// written by then) is recorded, and so is the same edit of a file there before the mount
 /// (marker at its open) cut short at once.
 ///
-/// FAILS on 6b0e5e2: `quick.txt` has no modify; its newest change names "Q before". Passes
-/// on its parent 3b620a8 (src/ of 3b620a8 with this file): a regression of 6b0e5e2.
+/// Failed on 6b0e5e2 (a regression of it): `quick.txt` had no modify, its newest change named
+/// "Q before". A setattr of times now writes the marker of an edit without one
+/// (`Recorder::before_times`).
 #[test]
 fn an_edit_keeping_size_and_mtime_cut_short_is_still_recorded() {
     let mut ws = Workspace::new();
@@ -250,11 +251,11 @@ time.sleep({wait})
     ws.unmount();
 }
 
-/// FAILS on 6b0e5e2: two changes, `modify f.txt` and `modify g.txt`, both `external` (each
-/// with the right content). So does the variant below, whose marker is written (`modify f.txt`
-/// by agentT, `modify g.txt` external): the recovery of a marker records one name and the scan
-/// then finds the other name changed. Both fail on the parent 3b620a8 too: not from the
-/// deferred marker; only the attribution differs.
+/// Failed on 6b0e5e2 and on its parent 3b620a8: two changes, `modify f.txt` and `modify
+/// g.txt`, both `external` (each with the right content); with the marker written (the variant
+/// below), `modify f.txt` by agentT and `modify g.txt` external: the recovery of a marker
+/// recorded one name and the scan then found the other name changed. Recovery now records a
+/// file with several names once, with the others as its links (`names_of_linked`).
 #[test]
 fn an_edit_through_a_second_name_after_the_first_names_change_then_killed_at_once() {
     second_name_edit_killed(0.0);
@@ -455,7 +456,8 @@ time.sleep(random.uniform(0.0, 0.4))
 /// SIGKILL at once and a remount (`kill`), or the close and a clean unmount and remount:
 /// nothing else may be recorded, as nobody wrote anything else.
 ///
-/// FAILS on 6b0e5e2 and on its parent 3b620a8 (not from the deferred marker): the cut
+/// Failed on 6b0e5e2 and on its parent 3b620a8 (not from the deferred marker), fixed since
+/// (`move_file_episodes`): the cut
 /// writes the episode's marker at `e.txt` (`cut_episode_by`, at `ep.path`), and
 /// `rename_bookkeeping` moves neither the episode nor its marker for an exchange of two files
 /// (`move_episode` is skipped when `exchange`), so the marker names `e.txt` while the file
@@ -515,10 +517,10 @@ fn an_edit_cut_by_an_exchange_then_closed_leaves_no_bogus_change() {
 /// save (a modify of `t.txt`); then a SIGKILL at once. After the remount nothing else is
 /// recorded: the edit's handle is on a file no longer in the tree.
 ///
-/// FAILS on 6b0e5e2 and on its parent 3b620a8: a third modify of `t.txt`
+/// Failed on 6b0e5e2 and on its parent 3b620a8: a third modify of `t.txt`
 /// ("T during" to "T saved!" again, by agentT): the cut's marker at `t.txt`
-/// (`cut_episode_by`) is left there once the episode is orphaned by the rename over it, and
-/// the next mount reads the saved file against it.
+/// (`cut_episode_by`) was left there once the episode was orphaned by the rename over it, and
+/// the next mount read the saved file against it. The rename now drops it first.
 #[test]
 fn an_edit_whose_file_is_saved_over_then_killed_leaves_no_bogus_change() {
     let mut ws = Workspace::new();
@@ -555,9 +557,10 @@ os.rename("n.txt", "t.txt")
 /// open or by the pending thread), then A's close, then a SIGKILL with B still open. B is past
 /// the moment its marker is written, so it must keep who made it (agentT) across the crash.
 ///
-/// FAILS on 6b0e5e2: A's end, finding its episode orphaned, drops the marker at `t.txt`
-/// (`finish_episode`: `drop_open_episode(path)`), which is B's. Fails on its parent 3b620a8
-/// too: older than 6b0e5e2. The control (`close_a` false: A still open at the kill) holds.
+/// Failed on 6b0e5e2 and on its parent 3b620a8: A's end, finding its episode orphaned,
+/// dropped the marker at `t.txt` (`finish_episode`: `drop_open_episode(path)`), which was B's;
+/// it now leaves a marker another open episode holds (`drop_marker_of`). The control
+/// (`close_a` false: A still open at the kill) held.
 fn saved_over_then_next_edit(close_a: bool) {
     let mut ws = Workspace::new();
     ws.mount();
@@ -600,7 +603,7 @@ time.sleep(0.3)
     ws.unmount();
 }
 
-/// FAILS on 6b0e5e2 (older than it): B's change is `external`.
+/// Failed on 6b0e5e2 (older than it): B's change was `external`.
 #[test]
 fn the_end_of_an_edit_saved_over_keeps_the_marker_of_the_next_edit() {
     saved_over_then_next_edit(true);

@@ -47,6 +47,9 @@ pub(super) struct Episode {
     /// open it by its name (a new file made unreadable: `open(O_CREAT|O_WRONLY, 0)`).
     pub(super) reader: Option<Arc<File>>,
     /// An edit of a file that was there whose marker is not written yet (see [`Unmarked`]).
+    /// While it is `Some` the store holds no marker of this episode; whatever writes one (a
+    /// cut, a move to another name, which the history does not name its content before under)
+    /// sets it to `None`.
     pub(super) unmarked: Option<Unmarked>,
 }
 
@@ -245,27 +248,21 @@ impl Recorder {
         // A new file needs no marker: if the daemon dies before its end, the scan at the next
         // mount finds it anyway. A marker keeps the before state of a file being changed and
         // who changes it, once the edit lasts (see `Unmarked`).
-        let mut unmarked = None;
-        match begun {
-            Some(b) if b.mark_now => self.put_marker(path, before.clone(), &who, None)?,
-            Some(_) => {
-                unmarked = Some(Unmarked {
-                    since: Instant::now(),
-                    _before: self
-                        .history
-                        .store()
-                        .pin(before.as_ref().and_then(|b| b.hash)),
-                })
-            }
-            None => {}
-        }
+        let mark_now = begun.is_some_and(|b| b.mark_now);
+        let unmarked = (!created).then(|| self.unmarked(&before));
         let begun = begun.map(|b| b.sig);
         let mut episodes = lock(&self.episodes);
-        // Another open of the same file may have won the race while we captured: join it.
-        episodes
-            .entry(key)
-            .and_modify(|ep| ep.opened_by(pid))
-            .or_insert(Episode {
+        let ep = match episodes.entry(key) {
+            // Another open of the same file may have won the race while we captured: join it.
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let ep = e.into_mut();
+                if mark_now {
+                    self.mark(ep)?;
+                }
+                ep.opened_by(pid);
+                return Ok(());
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Episode {
                 path: path.to_vec(),
                 before,
                 opens: 1,
@@ -278,8 +275,66 @@ impl Recorder {
                 begun,
                 reader: None,
                 unmarked,
-            });
+            }),
+        };
+        // Written with the episode in the table, under its lock, as every marker of an open
+        // episode is: an end that drops the marker at this path finds it there and leaves it
+        // (`drop_marker_of`).
+        if mark_now && let Err(e) = self.mark(ep) {
+            // The open is refused: no RELEASE will end it.
+            episodes.remove(&key);
+            return Err(e);
+        }
         Ok(())
+    }
+
+    /// The state of an episode of a file that was there whose marker is not written yet, from
+    /// `before` on.
+    pub(super) fn unmarked(&self, before: &Option<FileState>) -> Unmarked {
+        Unmarked {
+            since: Instant::now(),
+            _before: self
+                .history
+                .store()
+                .pin(before.as_ref().and_then(|b| b.hash)),
+        }
+    }
+
+    /// Times are about to be set on the file `st`: an edit of it without its marker gets it
+    /// now. After a crash the scan tells a changed file by its size and mtime, and a tool that
+    /// puts the mtime back (`touch -r`, `cp -p`, `rsync -t` into the file) would leave only
+    /// the marker to say it changed.
+    pub fn before_times(&self, st: &libc::stat) -> Result<()> {
+        let mut episodes = lock(&self.episodes);
+        match episodes.get_mut(&key_of(st)) {
+            Some(ep) if !ep.orphaned => self.mark(ep),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether an edit is open without its marker (see [`Unmarked`]).
+    pub fn any_unmarked(&self) -> bool {
+        lock(&self.episodes)
+            .values()
+            .any(|ep| ep.unmarked.is_some())
+    }
+
+    /// Drop the marker at `path` of the episode of `key`, which lost that name (orphaned, or
+    /// the name is another file's now): unless the marker there is now another file's, an
+    /// edit open on the file that took the name or its held-back create.
+    fn drop_marker_of(&self, key: Key, path: &[u8]) -> Result<()> {
+        if lock(&self.pending).get(path).is_some_and(|p| p.key != key) {
+            return Ok(());
+        }
+        // Under the table's lock, as markers of open episodes are written.
+        let episodes = lock(&self.episodes);
+        if episodes
+            .iter()
+            .any(|(k, ep)| *k != key && !ep.orphaned && ep.path == path)
+        {
+            return Ok(());
+        }
+        self.history.drop_open_episode(path)
     }
 
     /// Write the marker of every edit open for [`MARK_AFTER`] or longer that has none yet (by
@@ -527,7 +582,7 @@ impl Recorder {
     ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.orphaned {
-            self.history.drop_open_episode(path)?;
+            self.drop_marker_of(key, path)?;
             return Ok(None);
         }
         let st = match self.find_same(path, key, file) {
@@ -535,7 +590,7 @@ impl Recorder {
             // Gone, or the name now belongs to something else: what this file became is not
             // in the tree.
             Found::Gone => {
-                self.history.drop_open_episode(path)?;
+                self.drop_marker_of(key, path)?;
                 return Ok(None);
             }
             // Kept, and recorded once it can be looked up (`retry_ends`).
@@ -553,8 +608,11 @@ impl Recorder {
         }
         if ep.begun.is_some_and(|begun| begun == Sig::of(&st)) {
             // Opened for writing, and nothing written: no id set aside, so none to give back
-            // (which would leave a gap if something was recorded meanwhile).
-            self.history.drop_open_episode(path)?;
+            // (which would leave a gap if something was recorded meanwhile). Nor a marker to
+            // drop if it was never written.
+            if ep.unmarked.is_none() {
+                self.history.drop_open_episode(path)?;
+            }
             return Ok(None);
         }
         // The id of the moment the file was closed, set aside before anything slow (reading
@@ -613,7 +671,9 @@ impl Recorder {
         let after = captured.state.clone();
         if ep.before.as_ref() == Some(&after) {
             // Stored already, as the content before (nothing to write with a change).
-            self.history.drop_open_episode(path)?;
+            if ep.unmarked.is_none() {
+                self.history.drop_open_episode(path)?;
+            }
             self.release_id(id);
             self.captured(captured, false);
             return Ok(None);
@@ -627,7 +687,8 @@ impl Recorder {
         self.record_as(
             change,
             &Extra {
-                finish_episode: Some(path),
+                // An episode without its marker has none to drop (see `Unmarked`).
+                finish_episode: ep.unmarked.is_none().then_some(path),
                 manifest: &manifest,
                 move_under: None,
                 content: captured.content.as_ref(),

@@ -14,9 +14,10 @@ use crate::history::change::{Change, ChangeKind, FileKind, FileState, Fsynced};
 use crate::history::db::Extra;
 use crate::history::who::By;
 
-/// An episode moved below a renamed folder: its path before and after, and what its marker
-/// holds.
+/// An episode moved below a renamed folder, or with its file by an exchange: its file, its
+/// path before and after, and what its marker holds.
 struct Moved {
+    key: super::Key,
     old: Vec<u8>,
     new: Vec<u8>,
     before: Option<FileState>,
@@ -45,6 +46,8 @@ struct RenameUndo {
     orphaned: Option<super::Key>,
     /// Episodes below a renamed folder.
     moved_under: Vec<Moved>,
+    /// Episodes of the files an exchange swapped.
+    swapped: Vec<Moved>,
     /// The episode open on the renamed file.
     src_episode: Option<EpisodeMoved>,
 }
@@ -188,6 +191,9 @@ impl Recorder {
             match episodes.get_mut(&key) {
                 Some(ep) if ep.path == from => {
                     ep.path = to.to_vec();
+                    // Its marker is written below, even if it had none yet: the history names
+                    // its content before under the old name only (see `Unmarked`).
+                    ep.unmarked = None;
                     Some((ep.before.clone(), ep.who.clone(), ep.created, ep.fsynced))
                 }
                 _ => None,
@@ -411,7 +417,14 @@ impl Recorder {
         // episode would find nothing there, and record nothing).
         let mut undo = self.rename_bookkeeping(src, src_st, dst, dst_st, exchange);
         let recorded = (|| {
+            // The replaced target's open episode has nothing more to record: its marker (the
+            // cut above wrote it) goes before anything is recorded or noted at `dst`, or the
+            // next mount would take the file that is there now for more of its writes.
+            if undo.orphaned.is_some() {
+                self.history.drop_open_episode(dst)?;
+            }
             self.move_markers(&undo.moved_under)?;
+            self.move_markers(&undo.swapped)?;
             // An episode still open on the source moves with it. If it created the file, this
             // is a save-by-rename still being written: its end records one change of the
             // target.
@@ -611,7 +624,48 @@ impl Recorder {
         {
             lock(&self.links).moved(key_of(st), dst, src);
         }
+        if exchange {
+            let mut files = Vec::new();
+            if !src_dir {
+                files.push((key_of(src_st), src.to_vec(), dst.to_vec()));
+            }
+            if let Some(st) = dst_st.filter(|_| !dst_dir) {
+                files.push((key_of(st), dst.to_vec(), src.to_vec()));
+            }
+            undo.swapped = self.move_file_episodes(&files);
+        }
         undo
+    }
+
+    /// The episodes open on files an exchange swapped follow them (in memory; their markers
+    /// with [`move_markers`](Recorder::move_markers)): each of `files` is a file, the name it
+    /// had and the name it has now. Two names of one file exchanged move nothing.
+    fn move_file_episodes(&self, files: &[(super::Key, Vec<u8>, Vec<u8>)]) -> Vec<Moved> {
+        if files.len() == 2 && files[0].0 == files[1].0 {
+            return Vec::new();
+        }
+        let mut episodes = lock(&self.episodes);
+        let mut out = Vec::new();
+        for (key, from, to) in files {
+            if let Some(ep) = episodes.get_mut(key)
+                && ep.path == *from
+                && !ep.orphaned
+            {
+                ep.path = to.clone();
+                out.push(Moved {
+                    key: *key,
+                    old: from.clone(),
+                    new: to.clone(),
+                    before: ep.before.clone(),
+                    who: ep.who.clone(),
+                    created: ep.created,
+                    fsynced: ep.fsynced,
+                });
+                // Its marker is written under the new name, even if it had none yet.
+                ep.unmarked = None;
+            }
+        }
+        out
     }
 
     /// The rename whose bookkeeping this was is refused: names and episodes go back where they
@@ -627,6 +681,17 @@ impl Recorder {
     ) {
         let src_dir = kind_of(src_st) == FileKind::Dir;
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
+        if !undo.swapped.is_empty() {
+            let back: Vec<_> = undo
+                .swapped
+                .iter()
+                .map(|m| (m.key, m.new.clone(), m.old.clone()))
+                .collect();
+            let back = self.move_file_episodes(&back);
+            if let Err(e) = self.move_markers(&back) {
+                tracing::warn!("markers of files whose exchange was refused: {e}");
+            }
+        }
         if let Some(was) = undo.src_episode
             && let Some(ep) = lock(&self.episodes).get_mut(&key_of(src_st))
             && ep.path == dst
@@ -656,6 +721,10 @@ impl Recorder {
             && let Some(ep) = lock(&self.episodes).get_mut(&key)
         {
             ep.orphaned = false;
+            // Its marker may have been dropped: the pending thread writes it again.
+            if !ep.created || ep.fsynced.is_some() {
+                ep.unmarked = Some(self.unmarked(&ep.before));
+            }
         }
         if let Some((key, names)) = undo.replaced_names {
             lock(&self.links).set(key, names);
@@ -668,12 +737,17 @@ impl Recorder {
     fn move_episodes_under(&self, from: &[u8], to: &[u8], exchange: bool) -> Vec<Moved> {
         let mut episodes = lock(&self.episodes);
         episodes
-            .values_mut()
-            .filter_map(|ep| {
+            .iter_mut()
+            .filter_map(|(key, ep)| {
                 let new = moved_below(&ep.path, from, to)
                     .or_else(|| exchange.then(|| moved_below(&ep.path, to, from)).flatten())?;
                 let old = std::mem::replace(&mut ep.path, new.clone());
+                // Its marker is written under the new name (`move_markers`) even if it had
+                // none yet: the history does not name its content before there (a folder's
+                // rename is one change of the folder).
+                ep.unmarked = None;
                 Some(Moved {
+                    key: *key,
                     old,
                     new,
                     before: ep.before.clone(),
@@ -716,6 +790,8 @@ impl Recorder {
             return None;
         }
         ep.path = dst.to_vec();
+        // Its caller writes its marker under `dst`.
+        ep.unmarked = None;
         let was = EpisodeMoved {
             created: ep.created,
             before: ep.before.clone(),

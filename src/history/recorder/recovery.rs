@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::Recorder;
-use super::capture::{kind_of, seen_of};
+use super::capture::{key_of, kind_of, seen_of};
+use super::{Key, Recorder};
 use crate::history::Result;
 use crate::history::change::{
     Change, ChangeKind, FileKind, FileState, Fsynced, Hash, Reserved, Seen,
@@ -36,6 +36,12 @@ impl Recorder {
         // before the crash); then the episodes the crash cut short, which went on until it.
         let mut episodes = self.history.open_episodes()?;
         episodes.sort_by_key(|(_, ep)| ep.reserved.map_or(u64::MAX, |r| r.id));
+        // The tree as it is (nothing below changes it), and the names of each file that has
+        // more than one: a file changed through one name is one change, with its other names
+        // as its links, whether a marker or the scan finds it.
+        let current = self.walk()?;
+        let names = names_of_linked(&current);
+        let mut recorded: HashSet<Key> = HashSet::new();
         for (path, ep) in episodes {
             // A rollback's write cut short is still the rollback's (a restore).
             let restore = ep.agent == ROLLBACK_AGENT;
@@ -95,13 +101,21 @@ impl Recorder {
                 let mut change = self.change(kind, &path, &who);
                 change.before = ep.before;
                 change.after = after;
+                if let Some(st) = &now {
+                    change.links = other_names(&names, st, &path);
+                    recorded.insert(key_of(st));
+                }
                 // (A file changed since the fsync was changed after the crash, by nobody
                 // known: that change goes last.)
                 let id = match ep.reserved {
                     Some(r) if fsynced_as_left => self.place(&path, r, &mut change)?,
                     _ => None,
                 };
-                let manifest = [(path.clone(), now.as_ref().map(seen_of))];
+                let seen = now.as_ref().map(seen_of);
+                let manifest: Vec<_> = std::iter::once(&path)
+                    .chain(&change.links)
+                    .map(|p| (p.clone(), seen.clone()))
+                    .collect();
                 let extra = Extra {
                     finish_episode: Some(&path),
                     manifest: &manifest,
@@ -115,11 +129,10 @@ impl Recorder {
             }
         }
 
-        let current = self.walk()?;
         let first_mount = self.history.store().meta(b"manifest")?.is_none();
         if !first_mount {
             let old: HashMap<Vec<u8>, Seen> = self.history.manifest()?.into_iter().collect();
-            report.external = self.record_external(&old, &current)?;
+            report.external = self.record_external(&old, &current, &names, recorded)?;
         }
         let entries: Vec<(Vec<u8>, Seen)> = current
             .iter()
@@ -226,7 +239,15 @@ impl Recorder {
         }
     }
 
-    fn record_external(&self, old: &HashMap<Vec<u8>, Seen>, current: &Tree) -> Result<usize> {
+    /// `names`: see [`names_of_linked`]; `recorded`: files whose change a marker recorded
+    /// already (under another name).
+    fn record_external(
+        &self,
+        old: &HashMap<Vec<u8>, Seen>,
+        current: &Tree,
+        names: &HashMap<Key, Vec<Vec<u8>>>,
+        mut recorded: HashSet<Key>,
+    ) -> Result<usize> {
         let who = self.external();
         // What we knew of a path: its last recorded state if that matches the manifest.
         let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
@@ -386,6 +407,12 @@ impl Recorder {
                 }
                 Some(_) => ChangeKind::Modify,
             };
+            // A file with several names changed through one of them: one change, under the
+            // first name found, with the others as its links.
+            let linked = kind != ChangeKind::Create && names.contains_key(&key_of(st));
+            if linked && recorded.contains(&key_of(st)) {
+                continue;
+            }
             let mut change = self.change(kind, path, &who);
             change.before = old.get(path).map(|s| known_before(path, s)).transpose()?;
             change.after = Some(self.capture(path, st)?);
@@ -394,6 +421,10 @@ impl Recorder {
                 // Only its times moved: remember them, so the next mount need not read it again.
                 self.history.put_manifest(&manifest)?;
                 continue;
+            }
+            if linked {
+                change.links = other_names(names, st, path);
+                recorded.insert(key_of(st));
             }
             self.record_one(change, &manifest)?;
             count += 1;
@@ -471,4 +502,27 @@ fn content<'a>(dir: &[u8], entries: impl Iterator<Item = (&'a Vec<u8>, &'a Seen)
 /// An error that says a path is not there (rather than that it could not be looked at).
 fn gone(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+/// The names of every file in `tree` that has more than one there, by file.
+fn names_of_linked(tree: &Tree) -> HashMap<Key, Vec<Vec<u8>>> {
+    let mut names: HashMap<Key, Vec<Vec<u8>>> = HashMap::new();
+    for (path, (st, _)) in tree {
+        if st.st_nlink > 1 && kind_of(st) == FileKind::File {
+            names.entry(key_of(st)).or_default().push(path.clone());
+        }
+    }
+    names.retain(|_, n| n.len() > 1);
+    names
+}
+
+/// The names in `tree` of the file `st` other than `path` (see [`names_of_linked`]).
+fn other_names(names: &HashMap<Key, Vec<Vec<u8>>>, st: &libc::stat, path: &[u8]) -> Vec<Vec<u8>> {
+    names
+        .get(&key_of(st))
+        .into_iter()
+        .flatten()
+        .filter(|n| n.as_slice() != path)
+        .cloned()
+        .collect()
 }
