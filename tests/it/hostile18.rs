@@ -18,7 +18,7 @@ use crate::hostile17::every_file_has_its_newest_change;
 use crate::record::{killed_after, log};
 
 /// `id kind path [<- from] session agent` of each change, for messages.
-fn lines(all: &[Value]) -> String {
+pub(crate) fn lines(all: &[Value]) -> String {
     all.iter()
         .map(|c| {
             format!(
@@ -39,7 +39,7 @@ fn lines(all: &[Value]) -> String {
 }
 
 /// The changes of `path` of kind `kind`, oldest first.
-fn of(all: &[Value], path: &str, kind: &str) -> Vec<Value> {
+pub(crate) fn of(all: &[Value], path: &str, kind: &str) -> Vec<Value> {
     all.iter()
         .filter(|c| c["path"] == path && c["kind"] == kind)
         .cloned()
@@ -47,7 +47,7 @@ fn of(all: &[Value], path: &str, kind: &str) -> Vec<Value> {
 }
 
 /// What `path` held after change `id` (`rewind cat --at`).
-fn cat_at(ws: &Workspace, path: &str, id: u64) -> String {
+pub(crate) fn cat_at(ws: &Workspace, path: &str, id: u64) -> String {
     rw_ok(ws, &["cat", path, "--at", &id.to_string()])
 }
 
@@ -68,7 +68,7 @@ fn one_modify(ws: &Workspace, all: &[Value], path: &str, before: &str, after: &s
 
 /// Files written through the mount, each one's create recorded (so the capture cache holds
 /// its content as recorded: the next edit of each is one whose marker waits).
-fn recorded_files(ws: &Workspace, files: &[(&str, &str)]) {
+pub(crate) fn recorded_files(ws: &Workspace, files: &[(&str, &str)]) {
     for (path, body) in files {
         let p = ws.path().join(path);
         fs::create_dir_all(p.parent().unwrap()).unwrap();

@@ -13,6 +13,7 @@ mod hostile13;
 mod hostile16;
 mod hostile17;
 mod hostile18;
+mod hostile19;
 mod hunk;
 mod model;
 mod mount;
