@@ -878,3 +878,83 @@ fn two_names_of_a_file_exchanged_under_an_open_edit_then_killed_at_once() {
 fn two_names_of_a_file_exchanged_under_an_open_edit_then_killed_once_marked() {
     two_names_exchanged_under_an_open_edit_then_killed(0.6);
 }
+
+/// An edit of `a.txt` cut short by a SIGKILL (its marker written: open 0.6 s), then, before the
+/// next mount, a second name `z.txt` made for it on the backing directory: the recovery's
+/// modify of `a.txt` ("one" -> "two", agentT) and the scan's create of `z.txt`; the history
+/// must not have `z.txt` changed before its create, and the rollback to before both removes
+/// `z.txt`.
+///
+/// FAILS on a94279f, as `name_added_and_edited` through the marker's path: the recovered
+/// modify carries `z.txt` in its links (`other_names` of the tree now).
+#[test]
+fn a_name_added_after_a_crash_before_the_next_mount() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    recorded_files(&ws, &[("a.txt", "one\n")]);
+    let before = log(&ws);
+    let pid = crate::common::daemon_pid(&ws);
+    let script = format!(
+        r#"
+import os, signal, time
+a = open("a.txt", "r+")
+a.write("two\n"); a.flush()
+time.sleep(0.6)
+os.kill({pid}, signal.SIGKILL)
+"#
+    );
+    let out = crate::common::python_command(&ws.path(), &script)
+        .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(crate::common::wait_for(10, || unsafe {
+        libc::kill(pid, 0) != 0
+    }));
+    let status = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(ws.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    sh(&ws.path(), "ln a.txt z.txt");
+    ws.mount();
+    let all = log(&ws);
+    let new = &all[before.len()..];
+    eprintln!("{}", lines(new));
+    let mut wrong = Vec::new();
+    let m = of(new, "a.txt", "modify");
+    assert_eq!(m.len(), 1, "{}", lines(new));
+    assert_eq!(m[0]["agent"], "tester", "{}", lines(new));
+    assert_eq!(cat_at(&ws, "a.txt", id(&m[0])), "two\n");
+    let z: Vec<&Value> = new.iter().filter(|c| names(c, "z.txt")).collect();
+    assert!(!z.is_empty(), "{}", lines(new));
+    if z[0]["kind"] != "create" {
+        wrong.push(format!(
+            "the first change naming z.txt is #{} {}",
+            id(z[0]),
+            z[0]["kind"]
+        ));
+    }
+    every_file_has_its_newest_change(&ws, &[]);
+    roll_back_to(&ws, id(&new[0]) - 1);
+    if read(&ws, "a.txt") != "one\n" {
+        wrong.push(format!(
+            "a.txt after the rollback: {:?}",
+            read(&ws, "a.txt")
+        ));
+    }
+    if ws.path().join("z.txt").exists() {
+        wrong.push(format!(
+            "z.txt after the rollback: still there, holding {:?}",
+            read(&ws, "z.txt")
+        ));
+    }
+    remount_records_nothing(&mut ws);
+    assert!(wrong.is_empty(), "{wrong:#?}\n{}", lines(new));
+    ws.unmount();
+}
