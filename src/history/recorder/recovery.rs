@@ -26,6 +26,9 @@ pub struct Recovery {
 
 type Tree = BTreeMap<Vec<u8>, (libc::stat, Seen)>;
 
+/// How many renames away from a path [`Recorder::known_before`] passes over, at most.
+const MOVED_AWAY_AT_MOST: usize = 4;
+
 impl Recorder {
     /// Before mounting: finish episodes a crash cut short, and record what changed in the
     /// workspace while it was not mounted (compared with the manifest the mount left).
@@ -41,7 +44,14 @@ impl Recorder {
         // as its links, whether a marker or the scan finds it.
         let current = self.walk()?;
         let names = names_of_linked(&current);
-        let mut recorded: HashSet<Key> = HashSet::new();
+        let first_mount = self.history.store().meta(b"manifest")?.is_none();
+        // The manifest the last mount left, for the links of a file with several names.
+        let left: HashMap<Vec<u8>, Seen> = if names.is_empty() || episodes.is_empty() {
+            HashMap::new()
+        } else {
+            self.history.manifest()?.into_iter().collect()
+        };
+        let mut linked: HashSet<Vec<u8>> = HashSet::new();
         for (path, ep) in episodes {
             // A rollback's write cut short is still the rollback's (a restore).
             let restore = ep.agent == ROLLBACK_AGENT;
@@ -102,8 +112,14 @@ impl Recorder {
                 change.before = ep.before;
                 change.after = after;
                 if let Some(st) = &now {
-                    change.links = other_names(&names, st, &path);
-                    recorded.insert(key_of(st));
+                    change.links = self.links_of(
+                        &names,
+                        (&path, st),
+                        change.before.as_ref(),
+                        &left,
+                        &current,
+                    )?;
+                    linked.extend(change.links.iter().cloned());
                 }
                 // (A file changed since the fsync was changed after the crash, by nobody
                 // known: that change goes last.)
@@ -129,10 +145,9 @@ impl Recorder {
             }
         }
 
-        let first_mount = self.history.store().meta(b"manifest")?.is_none();
         if !first_mount {
             let old: HashMap<Vec<u8>, Seen> = self.history.manifest()?.into_iter().collect();
-            report.external = self.record_external(&old, &current, &names, recorded)?;
+            report.external = self.record_external(&old, &current, &names, linked)?;
         }
         let entries: Vec<(Vec<u8>, Seen)> = current
             .iter()
@@ -239,37 +254,82 @@ impl Recorder {
         }
     }
 
-    /// `names`: see [`names_of_linked`]; `recorded`: files whose change a marker recorded
-    /// already (under another name).
+    /// What we knew of a path the manifest has as `seen`: its last recorded state if that
+    /// matches.
+    fn known_before(&self, path: &[u8], seen: &Seen) -> Result<FileState> {
+        // The newest change that left something at `path`. One that only took a file away
+        // from it (a rename's `from`) is passed over when the manifest still has the path: an
+        // exchange of two names is recorded as two renames, the second taking from `path`
+        // what the first had just put there.
+        let mut until = u64::MAX;
+        let mut recorded = None;
+        for _ in 0..MOVED_AWAY_AT_MOST {
+            let Some(c) = self.history.last_change_until(path, until)? else {
+                break;
+            };
+            if c.path == path || c.links.iter().any(|l| l == path) {
+                recorded = c.after;
+                break;
+            }
+            if c.kind != ChangeKind::Rename || c.from.as_deref() != Some(path) || c.id == 0 {
+                break;
+            }
+            until = c.id - 1;
+        }
+        Ok(match recorded {
+            Some(s) if s.kind == seen.kind && s.size == seen.size && s.mode == seen.mode => s,
+            _ => FileState {
+                kind: seen.kind,
+                size: seen.size,
+                mode: seen.mode,
+                hash: None,
+                owner: None,
+            },
+        })
+    }
+
+    /// The names of the file `st` other than `path` that go with a change of it from
+    /// `before` as its links: names the last mount knew (`old`) as this file, with the same
+    /// state and the same recorded content before, that changed since. A name made since, one
+    /// that was another file (`ln -f`), or one left as it was is not: it is recorded (or not)
+    /// on its own.
+    fn links_of(
+        &self,
+        names: &HashMap<Key, Vec<Vec<u8>>>,
+        (path, st): (&[u8], &libc::stat),
+        before: Option<&FileState>,
+        old: &HashMap<Vec<u8>, Seen>,
+        current: &Tree,
+    ) -> Result<Vec<Vec<u8>>> {
+        let (Some(was), Some(before)) = (old.get(path), before) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for name in other_names(names, st, path) {
+            let (Some(name_was), Some((_, name_now))) = (old.get(&name), current.get(&name)) else {
+                continue;
+            };
+            if name_was == was
+                && name_now != name_was
+                && self.known_before(&name, name_was)?.hash == before.hash
+            {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `names`: see [`names_of_linked`]; `linked`: names a marker's change recorded already,
+    /// as its links.
     fn record_external(
         &self,
         old: &HashMap<Vec<u8>, Seen>,
         current: &Tree,
         names: &HashMap<Key, Vec<Vec<u8>>>,
-        mut recorded: HashSet<Key>,
+        mut linked: HashSet<Vec<u8>>,
     ) -> Result<usize> {
         let who = self.external();
-        // What we knew of a path: its last recorded state if that matches the manifest.
-        let known_before = |path: &[u8], seen: &Seen| -> Result<FileState> {
-            let last = self.history.last_change_until(path, u64::MAX)?;
-            let recorded = last.and_then(|c| {
-                if c.path == path || c.links.iter().any(|l| l == path) {
-                    c.after
-                } else {
-                    None
-                }
-            });
-            Ok(match recorded {
-                Some(s) if s.kind == seen.kind && s.size == seen.size && s.mode == seen.mode => s,
-                _ => FileState {
-                    kind: seen.kind,
-                    size: seen.size,
-                    mode: seen.mode,
-                    hash: None,
-                    owner: None,
-                },
-            })
-        };
+        let known_before = |path: &[u8], seen: &Seen| self.known_before(path, seen);
         let mut count = 0;
         // Gone: in the manifest, not in the tree now, and not there at all (an ignored path
         // is not in `current`). The manifest holds only what the history has, so a path the
@@ -408,9 +468,8 @@ impl Recorder {
                 Some(_) => ChangeKind::Modify,
             };
             // A file with several names changed through one of them: one change, under the
-            // first name found, with the others as its links.
-            let linked = kind != ChangeKind::Create && names.contains_key(&key_of(st));
-            if linked && recorded.contains(&key_of(st)) {
+            // first name found, with the names that changed with it as its links.
+            if linked.contains(path) {
                 continue;
             }
             let mut change = self.change(kind, path, &who);
@@ -422,10 +481,15 @@ impl Recorder {
                 self.history.put_manifest(&manifest)?;
                 continue;
             }
-            if linked {
-                change.links = other_names(names, st, path);
-                recorded.insert(key_of(st));
+            if kind != ChangeKind::Create && names.contains_key(&key_of(st)) {
+                change.links =
+                    self.links_of(names, (path, st), change.before.as_ref(), old, current)?;
+                linked.extend(change.links.iter().cloned());
             }
+            let manifest: Vec<_> = std::iter::once(path)
+                .chain(&change.links)
+                .map(|p| (p.clone(), current.get(p).map(|(_, seen)| seen.clone())))
+                .collect();
             self.record_one(change, &manifest)?;
             count += 1;
         }
