@@ -249,7 +249,7 @@ impl Recorder {
         // mount finds it anyway. A marker keeps the before state of a file being changed and
         // who changes it, once the edit lasts (see `Unmarked`).
         let mark_now = begun.is_some_and(|b| b.mark_now);
-        let unmarked = (!created).then(|| self.unmarked(&before));
+        let unmarked = (!created && !mark_now).then(|| self.unmarked(&before));
         let begun = begun.map(|b| b.sig);
         let mut episodes = lock(&self.episodes);
         let ep = match episodes.entry(key) {
@@ -280,7 +280,7 @@ impl Recorder {
         // Written with the episode in the table, under its lock, as every marker of an open
         // episode is: an end that drops the marker at this path finds it there and leaves it
         // (`drop_marker_of`).
-        if mark_now && let Err(e) = self.mark(ep) {
+        if mark_now && let Err(e) = self.put_marker(&ep.path, ep.before.clone(), &ep.who, None) {
             // The open is refused: no RELEASE will end it.
             episodes.remove(&key);
             return Err(e);
