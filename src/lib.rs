@@ -55,11 +55,16 @@ impl TestDelay {
 
     /// Sleep as long as the variable says, if it is set.
     pub(crate) fn pause(&self) {
+        if let Some(ms) = self.get() {
+            std::thread::sleep(ms);
+        }
+    }
+
+    /// How long the variable says, if it is set.
+    pub(crate) fn get(&self) -> Option<std::time::Duration> {
         let ms = self
             .ms
             .get_or_init(|| std::env::var(self.var).ok()?.parse().ok());
-        if let Some(ms) = *ms {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
+        ms.map(std::time::Duration::from_millis)
     }
 }

@@ -298,6 +298,19 @@ impl Core {
     /// Wait until every RELEASE the kernel sent before `req` has set its end's id aside: call
     /// before any lock, in a request that may record ([`order`]).
     fn in_order(&self, req: &Request) {
+        self.in_turn(req);
+        // Closed edits are recorded before anything else that may record: it may change,
+        // move or look at their files (`recorder::episodes::Closed`).
+        if let Some(rec) = &self.recorder
+            && let Err(e) = rec.finish_closed()
+        {
+            tracing::error!("cannot record the end of an edit: {e}");
+        }
+    }
+
+    /// [`in_order`](Self::in_order) for an open for writing: it records the closed edit of
+    /// its own file itself ([`Recorder::begin_write`]), and no other.
+    fn in_turn(&self, req: &Request) {
         if let Some(order) = &self.order {
             order.wait_before(req.unique().0);
         }
@@ -683,7 +696,7 @@ impl Filesystem for RewindFs {
             };
         }
         if file::writes(flags.0) && self.core.open_may_take_id(ino) {
-            self.core.in_order(req);
+            self.core.in_turn(req);
         }
         match self
             .core

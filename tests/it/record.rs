@@ -2103,3 +2103,156 @@ fn a_file_a_checkout_moves_is_a_delta_on_its_old_content_until_gc_repacks_it_acr
     ws.unmount();
     assert!(history(&ws.store()).store().read_blob(&hash).unwrap() == moved.as_bytes());
 }
+
+/// The end of an edit in a burst of edits is recorded by the writer thread, gathered with
+/// others, a moment after its close (`recorder::episodes::Closed`; every edit here, with
+/// `REWIND_TEST_BURST`). Whatever comes right after the close, in the same
+/// process with no pause, comes after the edit in the history, with the edit's content: a
+/// rename of the file or of its folder, an unlink, a second edit, a chmod, a truncate by path,
+/// a hard link, an exchange, a read of `.rewind/log`, a view of the past.
+#[test]
+fn an_edit_just_closed_comes_before_what_follows_it() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_BURST", "1")]);
+    sh(&ws.path(), "mkdir d x");
+    for name in [
+        "a", "c", "d/e", "g", "h", "i", "j", "x/l", "m", "n", "o", "p", "q",
+    ] {
+        fs::write(ws.path().join(format!("{name}.txt")), "before\n").unwrap();
+    }
+    sync(&ws);
+    let first = log(&ws).len();
+    let out = python(
+        &ws.path(),
+        r#"
+import ctypes, os
+def edit(p, text="during\n"):
+    with open(p, "r+") as f:
+        f.write(text); f.truncate()
+edit("a.txt"); os.rename("a.txt", "b.txt")
+edit("c.txt"); os.unlink("c.txt")
+edit("d/e.txt"); os.rename("d", "f")
+edit("g.txt"); edit("g.txt", "after\n")
+edit("h.txt"); os.chmod("h.txt", 0o600)
+edit("i.txt"); os.truncate("i.txt", 0)
+edit("j.txt"); os.link("j.txt", "k.txt")
+edit("x/l.txt"); os.rename("x", "y")
+edit("m.txt")
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, b"m.txt", -100, b"n.txt", 2) != 0:
+    raise OSError(ctypes.get_errno(), "renameat2")
+edit("o.txt")
+log = open(".rewind/log").read()
+print("o.txt" in log.splitlines()[-1], end=" ")
+edit("p.txt")
+last = open(".rewind/log").read().splitlines()[-1].split()[0]
+print(open(f".rewind/at/{last}/p.txt").read() == "during\n", end=" ")
+edit("q.txt"); os.utime("q.txt", (0, 0))
+"#,
+    );
+    assert_eq!(out.trim(), "True True", "{out}");
+    let all = log(&ws);
+    let new: Vec<(String, String)> = all[first..]
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("modify", "a.txt"),
+        ("rename", "b.txt"),
+        ("modify", "c.txt"),
+        ("delete", "c.txt"),
+        ("modify", "d/e.txt"),
+        ("rename", "f"),
+        ("modify", "g.txt"),
+        ("modify", "g.txt"),
+        ("modify", "h.txt"),
+        ("chmod", "h.txt"),
+        ("modify", "i.txt"),
+        ("modify", "i.txt"),
+        ("modify", "j.txt"),
+        ("link", "k.txt"),
+        ("modify", "x/l.txt"),
+        ("rename", "y"),
+        ("modify", "m.txt"),
+        ("rename", "n.txt"),
+        ("rename", "m.txt"),
+        ("modify", "o.txt"),
+        ("modify", "p.txt"),
+        ("modify", "q.txt"),
+    ]
+    .iter()
+    .map(|(k, p)| (k.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(new, expected, "{:#?}", &all[first..]);
+    // Each edit's content, at its own id and just before the change that follows it.
+    for (i, c) in all[first..].iter().enumerate() {
+        if c["kind"] != "modify" {
+            continue;
+        }
+        let path = c["path"].as_str().unwrap();
+        let id = c["id"].as_u64().unwrap();
+        let want = match (path, i) {
+            ("g.txt", 7) => "after\n",
+            ("i.txt", 11) => "",
+            _ => "during\n",
+        };
+        assert_eq!(
+            rw_ok(&ws, &["cat", path, "--at", &id.to_string()]),
+            want,
+            "{path} at {id}"
+        );
+        let diff = rw_ok(&ws, &["diff", &id.to_string()]);
+        let was = if i == 7 || i == 11 {
+            "-during\n"
+        } else {
+            "-before\n"
+        };
+        assert!(diff.contains(was), "{path} at {id}:\n{diff}");
+    }
+    ws.unmount();
+}
+
+/// An edit closed a moment before the daemon is killed, before the writer thread recorded it
+/// (every edit is, with `REWIND_TEST_BURST`),
+/// is still in the history after the next mount, with its content: as `external` if its file's
+/// last version was recorded (its marker was never written: see `Unmarked`), as its writer's
+/// if the edit was the file's first since the mount (its marker was written at its open).
+#[test]
+fn an_edit_closed_just_before_a_crash_is_recorded_with_its_content() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("seen.txt"), "before\n").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_BURST", "1")]);
+    fs::write(ws.path().join("quick.txt"), "before\n").unwrap();
+    sync(&ws);
+    killed_after(
+        &mut ws,
+        &[],
+        r#"
+for name in ["quick.txt", "seen.txt"]:
+    with open(name, "r+") as f:
+        f.write("during\n")
+"#,
+    );
+    let all = log(&ws);
+    for path in ["quick.txt", "seen.txt"] {
+        let changes: Vec<&Value> = all
+            .iter()
+            .filter(|c| c["path"] == path && c["kind"] == "modify")
+            .collect();
+        assert_eq!(changes.len(), 1, "{path}: {all:#?}");
+        let agent = changes[0]["agent"].as_str().unwrap();
+        if path == "seen.txt" {
+            assert_eq!(agent, "tester", "{changes:#?}");
+        } else {
+            assert!(["external", "tester"].contains(&agent), "{changes:#?}");
+        }
+        let diff = rw_ok(&ws, &["diff", &changes[0]["id"].to_string()]);
+        assert!(diff.contains("\n-before\n+during\n"), "{path}: {diff}");
+    }
+    ws.unmount();
+}

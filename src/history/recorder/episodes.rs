@@ -74,12 +74,56 @@ pub(super) struct Unmarked {
 /// How long an edit of a file that was there stays open before its marker is written.
 pub const MARK_AFTER: Duration = Duration::from_millis(100);
 
+/// An edit of a file that was there whose last handle is released: its id is set aside (its
+/// place in the history is the moment of the close), and its content is read and recorded by
+/// the writer thread, gathered with others ([`Recorder::finish_closed`]), rather than by the
+/// RELEASE. On these VMs, reading, hashing and storing a small file's content on the RELEASE's
+/// thread, while the writer goes on with its next edit on the other core, made every round
+/// trip of that edit to the daemon wait for a CPU (W2 back to back, 2.0x its time with
+/// recording off); gathered, the work runs in a few bursts instead of beside every edit.
+/// Anything that would change, move or look at the file first records it: a new open for
+/// writing of the file ([`Recorder::begin_write`]), every other operation that may record
+/// (`RewindFs::in_order`), a rename of a folder ([`Recorder::pause_endings`]), and every
+/// settle (reading the history, a view, a hook, `fsync`, unmount). A crash before it is
+/// recorded leaves the edit to its marker, or to the next mount's scan as for an edit without
+/// one (see [`Unmarked`]).
+pub(super) struct Closed {
+    ep: Episode,
+    id: u64,
+    time_ns: u64,
+    /// The last handle's backing file (duplicated), to read the content through.
+    file: Option<File>,
+}
+
 /// How an episode of a file that was there begins: the file's signature, and whether its
 /// marker is written at once (see [`Recorder::begin_restore`]).
 #[derive(Clone, Copy)]
 struct Begun {
     sig: Sig,
     mark_now: bool,
+}
+
+/// Ends of edits closer together than this are closed, for the writer thread to record
+/// gathered (see [`Closed`]); one on its own is recorded by its RELEASE. W2's small edit with
+/// 1 ms between edits gains nothing from the writer thread (two more wake-ups for each edit),
+/// back to back it takes 1.05x its time with recording off instead of 1.5x.
+const BURST: Duration = Duration::from_millis(1);
+
+/// Tests only: `REWIND_TEST_BURST=1` takes every end of an edit for one in a burst: each is
+/// closed, for the writer thread.
+static TEST_BURST: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_BURST");
+
+/// How many closed edits wait for the writer thread before a RELEASE records its own.
+const CLOSED_AT_MOST: usize = 256;
+
+/// What the end of an episode leaves to do.
+enum Finished {
+    /// Nothing: recorded, or nothing to record.
+    Nothing,
+    /// A new file's create, held back.
+    Held(Box<Pending>),
+    /// An edit of a file that was there, for the writer thread (see [`Closed`]).
+    Closed { id: u64, time_ns: u64 },
 }
 
 /// How many openers an episode lists before it stops listing them.
@@ -167,12 +211,17 @@ impl Recorder {
         // now).
         self.check_writable()?;
         let key = key_of(st);
+        // The file's last edit, closed and not yet recorded, is recorded first: this one
+        // begins from its content.
+        self.finish_closed_of(key)?;
         // Held until the episode is open: an episode of this file that is ending is recorded
         // first (a new file's held-back create included, flushed below), and none can end
         // between the check for one and the capture of the content before. Dropped at once,
         // an end of the last episode could slip in after the check, and this write would be
         // recorded as a modify before the file's create.
         let _held = self.hold(&[key]);
+        // One closed between the two (by a RELEASE of another handle of the file).
+        self.finish_closed_held(key)?;
         self.flush_pending(path)?;
         // A thread that opened the episode and opens the file again is running: no need to ask
         // /proc about the others (a read of `/proc/PID/stat` each, the costliest part of a
@@ -509,14 +558,39 @@ impl Recorder {
     /// Called with the file's stripe held.
     fn end_or_keep(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
         match self.finish_episode(key, &ep, file) {
-            Ok(Some(p)) => {
-                let replaced = lock(&self.pending).insert(ep.path, p);
+            Ok(Finished::Held(p)) => {
+                let replaced = lock(&self.pending).insert(ep.path, *p);
                 if let Some(old) = replaced {
                     self.release_id(old.id);
                 }
                 Ok(())
             }
-            Ok(None) => Ok(()),
+            Ok(Finished::Closed { id, time_ns }) => {
+                let file = file.and_then(|f| f.try_clone().ok());
+                let closed = {
+                    let mut closed = lock(&self.closed);
+                    closed.insert(
+                        key,
+                        Closed {
+                            ep,
+                            id,
+                            time_ns,
+                            file,
+                        },
+                    );
+                    closed.len()
+                };
+                super::journal::id_taken();
+                if closed > CLOSED_AT_MOST {
+                    // The writer thread is behind (many writers at once): this RELEASE records
+                    // its own, as it would without the writer thread, rather than let the
+                    // table (and its open handles) grow.
+                    return self.finish_closed_held(key);
+                }
+                self.wake_writer();
+                Ok(())
+            }
+            Ok(Finished::Nothing) => Ok(()),
             Err(e) => {
                 // Not recorded (the store refused it, or the deletes queued before its id):
                 // a retry sets an id aside again.
@@ -562,7 +636,10 @@ impl Recorder {
                 }
             };
             let path = ep.path.clone();
-            match self.end_in_flight(key, ep, None) {
+            let ended = self
+                .end_in_flight(key, ep, None)
+                .and_then(|()| self.finish_closed_held(key));
+            match ended {
                 // Still out of sight: the others go on.
                 Err(e) if out_of_sight(&e) => {}
                 Err(e) => return Err(e),
@@ -574,16 +651,11 @@ impl Recorder {
 
     /// Record the end of an episode, its content read through `file` if given; a created file
     /// is returned to be held back instead.
-    fn finish_episode(
-        &self,
-        key: Key,
-        ep: &Episode,
-        file: Option<&File>,
-    ) -> Result<Option<Pending>> {
+    fn finish_episode(&self, key: Key, ep: &Episode, file: Option<&File>) -> Result<Finished> {
         let path = &ep.path[..];
         if ep.orphaned {
             self.drop_marker_of(key, path)?;
-            return Ok(None);
+            return Ok(Finished::Nothing);
         }
         let st = match self.find_same(path, key, file) {
             Found::Same(st) => st,
@@ -591,7 +663,7 @@ impl Recorder {
             // in the tree.
             Found::Gone => {
                 self.drop_marker_of(key, path)?;
-                return Ok(None);
+                return Ok(Finished::Nothing);
             }
             // Kept, and recorded once it can be looked up (`retry_ends`).
             Found::Hidden(source) => return Err(hidden(path, source)),
@@ -604,7 +676,7 @@ impl Recorder {
         if !self.records(path, false) {
             // Its folder became ignored meanwhile (this file may be the marker).
             self.history.drop_open_episode(path)?;
-            return Ok(None);
+            return Ok(Finished::Nothing);
         }
         if ep.begun.is_some_and(|begun| begun == Sig::of(&st)) {
             // Opened for writing, and nothing written: no id set aside, so none to give back
@@ -613,18 +685,116 @@ impl Recorder {
             if ep.unmarked.is_none() {
                 self.history.drop_open_episode(path)?;
             }
-            return Ok(None);
+            return Ok(Finished::Nothing);
         }
         // The id of the moment the file was closed, set aside before anything slow (reading
         // and storing what was written): an operation the writer makes after its `close()`
         // may be handled meanwhile, and must come after it in the history.
+        if !ep.created && self.in_a_burst() {
+            // Read and recorded by the writer thread (see `Closed`); the requests after the
+            // RELEASE go on once it is in the table (`end_or_keep`).
+            let (id, time_ns) = self.reserve_id_unannounced()?;
+            return Ok(Finished::Closed { id, time_ns });
+        }
         let (id, time_ns) = self.reserve_id()?;
+        if !ep.created {
+            // The writer's thread first: the wake-up of this RELEASE, which the writer's
+            // close() queued, may have taken its CPU on the way back from close(). With the id
+            // set aside the requests after it need not wait, and the writer goes on while what
+            // it wrote is read and stored (W2's small edit with 1 ms between edits, p50: 152 ->
+            // 140 µs, off 135).
+            std::thread::yield_now();
+        }
         SLOW_END.pause();
         let finished = self.finish_as(key, ep, &st, (id, time_ns), file);
         if finished.is_err() {
             self.release_id(id);
         }
-        finished
+        finished.map(|p| p.map_or(Finished::Nothing, |p| Finished::Held(Box::new(p))))
+    }
+
+    /// Whether this end of an edit comes within [`BURST`] of the last one (or others wait
+    /// closed already): it is then closed, for the writer thread (see [`Closed`]). An edit on
+    /// its own is recorded by its RELEASE at once, as the writer thread would need two
+    /// wake-ups for it.
+    fn in_a_burst(&self) -> bool {
+        if TEST_BURST.get().is_some() {
+            return true;
+        }
+        let now = Instant::now();
+        let last = lock(&self.last_end).replace(now);
+        last.is_some_and(|t| now.duration_since(t) < BURST) || !lock(&self.closed).is_empty()
+    }
+
+    /// Record every closed edit now, in the order of their ids (see [`Closed`]).
+    pub fn finish_closed(&self) -> Result<()> {
+        let mut keys: Vec<(u64, Key)> = lock(&self.closed)
+            .iter()
+            .map(|(key, c)| (c.id, *key))
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        keys.sort_unstable();
+        let mut result = Ok(());
+        for (_, key) in keys {
+            let finished = self.finish_closed_of(key);
+            if result.is_ok() {
+                result = finished;
+            }
+        }
+        result
+    }
+
+    /// Record the closed edit of the file `key`, if there is one.
+    fn finish_closed_of(&self, key: Key) -> Result<()> {
+        if !lock(&self.closed).contains_key(&key) {
+            return Ok(());
+        }
+        let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
+        let _held = self.hold(&[key]);
+        self.finish_closed_held(key)
+    }
+
+    /// [`finish_closed_of`](Self::finish_closed_of) with the file's stripe held. If the store
+    /// cannot take it, the edit is kept as one whose end waits (`retry_ends`), its id given
+    /// back.
+    fn finish_closed_held(&self, key: Key) -> Result<()> {
+        let Some(c) = lock(&self.closed).remove(&key) else {
+            return Ok(());
+        };
+        let _pins = self.pin_scope();
+        let Closed {
+            ep,
+            id,
+            time_ns,
+            file,
+        } = c;
+        let path = &ep.path[..];
+        if !self.records(path, false) {
+            // Its folder became ignored meanwhile (a `.gitignore` edited since).
+            self.release_id(id);
+            return self.history.drop_open_episode(path);
+        }
+        let through = file.as_ref().or(ep.reader.as_deref());
+        let finished = match self.find_same(path, key, through) {
+            Found::Same(st) => {
+                SLOW_END.pause();
+                self.finish_as(key, &ep, &st, (id, time_ns), file.as_ref())
+                    .map(|_| ())
+            }
+            Found::Gone => {
+                self.release_id(id);
+                return self.drop_marker_of(key, path);
+            }
+            Found::Hidden(source) => Err(hidden(path, source)),
+        };
+        if let Err(e) = finished {
+            self.release_id(id);
+            self.keep_unended(key, ep, &e);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// [`finish_episode`](Self::finish_episode) of a file that is there, as change `id` at
@@ -661,12 +831,6 @@ impl Recorder {
             }
             return Ok(Some(p));
         }
-        // The writer's thread first: the wake-up of this RELEASE, which the writer's close()
-        // queued, may have taken its CPU on the way back from close(). With the id set aside
-        // the requests after it need not wait, and the writer goes on while what it wrote is
-        // read and stored (W2's small edit with 1 ms between edits, p50: 152 -> 140 µs, off
-        // 135).
-        std::thread::yield_now();
         let captured = self.capture_end(path, st, path, file)?;
         let after = captured.state.clone();
         if ep.before.as_ref() == Some(&after) {

@@ -305,6 +305,15 @@ impl Recorder {
     /// The id and time of an operation that happens now but is recorded later (a held-back
     /// create): after every delete queued before it, before everything that comes after.
     pub(super) fn reserve_id(&self) -> Result<(u64, u64)> {
+        let reserved = self.reserve_id_unannounced()?;
+        id_taken();
+        Ok(reserved)
+    }
+
+    /// [`reserve_id`](Recorder::reserve_id) without telling the requests that wait for this
+    /// thread's id ([`after_id`]): for a closed edit, which must be in its table first, where
+    /// they look for it (`finish_closed`). The caller calls [`id_taken`] then.
+    pub(super) fn reserve_id_unannounced(&self) -> Result<(u64, u64)> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
         let id = self.history.reserve_id();
@@ -315,7 +324,6 @@ impl Recorder {
             .reserved
             .insert(id, std::time::Instant::now());
         drop(deferred);
-        id_taken();
         Ok((id, time_ns))
     }
 
@@ -338,10 +346,16 @@ impl Recorder {
     /// and all, as `external`; only who did it is lost.
     pub fn defer(&self, prepared: Prepared) {
         lock(&self.journal.deferred).push(prepared);
+        self.wake_writer();
+    }
+
+    /// Wake the writer thread: there are deferred changes or closed edits to record.
+    pub(super) fn wake_writer(&self) {
         let _ = self.wake.0.try_send(());
     }
 
-    /// Wakes when there are deferred changes to write: for the writer thread.
+    /// Wakes when there are deferred changes to write or closed edits to record: for the
+    /// writer thread.
     pub fn wakeups(&self) -> Receiver<()> {
         self.wake.1.clone()
     }

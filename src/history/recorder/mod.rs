@@ -92,6 +92,13 @@ pub struct Recorder {
     /// held back in `pending` or recorded); a leaf lock. A rename-away save waits for its new
     /// file's end ([`saves`]).
     ends_in_flight: Mutex<Vec<Vec<u8>>>,
+    /// Edits whose last handle is released, with their ids set aside, whose content is read
+    /// and recorded by the writer thread, gathered ([`episodes::Closed`]); taken under
+    /// `ending` (shared) and the file's stripe.
+    closed: Mutex<HashMap<Key, episodes::Closed>>,
+    /// When the last edit ended (its RELEASE), to tell a burst of edits ([`episodes`]); a
+    /// leaf lock.
+    last_end: Mutex<Option<std::time::Instant>>,
     /// The folders made in the last minute, for a changed `.gitignore` to look through
     /// ([`quiet`]); a leaf lock.
     recent_mkdirs: Mutex<quiet::RecentMkdirs>,
@@ -135,6 +142,8 @@ impl Recorder {
             links: Mutex::new(links::Links::default()),
             ending: RwLock::new(()),
             ends_in_flight: Mutex::new(Vec::new()),
+            closed: Mutex::new(HashMap::new()),
+            last_end: Mutex::new(None),
             out_of_sight: Mutex::new(HashSet::new()),
             recent_mkdirs: Mutex::new(quiet::RecentMkdirs::new()),
             wake: crossbeam_channel::bounded(1),
@@ -299,7 +308,17 @@ impl Recorder {
     /// old path after the rename. Taken before [`hold`](Recorder::hold), and kept until the
     /// rename is done.
     pub fn pause_endings(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.ending.write().unwrap_or_else(|e| e.into_inner())
+        loop {
+            // Closed edits are recorded first, under their paths before the rename; none is
+            // closed while this is held (an end closes one holding `ending` shared).
+            if let Err(e) = self.finish_closed() {
+                tracing::warn!("cannot record a file's last edit before a rename: {e}");
+            }
+            let paused = self.ending.write().unwrap_or_else(|e| e.into_inner());
+            if lock(&self.closed).is_empty() {
+                return paused;
+            }
+        }
     }
 
     /// Record everything that has happened: wait for episode ends in progress (a large file's
@@ -310,6 +329,7 @@ impl Recorder {
     pub fn settle(&self) -> Result<()> {
         self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.finish_closed()?;
         self.flush_pending_older(true)
     }
 
@@ -320,6 +340,7 @@ impl Recorder {
     pub fn settle_for_views(&self) -> Result<()> {
         self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.finish_closed()?;
         self.drain()
     }
 
@@ -334,6 +355,9 @@ impl Recorder {
     pub fn settle_for_reading(&self) {
         self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        if let Err(e) = self.finish_closed() {
+            tracing::warn!("reading without the last edits of some files: {e}");
+        }
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
         }
@@ -386,6 +410,7 @@ impl Recorder {
     pub fn settle_session(&self, session: &str) -> Result<()> {
         self.await_releases();
         drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.finish_closed()?;
         self.flush_pending_of(session)
     }
 
@@ -393,6 +418,7 @@ impl Recorder {
     pub fn sync(&self) -> Result<()> {
         // What still waits (a create whose path cannot be looked up now) has its marker from
         // when it began to wait (`mark_waiting`): the next mount records it in its place.
+        self.finish_closed()?;
         self.flush_pending_older(true)?;
         self.drain()?;
         Ok(self.history.store().sync()?)

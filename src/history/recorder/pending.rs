@@ -250,6 +250,7 @@ impl Recorder {
         // What the store could not take before (a full disk) comes first: queued deletes and
         // the ends of episodes.
         self.drain()?;
+        self.finish_closed()?;
         self.retry_ends()?;
         self.flush_pending_where(|p| all || p.since.elapsed() >= PENDING_FOR)
     }
