@@ -839,7 +839,10 @@ impl Recorder {
                 self.history.drop_open_episode(path)?;
             }
             self.release_id(id);
-            self.captured(captured, false);
+            // Still the file's last recorded version if the edit began from it (an unmarked
+            // one did): a formatter that rewrites a file unchanged leaves the next edit's
+            // marker to wait as well.
+            self.captured(captured, ep.unmarked.is_some());
             return Ok(None);
         }
         let mut change = self.change(ChangeKind::Modify, path, &ep.who);
