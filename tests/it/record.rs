@@ -2256,3 +2256,48 @@ for name in ["quick.txt", "seen.txt"]:
     }
     ws.unmount();
 }
+
+/// A file being edited is, for every answer about the past, as the history has it: as it was
+/// before the edit, until the edit is recorded (at its end). `.rewind/at/ID/` and `rewind cat
+/// --at ID` at the last point there is, read while a writer holds the file open with half its
+/// edit written, answer with the content before, not with what the edit wrote so far (which
+/// is in no point yet); the same after the close, and then the edit is the next change.
+#[test]
+fn a_file_being_edited_is_shown_as_recorded_at_the_last_point() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("f.txt"), "before\n").unwrap();
+    sync(&ws);
+    let out = python_command(
+        &ws.path(),
+        r#"
+import os, subprocess
+last = open(".rewind/log").read().splitlines()[-1].split()[0]
+f = open("f.txt", "r+")
+f.write("during, half of it"); f.flush()
+view = open(f".rewind/at/{last}/f.txt").read()
+cat = subprocess.run([os.environ["REWIND_BIN"], "cat", "f.txt", "--at", last],
+                     capture_output=True, text=True)
+f.close()
+print(repr(view), repr(cat.stdout), cat.returncode)
+"#,
+    )
+    .env("REWIND_BIN", env!("CARGO_BIN_EXE_rewind"))
+    .env("XDG_DATA_HOME", ws.path().parent().unwrap().join("data"))
+    .output()
+    .unwrap();
+    let out =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.trim(), "'before\\n' 'before\\n' 0", "{out}");
+    let all = log(&ws);
+    let last = all.last().unwrap();
+    assert_eq!(
+        (&last["kind"], &last["path"]),
+        (&"modify".into(), &"f.txt".into())
+    );
+    assert_eq!(
+        rw_ok(&ws, &["cat", "f.txt", "--at", &last["id"].to_string()]),
+        "during, half of it"
+    );
+    ws.unmount();
+}

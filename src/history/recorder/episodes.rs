@@ -361,6 +361,19 @@ impl Recorder {
         }
     }
 
+    /// The content before the edit of the file `key` that is open, or closed and not yet
+    /// recorded (see [`Closed`]): what the history has of the file until the edit is recorded.
+    /// `None` for a new file's first episode, or when its content before is not known.
+    pub fn unrecorded_edit_of(&self, key: Key) -> Option<FileState> {
+        if let Some(c) = lock(&self.closed).get(&key) {
+            return c.ep.before.clone();
+        }
+        match lock(&self.episodes).get(&key) {
+            Some(ep) if !ep.orphaned && !ep.created => ep.before.clone(),
+            _ => None,
+        }
+    }
+
     /// Whether an edit is open without its marker (see [`Unmarked`]).
     pub fn any_unmarked(&self) -> bool {
         lock(&self.episodes)

@@ -378,9 +378,12 @@ pub(super) fn pending_marker(p: &Pending) -> OpenEpisode {
 }
 
 /// The live tree as the history has it so far: a new file whose create is still held back is
-/// not in it yet. Views of the past read paths unchanged since their point from it, so a file
-/// made after a point is never shown at that point, not even in the moment before its create
-/// is recorded (the create gets an id after every point there is now).
+/// not in it yet, and a file being edited (its edit open, or closed and not yet recorded: see
+/// `episodes::Closed`) is as it was before the edit. Views of the past read paths unchanged
+/// since their point from it, so a file made after a point is never shown at that point, not
+/// even in the moment before its create is recorded (the create gets an id after every point
+/// there is now), and an edit is never shown at a point before it is recorded (it gets an id
+/// after every point there is now, or has one after the point looked at).
 pub struct AsRecorded {
     pub recorder: Arc<Recorder>,
     pub source: Arc<dyn Source>,
@@ -393,11 +396,48 @@ impl AsRecorded {
         }
         Ok(())
     }
+
+    /// The content before the edit of the file `st` that is open or closed and not recorded
+    /// yet, if there is one and its content before is known.
+    fn being_edited(&self, st: &libc::stat) -> Option<FileState> {
+        if super::capture::kind_of(st) != crate::history::change::FileKind::File {
+            return None;
+        }
+        self.recorder.unrecorded_edit_of(key_of(st))
+    }
+}
+
+/// `content` as a file to read (an anonymous one, in memory).
+fn in_memory(content: &[u8]) -> io::Result<File> {
+    use std::io::{Seek, Write};
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"rewind-as-recorded".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    f.write_all(content)?;
+    f.rewind()?;
+    Ok(f)
 }
 
 impl Source for AsRecorded {
     fn open_read(&self, path: &[u8]) -> io::Result<File> {
         self.check(path)?;
+        let st = self.source.lstat(path)?;
+        if let Some(before) = self.being_edited(&st)
+            && let Some(hash) = before.hash
+        {
+            let content = self
+                .recorder
+                .history
+                .store()
+                .read_blob(&hash)
+                .map_err(io::Error::other)?;
+            return in_memory(&content);
+        }
         self.source.open_read(path)
     }
 
@@ -417,7 +457,14 @@ impl Source for AsRecorded {
 
     fn lstat(&self, path: &[u8]) -> io::Result<libc::stat> {
         self.check(path)?;
-        self.source.lstat(path)
+        let mut st = self.source.lstat(path)?;
+        if let Some(before) = self.being_edited(&st)
+            && before.hash.is_some()
+        {
+            st.st_size = before.size as libc::off_t;
+            st.st_mode = (st.st_mode & !0o7777) | (before.mode & 0o7777);
+        }
+        Ok(st)
     }
 }
 
