@@ -463,6 +463,9 @@ impl Filesystem for RewindFs {
         if let Some(c) = &self.control
             && (control::Control::is_virtual(parent.0) || self.is_control_name(parent, name))
         {
+            // What it names may be made by an edit whose RELEASE the kernel sent before this
+            // (after the writer's close() returned): that end is recorded first.
+            self.core.in_turn(req);
             return match c.lookup(req, parent, name) {
                 // Entries in `.rewind/` are checked against the caller every time: not cached.
                 Ok(attr) => reply.entry(&Duration::ZERO, &attr, Generation(0)),
@@ -690,6 +693,7 @@ impl Filesystem for RewindFs {
             // holds the file's lock over each write, so one long command (a gc, a rollback)
             // would hold up every other `rewind` command and hook until it ended.
             let flags_out = FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+            self.core.in_turn(req);
             return match c.open(req, ino, flags.0) {
                 Ok(fh) => reply.opened(FileHandle(fh), flags_out),
                 Err(e) => reply.error(e),
@@ -889,6 +893,7 @@ impl Filesystem for RewindFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if let Some(c) = self.control_for(ino) {
+            self.core.in_turn(req);
             return match c.opendir(req, ino) {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(e),

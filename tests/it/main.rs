@@ -14,6 +14,7 @@ mod hostile16;
 mod hostile17;
 mod hostile18;
 mod hostile19;
+mod hostile20;
 mod hunk;
 mod model;
 mod mount;

@@ -135,8 +135,26 @@ The commands:
 }
 
 impl Control {
+    /// Before a folder that names the history (a point, a path's versions, a session, a
+    /// turn) is looked in: what has happened is recorded first (held-back creates aside, as
+    /// for `.rewind/at/`), so that a point given as `now` or a time, or a version, session or
+    /// turn made by an edit just closed, is resolved with it
+    /// (`hostile20::the_views_of_the_past_right_after_a_closed_edit_show_it`).
+    fn settle_for(&self, node: &Node) -> Result<()> {
+        match node {
+            Node::At
+            | Node::Versions
+            | Node::VersionsOf(_)
+            | Node::Sessions
+            | Node::Turns
+            | Node::TurnsOf(_) => self.recorder.settle_for_views(),
+            _ => Ok(()),
+        }
+    }
+
     /// The child `name` of `parent`, if there is one.
     pub(super) fn child(&self, parent: &Node, name: &[u8]) -> Result<Option<Node>> {
+        self.settle_for(parent)?;
         let history = self.recorder.history();
         let s = String::from_utf8_lossy(name).into_owned();
         Ok(match parent {
@@ -290,6 +308,7 @@ impl Control {
 
     /// The entries of a virtual folder: name and node.
     pub(super) fn list(&self, node: &Node) -> Result<Vec<(Vec<u8>, Node)>> {
+        self.settle_for(node)?;
         let history = self.recorder.history();
         Ok(match node {
             Node::Dir => [
