@@ -79,7 +79,7 @@ pub const MARK_AFTER: Duration = Duration::from_millis(100);
 /// the writer thread, gathered with others ([`Recorder::finish_closed`]), rather than by the
 /// RELEASE. On these VMs, reading, hashing and storing a small file's content on the RELEASE's
 /// thread, while the writer goes on with its next edit on the other core, made every round
-/// trip of that edit to the daemon wait for a CPU (W2 back to back, 2.0x its time with
+/// trip of that edit to the daemon wait for a CPU (W2 back to back, 1.9-2.0x its time with
 /// recording off); gathered, the work runs in a few bursts instead of beside every edit.
 /// Anything that would change, move or look at the file first records it: a new open for
 /// writing of the file ([`Recorder::begin_write`]), every other operation that may record
