@@ -52,6 +52,10 @@ pub fn halt_on_panic(store: Arc<Store>) {
 /// (`Recorder::settle`).
 const GATHER: Duration = Duration::from_millis(2);
 
+/// Tests only: `REWIND_TEST_SLOW_CLOSED=MS` makes the writer thread wait that long before it
+/// records the closed edits it gathered, so that many more close meanwhile.
+static SLOW_CLOSED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CLOSED");
+
 /// Write deferred changes (deletes) and record closed edits as they come, batched (see
 /// `Recorder::defer`, `Recorder::finish_closed`).
 pub fn writer(recorder: Arc<Recorder>) {
@@ -63,6 +67,7 @@ pub fn writer(recorder: Arc<Recorder>) {
                 tracing::error!("cannot record deletes: {e}");
                 std::thread::sleep(Duration::from_secs(1));
             }
+            SLOW_CLOSED.pause();
             if let Err(e) = recorder.finish_closed() {
                 tracing::error!("cannot record the end of an edit: {e}");
             }

@@ -2258,7 +2258,8 @@ for name in ["quick.txt", "seen.txt"]:
 }
 
 /// A file being edited is, for every answer about the past, as the history has it: as it was
-/// before the edit, until the edit is recorded (at its end). `.rewind/at/ID/` and `rewind cat
+/// before the edit, until the edit is recorded (at its end); a new file still being written is
+/// not there at all. `.rewind/at/ID/` and `rewind cat
 /// --at ID` at the last point there is, read while a writer holds the file open with half its
 /// edit written, answer with the content before, not with what the edit wrote so far (which
 /// is in no point yet); the same after the close, and then the edit is the next change.
@@ -2275,11 +2276,15 @@ import os, subprocess
 last = open(".rewind/log").read().splitlines()[-1].split()[0]
 f = open("f.txt", "r+")
 f.write("during, half of it"); f.flush()
+g = open("g.txt", "w")
+g.write("new, half of it"); g.flush()
 view = open(f".rewind/at/{last}/f.txt").read()
 cat = subprocess.run([os.environ["REWIND_BIN"], "cat", "f.txt", "--at", last],
                      capture_output=True, text=True)
-f.close()
-print(repr(view), repr(cat.stdout), cat.returncode)
+listed = sorted(os.listdir(f".rewind/at/{last}"))
+new = os.path.exists(f".rewind/at/{last}/g.txt")
+f.close(); g.close()
+print(repr(view), repr(cat.stdout), cat.returncode, listed, new)
 "#,
     )
     .env("REWIND_BIN", env!("CARGO_BIN_EXE_rewind"))
@@ -2288,16 +2293,83 @@ print(repr(view), repr(cat.stdout), cat.returncode)
     .unwrap();
     let out =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.trim(), "'before\\n' 'before\\n' 0", "{out}");
-    let all = log(&ws);
-    let last = all.last().unwrap();
     assert_eq!(
-        (&last["kind"], &last["path"]),
-        (&"modify".into(), &"f.txt".into())
+        out.trim(),
+        "'before\\n' 'before\\n' 0 ['f.txt'] False",
+        "{out}"
     );
+    let all = log(&ws);
+    let kinds: Vec<(&str, &str)> = all[all.len() - 2..]
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("modify", "f.txt"), ("create", "g.txt")]);
+    let at = all.last().unwrap()["id"].to_string();
     assert_eq!(
-        rw_ok(&ws, &["cat", "f.txt", "--at", &last["id"].to_string()]),
+        rw_ok(&ws, &["cat", "f.txt", "--at", &at]),
         "during, half of it"
     );
+    assert_eq!(
+        rw_ok(&ws, &["cat", "g.txt", "--at", &at]),
+        "new, half of it"
+    );
+    ws.unmount();
+}
+
+/// Closed edits wait for the writer thread with a handle on their file each; when more than
+/// `CLOSED_AT_MOST` (256) wait (the writer thread slowed down here: `REWIND_TEST_SLOW_CLOSED`),
+/// each RELEASE records its own instead, so the daemon's open files stay bounded. 400 edits
+/// closed back to back: the daemon holds fewer than 300 more files open than before them, and
+/// every edit is then in the history once, with its content.
+#[test]
+fn closed_edits_waiting_for_the_writer_thread_stay_bounded() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[
+            ("REWIND_TEST_BURST", "1"),
+            ("REWIND_TEST_SLOW_CLOSED", "5000"),
+        ],
+    );
+    fs::create_dir(ws.path().join("d")).unwrap();
+    for i in 0..400 {
+        fs::write(ws.path().join(format!("d/f{i}")), "before\n").unwrap();
+    }
+    sync(&ws);
+    let first = log(&ws).len();
+    let fds = || {
+        fs::read_dir(format!("/proc/{}/fd", daemon_pid(&ws)))
+            .unwrap()
+            .count()
+    };
+    let base = fds();
+    python(
+        &ws.path(),
+        r#"
+for i in range(400):
+    with open(f"d/f{i}", "r+") as f:
+        f.write(f"after {i}\n")
+"#,
+    );
+    let during = fds();
+    assert!(
+        during < base + 300,
+        "{during} files open with 400 edits closed, {base} before"
+    );
+    let all = log(&ws);
+    let new = &all[first..];
+    assert_eq!(new.len(), 400, "{new:#?}");
+    for (i, c) in new.iter().enumerate() {
+        assert_eq!(c["kind"], "modify", "{c}");
+        let path = c["path"].as_str().unwrap();
+        let n: usize = path.trim_start_matches("d/f").parse().unwrap();
+        assert_eq!(n, i, "{new:#?}");
+        if i % 40 == 0 || i == 399 {
+            assert_eq!(
+                rw_ok(&ws, &["cat", path, "--at", &c["id"].to_string()]),
+                format!("after {n}\n")
+            );
+        }
+    }
     ws.unmount();
 }

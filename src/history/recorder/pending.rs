@@ -250,7 +250,6 @@ impl Recorder {
         // What the store could not take before (a full disk) comes first: queued deletes and
         // the ends of episodes.
         self.drain()?;
-        self.finish_closed()?;
         self.retry_ends()?;
         self.flush_pending_where(|p| all || p.since.elapsed() >= PENDING_FOR)
     }
@@ -377,9 +376,9 @@ pub(super) fn pending_marker(p: &Pending) -> OpenEpisode {
     )
 }
 
-/// The live tree as the history has it so far: a new file whose create is still held back is
-/// not in it yet, and a file being edited (its edit open, or closed and not yet recorded: see
-/// `episodes::Closed`) is as it was before the edit. Views of the past read paths unchanged
+/// The live tree as the history has it so far: a new file whose create is still held back (or
+/// that is still being written) is not in it yet, and a file being edited (its edit open, or
+/// closed and not yet recorded: see `episodes::Closed`) is as it was before the edit. Views of the past read paths unchanged
 /// since their point from it, so a file made after a point is never shown at that point, not
 /// even in the moment before its create is recorded (the create gets an id after every point
 /// there is now), and an edit is never shown at a point before it is recorded (it gets an id
@@ -391,10 +390,19 @@ pub struct AsRecorded {
 
 impl AsRecorded {
     fn check(&self, path: &[u8]) -> io::Result<()> {
-        if lock(&self.recorder.pending).contains_key(path) {
+        let held_back = lock(&self.recorder.pending).contains_key(path);
+        if held_back || self.being_made(path) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
         Ok(())
+    }
+
+    /// Whether `path` is a new file still being written (its first episode open): its create
+    /// is not recorded yet, as for one held back.
+    fn being_made(&self, path: &[u8]) -> bool {
+        lock(&self.recorder.episodes)
+            .values()
+            .any(|ep| ep.created && !ep.orphaned && ep.path == path)
     }
 
     /// The content before the edit of the file `st` that is open or closed and not recorded
@@ -446,6 +454,15 @@ impl Source for AsRecorded {
         let pending = lock(&self.recorder.pending);
         if !pending.is_empty() {
             names.retain(|name| !pending.contains_key(&join(path, name)));
+        }
+        drop(pending);
+        let made: Vec<Vec<u8>> = lock(&self.recorder.episodes)
+            .values()
+            .filter(|ep| ep.created && !ep.orphaned)
+            .map(|ep| ep.path.clone())
+            .collect();
+        if !made.is_empty() {
+            names.retain(|name| !made.contains(&join(path, name)));
         }
         Ok(names)
     }
