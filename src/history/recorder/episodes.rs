@@ -703,9 +703,12 @@ impl Recorder {
         // The id of the moment the file was closed, set aside before anything slow (reading
         // and storing what was written): an operation the writer makes after its `close()`
         // may be handled meanwhile, and must come after it in the history.
-        if !ep.created && self.in_a_burst() {
+        if !ep.created && file.is_some() && self.in_a_burst() {
             // Read and recorded by the writer thread (see `Closed`); the requests after the
-            // RELEASE go on once it is in the table (`end_or_keep`).
+            // RELEASE go on once it is in the table (`end_or_keep`). Only a RELEASE's (one
+            // with the handle to read through): a rollback's rewrite, or a truncate by path,
+            // is followed at once by what the daemon does next itself, which no request
+            // orders after it.
             let (id, time_ns) = self.reserve_id_unannounced()?;
             return Ok(Finished::Closed { id, time_ns });
         }
