@@ -295,8 +295,8 @@ impl Core {
         self.passthrough.load(Ordering::Relaxed)
     }
 
-    /// Wait until every RELEASE the kernel sent before `req` has set its end's id aside: call
-    /// before any lock, in a request that may record ([`order`]).
+    /// Wait until every RELEASE the kernel sent before `req` has set its end's id aside, then
+    /// record the closed edits: call before any lock, in a request that may record ([`order`]).
     fn in_order(&self, req: &Request) {
         self.in_turn(req);
         // Closed edits are recorded before anything else that may record: it may change,

@@ -83,7 +83,7 @@ pub const MARK_AFTER: Duration = Duration::from_millis(100);
 /// recording off); gathered, the work runs in a few bursts instead of beside every edit.
 /// Anything that would change, move or look at the file first records it: a new open for
 /// writing of the file ([`Recorder::begin_write`]), every other operation that may record
-/// (`RewindFs::in_order`), a rename of a folder ([`Recorder::pause_endings`]), and every
+/// (`Core::in_order` in `fs`), a rename of a folder ([`Recorder::pause_endings`]), and every
 /// settle (reading the history, a view, a hook, `fsync`, unmount). A crash before it is
 /// recorded leaves the edit to its marker, or to the next mount's scan as for an edit without
 /// one (see [`Unmarked`]).
