@@ -14,7 +14,7 @@ use fuser::{BackingId, Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 use super::attr::{attr, key, killed_suid};
 use super::backing::{self, PASSED_OPEN_FLAGS, join};
 use super::{Caller, Core, Result, lock, record_errno};
-use crate::history::recorder::Key;
+use crate::history::recorder::{Key, Through};
 use crate::history::who::By;
 
 /// An open regular file.
@@ -30,6 +30,9 @@ pub(super) struct OpenFile {
     /// The write episode this handle holds open, if it was opened for writing (or, for an
     /// `O_TMPFILE`, once it was given a name).
     episode: Mutex<Option<Key>>,
+    /// `file` may be read through (opened for reading, not `O_DIRECT`): known from the flags it
+    /// was opened with, which the daemon never changes, so its RELEASE need not ask.
+    readable: bool,
     /// Held while the handle is open: the kernel must see the same backing id for every open
     /// handle of an inode.
     _backing_id: Option<Arc<BackingId>>,
@@ -68,6 +71,15 @@ impl Core {
         rec.begin_write(path, &st, by).map_err(record_errno)
     }
 
+    /// [`begin_write`](Self::begin_write) of the file at `path` as `st` (its `lstat`, or the
+    /// `fstat` of an fd just opened on it), with no second look.
+    fn begin_write_as(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
+        match &self.recorder {
+            Some(rec) => rec.begin_write(path, st, by).map_err(record_errno),
+            None => Ok(None),
+        }
+    }
+
     /// [`begin_write`](Self::begin_write) for a rollback's rewrite of a file in place, noted
     /// in the store at once (see `Recorder::begin_restore`).
     pub(super) fn begin_restore(&self, path: &[u8], by: By) -> Result<Option<Key>> {
@@ -88,9 +100,9 @@ impl Core {
     /// instead of opening the file again by its path. `reader`: a handle to keep for a new
     /// file the daemon cannot open by its name (see
     /// [`reader_if_unreadable`](Core::reader_if_unreadable)).
-    fn end_write_through(&self, episode: Option<Key>, file: Option<&File>, reader: Option<File>) {
+    fn end_write_through(&self, episode: Option<Key>, file: Option<Through>, reader: Option<File>) {
         if let (Some(rec), Some(key)) = (&self.recorder, episode)
-            && let Err(e) = rec.end_write(key, file.filter(|f| backing::readable(f)), reader)
+            && let Err(e) = rec.end_write(key, file, reader)
         {
             tracing::error!("cannot record the end of a write: {e}");
         }
@@ -160,7 +172,7 @@ impl Core {
     fn finish_open(
         &self,
         ino: u64,
-        file: File,
+        (file, backing_flags): (File, i32),
         episode: Option<Key>,
         open_flags: i32,
         direct: bool,
@@ -190,11 +202,17 @@ impl Core {
         } else {
             0
         };
+        let readable = backing_flags & libc::O_DIRECT == 0
+            && matches!(
+                backing_flags & libc::O_ACCMODE,
+                libc::O_RDONLY | libc::O_RDWR
+            );
         let fh = self.files.insert(OpenFile {
             file,
             ino,
             direct_align,
             episode: Mutex::new(episode),
+            readable,
             _backing_id: id.clone(),
         });
         Ok(Opened {
@@ -232,20 +250,30 @@ impl Core {
     ) -> Result<Opened> {
         let _names = self.names_shared();
         let path = self.reachable_path(ino)?;
-        // The content is stored before the open that could truncate or change it.
-        let episode = if writes(flags) {
-            self.begin_write(&path, caller.by())?
+        let (file, backing_flags, episode, st);
+        if flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0 {
+            // A read-write open changes nothing by itself, and nothing can be written before
+            // it is answered: the file is opened first, and its content stored as the fd
+            // shows it (one `lstat` less).
+            (file, backing_flags) = self.open_backing(&path, flags, false)?;
+            st = backing::stat_fd(file.as_fd())?;
+            episode = self.begin_write_as(&path, &st, caller.by())?;
         } else {
-            None
-        };
-        let file = match self.open_backing(&path, flags, episode.is_some()) {
-            Ok(f) => f,
-            Err(e) => {
-                self.end_write(episode);
-                return Err(e.into());
-            }
-        };
-        let st = backing::stat_fd(file.as_fd())?;
+            // The content is stored before the open that could truncate or change it.
+            episode = if writes(flags) {
+                self.begin_write(&path, caller.by())?
+            } else {
+                None
+            };
+            (file, backing_flags) = match self.open_backing(&path, flags, episode.is_some()) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.end_write(episode);
+                    return Err(e.into());
+                }
+            };
+            st = backing::stat_fd(file.as_fd())?;
+        }
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
@@ -259,7 +287,14 @@ impl Core {
             rec.keep_reader(key, reader);
         }
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
-        self.finish_open(ino.0, file, episode, flags, direct, open_backing)
+        self.finish_open(
+            ino.0,
+            (file, backing_flags),
+            episode,
+            flags,
+            direct,
+            open_backing,
+        )
     }
 
     /// The backing fd for an open of the regular file `path` with the caller's `flags`. One
@@ -275,16 +310,17 @@ impl Core {
     /// would be missing from the history (the recorder refuses what it cannot record). Where
     /// a read-write open is not allowed for another reason (`EPERM`: an append-only file), the
     /// open is what the caller asked.
-    fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<File> {
+    /// Returns the fd with the flags it was opened with.
+    fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<(File, i32)> {
         let flags = self.backing_flags(flags);
         if episode && flags & libc::O_ACCMODE == libc::O_WRONLY {
             let rdwr = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
             match self.backing.open_file(path, rdwr, 0) {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
-                opened => return opened,
+                opened => return opened.map(|f| (f, rdwr)),
             }
         }
-        self.backing.open_file(path, flags, 0)
+        self.backing.open_file(path, flags, 0).map(|f| (f, flags))
     }
 
     pub(super) fn create(
@@ -305,8 +341,10 @@ impl Core {
         // An existing file opened through create (O_CREAT without O_EXCL) is a write.
         let existing = self.backing.stat(&path).ok();
         let mut episode = None;
-        if existing.is_some() && flags & libc::O_EXCL == 0 {
-            episode = self.begin_write(&path, caller.by())?;
+        if let Some(st) = &existing
+            && flags & libc::O_EXCL == 0
+        {
+            episode = self.begin_write_as(&path, st, caller.by())?;
         }
         if existing.is_none()
             && let Some(rec) = &self.recorder
@@ -370,7 +408,14 @@ impl Core {
             self.note_no_caps(ino);
         }
         let direct = existing.is_some() && self.writes_must_clear_suid(caller, ino, flags, &st);
-        let opened = self.finish_open(ino, file, episode, flags, direct, open_backing)?;
+        let opened = self.finish_open(
+            ino,
+            (file, backing_flags),
+            episode,
+            flags,
+            direct,
+            open_backing,
+        )?;
         Ok((attr(ino, &st), opened))
     }
 
@@ -386,16 +431,18 @@ impl Core {
     ) -> Result<(FileAttr, Opened)> {
         let _names = self.names_shared();
         let parent_path = self.path(parent)?;
+        let backing_flags = self.backing_flags(flags);
         let file = self
             .backing
-            .open_tmpfile(&parent_path, self.backing_flags(flags), mode)?;
+            .open_tmpfile(&parent_path, backing_flags, mode)?;
         if self.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
             backing::set_fd_owner(&file, Some(caller.uid), Some(caller.gid))?;
         }
         let st = backing::stat_fd(file.as_fd())?;
         let ino = self.inodes().unnamed(key(&st));
         self.note_no_caps(ino);
-        let opened = self.finish_open(ino, file, None, flags, false, open_backing)?;
+        let opened =
+            self.finish_open(ino, (file, backing_flags), None, flags, false, open_backing)?;
         Ok((attr(ino, &st), opened))
     }
 
@@ -496,7 +543,25 @@ impl Core {
             slow_release_of(self, open.ino);
             let episode = lock(&open.episode).take();
             let reader = episode.and_then(|_| self.reader_if_unreadable(&open.file));
-            self.end_write_through(episode, Some(&open.file), reader);
+            // The handle's fd is given to the end of its episode, which a closed edit keeps
+            // to be read by the writer thread (no `dup` here, and its close is the writer
+            // thread's). Its backing id goes after the end, as the fd did before.
+            match Arc::try_unwrap(open) {
+                Ok(OpenFile {
+                    file,
+                    readable,
+                    _backing_id,
+                    ..
+                }) => {
+                    let through = readable.then_some(Through::Given(file));
+                    self.end_write_through(episode, through, reader);
+                    drop(_backing_id);
+                }
+                Err(open) => {
+                    let through = open.readable.then_some(Through::Lent(&open.file));
+                    self.end_write_through(episode, through, reader);
+                }
+            }
         }
     }
 

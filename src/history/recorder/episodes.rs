@@ -91,8 +91,32 @@ pub(super) struct Closed {
     ep: Episode,
     id: u64,
     time_ns: u64,
-    /// The last handle's backing file (duplicated), to read the content through.
+    /// The last handle's backing file, to read the content through.
     file: Option<File>,
+}
+
+/// The handle an episode's end may read the new content through: lent by its caller, or given
+/// (the last handle's own fd, at its RELEASE), which a closed edit then keeps without a `dup`.
+pub enum Through<'a> {
+    Lent(&'a File),
+    Given(File),
+}
+
+impl Through<'_> {
+    fn file(&self) -> &File {
+        match self {
+            Through::Lent(f) => f,
+            Through::Given(f) => f,
+        }
+    }
+
+    /// The handle to keep with a closed edit (a lent one is duplicated).
+    fn keep(self) -> Option<File> {
+        match self {
+            Through::Lent(f) => f.try_clone().ok(),
+            Through::Given(f) => Some(f),
+        }
+    }
 }
 
 /// How an episode of a file that was there begins: the file's signature, and whether its
@@ -503,7 +527,7 @@ impl Recorder {
     /// open the file again by its path), else from the path. `reader`, given when the daemon
     /// cannot open a new file by its name, is kept with the episode: its create's content is
     /// read from it when the create is recorded, after the hold-back.
-    pub fn end_write(&self, key: Key, file: Option<&File>, reader: Option<File>) -> Result<()> {
+    pub fn end_write(&self, key: Key, file: Option<Through>, reader: Option<File>) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
@@ -554,7 +578,7 @@ impl Recorder {
     /// [`end_or_keep`](Self::end_or_keep), with the episode's path listed in `ends_in_flight`
     /// meanwhile: between the table of episodes and the table of held-back creates, a new
     /// file is in neither, and a rename-away save must not take it for absent.
-    fn end_in_flight(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
+    fn end_in_flight(&self, key: Key, ep: Episode, file: Option<Through>) -> Result<()> {
         let path = ep.path.clone();
         lock(&self.ends_in_flight).push(path.clone());
         let result = self.end_or_keep(key, ep, file);
@@ -569,8 +593,8 @@ impl Recorder {
     /// disk), the episode is kept, with no handle open, and [`retry_ends`](Self::retry_ends)
     /// records it once the store takes writes again; an open for writing meanwhile joins it.
     /// Called with the file's stripe held.
-    fn end_or_keep(&self, key: Key, ep: Episode, file: Option<&File>) -> Result<()> {
-        match self.finish_episode(key, &ep, file) {
+    fn end_or_keep(&self, key: Key, ep: Episode, file: Option<Through>) -> Result<()> {
+        match self.finish_episode(key, &ep, file.as_ref().map(Through::file)) {
             Ok(Finished::Held(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, *p);
                 if let Some(old) = replaced {
@@ -579,7 +603,7 @@ impl Recorder {
                 Ok(())
             }
             Ok(Finished::Closed { id, time_ns }) => {
-                let file = file.and_then(|f| f.try_clone().ok());
+                let file = file.and_then(Through::keep);
                 let closed = {
                     let mut closed = lock(&self.closed);
                     closed.insert(
