@@ -56,6 +56,20 @@ pub(super) struct Opened {
     pub(super) flags: FopenFlags,
 }
 
+/// How many times an open for writing looks again at a name whose file was replaced while
+/// its content was being stored ([`Core::begin_write`]).
+const REPLACED_TRIES: u32 = 8;
+
+/// Whether an fd opened with `flags` may be read through: opened for reading, not `O_DIRECT`.
+fn readable(flags: i32) -> bool {
+    flags & libc::O_DIRECT == 0 && matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+}
+
+/// The store could not read the file at a name: it is gone, or another file took the name.
+fn not_found(e: &crate::history::Error) -> bool {
+    matches!(e, crate::history::Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
 /// Whether an open writes (or truncates) the file.
 pub(super) fn writes(flags: i32) -> bool {
     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
@@ -64,19 +78,35 @@ pub(super) fn writes(flags: i32) -> bool {
 impl Core {
     /// Store a file's content before it may change; returns the episode to end at release.
     pub(super) fn begin_write(&self, path: &[u8], by: By) -> Result<Option<Key>> {
+        self.begin_write_as(path, None, by)
+    }
+
+    /// [`begin_write`](Self::begin_write) of the file at `path` as `st` (its `lstat`, taken
+    /// here if not given). The content before is read by path: if another file took the name
+    /// meanwhile (an atomic save renamed over it), the name is looked at again, and the open
+    /// goes on with the file it names now, as it would have without recording.
+    fn begin_write_as(&self, path: &[u8], st: Option<libc::stat>, by: By) -> Result<Option<Key>> {
         let Some(rec) = &self.recorder else {
             return Ok(None);
         };
-        let st = self.backing.stat(path)?;
-        rec.begin_write(path, &st, by).map_err(record_errno)
-    }
-
-    /// [`begin_write`](Self::begin_write) of the file at `path` as `st` (its `lstat`, or the
-    /// `fstat` of an fd just opened on it), with no second look.
-    fn begin_write_as(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
-        match &self.recorder {
-            Some(rec) => rec.begin_write(path, st, by).map_err(record_errno),
-            None => Ok(None),
+        let mut st = match st {
+            Some(st) => st,
+            None => self.backing.stat(path)?,
+        };
+        let mut tries = 0;
+        loop {
+            match rec.begin_write(path, &st, by) {
+                Err(e) if tries < REPLACED_TRIES && not_found(&e) => {
+                    match self.backing.stat(path) {
+                        Ok(now) if key(&now) != key(&st) => {
+                            st = now;
+                            tries += 1;
+                        }
+                        _ => return Err(record_errno(e)),
+                    }
+                }
+                begun => return begun.map_err(record_errno),
+            }
         }
     }
 
@@ -202,11 +232,7 @@ impl Core {
         } else {
             0
         };
-        let readable = backing_flags & libc::O_DIRECT == 0
-            && matches!(
-                backing_flags & libc::O_ACCMODE,
-                libc::O_RDONLY | libc::O_RDWR
-            );
+        let readable = readable(backing_flags);
         let fh = self.files.insert(OpenFile {
             file,
             ino,
@@ -249,7 +275,8 @@ impl Core {
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<Opened> {
         let _names = self.names_shared();
-        let path = self.reachable_path(ino)?;
+        // With no name left, `ESTALE`: the kernel looks the name up again (`named_path`).
+        let path = self.reachable_path(ino).map_err(super::stale_if_nameless)?;
         let (file, backing_flags, episode, st);
         if flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0 {
             // A read-write open changes nothing by itself, and nothing can be written before
@@ -257,7 +284,13 @@ impl Core {
             // shows it (one `lstat` less).
             (file, backing_flags) = self.open_backing(&path, flags, false)?;
             st = backing::stat_fd(file.as_fd())?;
-            episode = self.begin_write_as(&path, &st, caller.by())?;
+            // Read through the fd: the file it opened, whatever the name holds by now.
+            episode = match &self.recorder {
+                Some(rec) if readable(backing_flags) => rec
+                    .begin_write_through(&path, &st, caller.by(), &file)
+                    .map_err(record_errno)?,
+                _ => self.begin_write_as(&path, Some(st), caller.by())?,
+            };
         } else {
             // The content is stored before the open that could truncate or change it.
             episode = if writes(flags) {
@@ -341,10 +374,10 @@ impl Core {
         // An existing file opened through create (O_CREAT without O_EXCL) is a write.
         let existing = self.backing.stat(&path).ok();
         let mut episode = None;
-        if let Some(st) = &existing
+        if let Some(st) = existing
             && flags & libc::O_EXCL == 0
         {
-            episode = self.begin_write_as(&path, st, caller.by())?;
+            episode = self.begin_write_as(&path, Some(st), caller.by())?;
         }
         if existing.is_none()
             && let Some(rec) = &self.recorder

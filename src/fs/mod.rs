@@ -104,9 +104,17 @@ fn record_errno(e: crate::history::Error) -> Errno {
     tracing::error!("cannot record a change, refusing the operation: {e}");
     match &e {
         crate::history::Error::Store(s) if s.is_no_space() => Errno::ENOSPC,
-        crate::history::Error::Io { source, .. } => Errno::from(source.kind()),
+        // The errno itself: fuser's conversion from an `ErrorKind` is always EIO.
+        crate::history::Error::Io { source, .. } => {
+            Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO))
+        }
         _ => Errno::EIO,
     }
+}
+
+/// `ESTALE` for `ENOENT` from [`Core::path`]: see [`Core::named_path`].
+fn stale_if_nameless(e: Errno) -> Errno {
+    if e == Errno::ENOENT { Errno::ESTALE } else { e }
 }
 
 /// The state FUSE requests and the daemon's command threads share.
@@ -253,6 +261,15 @@ impl Core {
 
     fn path(&self, ino: INodeNo) -> Result<Vec<u8>> {
         self.inodes().path(ino.0).ok_or(Errno::ENOENT)
+    }
+
+    /// [`path`](Self::path) for a request about a file the caller named (open, stat, xattrs):
+    /// with no name left, `ESTALE`. The name it looked up was unlinked or renamed over since
+    /// (an atomic save racing the call), and the kernel then looks the name up again and asks
+    /// about what it names now: on disk such a call never fails, and `ENOENT` for a name that
+    /// always held a file would be wrong (`hostile21::r_plus_opens_racing_atomic_saves_*`).
+    fn named_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
+        self.path(ino).map_err(stale_if_nameless)
     }
 
     /// The path of `ino` to reach the file by. The daemon reaches a file through the first of

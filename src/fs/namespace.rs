@@ -65,7 +65,7 @@ impl Core {
                     ino.0,
                     &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
                 )),
-                None => Err(e),
+                None => Err(super::stale_if_nameless(e)),
             },
         }
     }

@@ -29,9 +29,19 @@ impl Core {
     ) -> Result<FileAttr> {
         let _names = self.names_shared();
         let open = fh.and_then(|fh| self.files.get(fh.0));
-        let path = match open {
-            Some(_) => self.path(ino).ok(),
-            None => self.reachable_path(ino).ok(),
+        let (open, path) = match open {
+            Some(o) => (Some(o), self.path(ino).ok()),
+            None => match self.reachable_path(ino) {
+                Ok(path) => (None, Some(path)),
+                // No name left: through a handle open on the file if there is one (`fchmod`
+                // of a file unlinked while open, which the kernel sends without it), as on
+                // disk; else `ESTALE`, a name replaced since the caller looked it up, which
+                // the kernel then looks up again (`Core::named_path`).
+                Err(e) => match self.files.find(|f| f.ino == ino.0) {
+                    Some(o) => (Some(o), None),
+                    None => return Err(super::stale_if_nameless(e)),
+                },
+            },
         };
         let stat = || match &open {
             Some(o) => backing::stat_fd(o.file.as_fd()).map_err(Errno::from),

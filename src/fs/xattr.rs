@@ -39,7 +39,7 @@ impl Core {
             self.forget_no_caps(ino.0);
         }
         let _names = self.names_shared();
-        let path = self.path(ino)?;
+        let path = self.named_path(ino)?;
         self.backing
             .setxattr(&path, name, value, flags)
             .map_err(Errno::from)
@@ -51,7 +51,7 @@ impl Core {
             return Err(Errno::NO_XATTR);
         }
         let _names = self.names_shared();
-        let path = self.path(ino)?;
+        let path = self.named_path(ino)?;
         let result = self
             .backing
             .getxattr(&path, name, size as usize)
@@ -64,7 +64,7 @@ impl Core {
 
     pub(super) fn listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr> {
         let _names = self.names_shared();
-        let path = self.path(ino)?;
+        let path = self.named_path(ino)?;
         self.backing
             .listxattr(&path, size as usize)
             .map_err(Errno::from)
@@ -75,7 +75,7 @@ impl Core {
             self.forget_no_caps(ino.0);
         }
         let _names = self.names_shared();
-        let path = self.path(ino)?;
+        let path = self.named_path(ino)?;
         self.backing.removexattr(&path, name).map_err(Errno::from)
     }
 }

@@ -33,7 +33,7 @@ fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
 }
 
 /// `rewind ARGS` from inside the workspace (mounted or not), killed after a minute.
-fn rw(ws: &Workspace, args: &[&str]) -> Output {
+pub(crate) fn rw(ws: &Workspace, args: &[&str]) -> Output {
     let mut cmd = ws.command(args);
     cmd.current_dir(ws.path());
     run_within(cmd, 60, &format!("rewind {}", args.join(" ")))
@@ -41,12 +41,12 @@ fn rw(ws: &Workspace, args: &[&str]) -> Output {
 
 /// The reserve rewind keeps on a disk of `size` bytes (a tenth, 2 to 128 MiB: see SPEC,
 /// Durability).
-fn reserve_of(size: u64) -> u64 {
+pub(crate) fn reserve_of(size: u64) -> u64 {
     (size / 10).clamp(2 << 20, 128 << 20)
 }
 
 /// A file of `bytes` incompressible bytes at `path`.
-fn write_noise(path: &Path, bytes: usize) {
+pub(crate) fn write_noise(path: &Path, bytes: usize) {
     let mut f = fs::File::create(path).unwrap();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut block = vec![0u8; 1 << 20];
@@ -76,13 +76,13 @@ fn mount_on(ws: &mut Workspace, store: &Path) -> Output {
 }
 
 /// A 64 MiB ext4 for the store (the tests need root to make one).
-fn small_ext4() -> SmallFs {
+pub(crate) fn small_ext4() -> SmallFs {
     SmallFs::of(Disk::Ext4, 64).expect("cannot mount a small ext4 for the store (needs root)")
 }
 
 /// A workspace mounted with its store on `small`, holding one recorded file `a`; and the
 /// store's path.
-fn mounted_with_one_file(small: &SmallFs) -> (Workspace, PathBuf) {
+pub(crate) fn mounted_with_one_file(small: &SmallFs) -> (Workspace, PathBuf) {
     let mut ws = Workspace::new();
     let store = small.path().join("store");
     ok(mount_on(&mut ws, &store));
@@ -93,7 +93,7 @@ fn mounted_with_one_file(small: &SmallFs) -> (Workspace, PathBuf) {
 
 /// Wait until storing `big` has stopped: status says recording is refused and names it.
 /// Meanwhile, and after, the disk keeps its reserve.
-fn wait_until_refused(ws: &Workspace, small: &SmallFs, reserve: u64) -> String {
+pub(crate) fn wait_until_refused(ws: &Workspace, small: &SmallFs, reserve: u64) -> String {
     let mut lowest = u64::MAX;
     let mut status = String::new();
     let refused = wait_for(60, || {

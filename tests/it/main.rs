@@ -15,6 +15,7 @@ mod hostile17;
 mod hostile18;
 mod hostile19;
 mod hostile20;
+mod hostile21;
 mod hunk;
 mod model;
 mod mount;

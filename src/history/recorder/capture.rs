@@ -166,13 +166,19 @@ pub(super) struct Captured {
 impl Recorder {
     /// The state of `path` as `st` describes it, with its content stored.
     pub(super) fn capture(&self, path: &[u8], st: &libc::stat) -> Result<FileState> {
-        self.capture_cached(path, st).map(|c| c.state)
+        self.capture_cached(path, st, None).map(|c| c.state)
     }
 
     /// [`capture`](Recorder::capture), saying whether the content is the file's last version
-    /// the history names ([`Captured::recorded`]).
-    pub(super) fn capture_cached(&self, path: &[u8], st: &libc::stat) -> Result<Captured> {
-        self.capture_with(path, st, true, path, None, false)
+    /// the history names ([`Captured::recorded`]); read through `through` (an fd of the file
+    /// `st` describes, open for reading) if given, else from `path`.
+    pub(super) fn capture_cached(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        through: Option<&File>,
+    ) -> Result<Captured> {
+        self.capture_with(path, st, true, path, through, false)
     }
 
     /// [`capture_fresh_as`](Recorder::capture_fresh_as) at the end of an episode, or of a

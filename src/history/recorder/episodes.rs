@@ -209,7 +209,20 @@ impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
     pub fn begin_write(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
-        self.begin_write_marked(path, st, by, false)
+        self.begin_write_marked(path, st, by, false, None)
+    }
+
+    /// [`begin_write`](Recorder::begin_write) of a file already opened, `file` (open for
+    /// reading, `st` its `fstat`): its content before is read through it, so that a file that
+    /// took its name meanwhile (an atomic save renamed over it) is not read for it.
+    pub fn begin_write_through(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        by: By,
+        file: &File,
+    ) -> Result<Option<Key>> {
+        self.begin_write_marked(path, st, by, false, Some(file))
     }
 
     /// [`begin_write`](Recorder::begin_write) for a rollback about to rewrite a file in place:
@@ -217,7 +230,7 @@ impl Recorder {
     /// of a rollback leaves the file it was rewriting to the next mount as the rollback's
     /// restore, not as an `external` change.
     pub fn begin_restore(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
-        self.begin_write_marked(path, st, by, true)
+        self.begin_write_marked(path, st, by, true, None)
     }
 
     fn begin_write_marked(
@@ -226,6 +239,7 @@ impl Recorder {
         st: &libc::stat,
         by: By,
         mark_now: bool,
+        through: Option<&File>,
     ) -> Result<Option<Key>> {
         let _pins = self.pin_scope();
         if kind_of(st) != FileKind::File || !self.records(path, false) {
@@ -269,7 +283,7 @@ impl Recorder {
             ep.opened_by(by.pid);
             return Ok(Some(key));
         }
-        let before = self.capture_cached(path, st)?;
+        let before = self.capture_cached(path, st, through)?;
         let who = self.who(by);
         // Content the history does not name as the file's last version (read now, or by an
         // open before) has only the marker to say what the file held before the edit.
