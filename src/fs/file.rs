@@ -275,8 +275,19 @@ impl Core {
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<Opened> {
         let _names = self.names_shared();
-        // With no name left, `ESTALE`: the kernel looks the name up again (`named_path`).
-        let path = self.reachable_path(ino).map_err(super::stale_if_nameless)?;
+        let path = match self.reachable_path(ino) {
+            Ok(path) => path,
+            // No name left. A file unlinked while open, opened again through
+            // `/proc/PID/fd/N`, is reopened through a handle the daemon holds on it, as on
+            // disk (nothing to record: it is in no tree); else `ESTALE`, and the kernel looks
+            // the name up again (`named_path`).
+            Err(e) => {
+                return match self.files.find(|f| f.ino == ino.0) {
+                    Some(open) => self.reopen(caller, ino, &open.file, flags, open_backing),
+                    None => Err(super::stale_if_nameless(e)),
+                };
+            }
+        };
         let (file, backing_flags, episode, st);
         if flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0 {
             // A read-write open changes nothing by itself, and nothing can be written before
@@ -343,6 +354,37 @@ impl Core {
     /// would be missing from the history (the recorder refuses what it cannot record). Where
     /// a read-write open is not allowed for another reason (`EPERM`: an append-only file), the
     /// open is what the caller asked.
+    /// Open again, with `flags`, the file with no name left that `held` (a handle's fd) is
+    /// open on: through `/proc/self/fd`, which names it still.
+    fn reopen(
+        &self,
+        caller: &Caller,
+        ino: INodeNo,
+        held: &File,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened> {
+        let backing_flags = self.backing_flags(flags);
+        let fd = rustix::fs::open(
+            format!("/proc/self/fd/{}", held.as_raw_fd()).as_str(),
+            rustix::fs::OFlags::from_bits_retain(backing_flags as u32)
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let file = File::from(fd);
+        let st = backing::stat_fd(file.as_fd())?;
+        let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
+        self.finish_open(
+            ino.0,
+            (file, backing_flags),
+            None,
+            flags,
+            direct,
+            open_backing,
+        )
+    }
+
     /// Returns the fd with the flags it was opened with.
     fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<(File, i32)> {
         let flags = self.backing_flags(flags);

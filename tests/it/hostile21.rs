@@ -1353,3 +1353,52 @@ os.close(fd)
     ws.mount_with(&["--no-record"]);
     assert_eq!(py(&ws, script).trim(), "0o640 1000000000", "not recording");
 }
+
+/// A file unlinked while open, opened again through `/proc/self/fd/N` (for reading, and for
+/// writing): as on disk, both opens work and read what the file holds. Through the mount the
+/// kernel sends the open for a file with no name left; the daemon reopens it through its own
+/// handle. Nothing is recorded for it after its delete.
+#[test]
+fn a_file_unlinked_while_open_can_be_opened_again_through_proc_fd() {
+    let script = r#"
+with open("u", "w") as f: f.write("kept\n")
+time.sleep(0.7)
+fd = os.open("u", os.O_RDWR)
+os.unlink("u")
+r = os.open("/proc/self/fd/%d" % fd, os.O_RDONLY)
+w = os.open("/proc/self/fd/%d" % fd, os.O_WRONLY | os.O_APPEND)
+os.write(w, b"more\n"); os.close(w)
+print(repr(os.pread(r, 100, 0)))
+os.close(r); os.close(fd)
+"#;
+    let mut ws = Workspace::new();
+    let plain = python(&ws.plain(), &format!("{PY}\n{script}"));
+    assert_eq!(plain.trim(), "b'kept\\nmore\\n'", "on disk");
+    ws.mount();
+    assert_eq!(
+        py(&ws, script).trim(),
+        "b'kept\\nmore\\n'",
+        "through the mount"
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let kinds: Vec<String> = all
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(kinds, ["create u", "delete u"], "{}", lines(&all));
+    assert_eq!(cat_at(&ws, "u", 1), "kept\n");
+    ws.unmount();
+    ws.mount_with(&["--no-passthrough"]);
+    assert_eq!(
+        py(&ws, script).trim(),
+        "b'kept\\nmore\\n'",
+        "without passthrough"
+    );
+}
