@@ -1325,33 +1325,7 @@ st = os.fstat(fd)
 print(oct(st.st_mode & 0o7777), int(st.st_mtime))
 os.close(fd)
 "#;
-    let mut ws = Workspace::new();
-    let plain = python(&ws.plain(), &format!("{PY}\n{script}"));
-    assert_eq!(plain.trim(), "0o640 1000000000", "on disk");
-    fs::remove_file(ws.plain().join("u")).ok();
-    ws.mount();
-    assert_eq!(
-        py(&ws, script).trim(),
-        "0o640 1000000000",
-        "through the mount"
-    );
-    sync(&ws);
-    let all = log(&ws);
-    let kinds: Vec<String> = all
-        .iter()
-        .map(|c| {
-            format!(
-                "{} {}",
-                c["kind"].as_str().unwrap(),
-                c["path"].as_str().unwrap()
-            )
-        })
-        .collect();
-    assert_eq!(kinds, ["create u", "delete u"], "{}", lines(&all));
-    assert_eq!(cat_at(&ws, "u", 1), "kept\n");
-    ws.unmount();
-    ws.mount_with(&["--no-record"]);
-    assert_eq!(py(&ws, script).trim(), "0o640 1000000000", "not recording");
+    answers_as_on_disk_for_a_file_unlinked_while_open(script, "0o640 1000000000", "--no-record");
 }
 
 /// A file unlinked while open, opened again through `/proc/self/fd/N` (for reading, and for
@@ -1371,15 +1345,23 @@ os.write(w, b"more\n"); os.close(w)
 print(repr(os.pread(r, 100, 0)))
 os.close(r); os.close(fd)
 "#;
+    answers_as_on_disk_for_a_file_unlinked_while_open(
+        script,
+        "b'kept\\nmore\\n'",
+        "--no-passthrough",
+    );
+}
+
+/// Run `script` (which makes `u` holding "kept\n", waits for its create to be recorded, and
+/// unlinks it while open) on disk, through the mount, and through a mount with the option
+/// `again`: each prints `expected`. The mount records `u`'s create and delete, and nothing
+/// else.
+fn answers_as_on_disk_for_a_file_unlinked_while_open(script: &str, expected: &str, again: &str) {
     let mut ws = Workspace::new();
     let plain = python(&ws.plain(), &format!("{PY}\n{script}"));
-    assert_eq!(plain.trim(), "b'kept\\nmore\\n'", "on disk");
+    assert_eq!(plain.trim(), expected, "on disk");
     ws.mount();
-    assert_eq!(
-        py(&ws, script).trim(),
-        "b'kept\\nmore\\n'",
-        "through the mount"
-    );
+    assert_eq!(py(&ws, script).trim(), expected, "through the mount");
     sync(&ws);
     let all = log(&ws);
     let kinds: Vec<String> = all
@@ -1395,10 +1377,6 @@ os.close(r); os.close(fd)
     assert_eq!(kinds, ["create u", "delete u"], "{}", lines(&all));
     assert_eq!(cat_at(&ws, "u", 1), "kept\n");
     ws.unmount();
-    ws.mount_with(&["--no-passthrough"]);
-    assert_eq!(
-        py(&ws, script).trim(),
-        "b'kept\\nmore\\n'",
-        "without passthrough"
-    );
+    ws.mount_with(&[again]);
+    assert_eq!(py(&ws, script).trim(), expected, "{again}");
 }
