@@ -526,13 +526,15 @@ pub fn copy_file_range(
     Ok(n as u64)
 }
 
-/// Whether `file` may be read into any buffer: opened for reading, and not `O_DIRECT`
-/// (whose reads need aligned buffers).
-pub fn readable(file: &File) -> bool {
-    rustix::fs::fcntl_getfl(file).is_ok_and(|flags| {
-        !flags.contains(OFlags::DIRECT)
-            && matches!(flags & OFlags::RWMODE, OFlags::RDONLY | OFlags::RDWR)
-    })
+/// Open again, with `flags`, the file `held` is open on, through `/proc/self/fd`: it names
+/// the file whatever its names are now (none, for a file unlinked while open).
+pub fn reopen(held: &impl AsFd, flags: OFlags) -> io::Result<File> {
+    let fd = rustix::fs::open(
+        format!("/proc/self/fd/{}", held.as_fd().as_raw_fd()).as_str(),
+        flags | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    Ok(File::from(fd))
 }
 
 /// The offset and length alignment the file's filesystem requires of `O_DIRECT` I/O (0 when
@@ -627,12 +629,7 @@ impl crate::history::Source for Backing {
         if stat_fd(at.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(io::Error::other("not a regular file now"));
         }
-        let fd = rustix::fs::open(
-            format!("/proc/self/fd/{}", at.as_raw_fd()).as_str(),
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
-            rustix::fs::Mode::empty(),
-        )?;
-        Ok(File::from(fd))
+        reopen(&at, OFlags::RDONLY | OFlags::NOCTTY)
     }
 
     fn read_dir(&self, path: &[u8]) -> io::Result<Vec<Vec<u8>>> {

@@ -325,7 +325,7 @@ impl Core {
         // unreadable: its episode keeps a handle to read it through.
         if self.euid != 0
             && let (Some(rec), Some(key)) = (&self.recorder, episode)
-            && backing::readable(&file)
+            && readable(backing_flags)
             && let Ok(reader) = file.try_clone()
         {
             rec.keep_reader(key, reader);
@@ -354,37 +354,6 @@ impl Core {
     /// would be missing from the history (the recorder refuses what it cannot record). Where
     /// a read-write open is not allowed for another reason (`EPERM`: an append-only file), the
     /// open is what the caller asked.
-    /// Open again, with `flags`, the file with no name left that `held` (a handle's fd) is
-    /// open on: through `/proc/self/fd`, which names it still.
-    fn reopen(
-        &self,
-        caller: &Caller,
-        ino: INodeNo,
-        held: &File,
-        flags: i32,
-        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
-    ) -> Result<Opened> {
-        let backing_flags = self.backing_flags(flags);
-        let fd = rustix::fs::open(
-            format!("/proc/self/fd/{}", held.as_raw_fd()).as_str(),
-            rustix::fs::OFlags::from_bits_retain(backing_flags as u32)
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(io::Error::from)?;
-        let file = File::from(fd);
-        let st = backing::stat_fd(file.as_fd())?;
-        let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
-        self.finish_open(
-            ino.0,
-            (file, backing_flags),
-            None,
-            flags,
-            direct,
-            open_backing,
-        )
-    }
-
     /// Returns the fd with the flags it was opened with.
     fn open_backing(&self, path: &[u8], flags: i32, episode: bool) -> io::Result<(File, i32)> {
         let flags = self.backing_flags(flags);
@@ -396,6 +365,33 @@ impl Core {
             }
         }
         self.backing.open_file(path, flags, 0).map(|f| (f, flags))
+    }
+
+    /// Open again, with `flags`, the file with no name left that `held` (a handle's fd) is
+    /// open on ([`backing::reopen`]).
+    fn reopen(
+        &self,
+        caller: &Caller,
+        ino: INodeNo,
+        held: &File,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened> {
+        let backing_flags = self.backing_flags(flags);
+        let file = backing::reopen(
+            held,
+            rustix::fs::OFlags::from_bits_retain(backing_flags as u32),
+        )?;
+        let st = backing::stat_fd(file.as_fd())?;
+        let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
+        self.finish_open(
+            ino.0,
+            (file, backing_flags),
+            None,
+            flags,
+            direct,
+            open_backing,
+        )
     }
 
     pub(super) fn create(
