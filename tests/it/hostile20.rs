@@ -474,6 +474,57 @@ subprocess.run(["fusermount3", "-u", {path:?}], check=True)
     ws.unmount();
 }
 
+/// An unmount while the daemon's own threads are recording: the writer thread an edit it took
+/// from the closed ones (`REWIND_TEST_SLOW_END` holds it there), the pending thread a new
+/// file's create (`REWIND_TEST_SLOW_PENDING`). The daemon waits for both before it exits;
+/// before, it left them to the next mount's scan, as `external` (a CI run of the model test
+/// found it: a file written right before a remount).
+fn an_unmount_while_a_thread_records(env: (&str, &str), script: &str, path: &str, kind: &str) {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a.txt"), "before\n").unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_BURST", "1"), env]);
+    // The first edit since the mount has its marker at once (the next mount would record it
+    // from there, as its writer's); the second is the one only the daemon knows.
+    fs::write(ws.path().join("a.txt"), "one\n").unwrap();
+    sync(&ws);
+    let first = log(&ws).len();
+    py(&ws, script);
+    ws.unmount();
+    ws.mount();
+    let all = log(&ws);
+    let new = &all[first..];
+    assert_eq!(new.len(), 1, "{}", lines(new));
+    assert_eq!(new[0]["path"], path, "{}", lines(new));
+    assert_eq!(new[0]["kind"], kind, "{}", lines(new));
+    assert_ne!(new[0]["agent"], "external", "{}", lines(new));
+    assert_eq!(cat_at(&ws, path, new[0]["id"].as_u64().unwrap()), "two\n");
+    ws.unmount();
+}
+
+#[test]
+fn an_unmount_while_the_writer_thread_records_an_edit_waits_for_it() {
+    an_unmount_while_a_thread_records(
+        ("REWIND_TEST_SLOW_END", "1500"),
+        // The unmount comes while the writer thread holds the edit (from 2 ms after the
+        // close to 1.5 s after).
+        "edit('a.txt', 'two\\n')\ntime.sleep(0.1)",
+        "a.txt",
+        "modify",
+    );
+}
+
+#[test]
+fn an_unmount_while_the_pending_thread_records_a_create_waits_for_it() {
+    an_unmount_while_a_thread_records(
+        ("REWIND_TEST_SLOW_PENDING", "2000"),
+        // Held back for half a second, then taken by the pending thread within a quarter
+        // of a second, and held there for two.
+        "open('b.txt', 'w').write('two\\n')\ntime.sleep(1.0)",
+        "b.txt",
+        "create",
+    );
+}
+
 /// SIGKILL in a burst: every file edited three times, the last edit closed a moment before
 /// the kill; a file rewritten unchanged (c3bd80a: its next edit's marker waits) then edited.
 /// The next mount has every edit exactly once, in order, each with its content.

@@ -421,6 +421,11 @@ impl Recorder {
         // when it began to wait (`mark_waiting`): the next mount records it in its place.
         self.finish_closed()?;
         self.flush_pending_older(true)?;
+        // A closed edit or a held-back create that the writer or pending thread took out of
+        // its table before these looked may still be being recorded (each holds `ending`
+        // shared from before it takes one until it is written): wait for it. Otherwise an
+        // unmount ends the daemon first, and the next mount's scan records it as `external`.
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
         self.drain()?;
         Ok(self.history.store().sync()?)
     }
