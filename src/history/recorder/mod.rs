@@ -329,9 +329,20 @@ impl Recorder {
     /// when its writer is gone: [`await_releases`](Recorder::await_releases)).
     pub fn settle(&self) -> Result<()> {
         self.await_releases();
-        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.await_ends();
         self.finish_closed()?;
-        self.flush_pending_older(true)
+        self.flush_pending_older(true)?;
+        self.await_ends();
+        Ok(())
+    }
+
+    /// Wait for every end of an edit, closed edit and held-back create being recorded now: an
+    /// end holds `ending` shared while it runs, and the writer and pending threads from before
+    /// they take one out of its table until it is written. Taken both before the tables are
+    /// looked at (an end in progress may put its edit there) and after (what a thread took
+    /// out before they were looked at is recorded by that thread, not by the caller).
+    fn await_ends(&self) {
+        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// [`settle`](Recorder::settle) for reading the past: episodes being ended are recorded and
@@ -340,8 +351,9 @@ impl Recorder {
     /// editor saves does not split its save-by-rename.
     pub fn settle_for_views(&self) -> Result<()> {
         self.await_releases();
-        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.await_ends();
         self.finish_closed()?;
+        self.await_ends();
         self.drain()
     }
 
@@ -355,10 +367,11 @@ impl Recorder {
     /// Never fails: reading goes on when the store takes no writes (the history as recorded).
     pub fn settle_for_reading(&self) {
         self.await_releases();
-        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.await_ends();
         if let Err(e) = self.finish_closed() {
             tracing::warn!("reading without the last edits of some files: {e}");
         }
+        self.await_ends();
         if let Err(e) = self.drain() {
             tracing::warn!("reading without the queued deletes: {e}");
         }
@@ -410,9 +423,11 @@ impl Recorder {
     /// its target) is still seen as one `modify` of the target.
     pub fn settle_session(&self, session: &str) -> Result<()> {
         self.await_releases();
-        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        self.await_ends();
         self.finish_closed()?;
-        self.flush_pending_of(session)
+        self.flush_pending_of(session)?;
+        self.await_ends();
+        Ok(())
     }
 
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
@@ -421,11 +436,9 @@ impl Recorder {
         // when it began to wait (`mark_waiting`): the next mount records it in its place.
         self.finish_closed()?;
         self.flush_pending_older(true)?;
-        // A closed edit or a held-back create that the writer or pending thread took out of
-        // its table before these looked may still be being recorded (each holds `ending`
-        // shared from before it takes one until it is written): wait for it. Otherwise an
-        // unmount ends the daemon first, and the next mount's scan records it as `external`.
-        drop(self.ending.write().unwrap_or_else(|e| e.into_inner()));
+        // Without this wait, an unmount would end the daemon while the writer thread still
+        // records an edit it took, and the next mount's scan would record it as `external`.
+        self.await_ends();
         self.drain()?;
         Ok(self.history.store().sync()?)
     }
