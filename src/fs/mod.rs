@@ -969,7 +969,7 @@ impl Filesystem for RewindFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
@@ -978,6 +978,9 @@ impl Filesystem for RewindFs {
         if self.control_for(ino).is_some() {
             return reply.ok();
         }
+        // What it makes durable includes the end of an edit closed before it, whose RELEASE
+        // another worker may not have taken yet.
+        self.core.in_order(req);
         ok_or(reply, self.core.fsyncdir(fh, datasync));
     }
 
