@@ -16,6 +16,7 @@ mod hostile18;
 mod hostile19;
 mod hostile20;
 mod hostile21;
+mod hostile22;
 mod hunk;
 mod model;
 mod mount;

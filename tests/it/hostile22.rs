@@ -1,0 +1,410 @@
+//! The twenty-second hostile pass (round 15), on be90b0f and 58050c6: an unmount, an `fsync`
+//! and every read of the history wait for what the daemon's own threads are recording (the
+//! writer thread's closed edit, the pending thread's held-back create: `await_ends`, the
+//! `ending` lock taken exclusively). Each attack holds a thread in the middle of its record
+//! (`REWIND_TEST_SLOW_END`, `REWIND_TEST_SLOW_PENDING`) and then stops or reads: an fsync of
+//! the file or of its folder followed by SIGKILL, SIGTERM and SIGINT, a forced (lazy) unmount
+//! with the file still open and written, readers in several processes, a rename of the folder
+//! while both threads hold one of its files, a gc racing an unmount. What an fsync returned for
+//! must be in the history; nothing recorded twice, as `external` though the mount saw it, or
+//! out of order; no hang.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{Workspace, daemon_pid, python, python_command, rw, sync, wait_for};
+use crate::hostile18::{cat_at, lines, of};
+use crate::record::log;
+
+/// Python helpers: `edit(path, text)` rewrites a file in place (an open for writing, no
+/// O_TRUNC: with `REWIND_TEST_BURST=1` its end is a closed edit, for the writer thread);
+/// `fsync_of(path)` opens `path` read-only (a folder too) and fsyncs it, as `sync FILE` does,
+/// and returns how long the fsync took.
+const PY: &str = r#"
+import json, os, signal, subprocess, sys, threading, time
+def edit(p, text):
+    with open(p, "r+") as f:
+        f.write(text); f.truncate()
+def fsync_of(p):
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        t = time.monotonic()
+        os.fsync(fd)
+        return time.monotonic() - t
+    finally:
+        os.close(fd)
+"#;
+
+/// `a.txt` ("before"), mounted with `env` and every edit's end closed; its first edit since
+/// the mount (whose marker is written at once) is made and recorded, so that the next one is
+/// an edit only the daemon knows of until it is recorded. The number of changes so far.
+fn mounted_after_a_first_edit(ws: &mut Workspace, env: &[(&str, &str)]) -> usize {
+    fs::write(ws.path().join("a.txt"), "before\n").unwrap();
+    let mut all = vec![("REWIND_TEST_BURST", "1")];
+    all.extend_from_slice(env);
+    ws.mount_with_env(&[] as &[&str], &all);
+    fs::write(ws.path().join("a.txt"), "one\n").unwrap();
+    sync(ws);
+    log(ws).len()
+}
+
+/// Run `script` (with [`PY`]) as session `agentT` of agent `tester`, SIGKILL the daemon right
+/// after it, wait for it to be gone, and remount without knobs. The script's stdout.
+fn script_then_sigkill(ws: &mut Workspace, script: &str) -> String {
+    let pid = daemon_pid(ws);
+    let script = format!("{PY}\n{script}\nos.kill({pid}, signal.SIGKILL)\n");
+    let out = python_command(&ws.path(), &script)
+        .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the script failed:\n{script}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(10, gone), "the daemon did not die");
+    ws.mount();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The changes after the first `first`: exactly one, of `path`, of `kind`, by the tester (not
+/// `external`), after which `path` held `content`.
+#[track_caller]
+fn one_change_by_tester(ws: &Workspace, first: usize, path: &str, kind: &str, content: &str) {
+    let all = log(ws);
+    let new = &all[first..];
+    assert_eq!(new.len(), 1, "one change expected:\n{}", lines(new));
+    assert_eq!(new[0]["path"], path, "{}", lines(new));
+    assert_eq!(new[0]["kind"], kind, "{}", lines(new));
+    assert_eq!(new[0]["agent"], "tester", "{}", lines(new));
+    assert_eq!(cat_at(ws, path, new[0]["id"].as_u64().unwrap()), content);
+}
+
+/// `sync FILE` (an fsync of a read-only fd) of a file whose edit the writer thread has taken
+/// and is still recording (`REWIND_TEST_SLOW_END`: from 2 ms after the close to 1.5 s after),
+/// then SIGKILL. SPEC: "`fsync` of a file in the workspace also makes its history durable".
+/// `fsync` goes through `in_order` (`finish_closed`: the table is empty, the writer thread
+/// took the edit) and `sync_file`, which takes `ending` shared only, but also the file's
+/// stripe, which the writer thread holds while it records the file: the fsync waits for it.
+#[test]
+fn a_file_fsync_while_the_writer_thread_records_its_edit_makes_it_durable() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let took = script_then_sigkill(
+        &mut ws,
+        "edit('a.txt', 'two\\n')\ntime.sleep(0.1)\nprint(fsync_of('a.txt'))",
+    );
+    let took: f64 = took.trim().parse().unwrap();
+    // The fsync came while the writer thread held the edit (it waited for the file's lock).
+    assert!(took > 1.0, "the file's fsync took {took} s");
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
+
+/// The same with the file's folder fsynced (`sync -f`-like: an fsync of the folder's fd):
+/// `Recorder::sync` waits for the writer thread (`await_ends`).
+#[test]
+fn a_folder_fsync_while_the_writer_thread_records_an_edit_makes_it_durable() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let took = script_then_sigkill(
+        &mut ws,
+        "edit('a.txt', 'two\\n')\ntime.sleep(0.1)\nprint(fsync_of('.'))",
+    );
+    let took: f64 = took.trim().parse().unwrap();
+    // It waited for the writer thread (else this test would pass by luck of timing).
+    assert!(took > 1.0, "the folder's fsync took {took} s");
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
+
+/// A new file's create taken by the pending thread (held back half a second, taken within a
+/// quarter of a second more, held there 2 s by `REWIND_TEST_SLOW_PENDING`), the file fsynced
+/// through a read-only fd meanwhile, then SIGKILL: its create is the tester's.
+#[test]
+fn a_file_fsync_while_the_pending_thread_records_its_create_makes_it_durable() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_PENDING", "2000")]);
+    script_then_sigkill(
+        &mut ws,
+        "open('b.txt', 'w').write('two\\n')\ntime.sleep(1.0)\nfsync_of('b.txt')",
+    );
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+}
+
+/// SIGTERM or SIGINT to the daemon while the writer thread records an edit: the signal
+/// unmounts, the daemon waits for the thread, exits, and the next mount has the edit once,
+/// as its writer's.
+fn a_signal_while_the_writer_thread_records(sig: i32) {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let pid = daemon_pid(&ws);
+    python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    // SAFETY: a signal to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(
+        wait_for(20, gone),
+        "the daemon did not exit after signal {sig}"
+    );
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
+
+#[test]
+fn a_sigterm_while_the_writer_thread_records_an_edit_keeps_it() {
+    a_signal_while_the_writer_thread_records(libc::SIGTERM);
+}
+
+#[test]
+fn a_sigint_while_the_writer_thread_records_an_edit_keeps_it() {
+    a_signal_while_the_writer_thread_records(libc::SIGINT);
+}
+
+/// `rewind unmount --force` (a lazy unmount) while a process holds `a.txt` open and goes on
+/// writing it after the mount is detached; it closes it, then the writer thread holds the edit
+/// (`REWIND_TEST_SLOW_END`) when the connection ends. The daemon records it before it exits:
+/// the next mount has it once, the tester's, with what was written last.
+#[test]
+fn a_forced_unmount_with_a_file_open_and_written_keeps_its_edit() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let pid = daemon_pid(&ws);
+    let mut child = python_command(
+        &ws.path(),
+        &format!(
+            "{PY}\nf = open('a.txt', 'r+')\nf.write('tw'); f.flush()\nprint('open', flush=True)\n\
+             sys.stdin.readline()\nf.write('o\\n'); f.truncate(); f.close()\n"
+        ),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "open\n");
+    let forced = rw(&ws, &["unmount", "--force", ws.path().to_str().unwrap()]);
+    assert!(forced.status.success(), "{forced:?}");
+    // Detached; the daemon serves the open file until it is closed.
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(
+        wait_for(20, gone),
+        "the daemon did not exit after the last close"
+    );
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
+
+/// Four processes, each editing a file of its own and reading the history right after each
+/// close, alternately through `.rewind/at/now/` (`settle_for_views`), `rewind cat` and
+/// `rewind log` (`settle_for_reading`), while every edit is closed and the writer thread holds
+/// each batch 30 ms (`REWIND_TEST_SLOW_END`): each read sees the edit just closed, nothing
+/// hangs (each read within 20 s), and the history has every edit once, in order.
+#[test]
+fn readers_in_several_processes_during_a_burst_see_each_edit_just_closed() {
+    let mut ws = Workspace::new();
+    for i in 0..4 {
+        fs::write(ws.path().join(format!("f{i}.txt")), "0\n").unwrap();
+    }
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_BURST", "1"), ("REWIND_TEST_SLOW_END", "30")],
+    );
+    for i in 0..4 {
+        fs::write(ws.path().join(format!("f{i}.txt")), "1\n").unwrap();
+    }
+    sync(&ws);
+    let first = log(&ws).len();
+    let rewind = env!("CARGO_BIN_EXE_rewind");
+    let script = format!(
+        r#"{PY}
+rewind = {rewind:?}
+env = dict(os.environ)
+bad = []
+def worker(i):
+    p = f"f{{i}}.txt"
+    for r in range(2, 14):
+        edit(p, f"{{r}}\n")
+        how = r % 3
+        t = time.monotonic()
+        if how == 0:
+            got = open(f".rewind/at/now/{{p}}").read()
+        elif how == 1:
+            got = subprocess.run([rewind, "cat", p], capture_output=True, text=True, timeout=20).stdout
+        else:
+            out = subprocess.run([rewind, "log", p, "--json"], capture_output=True, text=True, timeout=20).stdout
+            last = json.loads(out.splitlines()[-1])
+            got = subprocess.run([rewind, "cat", p, "--at", str(last["id"])], capture_output=True, text=True, timeout=20).stdout
+        if got != f"{{r}}\n":
+            bad.append((p, r, how, got))
+        if time.monotonic() - t > 20:
+            bad.append((p, r, how, "slow"))
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(bad))
+"#
+    );
+    let out = python_command(&ws.path(), &script)
+        .env("XDG_DATA_HOME", ws.path().parent().unwrap().join("data"))
+        .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        bad,
+        serde_json::json!([]),
+        "reads that missed the edit just closed"
+    );
+    let all = log(&ws);
+    let new = &all[first..];
+    let ids: Vec<u64> = all.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{}", lines(&all));
+    for i in 0..4 {
+        let p = format!("f{i}.txt");
+        let got: Vec<String> = of(new, &p, "modify")
+            .iter()
+            .map(|c| cat_at(&ws, &p, c["id"].as_u64().unwrap()))
+            .collect();
+        let want: Vec<String> = (2..14).map(|r| format!("{r}\n")).collect();
+        assert_eq!(got, want, "{p}:\n{}", lines(new));
+    }
+    assert_eq!(new.len(), 4 * 12, "{}", lines(new));
+    ws.unmount();
+}
+
+/// A rename of the folder while the pending thread records a new file in it (held 1.5 s) and
+/// the writer thread an edit of another (held 1.5 s): the rename waits for both
+/// (`pause_endings`), the create and the modify are recorded under the old path before the
+/// rename, nothing hangs, a remount records nothing more.
+#[test]
+fn a_folder_rename_while_both_threads_record_in_it_comes_after_both() {
+    let mut ws = Workspace::new();
+    fs::create_dir(ws.path().join("d")).unwrap();
+    fs::write(ws.path().join("d/a.txt"), "before\n").unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[
+            ("REWIND_TEST_BURST", "1"),
+            ("REWIND_TEST_SLOW_END", "1500"),
+            ("REWIND_TEST_SLOW_PENDING", "1500"),
+        ],
+    );
+    fs::write(ws.path().join("d/a.txt"), "one\n").unwrap();
+    sync(&ws);
+    let first = log(&ws).len();
+    let took = python(
+        &ws.path(),
+        &format!(
+            "{PY}\nopen('d/new.txt', 'w').write('new\\n')\ntime.sleep(0.8)\n\
+             edit('d/a.txt', 'two\\n')\ntime.sleep(0.1)\n\
+             t = time.monotonic()\nos.rename('d', 'e')\nprint(time.monotonic() - t)"
+        ),
+    );
+    let took: f64 = took.trim().parse().unwrap();
+    let all = log(&ws);
+    let new = &all[first..];
+    let kinds: Vec<(String, String)> = new
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("create", "d/new.txt"),
+        ("modify", "d/a.txt"),
+        ("rename", "e"),
+    ]
+    .iter()
+    .map(|(k, p)| (k.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(kinds, want, "rename took {took} s:\n{}", lines(new));
+    let id = |k: usize| new[k]["id"].as_u64().unwrap();
+    assert_eq!(cat_at(&ws, "d/new.txt", id(0)), "new\n");
+    assert_eq!(cat_at(&ws, "d/a.txt", id(1)), "two\n");
+    assert_eq!(cat_at(&ws, "e/a.txt", id(2)), "two\n");
+    ws.unmount();
+    ws.mount();
+    assert_eq!(
+        log(&ws).len(),
+        all.len(),
+        "the remount recorded more:\n{}",
+        lines(&log(&ws)[first..])
+    );
+    ws.unmount();
+}
+
+/// `rewind gc --max-size 1M` started beside `rewind unmount` while the writer thread holds an
+/// edit: both return (within 30 s), and the edit is in the history once, the tester's, after
+/// the remount.
+#[test]
+fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.05)"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    let started = Instant::now();
+    let gc = ws
+        .command(&["gc", "--max-size", "1M"])
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let unmount = ws.rewind(&["unmount", ws.path().to_str().unwrap()]);
+    let gc = gc.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    eprintln!(
+        "gc: {} {}\nunmount: {} {}",
+        gc.status,
+        String::from_utf8_lossy(&gc.stderr),
+        unmount.status,
+        String::from_utf8_lossy(&unmount.stderr)
+    );
+    if crate::common::is_mounted(&ws.path()) {
+        // The unmount came while gc's control request was in (busy): do it again.
+        ws.unmount();
+    }
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
