@@ -408,3 +408,53 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// `fusermount3 -u` (which returns once the kernel has let go, not when the daemon is done)
+/// while the writer thread records an edit, and `rewind mount` at once: the old daemon is
+/// still waiting for its writer thread. Either the new mount waits for it or is refused; it
+/// must never scan the workspace before the old daemon has recorded the edit (which would
+/// record it as `external`, then the old daemon's record a second time, or be lost).
+#[test]
+fn a_remount_right_after_fusermount_u_while_the_writer_thread_records_keeps_the_edit_once() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let pid = daemon_pid(&ws);
+    python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    let old_alive = unsafe { libc::kill(pid, 0) == 0 };
+    let mut cmd = ws.command(&["mount"]);
+    cmd.arg(ws.path()).arg("--store").arg(ws.store());
+    let again = cmd.output().unwrap();
+    eprintln!(
+        "old daemon alive at the remount: {old_alive}; mount: {} {}",
+        again.status,
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let gone = || {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(20, gone), "the old daemon did not exit");
+    if again.status.success() {
+        ws.mark_mounted();
+    } else {
+        ws.mount();
+    }
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
