@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::common::{Disk, SmallFs, Workspace, ok, ok_bytes, stderr, wait_for};
 
 /// Run `cmd` to the end, failing the test (and killing it) after `secs`: nothing may hang.
-fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
+pub(crate) fn run_within(mut cmd: Command, secs: u64, what: &str) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -458,3 +458,83 @@ fn a_remount_right_after_fusermount_u_while_the_writer_thread_records_keeps_the_
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// The store's disk (a 64 MiB ext4) fills up while the writer thread holds an edit that does
+/// not fit (`REWIND_TEST_SLOW_END`), and the workspace is unmounted meanwhile: the unmount
+/// returns (no hang), the daemon exits; once the filler is gone, the next mount has the edit
+/// once, with its content (never lost, never twice).
+#[test]
+fn a_full_store_while_the_writer_thread_holds_an_edit_and_an_unmount_loses_nothing() {
+    use crate::full_disk::{reserve_of, run_within, small_ext4, write_noise};
+    let small = small_ext4();
+    let reserve = reserve_of(small.size());
+    let store = small.path().join("store");
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a.txt"), "before\n").unwrap();
+    let mount = |ws: &mut Workspace, env: &[(&str, &str)]| {
+        let mut cmd = ws.command(&["mount"]);
+        cmd.arg(ws.path())
+            .arg("--store")
+            .arg(&store)
+            .envs(env.iter().copied());
+        let out = run_within(cmd, 60, "mount");
+        assert!(out.status.success(), "{out:?}");
+        ws.mark_mounted();
+    };
+    mount(
+        &mut ws,
+        &[("REWIND_TEST_BURST", "1"), ("REWIND_TEST_SLOW_END", "1500")],
+    );
+    fs::write(ws.path().join("a.txt"), "one\n").unwrap();
+    sync(&ws);
+    let first = log(&ws).len();
+    let filler = small.path().join("filler");
+    write_noise(&filler, 30 << 20);
+    let big = (small.available() - reserve / 2) as usize;
+    let noise = crate::common::noise(big, 7);
+    // Written in place (an open for writing without O_TRUNC: its end is a closed edit).
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(ws.path().join("a.txt"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, &noise).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = daemon_pid(&ws);
+    let started = Instant::now();
+    let mut cmd = ws.command(&["unmount", ws.path().to_str().unwrap()]);
+    cmd.current_dir("/");
+    let unmounted = run_within(cmd, 60, "unmount");
+    eprintln!(
+        "unmount after {:?}: {} {}",
+        started.elapsed(),
+        unmounted.status,
+        String::from_utf8_lossy(&unmounted.stderr)
+    );
+    assert!(unmounted.status.success());
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(30, gone), "the daemon did not exit");
+    eprintln!(
+        "daemon.log:\n{}",
+        fs::read_to_string(store.join("daemon.log")).unwrap_or_default()
+    );
+    fs::remove_file(&filler).unwrap();
+    mount(&mut ws, &[]);
+    let all = log(&ws);
+    let new = &all[first..];
+    eprintln!("{}", lines(new));
+    let of_a = of(new, "a.txt", "modify");
+    assert_eq!(of_a.len(), 1, "{}", lines(new));
+    let id = of_a[0]["id"].as_u64().unwrap().to_string();
+    let got = crate::common::ok_bytes(&rw(&ws, &["cat", "a.txt", "--at", &id]));
+    assert!(
+        got == noise,
+        "a.txt after #{id}: {} bytes, not what was written",
+        got.len()
+    );
+    ws.unmount();
+}
