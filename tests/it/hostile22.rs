@@ -538,3 +538,136 @@ fn a_full_store_while_the_writer_thread_holds_an_edit_and_an_unmount_loses_nothi
     );
     ws.unmount();
 }
+
+/// Everything at once for six seconds, with every edit closed and both threads slowed
+/// (`REWIND_TEST_SLOW_END=3`, `REWIND_TEST_SLOW_PENDING=30`): edits, creates and deletes in
+/// three folders, one folder renamed back and forth (`pause_endings`), `.gitignore` naming a
+/// folder and not by turns while files are made in it (`quiet_burst` takes `quieting`
+/// exclusively under `ending`), `rewind log`, `.rewind/at/now/` reads, and fsyncs of files and
+/// folders, each in a thread of its own. No call hangs (each within 30 s, the whole within
+/// 60 s); then every file's newest change names what it holds, ids are in order, and an unmount
+/// and a remount record nothing more (nothing was left for the scan).
+#[test]
+fn everything_at_once_with_both_threads_slowed_neither_hangs_nor_loses_anything() {
+    let mut ws = Workspace::new();
+    for d in 0..3 {
+        fs::create_dir(ws.path().join(format!("d{d}"))).unwrap();
+        for f in 0..4 {
+            fs::write(ws.path().join(format!("d{d}/f{f}.txt")), "0\n").unwrap();
+        }
+    }
+    fs::create_dir(ws.path().join("ignored")).unwrap();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[
+            ("REWIND_TEST_BURST", "1"),
+            ("REWIND_TEST_SLOW_END", "3"),
+            ("REWIND_TEST_SLOW_PENDING", "30"),
+        ],
+    );
+    let rewind = env!("CARGO_BIN_EXE_rewind");
+    let script = format!(
+        r#"{PY}
+rewind = {rewind:?}
+stop = time.monotonic() + 6
+errors = []
+slow = []
+counts = {{}}
+def timed(name, f):
+    t = time.monotonic()
+    f()
+    took = time.monotonic() - t
+    if took > 30:
+        slow.append((name, took))
+    counts[name] = counts.get(name, 0) + 1
+def loop(name, body):
+    def run():
+        i = 0
+        while time.monotonic() < stop:
+            try:
+                timed(name, lambda: body(i))
+            except FileNotFoundError:
+                pass
+            except subprocess.TimeoutExpired as e:
+                slow.append((name, str(e)))
+            except Exception as e:
+                errors.append((name, repr(e)))
+            i += 1
+    return threading.Thread(target=run)
+def edits(i):
+    d = "d2x" if os.path.exists("d2x") else "d2"
+    for p in ["d0", "d1", d]:
+        edit(f"{{p}}/f{{i % 4}}.txt", f"{{i}}\n")
+def creates(i):
+    p = f"d{{i % 2}}/n{{i % 5}}.txt"
+    if i % 3 == 2 and os.path.exists(p):
+        os.unlink(p)
+    else:
+        with open(p, "w") as f:
+            f.write(f"new {{i}}\n")
+def renames(i):
+    if os.path.exists("d2"):
+        os.rename("d2", "d2x")
+    else:
+        os.rename("d2x", "d2")
+    time.sleep(0.05)
+def rules(i):
+    with open(".gitignore", "w") as f:
+        f.write("ignored/\n" if i % 2 == 0 else "other/\n")
+    with open(f"ignored/i{{i % 3}}.txt", "w") as f:
+        f.write(f"{{i}}\n")
+    time.sleep(0.02)
+def logs(i):
+    subprocess.run([rewind, "log", "--json"], capture_output=True, timeout=30, check=True)
+def views(i):
+    open(f".rewind/at/now/d0/f{{i % 4}}.txt").read()
+def fsyncs(i):
+    fsync_of(".")
+    fsync_of(f"d1/f{{i % 4}}.txt")
+    fsync_of("d0")
+threads = [loop(n, b) for n, b in [("edits", edits), ("creates", creates), ("renames", renames),
+    ("rules", rules), ("logs", logs), ("views", views), ("fsyncs", fsyncs)]]
+for t in threads: t.start()
+for t in threads: t.join(60)
+hung = [t.name for t in threads if t.is_alive()]
+print(json.dumps({{"hung": hung, "slow": slow, "errors": errors, "counts": counts}}), flush=True)
+os._exit(0)
+"#
+    );
+    let mut cmd = python_command(&ws.path(), &script);
+    cmd.env("XDG_DATA_HOME", ws.path().parent().unwrap().join("data"))
+        .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")]);
+    let out = crate::full_disk::run_within(cmd, 120, "the script");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("{got}");
+    assert_eq!(got["hung"], serde_json::json!([]), "{got}");
+    assert_eq!(got["slow"], serde_json::json!([]), "{got}");
+    assert_eq!(got["errors"], serde_json::json!([]), "{got}");
+    fs::remove_dir_all(ws.path().join("ignored")).unwrap();
+    sync(&ws);
+    crate::hostile17::every_file_has_its_newest_change(&ws, &[]);
+    let all = log(&ws);
+    let ids: Vec<u64> = all.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids out of order");
+    let started = Instant::now();
+    ws.unmount();
+    eprintln!(
+        "unmount took {:?}; {} changes",
+        started.elapsed(),
+        all.len()
+    );
+    ws.mount();
+    let again = log(&ws);
+    assert_eq!(
+        again.len(),
+        all.len(),
+        "the remount recorded more:\n{}",
+        lines(&again[all.len().min(again.len())..])
+    );
+    ws.unmount();
+}
