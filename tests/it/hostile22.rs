@@ -671,3 +671,43 @@ os._exit(0)
     );
     ws.unmount();
 }
+
+/// SIGKILL while the pending thread holds a new file's create whose marker says who made it
+/// (the file was fsynced before its close; `REWIND_TEST_SLOW_PENDING` holds the create 2 s
+/// after the thread took it): the next mount records the create once, as the tester's, with
+/// its content.
+#[test]
+fn a_sigkill_while_the_pending_thread_records_a_marked_create_keeps_who_made_it() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_PENDING", "2000")]);
+    script_then_sigkill(
+        &mut ws,
+        "f = open('b.txt', 'w')\nf.write('two\\n'); f.flush(); os.fsync(f.fileno()); f.close()\n\
+         time.sleep(1.0)",
+    );
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+    ws.mount();
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+}
+
+/// SIGKILL while the writer thread holds an edit whose marker is written (the file was open
+/// for half a second, past `MARK_AFTER` and a round of the pending thread, before it was
+/// written and closed; `REWIND_TEST_SLOW_END` holds it 2 s): the next mount records it once,
+/// as the tester's, with its content.
+#[test]
+fn a_sigkill_while_the_writer_thread_records_a_marked_edit_keeps_who_made_it() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "2000")]);
+    script_then_sigkill(
+        &mut ws,
+        "f = open('a.txt', 'r+')\ntime.sleep(0.6)\nf.write('two\\n'); f.truncate(); f.close()\n\
+         time.sleep(0.1)",
+    );
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
