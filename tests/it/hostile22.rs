@@ -711,3 +711,34 @@ fn a_sigkill_while_the_writer_thread_records_a_marked_edit_keeps_who_made_it() {
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// A new file written and closed, then its folder (or the file) fsynced at once, then SIGKILL.
+/// The kernel queues the file's RELEASE before close() returns; `REWIND_TEST_SLOW_RELEASE`
+/// holds that RELEASE 1 s in the daemon (another FUSE thread may take it late, as on a busy
+/// machine). A file's fsync waits its turn (`in_order`: the RELEASE sent before it goes
+/// first); a folder's (`fsyncdir`, `Recorder::sync`) waits for no RELEASE (`sync` has no
+/// `await_releases`, `fsyncdir` no `in_order`), so the daemon dies with the create not yet
+/// held back, and the next mount records it as `external`.
+fn fsync_right_after_a_close_then_sigkill(target: &str) -> f64 {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_RELEASE", "1000")]);
+    let took = script_then_sigkill(
+        &mut ws,
+        &format!("open('b.txt', 'w').write('two\\n')\nprint(fsync_of({target:?}))"),
+    );
+    let took: f64 = took.trim().parse().unwrap();
+    eprintln!("fsync of {target} took {took} s");
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+    took
+}
+
+#[test]
+fn a_file_fsync_right_after_its_close_waits_for_its_release() {
+    fsync_right_after_a_close_then_sigkill("b.txt");
+}
+
+#[test]
+fn a_folder_fsync_right_after_a_close_in_it_waits_for_the_release() {
+    fsync_right_after_a_close_then_sigkill(".");
+}
