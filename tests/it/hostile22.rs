@@ -742,3 +742,52 @@ fn a_file_fsync_right_after_its_close_waits_for_its_release() {
 fn a_folder_fsync_right_after_a_close_in_it_waits_for_the_release() {
     fsync_right_after_a_close_then_sigkill(".");
 }
+
+/// `rewind unmount` right after eight new files are closed at once, each RELEASE held 1 s in
+/// the daemon (`REWIND_TEST_SLOW_RELEASE`): the daemon has four FUSE threads here (twice the
+/// cores), so four RELEASEs wait in the kernel's queue, unread, when the unmount comes. The
+/// files are closed, so the unmount is not busy; every create must still be recorded once, as
+/// the tester's (the daemon saw each CREATE).
+#[test]
+fn an_unmount_right_after_closes_whose_releases_are_still_queued_keeps_every_create() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_RELEASE", "1000")]);
+    python_command(
+        &ws.path(),
+        &format!(
+            "{PY}\ndef make(i):\n    open(f'n{{i}}.txt', 'w').write(f'{{i}}\\n')\n\
+             ts = [threading.Thread(target=make, args=(i,)) for i in range(8)]\n\
+             for t in ts: t.start()\nfor t in ts: t.join()\n"
+        ),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    let unmounted = ws.rewind(&["unmount", ws.path().to_str().unwrap()]);
+    eprintln!(
+        "unmount: {} {}",
+        unmounted.status,
+        String::from_utf8_lossy(&unmounted.stderr)
+    );
+    if crate::common::is_mounted(&ws.path()) {
+        ws.unmount();
+    }
+    ws.mount();
+    let all = log(&ws);
+    let new = &all[first..];
+    let mut wrong = Vec::new();
+    for i in 0..8 {
+        let p = format!("n{i}.txt");
+        let c = of(new, &p, "create");
+        if c.len() != 1 || c[0]["agent"] != "tester" {
+            wrong.push(p);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "not once as the tester's: {wrong:?}\n{}",
+        lines(new)
+    );
+    assert_eq!(new.len(), 8, "{}", lines(new));
+    ws.unmount();
+}
