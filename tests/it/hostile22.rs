@@ -791,3 +791,34 @@ fn an_unmount_right_after_closes_whose_releases_are_still_queued_keeps_every_cre
     assert_eq!(new.len(), 8, "{}", lines(new));
     ws.unmount();
 }
+
+/// [`a_folder_fsync_right_after_a_close_in_it_waits_for_the_release`] without a knob: ten
+/// rounds of a new file written, closed, its folder fsynced at once, SIGKILL, remount. How
+/// often the RELEASE comes after the fsync on its own, on this machine.
+#[test]
+fn a_folder_fsync_right_after_a_close_without_a_knob_ten_rounds() {
+    let mut ws = Workspace::new();
+    let mut first = mounted_after_a_first_edit(&mut ws, &[]);
+    let mut external = Vec::new();
+    for round in 0..10 {
+        let p = format!("b{round}.txt");
+        script_then_sigkill(
+            &mut ws,
+            &format!("open({p:?}, 'w').write('two\\n')\nfsync_of('.')"),
+        );
+        let all = log(&ws);
+        let new = &all[first..];
+        assert_eq!(new.len(), 1, "{}", lines(new));
+        if new[0]["agent"] != "tester" {
+            external.push(lines(new));
+        }
+        first = all.len();
+    }
+    assert!(
+        external.is_empty(),
+        "{} of 10 rounds:\n{}",
+        external.len(),
+        external.join("\n")
+    );
+    ws.unmount();
+}
