@@ -368,13 +368,17 @@ fn a_folder_rename_while_both_threads_record_in_it_comes_after_both() {
     ws.unmount();
 }
 
-/// `rewind gc --max-size 1M` started beside `rewind unmount` while the writer thread holds an
-/// edit: both return (within 30 s), and the edit is in the history once, the tester's, after
-/// the remount.
+/// `rewind gc --max-size 1` (keep as little as it may) started beside `rewind unmount` while
+/// the writer thread holds an edit: both return (within 30 s), and after the remount the
+/// file's newest change is that edit, the tester's, with its content; nothing is `external`.
 #[test]
 fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
     let mut ws = Workspace::new();
-    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    for i in 0..5 {
+        fs::write(ws.path().join("a.txt"), format!("old {i}\n")).unwrap();
+    }
+    sync(&ws);
     python_command(
         &ws.path(),
         &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.05)"),
@@ -384,8 +388,10 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
     .unwrap();
     let started = Instant::now();
     let gc = ws
-        .command(&["gc", "--max-size", "1M"])
+        .command(&["gc", "--max-size", "1"])
         .current_dir(ws.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(20));
@@ -394,8 +400,9 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(30), "{took:?}");
     eprintln!(
-        "gc: {} {}\nunmount: {} {}",
+        "after {took:?}: gc: {} {} {}\nunmount: {} {}",
         gc.status,
+        String::from_utf8_lossy(&gc.stdout),
         String::from_utf8_lossy(&gc.stderr),
         unmount.status,
         String::from_utf8_lossy(&unmount.stderr)
@@ -405,7 +412,17 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
         ws.unmount();
     }
     ws.mount();
-    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    let all = log(&ws);
+    eprintln!("{}", lines(&all));
+    assert!(
+        all.iter().all(|c| c["agent"] != "external"),
+        "{}",
+        lines(&all)
+    );
+    let last = all.iter().rev().find(|c| c["path"] == "a.txt").unwrap();
+    assert_eq!(last["kind"], "modify", "{}", lines(&all));
+    assert_eq!(last["agent"], "tester", "{}", lines(&all));
+    assert_eq!(cat_at(&ws, "a.txt", last["id"].as_u64().unwrap()), "two\n");
     ws.unmount();
 }
 
@@ -820,5 +837,51 @@ fn a_folder_fsync_right_after_a_close_without_a_knob_ten_rounds() {
         external.len(),
         external.join("\n")
     );
+    ws.unmount();
+}
+
+/// SIGKILL while the daemon, unmounted by `fusermount3 -u`, waits in `sync` for its writer
+/// thread (`REWIND_TEST_SLOW_END` holds the edit 2 s): the edit is unmarked (its file's last
+/// version is recorded), so the next mount's scan records it, as `external` (by design: only
+/// who made it is lost), once, with its content; a second remount records nothing more.
+#[test]
+fn a_sigkill_while_the_unmount_waits_for_the_writer_thread_records_the_edit_once() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "2000")]);
+    let pid = daemon_pid(&ws);
+    python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: a signal to the daemon this test started (still waiting for its thread).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(wait_for(10, gone));
+    ws.mount();
+    let all = log(&ws);
+    let new = &all[first..];
+    assert_eq!(new.len(), 1, "{}", lines(new));
+    assert_eq!(new[0]["kind"], "modify", "{}", lines(new));
+    assert_eq!(
+        cat_at(&ws, "a.txt", new[0]["id"].as_u64().unwrap()),
+        "two\n"
+    );
+    eprintln!("{}", lines(new));
+    ws.unmount();
+    ws.mount();
+    assert_eq!(log(&ws).len(), all.len());
     ws.unmount();
 }
