@@ -885,3 +885,38 @@ fn a_sigkill_while_the_unmount_waits_for_the_writer_thread_records_the_edit_once
     assert_eq!(log(&ws).len(), all.len());
     ws.unmount();
 }
+
+/// A new file's RELEASE is being handled (`REWIND_TEST_SLOW_END` holds its end 1.5 s inside
+/// `end_write`, under `ending` shared, before the create is put in the table of held-back
+/// ones) when its folder is fsynced, 0.1 s after the close; then SIGKILL. `Recorder::sync`
+/// looks at the tables first (`finish_closed`, `flush_pending_older`: empty) and only then
+/// waits for the end in progress (`await_ends`), which puts the create in the table after the
+/// look: the fsync returns with it held back, unrecorded, and the next mount records the
+/// create as `external`. `settle` waits once before it looks as well; `sync` does not.
+#[test]
+fn a_folder_fsync_while_a_release_ends_a_new_file_records_its_create() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let took = script_then_sigkill(
+        &mut ws,
+        "open('b.txt', 'w').write('two\\n')\ntime.sleep(0.1)\nprint(fsync_of('.'))",
+    );
+    let took: f64 = took.trim().parse().unwrap();
+    // It waited for the end in progress (else the RELEASE had not begun: no test).
+    assert!(took > 1.0, "the folder's fsync took {took} s");
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+}
+
+/// The same with an edit of a file that was there, its end closed (`REWIND_TEST_BURST`) by
+/// the RELEASE: `finish_episode` returns before `REWIND_TEST_SLOW_END` for a closed edit, so
+/// the RELEASE is short; the end is held by the writer thread instead, which `sync` waits for.
+#[test]
+fn a_folder_fsync_while_a_release_ends_an_edit_records_it() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let took = script_then_sigkill(&mut ws, "edit('a.txt', 'two\\n')\nprint(fsync_of('.'))");
+    eprintln!("the folder's fsync took {} s", took.trim());
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
