@@ -920,3 +920,58 @@ fn a_folder_fsync_while_a_release_ends_an_edit_records_it() {
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// `rewind unmount --force` (lazy) while a process has its working directory in the
+/// workspace: after the detach it goes on through that directory, making a new file, editing
+/// another (its end closed and held by the writer thread, `REWIND_TEST_SLOW_END`) and reading
+/// the history through `.rewind/` there; then it exits, the connection ends, and the daemon
+/// records what is left before it exits. The next mount has each change once, the tester's.
+#[test]
+fn a_lazy_unmount_with_a_working_directory_inside_keeps_what_is_done_after_it() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "500")]);
+    let pid = daemon_pid(&ws);
+    let mut child = python_command(
+        &ws.path(),
+        &format!(
+            "{PY}\nprint('in', flush=True)\nsys.stdin.readline()\n\
+             open('c.txt', 'w').write('new\\n')\nedit('a.txt', 'two\\n')\n\
+             print(open('.rewind/at/now/a.txt').read(), end='', flush=True)\n"
+        ),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "in\n");
+    let forced = rw(&ws, &["unmount", "--force", ws.path().to_str().unwrap()]);
+    assert!(forced.status.success(), "{forced:?}");
+    assert!(!crate::common::is_mounted(&ws.path()));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest, "two\n", "the view after the detach");
+    let gone = || {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    };
+    assert!(
+        wait_for(20, gone),
+        "the daemon did not exit after the last user left"
+    );
+    ws.mount();
+    let all = log(&ws);
+    let new = &all[first..];
+    assert_eq!(new.len(), 2, "{}", lines(new));
+    for c in new {
+        assert_eq!(c["agent"], "tester", "{}", lines(new));
+    }
+    assert_eq!(of(new, "c.txt", "create").len(), 1, "{}", lines(new));
+    assert_eq!(of(new, "a.txt", "modify").len(), 1, "{}", lines(new));
+    ws.unmount();
+}
