@@ -975,3 +975,20 @@ fn a_lazy_unmount_with_a_working_directory_inside_keeps_what_is_done_after_it() 
     assert_eq!(of(new, "a.txt", "modify").len(), 1, "{}", lines(new));
     ws.unmount();
 }
+
+/// The atomic save every careful program makes: a temporary file written and closed, renamed
+/// over its target, the folder fsynced, then SIGKILL; the temporary's end held 1 s in its
+/// RELEASE (`REWIND_TEST_SLOW_END`). The rename waits its turn after the RELEASE, so the save
+/// is one `modify` of the target, the tester's, with its content, durable at the fsync.
+#[test]
+fn an_atomic_save_then_a_folder_fsync_then_sigkill_keeps_one_modify_by_its_writer() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1000")]);
+    script_then_sigkill(
+        &mut ws,
+        "open('.a.txt.tmp', 'w').write('two\\n')\nos.rename('.a.txt.tmp', 'a.txt')\n\
+         fsync_of('.')",
+    );
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
+    ws.unmount();
+}
