@@ -992,3 +992,19 @@ fn an_atomic_save_then_a_folder_fsync_then_sigkill_keeps_one_modify_by_its_write
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// [`a_folder_fsync_while_a_release_ends_a_new_file_records_its_create`] by a careful program,
+/// which fsyncs the file before its close: its marker says who made it, so the create is the
+/// tester's after the SIGKILL even though the folder's fsync returned before it was recorded.
+#[test]
+fn a_new_file_fsynced_then_closed_then_its_folder_fsynced_then_sigkill_keeps_who_made_it() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    script_then_sigkill(
+        &mut ws,
+        "f = open('b.txt', 'w')\nf.write('two\\n'); f.flush(); os.fsync(f.fileno()); f.close()\n\
+         time.sleep(0.1)\nfsync_of('.')",
+    );
+    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+}
