@@ -184,6 +184,17 @@ fn a_sigint_while_the_writer_thread_records_an_edit_keeps_it() {
 /// the next mount has it once, the tester's, with what was written last.
 #[test]
 fn a_forced_unmount_with_a_file_open_and_written_keeps_its_edit() {
+    detached_with_a_file_open_and_written(None);
+}
+
+/// The same detached by SIGTERM (the daemon's signal thread finds the mount busy and detaches
+/// it lazily).
+#[test]
+fn a_sigterm_with_a_file_open_and_written_keeps_its_edit() {
+    detached_with_a_file_open_and_written(Some(libc::SIGTERM));
+}
+
+fn detached_with_a_file_open_and_written(sig: Option<i32>) {
     let mut ws = Workspace::new();
     let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
     let pid = daemon_pid(&ws);
@@ -203,8 +214,20 @@ fn a_forced_unmount_with_a_file_open_and_written_keeps_its_edit() {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line, "open\n");
-    let forced = rw(&ws, &["unmount", "--force", ws.path().to_str().unwrap()]);
-    assert!(forced.status.success(), "{forced:?}");
+    match sig {
+        None => {
+            let forced = rw(&ws, &["unmount", "--force", ws.path().to_str().unwrap()]);
+            assert!(forced.status.success(), "{forced:?}");
+        }
+        Some(sig) => {
+            // SAFETY: a signal to the daemon this test started.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+            assert!(
+                wait_for(10, || !crate::common::is_mounted(&ws.path())),
+                "not detached"
+            );
+        }
+    }
     // Detached; the daemon serves the open file until it is closed.
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
     assert!(child.wait().unwrap().success());
@@ -1006,5 +1029,56 @@ fn a_new_file_fsynced_then_closed_then_its_folder_fsynced_then_sigkill_keeps_who
          time.sleep(0.1)\nfsync_of('.')",
     );
     one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
+    ws.unmount();
+}
+
+/// `rewind unmount` while `rewind log` waits for the writer thread (`REWIND_TEST_SLOW_END`
+/// holds the edit 1.5 s; the log's settle waits for it): both return, the log shows the edit,
+/// and the next mount has it once, the tester's.
+#[test]
+fn an_unmount_while_a_log_waits_for_the_writer_thread_returns_and_keeps_the_edit() {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.05)"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    let started = Instant::now();
+    let reader = ws
+        .command(&["log", "a.txt", "--json"])
+        .current_dir(ws.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let unmount = ws.rewind(&["unmount", ws.path().to_str().unwrap()]);
+    let reader = reader.wait_with_output().unwrap();
+    let took = started.elapsed();
+    eprintln!(
+        "after {took:?}: log: {} {}\nunmount: {} {}",
+        reader.status,
+        String::from_utf8_lossy(&reader.stderr),
+        unmount.status,
+        String::from_utf8_lossy(&unmount.stderr)
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(reader.status.success());
+    let last: Value = serde_json::from_str(
+        String::from_utf8_lossy(&reader.stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(last["agent"], "tester", "{last}");
+    if crate::common::is_mounted(&ws.path()) {
+        ws.unmount();
+    }
+    ws.mount();
+    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
