@@ -1082,3 +1082,43 @@ fn an_unmount_while_a_log_waits_for_the_writer_thread_returns_and_keeps_the_edit
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
 }
+
+/// A rename of the folder while a new file's RELEASE in it is inside `end_write`
+/// (`REWIND_TEST_SLOW_END` holds it 1.5 s before the create is held back): the rename waits
+/// for it (`pause_endings`), then finds the create held back under the old path and records
+/// it first. The create under `d/`, then the rename, then nothing more at a remount.
+#[test]
+fn a_folder_rename_while_a_release_ends_a_new_file_in_it_records_the_create_first() {
+    let mut ws = Workspace::new();
+    fs::create_dir(ws.path().join("d")).unwrap();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_END", "1500")]);
+    sync(&ws);
+    let first = log(&ws).len();
+    python(
+        &ws.path(),
+        &format!(
+            "{PY}\nopen('d/new.txt', 'w').write('new\\n')\ntime.sleep(0.1)\nos.rename('d', 'e')"
+        ),
+    );
+    let all = log(&ws);
+    let new = &all[first..];
+    let kinds: Vec<String> = new
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(kinds, ["create d/new.txt", "rename e"], "{}", lines(new));
+    assert_eq!(
+        cat_at(&ws, "d/new.txt", new[0]["id"].as_u64().unwrap()),
+        "new\n"
+    );
+    ws.unmount();
+    ws.mount();
+    assert_eq!(log(&ws).len(), all.len());
+    ws.unmount();
+}
