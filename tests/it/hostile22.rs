@@ -283,14 +283,22 @@ def worker(i):
         edit(p, f"{{r}}\n")
         how = r % 3
         t = time.monotonic()
-        if how == 0:
-            got = open(f".rewind/at/now/{{p}}").read()
-        elif how == 1:
-            got = subprocess.run([rewind, "cat", p], capture_output=True, text=True, timeout=20).stdout
-        else:
-            out = subprocess.run([rewind, "log", p, "--json"], capture_output=True, text=True, timeout=20).stdout
-            last = json.loads(out.splitlines()[-1])
-            got = subprocess.run([rewind, "cat", p, "--at", str(last["id"])], capture_output=True, text=True, timeout=20).stdout
+        def run(*args):
+            out = subprocess.run([rewind, *args], capture_output=True, text=True, timeout=20)
+            if out.returncode != 0:
+                raise Exception(f"rewind {{args}}: {{out.returncode}} {{out.stderr!r}} {{out.stdout!r}}")
+            return out.stdout
+        try:
+            if how == 0:
+                got = open(f".rewind/at/now/{{p}}").read()
+            elif how == 1:
+                got = run("cat", p)
+            else:
+                out = run("log", p, "--json")
+                last = json.loads(out.splitlines()[-1])
+                got = run("cat", p, "--at", str(last["id"]))
+        except Exception as e:
+            got = repr(e)
         if got != f"{{r}}\n":
             bad.append((p, r, how, got))
         if time.monotonic() - t > 20:
