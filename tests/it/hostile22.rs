@@ -14,7 +14,11 @@
 //! `a_folder_fsync_while_a_release_ends_a_new_file_records_its_create` (`sync` looks at the
 //! tables before it waits for the end in progress) and
 //! `a_folder_fsync_right_after_a_close_in_it_waits_for_the_release` (`sync` waits for no
-//! RELEASE queued before it). After SIGKILL the create is `external`. Every other test holds.
+//! RELEASE queued before it). After SIGKILL the create is `external`.
+//! `readers_in_several_processes_during_a_burst_see_each_edit_just_closed` fails now and then
+//! (4 of about 100 runs, 3 copies at once): a `.rewind/at/now/f.txt` read right after its own
+//! process closed edit 6 shows edit 5; cause not found (the daemon skipped no RELEASE gap).
+//! Every other test holds.
 
 use std::fs;
 use std::time::{Duration, Instant};
@@ -320,6 +324,15 @@ print(json.dumps(bad))
         String::from_utf8_lossy(&out.stderr)
     );
     let bad: Value = serde_json::from_slice(&out.stdout).unwrap();
+    if bad != serde_json::json!([]) {
+        // What the daemon said of the RELEASE order (`RUST_LOG=rewind=debug` for its gaps).
+        let said = fs::read_to_string(ws.store().join("daemon.log")).unwrap_or_default();
+        for l in said.lines() {
+            if l.contains("never read") || l.contains("going on without") {
+                eprintln!("daemon: {l}");
+            }
+        }
+    }
     assert_eq!(
         bad,
         serde_json::json!([]),
