@@ -7,6 +7,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, IteratorMode, Options, WriteBufferManager,
@@ -118,7 +119,7 @@ fn test_stall(opts: &mut Options) {
     opts.set_level_zero_stop_writes_trigger(4);
     opts.set_compaction_filter("rewind-test-stall", move |_, _, _| {
         while path.exists() {
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
         }
         rocksdb::CompactionDecision::Keep
     });
@@ -178,6 +179,39 @@ fn open_db(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
         .map_err(|source| classify_open_error(dir, source))?;
     check_files(&db, dir)?;
     Ok(db)
+}
+
+/// How long opening a store for writing waits for another process to let go of it.
+const LOCK_WAIT: Duration = Duration::from_secs(15);
+
+/// [`open_db`], waiting up to [`LOCK_WAIT`] while another process holds the store's lock: a
+/// daemon whose mount is gone (`fusermount3 -u` returns once the kernel lets go) may still be
+/// recording the last edits and syncing, and `rewind mount` right after it would otherwise
+/// fail on RocksDB's lock file. Past that, a clear refusal.
+fn open_db_waiting(dir: &Path, workspace: Option<&Path>) -> Result<DB> {
+    let give_up = Instant::now() + LOCK_WAIT;
+    loop {
+        match open_db(dir, workspace) {
+            Err(Error::Db { source, .. }) if is_lock_error(&source) => {
+                if Instant::now() >= give_up {
+                    return Err(Error::Refused {
+                        dir: dir.to_owned(),
+                        reason: "in use by another process (the daemon of a mount of this store, \
+                                 or a command writing it): unmount that workspace, or wait for \
+                                 the command, and try again"
+                            .into(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Whether RocksDB refused to open a store because another process holds its `LOCK`.
+fn is_lock_error(e: &rocksdb::Error) -> bool {
+    e.kind() == rocksdb::ErrorKind::IOError && e.to_string().contains("lock file")
 }
 
 /// The umask every file of a store is created under: only its owner may read it.
@@ -352,7 +386,7 @@ impl Store {
             let _private = PrivateUmask::set();
             prepare_dir(dir)?;
         }
-        let db = open_db(dir, workspace)?;
+        let db = open_db_waiting(dir, workspace)?;
         let mut store = Self::finish_open(db, dir, false, None)?;
         store.workspace = workspace.map(Path::to_owned);
         Ok(store)
@@ -408,7 +442,7 @@ impl Store {
                     drop(db);
                     let _ = std::fs::remove_dir_all(&secondary);
                     attempt += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+                    std::thread::sleep(Duration::from_millis(20 << attempt));
                 }
                 Err(e) => {
                     drop(db);

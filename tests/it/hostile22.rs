@@ -496,9 +496,11 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
 
 /// `fusermount3 -u` (which returns once the kernel has let go, not when the daemon is done)
 /// while the writer thread records an edit, and `rewind mount` at once: the old daemon is
-/// still waiting for its writer thread. Either the new mount waits for it or is refused; it
-/// must never scan the workspace before the old daemon has recorded the edit (which would
-/// record it as `external`, then the old daemon's record a second time, or be lost).
+/// still waiting for its writer thread. The new mount waits for it to let go of the store
+/// (it was refused with RocksDB's "While lock file: …/LOCK: Resource temporarily unavailable"
+/// before); it must never scan the workspace before the old daemon has recorded the edit
+/// (which would record it as `external`, then the old daemon's record a second time, or be
+/// lost).
 #[test]
 fn a_remount_right_after_fusermount_u_while_the_writer_thread_records_keeps_the_edit_once() {
     let mut ws = Workspace::new();
@@ -532,11 +534,12 @@ fn a_remount_right_after_fusermount_u_while_the_writer_thread_records_keeps_the_
         unsafe { libc::kill(pid, 0) != 0 }
     };
     assert!(wait_for(20, gone), "the old daemon did not exit");
-    if again.status.success() {
-        ws.mark_mounted();
-    } else {
-        ws.mount();
-    }
+    assert!(
+        again.status.success(),
+        "the mount did not wait for the old daemon: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    ws.mark_mounted();
     one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
     ws.unmount();
     ws.mount();

@@ -634,6 +634,34 @@ fn busy_unmount_says_how_to_force() {
     drop(open);
 }
 
+/// A second mount of a store another daemon has open waits for it to let go (a daemon
+/// finishing its unmount does within moments), then is refused plainly rather than with
+/// RocksDB's lock error; the first mount goes on recording.
+#[test]
+fn a_second_mount_of_a_store_in_use_is_refused_plainly() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let other = Workspace::new();
+    let out = other
+        .command(&[OsStr::new("mount"), other.path().as_os_str()])
+        .arg("--store")
+        .arg(ws.store())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(!err.contains("lock file"), "{err}");
+    assert!(!is_mounted(&other.path()));
+    fs::write(ws.path().join("still"), "recorded\n").unwrap();
+    let log = crate::common::rw(&ws, &["log"]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("still"),
+        "{log:?}"
+    );
+    ws.unmount();
+}
+
 #[test]
 fn sigterm_unmounts_cleanly() {
     let mut ws = Workspace::new();
