@@ -434,14 +434,10 @@ impl Recorder {
     pub fn sync(&self) -> Result<()> {
         // What still waits (a create whose path cannot be looked up now) has its marker from
         // when it began to wait (`mark_waiting`): the next mount records it in its place.
-        // As a settle: an end in progress may be about to hold a new file back, and what the
-        // writer thread took is written by it. Without these waits, an unmount would end the
-        // daemon first, and the next mount's scan would record the change as `external`.
-        self.await_releases();
-        self.await_ends();
-        self.finish_closed()?;
-        self.flush_pending_older(true)?;
-        self.await_ends();
+        // A settle, with its waits: without them, an unmount would end the daemon while the
+        // writer thread still records an edit it took, and the next mount's scan would record
+        // the change as `external`.
+        self.settle()?;
         self.drain()?;
         Ok(self.history.store().sync()?)
     }
