@@ -17,6 +17,7 @@ mod hostile19;
 mod hostile20;
 mod hostile21;
 mod hostile22;
+mod hostile23;
 mod hunk;
 mod model;
 mod mount;
