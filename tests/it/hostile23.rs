@@ -543,3 +543,82 @@ os.unlink("b.txt")
     assert!(!dry.contains("c.txt"), "{what}");
     ws.unmount();
 }
+
+/// Narrower: one edit in turn 1, held by the writer thread well past the hook's budget
+/// (`REWIND_TEST_SLOW_END=2500`), the Stop hook gives up waiting; then the agent waits until
+/// the daemon is surely done and opens turn 2 with an edit of its own. Turn 1 (its range in
+/// `turns --json` and `log --turn`) holds its edit; turn 2 its own.
+#[test]
+fn a_stop_that_gives_up_while_the_writer_thread_holds_the_turns_edit() {
+    a_stop_that_gives_up_then_the_next_turn(4, false);
+}
+
+/// The same, the next prompt and its edit coming at once after the Stop hook gave up (as an
+/// agent does: the hook returned): the next turn's edit must not be counted in turn 1.
+#[test]
+fn a_stop_that_gives_up_then_the_next_prompt_at_once() {
+    a_stop_that_gives_up_then_the_next_turn(0, false);
+}
+
+/// The same with a new file in turn 1 too, held back then held by the pending thread
+/// (`REWIND_TEST_SLOW_PENDING=2500`).
+#[test]
+fn a_stop_that_gives_up_with_a_held_create_then_the_next_prompt_at_once() {
+    a_stop_that_gives_up_then_the_next_turn(0, true);
+}
+
+fn a_stop_that_gives_up_then_the_next_turn(wait: u32, create: bool) {
+    let mut ws = Workspace::new();
+    let first = mounted(
+        &mut ws,
+        &[("a.txt", "before\n")],
+        &[
+            ("REWIND_TEST_SLOW_END", "2500"),
+            ("REWIND_TEST_SLOW_PENDING", "2500"),
+        ],
+    );
+    agent(
+        &ws,
+        &(format!(
+            "WAIT = {wait}\nCREATE = {}\n",
+            if create { "True" } else { "False" }
+        ) + r#"
+hook("SessionStart", source="startup", model="m")
+hook("UserPromptSubmit", prompt="first", prompt_id="p-1", permission_mode="default")
+edit("a.txt", "turn one\n")
+if CREATE:
+    open("b.txt", "w").write("new in turn one\n")
+hook("Stop", prompt_id="p-1", stop_hook_active=False, last_assistant_message="done")
+time.sleep(WAIT)
+hook("UserPromptSubmit", prompt="second", prompt_id="p-2", permission_mode="default")
+edit("a.txt", "turn two\n")
+time.sleep(4)
+hook("Stop", prompt_id="p-2", stop_hook_active=False, last_assistant_message="done")
+"#),
+    );
+    let all = log(&ws);
+    let new = &all[first..];
+    let one = turn_log(&ws, 1);
+    let two = turn_log(&ws, 2);
+    let what = format!(
+        "{}turns:\n{}all:\n{}\nturn 1:\n{}\nturn 2:\n{}",
+        hook_log(&ws),
+        rw_ok(&ws, &["turns", "--json"]),
+        lines(new),
+        lines(&one),
+        lines(&two)
+    );
+    let n = if create { 2 } else { 1 };
+    assert_eq!(new.len(), n + 1, "{what}");
+    assert_eq!(one.len(), n, "{what}");
+    assert_eq!(
+        cat_at(&ws, "a.txt", one[0]["id"].as_u64().unwrap()),
+        "turn one\n"
+    );
+    assert_eq!(two.len(), 1, "{what}");
+    assert_eq!(
+        cat_at(&ws, "a.txt", two[0]["id"].as_u64().unwrap()),
+        "turn two\n"
+    );
+    ws.unmount();
+}
