@@ -5,6 +5,21 @@
 //! exchanged (RENAME_EXCHANGE), and when a checkpoint is taken and rolled back to right after
 //! a burst. Each attack holds the threads with the test knobs (`REWIND_TEST_SLOW_END`,
 //! `REWIND_TEST_SLOW_PENDING`, every edit closed with `REWIND_TEST_BURST=1`).
+//!
+//! Fail at ea054bd:
+//! - `a_turns_end_while_both_threads_hold_its_changes_beyond_the_hooks_budget`,
+//!   `a_stop_that_gives_up_then_the_next_prompt_at_once` (failed 2 runs of 3),
+//!   `a_stop_that_gives_up_with_a_held_create_then_the_next_prompt_at_once`: when the threads
+//!   hold a turn's changes longer than a hook's 800 ms, the hooks give up, the agent goes on,
+//!   and its next prompt's edit is counted in the previous turn (`log --turn S:1` has it,
+//!   `S:2` is empty; `turns --json` may even give turn 2 the id while `log --turn` does not).
+//! - `events_readers_across_a_forced_unmount_while_both_threads_hold_items`,
+//!   `events_readers_across_a_sigterm_while_both_threads_hold_items`: after `rewind unmount
+//!   --force` or SIGTERM, `.rewind/events` readers get the held changes (in order, once) but
+//!   never EOF or an error (20 s), and the daemon stays alive. (A plain `rewind unmount` is
+//!   refused as busy while they read.)
+//!
+//! Every other test holds.
 
 use std::fs;
 use std::path::PathBuf;
@@ -397,6 +412,17 @@ print(json.dumps(got))
 /// tree on disk.
 #[test]
 fn a_folder_exchange_while_both_threads_hold_files_in_them() {
+    a_folder_exchange_while_files_in_them_are_held("0.6");
+}
+
+/// The same at once: the edit just closed (the writer thread takes it 2 ms later), the new
+/// file still held back in the table (the pending thread takes it after half a second).
+#[test]
+fn a_folder_exchange_right_after_the_writes_in_them() {
+    a_folder_exchange_while_files_in_them_are_held("0");
+}
+
+fn a_folder_exchange_while_files_in_them_are_held(sleep: &str) {
     let mut ws = Workspace::new();
     let first = mounted(
         &mut ws,
@@ -408,17 +434,18 @@ fn a_folder_exchange_while_both_threads_hold_files_in_them() {
     );
     let out = python_command(
         &ws.path(),
-        r#"
+        &(format!("SLEEP = {sleep}\n")
+            + r#"
 import ctypes, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 with open("d1/a.txt", "r+") as f:
     f.write("edited\n"); f.truncate()
 with open("d2/n.txt", "w") as f:
     f.write("new\n")
-time.sleep(0.6)
+time.sleep(SLEEP)
 r = libc.renameat2(-100, b"d1", -100, b"d2", 2)
 assert r == 0, ctypes.get_errno()
-"#,
+"#),
     )
     .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
     .output()
@@ -620,5 +647,71 @@ hook("Stop", prompt_id="p-2", stop_hook_active=False, last_assistant_message="do
         cat_at(&ws, "a.txt", two[0]["id"].as_u64().unwrap()),
         "turn two\n"
     );
+    ws.unmount();
+}
+
+/// `rewind export --session S --branch review`, run by the agent's own process right after
+/// its tool edited `a.txt` (the writer thread holds the edit) and created `b.txt` (the
+/// pending thread holds it), no hook in between: the branch's last commit has both, with
+/// what was written.
+#[test]
+fn an_export_right_after_the_agents_writes_while_both_threads_hold_them() {
+    let mut ws = Workspace::new();
+    fs::write(ws.path().join("a.txt"), "before\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(ws.path())
+            .envs([
+                ("GIT_CONFIG_NOSYSTEM", "1"),
+                ("GIT_CONFIG_GLOBAL", "/dev/null"),
+                ("GIT_AUTHOR_NAME", "Human"),
+                ("GIT_AUTHOR_EMAIL", "human@example.com"),
+                ("GIT_COMMITTER_NAME", "Human"),
+                ("GIT_COMMITTER_EMAIL", "human@example.com"),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    git(&["init", "-q", "-b", "main", "."]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "initial"]);
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[
+            ("REWIND_TEST_BURST", "1"),
+            ("REWIND_TEST_SLOW_END", "1000"),
+            ("REWIND_TEST_SLOW_PENDING", "1000"),
+        ],
+    );
+    fs::write(ws.path().join("a.txt"), "again\n").unwrap();
+    sync(&ws);
+    let out = agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+hook("UserPromptSubmit", prompt="first", prompt_id="p-1", permission_mode="default")
+edit("a.txt", "by the agent\n")
+open("b.txt", "w").write("new by the agent\n")
+r = subprocess.run(["rewind", "export", "--session", "claude-" + SID, "--branch", "review"],
+                   capture_output=True, env=dict(os.environ, GIT_CONFIG_NOSYSTEM="1",
+                   GIT_CONFIG_GLOBAL="/dev/null"))
+print(r.returncode, r.stdout.decode(), r.stderr.decode())
+"#,
+    );
+    let what = format!("export: {out}\n{}", lines(&log(&ws)));
+    assert!(out.starts_with("0 "), "{what}");
+    let show = |p: &str| {
+        let o = std::process::Command::new("git")
+            .args(["show", &format!("review:{p}")])
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(show("a.txt"), "by the agent\n", "{what}");
+    assert_eq!(show("b.txt"), "new by the agent\n", "{what}");
     ws.unmount();
 }
