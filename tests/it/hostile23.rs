@@ -715,3 +715,141 @@ print(r.returncode, r.stdout.decode(), r.stderr.decode())
     assert_eq!(show("b.txt"), "new by the agent\n", "{what}");
     ws.unmount();
 }
+
+/// The tool-call level of the same: tool call 1's edit held by the writer thread past the
+/// hook's budget (`REWIND_TEST_SLOW_END=2500`), its PostToolUse gives up, the next tool call
+/// begins at once and edits another file. Each change carries its own tool call.
+#[test]
+fn a_post_tool_use_that_gives_up_then_the_next_tool_call_at_once() {
+    let mut ws = Workspace::new();
+    let first = mounted(
+        &mut ws,
+        &[("a.txt", "before\n"), ("c.txt", "before\n")],
+        &[("REWIND_TEST_SLOW_END", "2500")],
+    );
+    agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+hook("UserPromptSubmit", prompt="first", prompt_id="p-1", permission_mode="default")
+for n, p in [(1, "a.txt"), (2, "c.txt")]:
+    tool = {"file_path": os.path.abspath(p), "content": "x"}
+    hook("PreToolUse", prompt_id="p-1", tool_name="Write", tool_input=tool,
+         tool_use_id=f"toolu_{n}")
+    edit(p, f"by tool {n}\n")
+    hook("PostToolUse", prompt_id="p-1", tool_name="Write", tool_input=tool,
+         tool_response={"filePath": tool["file_path"]}, tool_use_id=f"toolu_{n}")
+time.sleep(6)
+hook("Stop", prompt_id="p-1", stop_hook_active=False, last_assistant_message="done")
+"#,
+    );
+    let all = log(&ws);
+    let new = &all[first..];
+    let one = turn_log(&ws, 1);
+    let tools: Vec<String> = one
+        .iter()
+        .map(|c| format!("{} {}", c["path"].as_str().unwrap(), c["tool"]))
+        .collect();
+    let what = format!("{}all:\n{}\ntools: {tools:?}", hook_log(&ws), lines(new));
+    // The attack happened: the first PostToolUse gave up while the edit was held.
+    assert!(
+        hook_log(&ws).contains("PostToolUse: no answer within"),
+        "{what}"
+    );
+    assert_eq!(new.len(), 2, "{what}");
+    assert_eq!(one.len(), 2, "{what}");
+    for (p, id) in [("a.txt", "toolu_1"), ("c.txt", "toolu_2")] {
+        let c = one.iter().find(|c| c["path"] == p).expect(&what);
+        assert_eq!(c["tool"]["id"], id, "{what}");
+    }
+    ws.unmount();
+}
+
+/// Tail-like readers that stop after what they wait for, across a plain unmount and a remount:
+/// in each mount three readers (each its own process) start, an edit (writer thread) and a new
+/// file (pending thread) are held, and each reader must see exactly those two changes, in id
+/// order, once; the ids of the second mount follow those of the first; then the readers have
+/// closed and a plain unmount goes through.
+#[test]
+fn events_readers_in_two_mounts_each_see_the_held_changes_once_in_order() {
+    let mut ws = Workspace::new();
+    let env = [
+        ("REWIND_TEST_BURST", "1"),
+        ("REWIND_TEST_SLOW_END", "1000"),
+        ("REWIND_TEST_SLOW_PENDING", "1000"),
+    ];
+    let first = mounted(&mut ws, &[("a.txt", "before\n")], &env[1..]);
+    let reader = r#"
+import json, sys, threading, time
+got = []
+def read():
+    with open(".rewind/events") as ev:
+        print("ready", flush=True)
+        for line in ev:
+            got.append(json.loads(line)["id"])
+            if len(got) >= 2:
+                return
+t = threading.Thread(target=read, daemon=True)
+t.start()
+t.join(15)
+print(json.dumps({"got": got, "done": not t.is_alive()}), flush=True)
+"#;
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            ws.mount_with_env(&[] as &[&str], &env);
+        }
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let mut c = python_command(&ws.path(), reader)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+                assert_eq!(line, "ready\n");
+                (c, out)
+            })
+            .collect();
+        python_command(
+            &ws.path(),
+            &format!(
+                r#"
+with open("a.txt", "r+") as f:
+    f.write("held {round}\n"); f.truncate()
+with open("new{round}.txt", "w") as f:
+    f.write("new {round}\n")
+"#
+            ),
+        )
+        .status()
+        .unwrap();
+        let mut results = Vec::new();
+        for (mut c, mut out) in readers {
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+            c.wait().unwrap();
+            results.push(serde_json::from_str::<Value>(rest.trim()).unwrap());
+        }
+        let all = log(&ws);
+        let ids: Vec<u64> = all[first..]
+            .iter()
+            .map(|c| c["id"].as_u64().unwrap())
+            .collect();
+        let what = format!(
+            "round {round}: readers {results:?}\n{}",
+            lines(&all[first..])
+        );
+        assert_eq!(ids.len(), 2 * (round + 1), "{what}");
+        let these = ids[2 * round..].to_vec();
+        for r in &results {
+            assert_eq!(r["done"], true, "{what}");
+            let got: Vec<u64> = serde_json::from_value(r["got"].clone()).unwrap();
+            assert_eq!(got, these, "{what}");
+        }
+        seen.extend(these);
+        ws.unmount();
+    }
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+}
