@@ -8,7 +8,7 @@
 //!
 //! Fail at ea054bd:
 //! - `a_turns_end_while_both_threads_hold_its_changes_beyond_the_hooks_budget`,
-//!   `a_stop_that_gives_up_then_the_next_prompt_at_once` (failed 2 runs of 3),
+//!   `a_stop_that_gives_up_then_the_next_prompt_at_once` (failed 3 runs of 4),
 //!   `a_stop_that_gives_up_with_a_held_create_then_the_next_prompt_at_once`: when the threads
 //!   hold a turn's changes longer than a hook's 800 ms, the hooks give up, the agent goes on,
 //!   and its next prompt's edit is counted in the previous turn (`log --turn S:1` has it,
