@@ -26,7 +26,11 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
         .map(|r| r.pid)
         .filter(|pid| *pid != 0);
     // A reader of .rewind/events that just went away holds its file for up to a second.
-    let mut result = fs::unmount(&dir, args.force);
+    let mut result = if args.force {
+        force(&dir, daemon)
+    } else {
+        fs::unmount(&dir, false)
+    };
     let deadline = Instant::now() + Duration::from_secs(3);
     while matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
         && Instant::now() < deadline
@@ -67,4 +71,36 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
     }
     println!("unmounted {}", dir.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--force`: a plain unmount if nothing in the workspace is open. Otherwise the daemon is told
+/// to stop (SIGTERM: it detaches the mount lazily, as here, and also ends the reads of
+/// `.rewind/events`, which would keep a detached mount and itself alive for good); if the mount
+/// is still there after [`FORCE_WAIT`] (a daemon that does not answer), it is detached here.
+fn force(dir: &Path, daemon: Option<u32>) -> std::io::Result<()> {
+    match fs::unmount(dir, false) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+        done => return done,
+    }
+    if let Some(pid) = daemon.filter(|pid| is_rewind(*pid))
+        && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
+        && rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok()
+    {
+        let deadline = Instant::now() + FORCE_WAIT;
+        while Instant::now() < deadline {
+            if !fs::is_rewind_mount(dir) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    fs::unmount(dir, true)
+}
+
+/// How long `unmount --force` waits for the daemon to detach the mount itself.
+const FORCE_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether process `pid` is a rewind (the registration's pid may have been reused since).
+fn is_rewind(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "rewind")
 }

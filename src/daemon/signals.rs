@@ -35,6 +35,8 @@ pub fn unmount_on_signal(set: libc::sigset_t, workspace: PathBuf) {
                 }
                 tracing::info!(signal = sig, "unmounting");
                 let _ = sd_notify::notify(&[NotifyState::Stopping]);
+                // A reader of `.rewind/events` would keep a lazily detached mount alive.
+                fs::control::stop_readers();
                 match fs::unmount(&workspace, false) {
                     Ok(()) => return,
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {

@@ -4,9 +4,13 @@
 //! FUSE interrupts are not delivered to the daemon, so the dispatcher also looks at each waiting
 //! reader every [`CHECK`]: one that is gone or has a signal to take (a killed reader waits for
 //! our answer before it can die) is answered `EINTR`. Each reader's queue is bounded (see the
-//! journal); one that falls behind is told how many changes it missed.
+//! journal); one that falls behind is told how many changes it missed. Once the daemon is told
+//! to stop ([`stop_readers`]), a read with nothing left to say gets the end of the file: a
+//! reader waiting for the next change would otherwise keep a lazily detached mount, and so the
+//! daemon, alive for good.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +23,20 @@ use crate::history::recorder::{Next, Subscription};
 
 /// How often waiting readers are checked for being gone or signalled.
 const CHECK: Duration = Duration::from_millis(100);
+
+/// Set when the daemon is told to stop (SIGTERM, SIGINT, SIGHUP): no change is waited for
+/// any more.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// End every read of `.rewind/events` that has nothing left to say, now (within [`CHECK`])
+/// and from now on.
+pub fn stop_readers() {
+    STOPPING.store(true, Ordering::SeqCst);
+}
+
+fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
+}
 
 struct Waiting {
     reply: ReplyData,
@@ -126,6 +144,7 @@ impl Events {
         };
         match reader.take(size as usize) {
             Some(data) => reply.data(&data),
+            None if stopping() => reply.data(&[]),
             None => reader.waiting.push(Waiting {
                 reply,
                 size: size as usize,
@@ -142,7 +161,7 @@ impl Events {
         };
         // Registered before looking: a change in between still wakes the poller.
         reader.poller = Some(ph);
-        if reader.has_data() {
+        if reader.has_data() || stopping() {
             PollEvents::POLLIN | PollEvents::POLLRDNORM
         } else {
             PollEvents::empty()
@@ -162,13 +181,15 @@ impl Events {
                     for w in waiting {
                         if let Some(data) = reader.take(w.size) {
                             answers.push((w.reply, Ok(data)));
+                        } else if stopping() {
+                            answers.push((w.reply, Ok(Vec::new())));
                         } else if interrupted(w.tid) {
                             answers.push((w.reply, Err(Errno::EINTR)));
                         } else {
                             reader.waiting.push(w);
                         }
                     }
-                    if reader.has_data()
+                    if (reader.has_data() || stopping())
                         && let Some(p) = reader.poller.take()
                     {
                         pollers.push(p);

@@ -13,6 +13,8 @@ mod access;
 mod ctl;
 pub use ctl::{NOTHING_DONE, PARTIAL};
 mod events;
+
+pub use events::stop_readers;
 mod tree;
 
 use std::collections::HashMap;
