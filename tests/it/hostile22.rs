@@ -48,6 +48,29 @@ def fsync_of(p):
         os.close(fd)
 "#;
 
+/// The tester (session `agentT`, agent `tester`) edits `a.txt` to "two", then waits `secs`.
+fn tester_edits_a(ws: &Workspace, secs: &str) {
+    let status = python_command(
+        &ws.path(),
+        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep({secs})"),
+    )
+    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
+    .status()
+    .unwrap();
+    assert!(status.success());
+}
+
+/// `fusermount3 -u` of the workspace, as a user would: it returns once the kernel has let go,
+/// not when the daemon is done.
+fn fusermount_u(ws: &Workspace) {
+    let out = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// `a.txt` ("before"), mounted with `env` and every edit's end closed; its first edit since
 /// the mount (whose marker is written at once) is made and recorded, so that the next one is
 /// an edit only the daemon knows of until it is recorded. The number of changes so far.
@@ -84,6 +107,19 @@ fn script_then_sigkill(ws: &mut Workspace, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Mounted after a first edit, with the end of the next held 1.5 s (`REWIND_TEST_SLOW_END`),
+/// `script` run as the tester, then SIGKILL: the fsync it times and prints waited for the held
+/// end (over 1 s; else the test would pass by luck of timing), and the one change after is
+/// `kind` of `path` by the tester, holding "two".
+fn a_held_end_fsynced_then_sigkill(script: &str, path: &str, kind: &str) {
+    let mut ws = Workspace::new();
+    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
+    let took: f64 = script_then_sigkill(&mut ws, script).trim().parse().unwrap();
+    assert!(took > 1.0, "the fsync took {took} s");
+    one_change_by_tester(&ws, first, path, kind, "two\n");
+    ws.unmount();
+}
+
 /// The changes after the first `first`: exactly one, of `path`, of `kind`, by the tester (not
 /// `external`), after which `path` held `content`.
 #[track_caller]
@@ -105,34 +141,22 @@ fn one_change_by_tester(ws: &Workspace, first: usize, path: &str, kind: &str, co
 /// stripe, which the writer thread holds while it records the file: the fsync waits for it.
 #[test]
 fn a_file_fsync_while_the_writer_thread_records_its_edit_makes_it_durable() {
-    let mut ws = Workspace::new();
-    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
-    let took = script_then_sigkill(
-        &mut ws,
+    a_held_end_fsynced_then_sigkill(
         "edit('a.txt', 'two\\n')\ntime.sleep(0.1)\nprint(fsync_of('a.txt'))",
+        "a.txt",
+        "modify",
     );
-    let took: f64 = took.trim().parse().unwrap();
-    // The fsync came while the writer thread held the edit (it waited for the file's lock).
-    assert!(took > 1.0, "the file's fsync took {took} s");
-    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
-    ws.unmount();
 }
 
 /// The same with the file's folder fsynced (`sync -f`-like: an fsync of the folder's fd):
 /// `Recorder::sync` waits for the writer thread (`await_ends`).
 #[test]
 fn a_folder_fsync_while_the_writer_thread_records_an_edit_makes_it_durable() {
-    let mut ws = Workspace::new();
-    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
-    let took = script_then_sigkill(
-        &mut ws,
+    a_held_end_fsynced_then_sigkill(
         "edit('a.txt', 'two\\n')\ntime.sleep(0.1)\nprint(fsync_of('.'))",
+        "a.txt",
+        "modify",
     );
-    let took: f64 = took.trim().parse().unwrap();
-    // It waited for the writer thread (else this test would pass by luck of timing).
-    assert!(took > 1.0, "the folder's fsync took {took} s");
-    one_change_by_tester(&ws, first, "a.txt", "modify", "two\n");
-    ws.unmount();
 }
 
 /// A new file's create taken by the pending thread (held back half a second, taken within a
@@ -157,13 +181,7 @@ fn a_signal_while_the_writer_thread_records(sig: i32) {
     let mut ws = Workspace::new();
     let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
     let pid = daemon_pid(&ws);
-    python_command(
-        &ws.path(),
-        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
-    )
-    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
-    .status()
-    .unwrap();
+    tester_edits_a(&ws, "0.1");
     // SAFETY: a signal to the daemon this test started.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let gone = || {
@@ -447,13 +465,7 @@ fn a_gc_racing_an_unmount_while_the_writer_thread_records_loses_nothing() {
         fs::write(ws.path().join("a.txt"), format!("old {i}\n")).unwrap();
     }
     sync(&ws);
-    python_command(
-        &ws.path(),
-        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.05)"),
-    )
-    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
-    .status()
-    .unwrap();
+    tester_edits_a(&ws, "0.05");
     let started = Instant::now();
     let gc = ws
         .command(&["gc", "--max-size", "1"])
@@ -506,19 +518,8 @@ fn a_remount_right_after_fusermount_u_while_the_writer_thread_records_keeps_the_
     let mut ws = Workspace::new();
     let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
     let pid = daemon_pid(&ws);
-    python_command(
-        &ws.path(),
-        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
-    )
-    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
-    .status()
-    .unwrap();
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(ws.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    tester_edits_a(&ws, "0.1");
+    fusermount_u(&ws);
     // SAFETY: kill with signal 0 only asks whether the process exists.
     let old_alive = unsafe { libc::kill(pid, 0) == 0 };
     let mut cmd = ws.command(&["mount"]);
@@ -920,19 +921,8 @@ fn a_sigkill_while_the_unmount_waits_for_the_writer_thread_records_the_edit_once
     let mut ws = Workspace::new();
     let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "2000")]);
     let pid = daemon_pid(&ws);
-    python_command(
-        &ws.path(),
-        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.1)"),
-    )
-    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
-    .status()
-    .unwrap();
-    let out = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(ws.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    tester_edits_a(&ws, "0.1");
+    fusermount_u(&ws);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: a signal to the daemon this test started (still waiting for its thread).
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -966,17 +956,11 @@ fn a_sigkill_while_the_unmount_waits_for_the_writer_thread_records_the_edit_once
 /// create as `external`. `settle` waits once before it looks as well; `sync` does not.
 #[test]
 fn a_folder_fsync_while_a_release_ends_a_new_file_records_its_create() {
-    let mut ws = Workspace::new();
-    let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
-    let took = script_then_sigkill(
-        &mut ws,
+    a_held_end_fsynced_then_sigkill(
         "open('b.txt', 'w').write('two\\n')\ntime.sleep(0.1)\nprint(fsync_of('.'))",
+        "b.txt",
+        "create",
     );
-    let took: f64 = took.trim().parse().unwrap();
-    // It waited for the end in progress (else the RELEASE had not begun: no test).
-    assert!(took > 1.0, "the folder's fsync took {took} s");
-    one_change_by_tester(&ws, first, "b.txt", "create", "two\n");
-    ws.unmount();
 }
 
 /// The same with an edit of a file that was there, its end closed (`REWIND_TEST_BURST`) by
@@ -1087,13 +1071,7 @@ fn a_new_file_fsynced_then_closed_then_its_folder_fsynced_then_sigkill_keeps_who
 fn an_unmount_while_a_log_waits_for_the_writer_thread_returns_and_keeps_the_edit() {
     let mut ws = Workspace::new();
     let first = mounted_after_a_first_edit(&mut ws, &[("REWIND_TEST_SLOW_END", "1500")]);
-    python_command(
-        &ws.path(),
-        &format!("{PY}\nedit('a.txt', 'two\\n')\ntime.sleep(0.05)"),
-    )
-    .envs([("REWIND_SESSION", "agentT"), ("REWIND_AGENT", "tester")])
-    .status()
-    .unwrap();
+    tester_edits_a(&ws, "0.05");
     let started = Instant::now();
     let reader = ws
         .command(&["log", "a.txt", "--json"])

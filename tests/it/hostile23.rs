@@ -81,6 +81,14 @@ fn agent(ws: &Workspace, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The writer thread's closed edits and the pending thread's held-back creates each held 1 s.
+const BOTH_HELD: &[(&str, &str)] = &[
+    ("REWIND_TEST_SLOW_END", "1000"),
+    ("REWIND_TEST_SLOW_PENDING", "1000"),
+];
+
+/// `files` written, mounted with `env` and every edit's end closed, each file edited once since
+/// the mount and recorded. The number of changes so far.
 fn mounted(ws: &mut Workspace, files: &[(&str, &str)], env: &[(&str, &str)]) -> usize {
     for (p, c) in files {
         let p = ws.path().join(p);
@@ -280,14 +288,7 @@ fn events_readers_across_a_sigterm_while_both_threads_hold_items() {
 
 fn events_readers_across_an_unmount_while_both_threads_hold_items(sigterm: bool) {
     let mut ws = Workspace::new();
-    let first = mounted(
-        &mut ws,
-        &[("a.txt", "before\n")],
-        &[
-            ("REWIND_TEST_SLOW_END", "1000"),
-            ("REWIND_TEST_SLOW_PENDING", "1000"),
-        ],
-    );
+    let first = mounted(&mut ws, &[("a.txt", "before\n")], BOTH_HELD);
     let reader = r#"
 import json, sys, threading, time
 got, end = [], []
@@ -430,10 +431,7 @@ fn a_folder_exchange_while_files_in_them_are_held(sleep: &str) {
     let first = mounted(
         &mut ws,
         &[("d1/a.txt", "one\n"), ("d2/b.txt", "two\n")],
-        &[
-            ("REWIND_TEST_SLOW_END", "1000"),
-            ("REWIND_TEST_SLOW_PENDING", "1000"),
-        ],
+        BOTH_HELD,
     );
     let out = python_command(
         &ws.path(),
@@ -503,10 +501,7 @@ fn a_checkpoint_right_after_a_held_burst_and_its_rollback_dry_run_vs_run() {
     mounted(
         &mut ws,
         &[("a.txt", "before\n"), ("c.txt", "keep\n")],
-        &[
-            ("REWIND_TEST_SLOW_END", "1000"),
-            ("REWIND_TEST_SLOW_PENDING", "1000"),
-        ],
+        BOTH_HELD,
     );
     let out = python_command(
         &ws.path(),
