@@ -102,5 +102,5 @@ const FORCE_WAIT: Duration = Duration::from_secs(3);
 
 /// Whether process `pid` is a rewind (the registration's pid may have been reused since).
 fn is_rewind(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "rewind")
+    crate::procfs::status(pid).is_some_and(|s| s.field("Name") == Some("rewind"))
 }
