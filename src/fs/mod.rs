@@ -848,8 +848,10 @@ impl Filesystem for RewindFs {
     ) {
         if let Some(c) = self.control_for(ino) {
             // A command runs on a thread of its own and replies when done; it sees what was
-            // closed before it.
-            self.core.in_order(req);
+            // closed before it. The ids of what was closed are set aside here; the edits are
+            // recorded by the command's thread (`Job::execute`): an agent's hook must not wait
+            // for them before its turn begins or ends.
+            self.core.in_turn(req);
             return c.write(req, fh, offset, data, reply);
         }
         let kill_suid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);

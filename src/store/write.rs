@@ -704,6 +704,14 @@ impl Store {
         self.write("turn", batch)
     }
 
+    /// The last id handed out, as a point the history is cut at (a turn's bounds): pinned, so
+    /// that an id set aside before it and given back is not handed out again below it.
+    pub fn mark_point(&self) -> u64 {
+        let last = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        self.pinned.store(*last, Ordering::SeqCst);
+        *last
+    }
+
     /// The id the next change will get, were it recorded now (for a turn's start).
     pub fn next_id(&self) -> u64 {
         *self.writer.lock().unwrap_or_else(|e| e.into_inner()) + 1

@@ -13,7 +13,8 @@
 //!   hold a turn's changes longer than a hook's 800 ms, the hooks give up, the agent goes on,
 //!   and its next prompt's edit is counted in the previous turn (`log --turn S:1` has it,
 //!   `S:2` is empty; `turns --json` may even give turn 2 the id while `log --turn` does not).
-//!   These three are ignored: a known gap (docs/design.md, Known gaps).
+//!   All three pass since a hook's turn command bounds the turn before it records what the
+//!   session did (`Recorder::point_now`); they failed again with that change taken out.
 //! - `events_readers_across_a_forced_unmount_while_both_threads_hold_items`,
 //!   `events_readers_across_a_sigterm_while_both_threads_hold_items`: after `rewind unmount
 //!   --force` or SIGTERM, `.rewind/events` readers get the held changes (in order, once) but
@@ -218,7 +219,6 @@ fn a_turns_end_while_both_threads_hold_its_changes_within_the_hooks_budget() {
 }
 
 #[test]
-#[ignore = "known gap: a hook that gives up (its daemon held past 800 ms) lets the next prompt's edit be counted in the turn before (design.md, Known gaps)"]
 fn a_turns_end_while_both_threads_hold_its_changes_beyond_the_hooks_budget() {
     a_turns_end_while_both_threads_hold_its_changes("1500", false);
 }
@@ -581,7 +581,6 @@ fn a_stop_that_gives_up_while_the_writer_thread_holds_the_turns_edit() {
 /// The same, the next prompt and its edit coming at once after the Stop hook gave up (as an
 /// agent does: the hook returned): the next turn's edit must not be counted in turn 1.
 #[test]
-#[ignore = "known gap: a hook that gives up (its daemon held past 800 ms) lets the next prompt's edit be counted in the turn before (design.md, Known gaps)"]
 fn a_stop_that_gives_up_then_the_next_prompt_at_once() {
     a_stop_that_gives_up_then_the_next_turn(0, false);
 }
@@ -589,7 +588,6 @@ fn a_stop_that_gives_up_then_the_next_prompt_at_once() {
 /// The same with a new file in turn 1 too, held back then held by the pending thread
 /// (`REWIND_TEST_SLOW_PENDING=2500`).
 #[test]
-#[ignore = "known gap: a hook that gives up (its daemon held past 800 ms) lets the next prompt's edit be counted in the turn before (design.md, Known gaps)"]
 fn a_stop_that_gives_up_with_a_held_create_then_the_next_prompt_at_once() {
     a_stop_that_gives_up_then_the_next_turn(0, true);
 }

@@ -175,6 +175,16 @@ impl Job {
             },
             None => self.workspace.clone(),
         };
+        // Closed edits are recorded before anything that may record, as `Core::in_order` does
+        // on a FUSE thread. Not before an agent's hook, which must not wait for them before
+        // it bounds its turn or tool call (`plumbing`, which records them after).
+        if !matches!(
+            cli.command,
+            Command::Session(_) | Command::Turn(_) | Command::Tool(_)
+        ) && let Err(e) = self.recorder.finish_closed()
+        {
+            tracing::error!("cannot record the end of an edit: {e}");
+        }
         // A reading command sees everything done before it was asked, and changes nothing:
         // held-back new files are waited for, not recorded early.
         let reading =
@@ -468,18 +478,21 @@ impl Actor for DaemonActor<'_> {
                 prompt_id,
             }) => {
                 let session = Name::parse("session", &own(session)?)?;
-                // Everything the session did before the prompt is recorded before the turn
-                // begins (other sessions' saves in progress are left alone).
-                rec.settle_session(session.as_str())?;
-                let last = rec.history().last_id()?;
+                // The turn begins at once, bounded by the ids of everything done before the
+                // prompt; what the session did before it is then recorded before the hook is
+                // answered (other sessions' saves in progress are left alone). Settled first,
+                // a hook that gives up waiting would let the agent's next edits be counted in
+                // the turn before.
+                let point = rec.point_now()?;
                 let agent = Name::from_id("agent", agent.as_bytes());
                 let turn = rec.turns().begin(
                     session.as_str(),
                     agent.as_str(),
                     prompt,
                     prompt_id.clone(),
-                    last,
+                    point,
                 )?;
+                rec.settle_session(session.as_str())?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
             Command::Turn(TurnCommand::End {
@@ -487,9 +500,11 @@ impl Actor for DaemonActor<'_> {
                 transcript,
             }) => {
                 let session = &own(session)?;
+                // Ended at once, then settled (as a turn begins, above).
+                let point = rec.point_now()?;
+                let ended = rec.turns().end(session, point)?;
                 rec.settle_session(session)?;
-                let last = rec.history().last_id()?;
-                Ok(match rec.turns().end(session, last)? {
+                Ok(match ended {
                     Some(t) => {
                         if let Some(path) = transcript {
                             self.keep_conversation(&t, path.clone());
@@ -511,9 +526,10 @@ impl Actor for DaemonActor<'_> {
             }
             Command::Tool(ToolCommand::End { session, name, id }) => {
                 let session = &own(session)?;
-                // What the tool did is recorded with it before it is forgotten.
-                rec.settle_session(session)?;
+                // Forgotten at once: what the tool did carries it already (each change is
+                // labelled when it is made), and is recorded before the hook is answered.
                 rec.turns().tool_end(session, name, id.as_deref());
+                rec.settle_session(session)?;
                 Ok("ok\n".into())
             }
             Command::Whoami { json } => {
