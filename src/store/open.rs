@@ -500,12 +500,19 @@ impl Store {
             store.load_counts()?;
         }
         // Ids are never handed out twice: not a retracted one (its tombstone explains it), nor
-        // one a checkpoint or gc's horizon names.
+        // one a checkpoint, a turn's bound or gc's horizon names (a bound may be an id set
+        // aside for a change that was then not recorded: `mark_point`).
         let handed_out = [
             store.last_id()?,
             store.last_retracted()?,
             store.horizon()?.map_or(0, |h| h.id),
             store.checkpoints()?.iter().map(|c| c.id).max().unwrap_or(0),
+            store
+                .turns(None)?
+                .iter()
+                .map(|t| t.end_id.unwrap_or(0).max(t.start_id))
+                .max()
+                .unwrap_or(0),
         ]
         .into_iter()
         .max()

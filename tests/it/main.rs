@@ -18,6 +18,7 @@ mod hostile20;
 mod hostile21;
 mod hostile22;
 mod hostile23;
+mod hostile24;
 mod hunk;
 mod model;
 mod mount;

@@ -93,11 +93,15 @@ impl Commands {
         done: impl FnOnce(Vec<u8>, std::result::Result<(), Errno>) + Send + 'static,
     ) {
         let running = self.running.clone();
+        // An agent's hook waits less than a second for its command: one that bounds a turn or
+        // a tool call must not queue behind other commands (reads waiting for the history to
+        // settle, a rollback). It takes its bound at once, and at most a settle after.
+        let queued = !job.is_hook_command();
         let spawned = std::thread::Builder::new()
             .name("ctl".into())
             .spawn(move || {
                 let (count, lock, freed) = &*running;
-                {
+                if queued {
                     let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
                     while count.load(Ordering::SeqCst) >= AT_ONCE {
                         guard = freed.wait(guard).unwrap_or_else(|e| e.into_inner());
@@ -106,8 +110,10 @@ impl Commands {
                 }
                 hold_for_tests("REWIND_TEST_HOLD_CTL");
                 let (output, result) = job.execute();
-                count.fetch_sub(1, Ordering::SeqCst);
-                freed.notify_one();
+                if queued {
+                    count.fetch_sub(1, Ordering::SeqCst);
+                    freed.notify_one();
+                }
                 done(output, result);
             });
         if let Err(e) = spawned {
@@ -145,6 +151,20 @@ fn error_errno(e: &Error) -> Errno {
 }
 
 impl Job {
+    /// Whether the line is one of the commands an agent's hook sends (`session`, `turn`,
+    /// `tool`).
+    fn is_hook_command(&self) -> bool {
+        std::str::from_utf8(&self.line)
+            .ok()
+            .and_then(|line| command::parse_line(line.trim()).ok())
+            .is_some_and(|cli| {
+                matches!(
+                    cli.command,
+                    Command::Session(_) | Command::Turn(_) | Command::Tool(_)
+                )
+            })
+    }
+
     /// Run the command now. Returns the output to read back and the write's answer.
     pub(super) fn execute(&self) -> (Vec<u8>, std::result::Result<(), Errno>) {
         let fail = |msg: String, errno: Errno| (format!("error: {msg}\n").into_bytes(), Err(errno));
@@ -483,15 +503,16 @@ impl Actor for DaemonActor<'_> {
                 // answered (other sessions' saves in progress are left alone). Settled first,
                 // a hook that gives up waiting would let the agent's next edits be counted in
                 // the turn before.
-                let point = rec.point_now()?;
                 let agent = Name::from_id("agent", agent.as_bytes());
-                let turn = rec.turns().begin(
-                    session.as_str(),
-                    agent.as_str(),
-                    prompt,
-                    prompt_id.clone(),
-                    point,
-                )?;
+                let turn = rec.bound_turn(session.as_str(), |point| {
+                    rec.turns().begin(
+                        session.as_str(),
+                        agent.as_str(),
+                        prompt,
+                        prompt_id.clone(),
+                        point,
+                    )
+                })?;
                 rec.settle_session(session.as_str())?;
                 Ok(format!("turn {}:{} began\n", turn.session, turn.number))
             }
@@ -501,8 +522,7 @@ impl Actor for DaemonActor<'_> {
             }) => {
                 let session = &own(session)?;
                 // Ended at once, then settled (as a turn begins, above).
-                let point = rec.point_now()?;
-                let ended = rec.turns().end(session, point)?;
+                let ended = rec.bound_turn(session, |point| rec.turns().end(session, point))?;
                 rec.settle_session(session)?;
                 Ok(match ended {
                     Some(t) => {

@@ -973,10 +973,35 @@ impl Recorder {
     /// point named right after this (a checkpoint) answers with every file as it is, not as it
     /// was before a write still in progress began, nor without a new file still being written.
     pub fn cut_open_episodes(&self) -> Result<()> {
+        self.cut_episodes_where(|_| true)
+    }
+
+    /// `session`'s turn is about to begin or end: record what each file it has open for
+    /// writing holds so far, as a change of the turn (and tool call) that opened it, so that
+    /// its id falls within that turn's bound. The file goes on being written as a change of
+    /// the turn the session is in next ([`relabel_episodes_of`](Self::relabel_episodes_of)).
+    pub fn cut_episodes_of(&self, session: &str) -> Result<()> {
+        self.cut_episodes_where(|ep| ep.who.session == session)
+    }
+
+    /// After `session`'s turn began or ended: the files it still has open for writing go on
+    /// as changes of the turn and tool call it is in now.
+    pub fn relabel_episodes_of(&self, session: &str) {
+        let (turn, tool) = self.turns.current(session);
+        for ep in lock(&self.episodes)
+            .values_mut()
+            .filter(|ep| ep.who.session == session && !ep.who.restore)
+        {
+            ep.who.turn = turn;
+            ep.who.tool = tool.clone();
+        }
+    }
+
+    fn cut_episodes_where(&self, which: impl Fn(&Episode) -> bool) -> Result<()> {
         let _pins = self.pin_scope();
         let open: Vec<Key> = lock(&self.episodes)
             .iter()
-            .filter(|(_, ep)| !ep.orphaned && ep.opens > 0)
+            .filter(|(_, ep)| !ep.orphaned && ep.opens > 0 && which(ep))
             .map(|(key, _)| *key)
             .collect();
         for key in open {

@@ -363,12 +363,13 @@ impl Recorder {
     /// The end of the history as of now, for a turn's bounds: every change made before this
     /// call has an id at most this one, every change after it a larger one, even while the
     /// first are still being recorded. An edit closed and a create held back had their ids
-    /// set aside when they ended (the RELEASEs sent before are waited for); a queued delete
-    /// takes its id here. Recording them (a settle) may take long, a hook's budget and more,
-    /// and the agent goes on meanwhile: its next prompt's changes must not fall before the
-    /// bound (see [`Store::mark_point`](crate::store::Store::mark_point)).
+    /// set aside when they ended (the RELEASEs the kernel sent before the caller's request
+    /// have been waited for, `Core::in_turn`); a queued delete takes its id here. Recording
+    /// them (a settle) may take long, a hook's budget and more, and the agent goes on
+    /// meanwhile: its next prompt's changes must not fall before the bound (see
+    /// [`Store::mark_point`](crate::store::Store::mark_point)). Files still open are the
+    /// caller's (`cut_episodes_of`).
     pub fn point_now(&self) -> Result<u64> {
-        self.await_releases();
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
         Ok(self.history.store().mark_point())

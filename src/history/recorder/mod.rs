@@ -430,6 +430,19 @@ impl Recorder {
         Ok(())
     }
 
+    /// Begin or end `session`'s turn at once, with `switch` given its bound: what the session
+    /// has open for writing is recorded as far as it is written (a change of the turn that
+    /// opened it), the bound is taken ([`point_now`](Self::point_now)), the turn switched, and
+    /// the files still open go on as changes of the turn the session is in then. What the
+    /// session did before is recorded after, by the caller's
+    /// [`settle_session`](Self::settle_session).
+    pub fn bound_turn<T>(&self, session: &str, switch: impl FnOnce(u64) -> Result<T>) -> Result<T> {
+        self.cut_episodes_of(session)?;
+        let out = switch(self.point_now()?)?;
+        self.relabel_episodes_of(session);
+        Ok(out)
+    }
+
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
     pub fn sync(&self) -> Result<()> {
         // What still waits (a create whose path cannot be looked up now) has its marker from

@@ -558,7 +558,13 @@ impl Recorder {
             self.history.drop_open_episode(src)?;
             return Ok(Vec::new());
         }
-        let mut change = self.change(kind, dst, &p.who);
+        // The save lands now, with its id: in the turn and tool call its session is in now,
+        // which may have begun since the temporary file was written.
+        let mut who = p.who.clone();
+        if !who.restore {
+            (who.turn, who.tool) = self.turns.current(&who.session);
+        }
+        let mut change = self.change(kind, dst, &who);
         change.before = dst_before;
         change.after = Some(after);
         // Saved by renaming over it: a linked file loses this name.
