@@ -44,7 +44,7 @@ use crate::record::log;
 /// Python helpers (as hostile23's): `edit(path, text)` rewrites a file in place (no O_TRUNC);
 /// `hook(event, **kw)` runs `rewind hook claude EVENT` as Claude Code would (this process is
 /// the agent), with the payload of session `SID`, and returns how long it took.
-const PY: &str = r#"
+pub(crate) const PY: &str = r#"
 import json, os, signal, subprocess, sys, threading, time
 def edit(p, text):
     with open(p, "r+") as f:
@@ -68,24 +68,24 @@ def stop(n):
                 last_assistant_message="done")
 "#;
 
-const SESSION: &str = "claude-5e55a0b1-0000-4000-8000-00000000bbbb";
+pub(crate) const SESSION: &str = "claude-5e55a0b1-0000-4000-8000-00000000bbbb";
 
-fn data_home(ws: &Workspace) -> PathBuf {
+pub(crate) fn data_home(ws: &Workspace) -> PathBuf {
     ws.store().parent().unwrap().join("data")
 }
 
-fn hook_log(ws: &Workspace) -> String {
+pub(crate) fn hook_log(ws: &Workspace) -> String {
     fs::read_to_string(data_home(ws).join("rewind/hook.log")).unwrap_or_default()
 }
 
 /// Run `script` (after [`PY`]) in the workspace as an agent whose hooks reach the daemon.
 #[track_caller]
-fn agent(ws: &Workspace, script: &str) -> String {
+pub(crate) fn agent(ws: &Workspace, script: &str) -> String {
     agent_with_env(ws, script, &[])
 }
 
 #[track_caller]
-fn agent_with_env(ws: &Workspace, script: &str, env: &[(&str, &str)]) -> String {
+pub(crate) fn agent_with_env(ws: &Workspace, script: &str, env: &[(&str, &str)]) -> String {
     let script = format!("{PY}\n{script}");
     let out = python_command(&ws.path(), &script)
         .env("PATH", path_with_rewind())
@@ -105,7 +105,7 @@ fn agent_with_env(ws: &Workspace, script: &str, env: &[(&str, &str)]) -> String 
 
 /// `files` written, mounted with `env` and every edit's end closed (`REWIND_TEST_BURST=1`),
 /// each file edited once since the mount and recorded. The number of changes so far.
-fn mounted(ws: &mut Workspace, files: &[(&str, &str)], env: &[(&str, &str)]) -> usize {
+pub(crate) fn mounted(ws: &mut Workspace, files: &[(&str, &str)], env: &[(&str, &str)]) -> usize {
     for (p, c) in files {
         let p = ws.path().join(p);
         fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -122,7 +122,7 @@ fn mounted(ws: &mut Workspace, files: &[(&str, &str)], env: &[(&str, &str)]) -> 
 }
 
 /// The changes of turn `n` of the agent's session, as `log --turn --json` gives them.
-fn turn_log(ws: &Workspace, n: u64) -> Vec<Value> {
+pub(crate) fn turn_log(ws: &Workspace, n: u64) -> Vec<Value> {
     rw_ok(ws, &["log", "--turn", &format!("{SESSION}:{n}"), "--json"])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -130,7 +130,7 @@ fn turn_log(ws: &Workspace, n: u64) -> Vec<Value> {
 }
 
 /// The agent session's turns, as `turns --json` gives them.
-fn turns(ws: &Workspace) -> Vec<Value> {
+pub(crate) fn turns(ws: &Workspace) -> Vec<Value> {
     rw_ok(ws, &["turns", "--session", SESSION, "--json"])
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -141,7 +141,7 @@ fn turns(ws: &Workspace) -> Vec<Value> {
 /// must have its id within N's bounds (`turns --json`: above `start_id`, at most `end_id`) and
 /// be listed by `log --turn S:N`; and for each turn, `turns --json` (its `files`) and `log
 /// --turn` (the paths it lists) must agree. What disagrees, and a description of it all.
-fn misplaced(ws: &Workspace) -> (Vec<String>, String) {
+pub(crate) fn misplaced(ws: &Workspace) -> (Vec<String>, String) {
     let all = log(ws);
     let ts = turns(ws);
     let mut wrong = Vec::new();

@@ -19,6 +19,7 @@ mod hostile21;
 mod hostile22;
 mod hostile23;
 mod hostile24;
+mod hostile25;
 mod hunk;
 mod model;
 mod mount;

@@ -74,6 +74,11 @@ pub(super) struct Unmarked {
 /// How long an edit of a file that was there stays open before its marker is written.
 pub const MARK_AFTER: Duration = Duration::from_millis(100);
 
+/// The largest open file a turn's bound cuts ([`Recorder::cut_episodes_of`]): reading and
+/// storing it must fit well within a hook's 800 ms (32 MiB took under that in a debug build
+/// on 2 cores, 64 MiB did not).
+pub const CUT_AT_BOUND_MAX: u64 = 16 << 20;
+
 /// An edit of a file that was there whose last handle is released: its id is set aside (its
 /// place in the history is the moment of the close), and its content is read and recorded by
 /// the writer thread, gathered with others ([`Recorder::finish_closed`]), rather than by the
@@ -973,31 +978,51 @@ impl Recorder {
     /// point named right after this (a checkpoint) answers with every file as it is, not as it
     /// was before a write still in progress began, nor without a new file still being written.
     pub fn cut_open_episodes(&self) -> Result<()> {
-        self.cut_episodes_where(|_| true)
+        self.cut_episodes_where(|_| true, None)
     }
 
     /// `session`'s turn is about to begin or end: record what each file it has open for
     /// writing holds so far, as a change of the turn (and tool call) that opened it, so that
     /// its id falls within that turn's bound. The file goes on being written as a change of
     /// the turn the session is in next ([`relabel_episodes_of`](Self::relabel_episodes_of)).
+    ///
+    /// A file larger than [`CUT_AT_BOUND_MAX`] is not cut: reading it would hold the bound
+    /// past the hook's budget. Its whole edit is the next turn's.
     pub fn cut_episodes_of(&self, session: &str) -> Result<()> {
-        self.cut_episodes_where(|ep| ep.who.session == session)
+        self.cut_episodes_where(|ep| ep.who.session == session, Some(CUT_AT_BOUND_MAX))
     }
 
     /// After `session`'s turn began or ended: the files it still has open for writing go on
-    /// as changes of the turn and tool call it is in now.
+    /// as changes of the turn and tool call it is in now, and their markers say so (a crash
+    /// leaves what is written after the bound to the next mount as the next turn's).
     pub fn relabel_episodes_of(&self, session: &str) {
         let (turn, tool) = self.turns.current(session);
-        for ep in lock(&self.episodes)
+        let mut episodes = lock(&self.episodes);
+        for ep in episodes
             .values_mut()
-            .filter(|ep| ep.who.session == session && !ep.who.restore)
+            .filter(|ep| ep.who.session == session && !ep.who.restore && !ep.orphaned)
         {
+            if ep.who.turn == turn && ep.who.tool == tool {
+                continue;
+            }
             ep.who.turn = turn;
             ep.who.tool = tool.clone();
+            if ep.unmarked.is_none()
+                && let Err(e) = self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)
+            {
+                tracing::warn!(
+                    "{}: cannot note its next turn in its marker: {e}",
+                    super::super::show_path(&ep.path)
+                );
+            }
         }
     }
 
-    fn cut_episodes_where(&self, which: impl Fn(&Episode) -> bool) -> Result<()> {
+    fn cut_episodes_where(
+        &self,
+        which: impl Fn(&Episode) -> bool,
+        size_max: Option<u64>,
+    ) -> Result<()> {
         let _pins = self.pin_scope();
         let open: Vec<Key> = lock(&self.episodes)
             .iter()
@@ -1012,6 +1037,12 @@ impl Recorder {
             let Some(path) = lock(&self.episodes).get(&key).map(|ep| ep.path.clone()) else {
                 continue;
             };
+            if size_max.is_some_and(|max| {
+                self.stat_if_same(&path, key)
+                    .is_some_and(|st| st.st_size as u64 > max)
+            }) {
+                continue;
+            }
             if self.records(&path, false) {
                 self.cut_episode(key, &path)?;
             }

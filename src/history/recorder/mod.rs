@@ -437,7 +437,13 @@ impl Recorder {
     /// session did before is recorded after, by the caller's
     /// [`settle_session`](Self::settle_session).
     pub fn bound_turn<T>(&self, session: &str, switch: impl FnOnce(u64) -> Result<T>) -> Result<T> {
-        self.cut_episodes_of(session)?;
+        // A cut the store refuses (a full disk) must not keep the turn from ending or
+        // beginning: the file's edit goes on, as the next turn's.
+        if let Err(e) = self.cut_episodes_of(session) {
+            tracing::error!(
+                "cannot record what {session}'s open files hold at its turn's bound: {e}"
+            );
+        }
         let out = switch(self.point_now()?)?;
         self.relabel_episodes_of(session);
         Ok(out)
