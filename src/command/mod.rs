@@ -104,6 +104,15 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether it is one of the commands an agent's hook sends (`session`, `turn`, `tool`):
+    /// the daemon runs them at once, never queued behind other ctl commands.
+    pub fn is_hook(&self) -> bool {
+        matches!(
+            self,
+            Command::Session(_) | Command::Turn(_) | Command::Tool(_)
+        )
+    }
+
     /// Whether running this command would change the workspace or the history (and so must
     /// never run from a line that asked for a dry run).
     pub fn changes_something(&self) -> bool {

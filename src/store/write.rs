@@ -712,7 +712,7 @@ impl Store {
         *last
     }
 
-    /// The id the next change will get, were it recorded now (for a turn's start).
+    /// The id the next change will get, were it recorded now.
     pub fn next_id(&self) -> u64 {
         *self.writer.lock().unwrap_or_else(|e| e.into_inner()) + 1
     }

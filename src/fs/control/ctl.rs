@@ -157,12 +157,7 @@ impl Job {
         std::str::from_utf8(&self.line)
             .ok()
             .and_then(|line| command::parse_line(line.trim()).ok())
-            .is_some_and(|cli| {
-                matches!(
-                    cli.command,
-                    Command::Session(_) | Command::Turn(_) | Command::Tool(_)
-                )
-            })
+            .is_some_and(|cli| cli.command.is_hook())
     }
 
     /// Run the command now. Returns the output to read back and the write's answer.
@@ -198,10 +193,8 @@ impl Job {
         // Closed edits are recorded before anything that may record, as `Core::in_order` does
         // on a FUSE thread. Not before an agent's hook, which must not wait for them before
         // it bounds its turn or tool call (`plumbing`, which records them after).
-        if !matches!(
-            cli.command,
-            Command::Session(_) | Command::Turn(_) | Command::Tool(_)
-        ) && let Err(e) = self.recorder.finish_closed()
+        if !cli.command.is_hook()
+            && let Err(e) = self.recorder.finish_closed()
         {
             tracing::error!("cannot record the end of an edit: {e}");
         }
