@@ -275,6 +275,23 @@ impl Turns {
         }
     }
 
+    /// [`current`](Self::current), if `session`'s open turn is not `turn`: what a change
+    /// labelled `turn` when it was made is labelled with when its id is handed out now (its id
+    /// says which turn's bounds it is in).
+    pub fn current_unless(
+        &self,
+        session: &str,
+        turn: Option<u32>,
+    ) -> Option<(Option<u32>, Option<Tool>)> {
+        let open = self.lock();
+        let now = open.get(session);
+        (now.map(|o| o.turn.number) != turn).then(|| {
+            now.map_or((None, None), |o| {
+                (Some(o.turn.number), o.tools.last().cloned())
+            })
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }

@@ -752,10 +752,10 @@ impl Recorder {
             // with the handle to read through): a rollback's rewrite, or a truncate by path,
             // is followed at once by what the daemon does next itself, which no request
             // orders after it.
-            let (id, time_ns) = self.reserve_id_unannounced()?;
+            let (id, time_ns) = self.reserve_id_unannounced(&ep.who)?;
             return Ok(Finished::Closed { id, time_ns });
         }
-        let (id, time_ns) = self.reserve_id()?;
+        let (id, time_ns) = self.reserve_id(&ep.who)?;
         if !ep.created {
             // The writer's thread first: the wake-up of this RELEASE, which the writer's
             // close() queued, may have taken its CPU on the way back from close(). With the id
@@ -870,11 +870,15 @@ impl Recorder {
     ) -> Result<Option<Pending>> {
         let path = &ep.path[..];
         if ep.created {
+            let mut who = ep.who.clone();
+            if let Some((turn, tool)) = self.take_label(id) {
+                (who.turn, who.tool) = (turn, tool);
+            }
             let p = Pending {
                 replaces: None,
                 fsynced: ep.fsynced,
                 key,
-                who: ep.who.clone(),
+                who,
                 time_ns,
                 id,
                 since: Instant::now(),

@@ -16,7 +16,8 @@ use crossbeam_channel::Receiver;
 
 use super::{Recorder, lock};
 use crate::history::Result;
-use crate::history::change::{Change, Seen};
+use crate::history::Who;
+use crate::history::change::{Change, ChangeKind, Seen, Tool};
 use crate::history::db::{Extra, Retraction};
 
 /// How many changes a watcher's queue holds before further ones are counted as missed.
@@ -101,7 +102,14 @@ pub(super) struct Journal {
     /// The time of the change given the last id ([`Recorder::stamp`]). Changed only with
     /// `deferred` held.
     last_time: AtomicU64,
+    /// Ids set aside for changes whose session was in another turn by then than when they
+    /// were made (an edit opened before a turn's bound and closed after it), with the turn and
+    /// tool call they are recorded in ([`Recorder::label_now`]). Written with `deferred` held.
+    relabeled: Mutex<std::collections::HashMap<u64, Label>>,
 }
+
+/// A change's turn and tool call.
+type Label = (Option<u32>, Option<Tool>);
 
 thread_local! {
     /// What to run once this thread has set aside the id of what it records: a RELEASE lets
@@ -212,6 +220,7 @@ impl Recorder {
 
     /// An id set aside will not be used: give it back, and publish what waited for it.
     pub(super) fn release_id(&self, id: u64) {
+        lock(&self.journal.relabeled).remove(&id);
         self.history.release_id(id);
         let mut order = lock(&self.journal.order);
         order.reserved.remove(&id);
@@ -253,6 +262,39 @@ impl Recorder {
         self.journal.last_time.fetch_max(time_ns, Ordering::Relaxed);
     }
 
+    /// Label `change` with the turn its id puts it in: the one its session is in as the id is
+    /// handed out (with `deferred` held, as every id is, and as a turn's bound is taken and
+    /// the turn switched, [`at_point`](Self::at_point)), if that is not the one it was made
+    /// in. An operation under way as the agent stops (a background writer's edit, a rename)
+    /// is labelled when it begins and given its id when it is recorded: without this, one
+    /// that took its id after the bound kept the turn before, past that turn's end.
+    fn label_now(&self, change: &mut Change) {
+        if change.kind == ChangeKind::Restore {
+            return;
+        }
+        if let Some((turn, tool)) = self.turns.current_unless(&change.session, change.turn) {
+            change.turn = turn;
+            change.tool = tool;
+        }
+    }
+
+    /// [`label_now`](Self::label_now) for a change whose id was set aside: the label it had
+    /// to be given then, if it differs from the one it was made with.
+    pub(super) fn take_label(&self, id: u64) -> Option<Label> {
+        lock(&self.journal.relabeled).remove(&id)
+    }
+
+    /// Note the label a change made by `who` is to have with the id `id` set aside now (with
+    /// `deferred` held), if its session has gone on to another turn since it was made.
+    fn note_label(&self, id: u64, who: &Who) {
+        if who.restore {
+            return;
+        }
+        if let Some(label) = self.turns.current_unless(&who.session, who.turn) {
+            lock(&self.journal.relabeled).insert(id, label);
+        }
+    }
+
     /// Record `change` now (after any queued deletes), and tell the watchers.
     pub(super) fn record(&self, change: Change, extra: &Extra<'_>) -> Result<Change> {
         self.record_as(change, extra, None)
@@ -269,9 +311,18 @@ impl Recorder {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
         let mut change = change;
-        if id.is_none() {
-            // One set aside has the time it was set aside at.
-            change.time_ns = self.stamp(change.time_ns);
+        match id {
+            // One set aside has the time and label it was set aside with.
+            Some(id) => {
+                if let Some((turn, tool)) = self.take_label(id) {
+                    change.turn = turn;
+                    change.tool = tool;
+                }
+            }
+            None => {
+                change.time_ns = self.stamp(change.time_ns);
+                self.label_now(&mut change);
+            }
         }
         let mut out = self.history.record_with_ids(vec![(change, extra, id)])?;
         let recorded = out.pop().expect("one change in, one out");
@@ -293,6 +344,8 @@ impl Recorder {
         let mut first = first;
         first.time_ns = self.stamp(first.time_ns);
         back.time_ns = first.time_ns;
+        self.label_now(&mut first);
+        self.label_now(&mut back);
         let none = Extra::default();
         let out = self
             .history
@@ -304,8 +357,8 @@ impl Recorder {
 
     /// The id and time of an operation that happens now but is recorded later (a held-back
     /// create): after every delete queued before it, before everything that comes after.
-    pub(super) fn reserve_id(&self) -> Result<(u64, u64)> {
-        let reserved = self.reserve_id_unannounced()?;
+    pub(super) fn reserve_id(&self, who: &Who) -> Result<(u64, u64)> {
+        let reserved = self.reserve_id_unannounced(who)?;
         id_taken();
         Ok(reserved)
     }
@@ -313,11 +366,12 @@ impl Recorder {
     /// [`reserve_id`](Recorder::reserve_id) without telling the requests that wait for this
     /// thread's id ([`after_id`]): for a closed edit, which must be in its table first, where
     /// they look for it (`finish_closed`). The caller calls [`id_taken`] then.
-    pub(super) fn reserve_id_unannounced(&self) -> Result<(u64, u64)> {
+    pub(super) fn reserve_id_unannounced(&self, who: &Who) -> Result<(u64, u64)> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
         let id = self.history.reserve_id();
         let time_ns = self.stamp(crate::history::time::now_ns());
+        self.note_label(id, who);
         // Before the deferred lock is let go: no larger id is handed out before this one is
         // known to hold publication back.
         lock(&self.journal.order)
@@ -330,10 +384,11 @@ impl Recorder {
     /// [`reserve_id`](Recorder::reserve_id) for a held-back create put back after a refused
     /// operation (`hold_back_again`): without writing the queued deletes first, which the
     /// store may be refusing too. They came after its file was made.
-    pub(super) fn reserve_id_again(&self) -> (u64, u64) {
+    pub(super) fn reserve_id_again(&self, who: &Who) -> (u64, u64) {
         let _deferred = lock(&self.journal.deferred);
         let id = self.history.reserve_id();
         let time_ns = self.stamp(crate::history::time::now_ns());
+        self.note_label(id, who);
         lock(&self.journal.order)
             .reserved
             .insert(id, std::time::Instant::now());
@@ -360,8 +415,8 @@ impl Recorder {
         self.wake.1.clone()
     }
 
-    /// The end of the history as of now, for a turn's bounds: every change made before this
-    /// call has an id at most this one, every change after it a larger one, even while the
+    /// Take the end of the history as of now, for a turn's bounds, and give it to `switch`:
+    /// every change made before this call has an id at most this one, every change after it a larger one, even while the
     /// first are still being recorded. An edit closed and a create held back had their ids
     /// set aside when they ended (the RELEASEs the kernel sent before the caller's request
     /// have been waited for, `Core::in_turn`); a queued delete takes its id here. Recording
@@ -369,10 +424,13 @@ impl Recorder {
     /// meanwhile: its next prompt's changes must not fall before the bound (see
     /// [`Store::mark_point`](crate::store::Store::mark_point)). Files still open are the
     /// caller's (`cut_episodes_of`).
-    pub fn point_now(&self) -> Result<u64> {
+    ///
+    /// `switch` runs before any other id is handed out: it switches the turn, so that every change given an id after the bound is labelled with the turn after
+    /// it ([`label_now`](Self::label_now)).
+    pub fn at_point<T>(&self, switch: impl FnOnce(u64) -> Result<T>) -> Result<T> {
         let mut deferred = lock(&self.journal.deferred);
         self.write_deferred(&mut deferred)?;
-        Ok(self.history.store().mark_point())
+        switch(self.history.store().mark_point())
     }
 
     /// Write every deferred change now, in one batch.
@@ -429,6 +487,7 @@ impl Recorder {
         let mut items = std::mem::take(queue);
         for p in &mut items {
             p.change.time_ns = self.stamp(p.change.time_ns);
+            self.label_now(&mut p.change);
         }
         let extras: Vec<Extra<'_>> = items
             .iter()

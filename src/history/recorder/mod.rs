@@ -432,7 +432,7 @@ impl Recorder {
 
     /// Begin or end `session`'s turn at once, with `switch` given its bound: what the session
     /// has open for writing is recorded as far as it is written (a change of the turn that
-    /// opened it), the bound is taken ([`point_now`](Self::point_now)), the turn switched, and
+    /// opened it), the bound is taken and the turn switched at once ([`at_point`](Self::at_point)), and
     /// the files still open go on as changes of the turn the session is in then. What the
     /// session did before is recorded after, by the caller's
     /// [`settle_session`](Self::settle_session).
@@ -444,7 +444,7 @@ impl Recorder {
                 "cannot record what {session}'s open files hold at its turn's bound: {e}"
             );
         }
-        let out = switch(self.point_now()?)?;
+        let out = self.at_point(switch)?;
         self.relabel_episodes_of(session);
         Ok(out)
     }

@@ -97,7 +97,7 @@ impl Recorder {
     /// then refused goes back in, with an id set aside again: the same one if nothing came
     /// after it. Its file is still there, and is recorded as if never taken out.
     pub(super) fn hold_back_again(&self, path: &[u8], p: Pending) {
-        let (id, time_ns) = self.reserve_id_again();
+        let (id, time_ns) = self.reserve_id_again(&p.who);
         lock(&self.pending).insert(path.to_vec(), Pending { id, time_ns, ..p });
     }
 
