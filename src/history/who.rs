@@ -168,24 +168,6 @@ fn alive(key: ProcKey) -> bool {
     proc_key(key.0) == Some(key)
 }
 
-/// Whether `pid` is `ancestor` or runs below it.
-fn descends(pid: u32, ancestor: ProcKey) -> bool {
-    let mut cur = pid;
-    for _ in 0..64 {
-        let Some((ppid, start)) = stat(cur) else {
-            return false;
-        };
-        if (cur, start) == ancestor {
-            return true;
-        }
-        if cur <= 1 {
-            return false;
-        }
-        cur = ppid;
-    }
-    false
-}
-
 /// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
 fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
     let Some(env) = crate::procfs::environ(pid) else {
@@ -260,12 +242,13 @@ impl Attributor {
         let key = proc_key(pid)?;
         let mut regs = self.lock_registrations();
         let claim = match regs.owners.get(&session) {
-            Some(owner) if *owner != key && alive(*owner) && !descends(pid, *owner) => {
-                Claim::Apart {
-                    session: apart_name(&session, pid),
-                    owner: owner.0,
-                }
-            }
+            // A process under the owner is apart too (a nested agent resuming the session from
+            // the agent's shell, a tool's subprocess sending its hooks): as the owner it would
+            // put the agent's own next hook apart, and its prompts would end the agent's turns.
+            Some(owner) if *owner != key && alive(*owner) => Claim::Apart {
+                session: apart_name(&session, pid),
+                owner: owner.0,
+            },
             _ => Claim::Own,
         };
         let registered = match &claim {
@@ -610,5 +593,30 @@ mod tests {
             let _ = c.wait();
         }
         assert!(apart_name(&"é".repeat(64), u32::MAX).len() <= super::super::name::MAX_LEN);
+    }
+
+    #[test]
+    fn a_child_of_the_owner_naming_its_session_is_apart_and_the_owner_keeps_it() {
+        let a = Attributor::new("default".into());
+        let owner = std::process::id();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
+        let apart = apart_name("s", child.id());
+        assert_eq!(
+            a.claim(child.id(), "s".into(), None),
+            Some(Claim::Apart {
+                session: apart.clone(),
+                owner
+            })
+        );
+        // The agent's next hook (each prompt claims again) keeps its own session.
+        assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
+        assert_eq!(a.session_for("s", child.id()), Ok(apart));
+        assert_eq!(a.session_for("s", owner).as_deref(), Ok("s"));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
