@@ -25,97 +25,19 @@
 //! Every other test holds.
 
 use std::fs;
-use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{Workspace, daemon_pid, path_with_rewind, python_command, rw_ok, sync};
+use crate::common::{Workspace, daemon_pid, python_command, rw_ok, sync};
 use crate::hostile18::{cat_at, lines, of};
+use crate::hostile24::{SESSION, agent, hook_log, mounted, turn_log};
 use crate::record::log;
-
-/// Python helpers: `edit(path, text)` rewrites a file in place (no O_TRUNC: with
-/// `REWIND_TEST_BURST=1` its end is a closed edit, for the writer thread); `hook(event, **kw)`
-/// runs `rewind hook claude EVENT` as Claude Code would (this process is the agent), with the
-/// fixture-shaped payload of session `SID`, and returns how long it took.
-const PY: &str = r#"
-import json, os, signal, subprocess, sys, threading, time
-def edit(p, text):
-    with open(p, "r+") as f:
-        f.write(text); f.truncate()
-SID = "5e55a0b1-0000-4000-8000-00000000aaaa"
-def hook(event, **kw):
-    p = {"session_id": SID, "transcript_path": "/tmp/none.jsonl", "cwd": os.getcwd(),
-         "hook_event_name": event}
-    p.update(kw)
-    t = time.monotonic()
-    r = subprocess.run(["rewind", "hook", "claude", event], input=json.dumps(p).encode(),
-                       capture_output=True, timeout=30)
-    took = time.monotonic() - t
-    assert r.returncode == 0, (event, r)
-    return took
-"#;
-
-fn data_home(ws: &Workspace) -> PathBuf {
-    ws.store().parent().unwrap().join("data")
-}
-
-fn hook_log(ws: &Workspace) -> String {
-    fs::read_to_string(data_home(ws).join("rewind/hook.log")).unwrap_or_default()
-}
-
-/// Run `script` (after [`PY`]) in the workspace as an agent whose hooks reach the daemon.
-#[track_caller]
-fn agent(ws: &Workspace, script: &str) -> String {
-    let script = format!("{PY}\n{script}");
-    let out = python_command(&ws.path(), &script)
-        .env("PATH", path_with_rewind())
-        .env("XDG_DATA_HOME", data_home(ws))
-        .env_remove("REWIND_SESSION")
-        .env_remove("REWIND_AGENT")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the agent failed:\n{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The writer thread's closed edits and the pending thread's held-back creates each held 1 s.
 const BOTH_HELD: &[(&str, &str)] = &[
     ("REWIND_TEST_SLOW_END", "1000"),
     ("REWIND_TEST_SLOW_PENDING", "1000"),
 ];
-
-/// `files` written, mounted with `env` and every edit's end closed, each file edited once since
-/// the mount and recorded. The number of changes so far.
-fn mounted(ws: &mut Workspace, files: &[(&str, &str)], env: &[(&str, &str)]) -> usize {
-    for (p, c) in files {
-        let p = ws.path().join(p);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, c).unwrap();
-    }
-    let mut all = vec![("REWIND_TEST_BURST", "1")];
-    all.extend_from_slice(env);
-    ws.mount_with_env(&[] as &[&str], &all);
-    // A first edit of each since the mount, recorded, so that the next is a closed edit that
-    // only the daemon knows of until the writer thread records it.
-    for (p, c) in files {
-        fs::write(ws.path().join(p), format!("{c}again\n")).unwrap();
-    }
-    sync(ws);
-    log(ws).len()
-}
-
-/// The changes of turn `n` of the agent's session, as `log --turn --json` gives them.
-fn turn_log(ws: &Workspace, n: usize) -> Vec<Value> {
-    let session = "claude-5e55a0b1-0000-4000-8000-00000000aaaa";
-    rw_ok(ws, &["log", "--turn", &format!("{session}:{n}"), "--json"])
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// The agent's tool writes an edit (the writer thread holds it, `REWIND_TEST_SLOW_END`) and a
 /// new file (the pending thread holds it, `REWIND_TEST_SLOW_PENDING`), then its PostToolUse
@@ -171,10 +93,7 @@ print(json.dumps([t1, t2, t3]))
     assert_eq!(new.len(), 3, "{what}");
     for c in new {
         assert_eq!(c["agent"], "claude", "{what}");
-        assert_eq!(
-            c["session"], "claude-5e55a0b1-0000-4000-8000-00000000aaaa",
-            "{what}"
-        );
+        assert_eq!(c["session"], SESSION, "{what}");
     }
     let kinds = |t: &[Value]| {
         let mut k: Vec<(String, String)> = t
