@@ -1,0 +1,668 @@
+//! The twenty-sixth hostile pass, on 711bd3d: every id is handed out under the journal's
+//! `deferred` lock, a turn's bound is taken and the turn switched under it (`at_point`), and
+//! a change is labelled again with its session's turn (and newest tool call) as its id is
+//! handed out (`label_now`; an id set aside notes it, `take_label`).
+//!
+//! Each attack races operations against bounds (exchanges, renames, hard links, rm -rf of
+//! trees, held-back creates and saves-by-rename by a background process of the agent), checks
+//! a change's label against its id (`hostile24::misplaced`), its tool call against its turn,
+//! and that `log --turn`, `turns`, `diff --turn`, `rollback --turn`/`--to-turn` (preview and
+//! run) agree; a turn switched while the store refuses writes; SIGKILL right after a bound;
+//! hooks and `.rewind/events` readers during a big rollback.
+
+use std::fs;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{Workspace, daemon_pid, path_with_rewind, python_command, rw, rw_ok, sh};
+use crate::common::{sync, wait_for};
+use crate::hostile18::lines;
+use crate::hostile24::{PY, SESSION, agent, data_home, misplaced, mounted, turn_log, turns};
+use crate::record::log;
+
+/// `hostile24::misplaced`, less its complaints about `turns --json`'s file count, which
+/// counts files and not folders: those are checked here with the folders left out (a path
+/// that another listed path is below).
+fn misplaced_files(ws: &Workspace) -> (Vec<String>, String) {
+    let (wrong, what) = misplaced(ws);
+    let mut out: Vec<String> = wrong
+        .into_iter()
+        .filter(|w| !w.contains("`turns --json` says"))
+        .collect();
+    for t in turns(ws) {
+        let n = t["turn"].as_u64().unwrap();
+        let p = paths(&turn_log(ws, n));
+        let files: Vec<&String> = p
+            .iter()
+            .filter(|a| !p.iter().any(|b| b.starts_with(&format!("{a}/"))))
+            .collect();
+        if t["files"].as_u64() != Some(files.len() as u64) {
+            out.push(format!(
+                "turn {n}: `turns --json` says {} files, `log --turn` lists {files:?}",
+                t["files"]
+            ));
+        }
+    }
+    (out, what)
+}
+
+fn paths(t: &[Value]) -> Vec<String> {
+    let mut p: Vec<String> = t
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    p.sort();
+    p.dedup();
+    p
+}
+
+/// What a rollback's output says it does (or would do) path by path, without its summary.
+fn planned(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with("dry run:") && !l.starts_with("rollback-"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn bounds(ws: &Workspace, n: usize) -> (u64, u64) {
+    let ts = turns(ws);
+    (
+        ts[n - 1]["start_id"].as_u64().unwrap(),
+        ts[n - 1]["end_id"].as_u64().unwrap(),
+    )
+}
+
+/// `path` as of change `id`, or `None` if it did not exist then.
+fn cat_opt(ws: &Workspace, path: &str, id: u64) -> Option<String> {
+    let o = rw(ws, &["cat", path, "--at", &id.to_string()]);
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Every regular file of the tree below `dir` (not `.rewind`), with a hash of its content.
+fn tree(dir: &std::path::Path) -> String {
+    sh(
+        dir,
+        "find . -path ./.rewind -prune -o -path ./.git -prune -o -type f -print | LC_ALL=C sort \
+         | while read -r f; do printf '%s %s\\n' \"$f\" \"$(md5sum < \"$f\" | cut -c1-8)\"; done",
+    )
+}
+
+/// The same check as `misplaced`, for tool calls: a change labelled with a tool call
+/// `toolu_N_K` (begun in turn N by the scripts here) must be labelled turn N.
+fn tools_out_of_turn(all: &[Value]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for c in all.iter().filter(|c| c["session"] == SESSION) {
+        let Some(id) = c["tool"]["id"].as_str() else {
+            continue;
+        };
+        let Some(n) = id.strip_prefix("toolu_").and_then(|r| r.split('_').next()) else {
+            continue;
+        };
+        if c["turn"].as_u64().map(|t| t.to_string()).as_deref() != Some(n) {
+            wrong.push(format!(
+                "#{} {} {} labelled turn {} with tool {id}",
+                c["id"], c["kind"], c["path"], c["turn"]
+            ));
+        }
+    }
+    wrong
+}
+
+/// Python: `xchg(a, b)` swaps two names with `renameat2(RENAME_EXCHANGE)`; `tool_begin(n, k)`
+/// and `tool_end(n, k)` send a PreToolUse and PostToolUse for tool call `toolu_N_K`.
+const MORE: &str = r#"
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+def xchg(a, b):
+    if _libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e), a, b)
+def tool_begin(n, k):
+    hook("PreToolUse", prompt_id="p-%d" % n, tool_name="Bash",
+         tool_input={"command": "t%d" % k}, tool_use_id="toolu_%d_%d" % (n, k))
+def tool_end(n, k):
+    hook("PostToolUse", prompt_id="p-%d" % n, tool_name="Bash",
+         tool_input={"command": "t%d" % k}, tool_response={"stdout": ""},
+         tool_use_id="toolu_%d_%d" % (n, k))
+"#;
+
+fn agent2(ws: &Workspace, script: &str) -> String {
+    agent(ws, &format!("{MORE}\n{script}"))
+}
+
+/// Two files swapped with `renameat2(RENAME_EXCHANGE)` in turn 1, in turn 2 while one of them
+/// is held open and written through (the handle follows the file to the other name), and
+/// between turns. No change may be misplaced; `diff --turn S:2` names exactly the files `log
+/// --turn S:2` lists; `rollback --to-turn S:2` (preview, then run) gives back both files as
+/// they were at turn 2's start.
+#[test]
+fn exchanges_of_an_open_file_across_turns() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("x.txt", "x\n"), ("y.txt", "y\n")], &[]);
+    agent2(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("x.txt", "x in one\n")
+xchg("x.txt", "y.txt")
+o = open("y.txt", "a")
+o.write("open in one\n"); o.flush()
+stop(1)
+prompt(2)
+xchg("x.txt", "y.txt")
+o.write("two through the handle\n"); o.flush()
+edit("y.txt", "y in two\n")
+stop(2)
+xchg("x.txt", "y.txt")
+prompt(3)
+o.write("three\n"); o.close()
+time.sleep(0.3)
+stop(3)
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("{}\n{wrong:?}\n{what}", lines(&all));
+    assert!(wrong.is_empty(), "{what}");
+    let (s2, e2) = bounds(&ws, 2);
+    let x2 = cat_opt(&ws, "x.txt", s2);
+    let y2 = cat_opt(&ws, "y.txt", s2);
+    // At turn 2's start: x.txt holds y's old content, y.txt the edited x plus the open write.
+    assert_eq!(x2.as_deref(), Some("y\nagain\n"), "{what}");
+    assert_eq!(y2.as_deref(), Some("x in one\nopen in one\n"), "{what}");
+    assert_eq!(
+        cat_opt(&ws, "x.txt", e2).as_deref(),
+        Some("x in one\nopen in one\ntwo through the handle\n"),
+        "{what}"
+    );
+    let turn = format!("{SESSION}:2");
+    let listed = paths(&turn_log(&ws, 2));
+    let diff = rw_ok(&ws, &["diff", "--turn", &turn, "--stat"]);
+    for p in ["x.txt", "y.txt"] {
+        assert_eq!(
+            listed.iter().any(|l| l == p),
+            diff.contains(p),
+            "{p}: log --turn lists {listed:?}, diff --turn --stat:\n{diff}\n{what}"
+        );
+    }
+    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
+    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
+    let what = format!("dry:\n{dry}\nrun:\n{run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    let x = fs::read_to_string(ws.path().join("x.txt")).ok();
+    let y = fs::read_to_string(ws.path().join("y.txt")).ok();
+    assert_eq!((x, y), (x2, y2), "{what}");
+    ws.unmount();
+}
+
+/// A background process of the agent churns a tree as fast as it can (mkdir of a tree, files
+/// written, a hard link, a save-by-rename, an exchange, a rename of a folder, `rm -rf` of the
+/// tree, and a file deleted while still open) while the agent runs twelve quick turns, each
+/// with two tool calls. Bounds must be in order, no change misplaced, every change's tool call
+/// one of its own turn's, and `rollback --to-turn S:6` (preview, then run, after the churn
+/// stops) must give the tree at turn 6's start.
+#[test]
+fn a_tree_churned_in_the_background_across_twelve_quick_turns() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("keep.txt", "k\n")], &[]);
+    let out = agent2(
+        &ws,
+        &r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", MORE_SRC + '''
+import os, shutil, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    d = "t%d" % (i % 3)
+    if os.path.exists(d):
+        shutil.rmtree(d)
+    os.makedirs(d + "/sub/deep", exist_ok=True)
+    for k in range(4):
+        with open("%s/sub/f%d.txt" % (d, k), "w") as f:
+            f.write("%d %d\\n" % (i, k))
+    os.link(d + "/sub/f0.txt", d + "/sub/deep/h.txt")
+    with open(d + "/save.tmp", "w") as f:
+        f.write("saved %d\\n" % i)
+    os.rename(d + "/save.tmp", d + "/saved.txt")
+    xchg(d + "/sub/f1.txt", d + "/sub/f2.txt")
+    o = open(d + "/sub/f3.txt", "a"); o.write("open\\n"); o.flush()
+    os.unlink(d + "/sub/f3.txt"); o.write("after unlink\\n"); o.close()
+    os.rename(d + "/sub", d + "/moved")
+    if i % 2:
+        shutil.rmtree(d)
+    with open("keep.txt", "a") as f:
+        f.write("%d\\n" % i)
+'''])
+time.sleep(0.2)
+for n in range(1, 13):
+    prompt(n)
+    tool_begin(n, 1)
+    time.sleep(0.03)
+    tool_end(n, 1)
+    tool_begin(n, 2)
+    time.sleep(0.03)
+    tool_end(n, 2)
+    stop(n)
+    time.sleep(0.02)
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+"#
+        .replace("MORE_SRC", &format!("{:?}", format!("{PY}\n{MORE}"))),
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let tools = tools_out_of_turn(&all);
+    let what = format!("{out}\nmisplaced: {wrong:?}\ntools: {tools:?}\n{what}");
+    assert_eq!(ts.len(), 12, "{what}");
+    let mut last_end = 0;
+    for t in &ts {
+        let start = t["start_id"].as_u64().unwrap();
+        let end = t["end_id"].as_u64().expect(&what);
+        assert!(start >= last_end && end >= start, "{what}");
+        last_end = end;
+    }
+    assert!(wrong.is_empty(), "{what}");
+    assert!(tools.is_empty(), "{what}");
+    let (s6, _) = bounds(&ws, 6);
+    let want = tree(&ws.path().join(format!(".rewind/at/{s6}")));
+    let turn = format!("{SESSION}:6");
+    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
+    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
+    let got = tree(&ws.path());
+    let what = format!("dry:\n{dry}\nrun:\n{run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    assert_eq!(got, want, "the tree after rollback --to-turn 6: {what}");
+    ws.unmount();
+}
+
+/// Edits closed and creates made by a background process of the agent just after each prompt
+/// and each tool call's begin (the writer's close racing the hook's bound), over fifteen
+/// turns: each change's turn and tool call must agree with its id (the tool call's turn is
+/// the change's), and `turns`' file counts with `log --turn`.
+#[test]
+fn edits_closed_just_after_prompts_and_tool_calls() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("w.txt", "w\n")], &[]);
+    agent2(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    with open("w.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); time.sleep(0.001); f.truncate()
+    with open("n%d.txt" % (i % 5), "w") as f:
+        f.write("%d\\n" % i)
+    if i % 5 == 4:
+        for k in range(5):
+            try: os.unlink("n%d.txt" % k)
+            except FileNotFoundError: pass
+'''])
+time.sleep(0.1)
+for n in range(1, 16):
+    prompt(n)
+    tool_begin(n, 1)
+    tool_end(n, 1)
+    tool_begin(n, 2)
+    time.sleep(0.01)
+    tool_end(n, 2)
+    stop(n)
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let tools = tools_out_of_turn(&all);
+    let what = format!("misplaced: {wrong:?}\ntools: {tools:?}\n{what}");
+    assert!(wrong.is_empty(), "{what}");
+    assert!(tools.is_empty(), "{what}");
+    ws.unmount();
+}
+
+/// The store refuses writes (a file larger than what is left of its 64 MiB disk, closed in
+/// turn 1) when the agent stops: the bound and the switch are taken while every write is
+/// refused. Then the disk is freed. The daemon must go on (status answers, the deferred lock
+/// is not left held), turn 1 must have ended at the Stop (the edit between turns in no turn),
+/// the next prompt's edit must be in turn 2, and nothing misplaced.
+// Fails at 711bd3d: the Stop hook gets "store: cannot write (the disk of ... is too full to
+// store the content of big.bin ...); changes that cannot be recorded are refused; nothing
+// recorded"; turn 1 stays (0, null] in `turns` for good (never ended: its record is not
+// written), yet the daemon dropped it from its open turns (the delete of big.bin and b.txt's
+// edit after it are labelled no turn), and turn 2 begins (4, 5] inside turn 1's open bounds.
+// `Turns::end` (src/history/turns.rs) takes the turn out of the open table before `finish`'s
+// `put_turn`, which the refusing store fails; `at_point` hands the error back.
+#[test]
+#[ignore = "fails: a Stop while the store refuses writes leaves turn 1 open in `turns` for good though the daemon closed it"]
+fn a_stop_while_the_store_refuses_every_write() {
+    let small = crate::full_disk::small_ext4();
+    let reserve = crate::full_disk::reserve_of(small.size());
+    let mut ws = Workspace::new();
+    for (p, c) in [
+        ("a.txt", "a\n"),
+        ("b.txt", "b\n"),
+        ("c.txt", "c\n"),
+        ("d.txt", "d\n"),
+    ] {
+        fs::write(ws.path().join(p), c).unwrap();
+    }
+    let store = small.path().join("store");
+    let mut cmd = ws.command(&[std::ffi::OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store").arg(&store);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ws.mark_mounted();
+    sync(&ws);
+    let filler = small.path().join("filler");
+    crate::full_disk::write_noise(&filler, 30 << 20);
+    let big = small.available() - reserve / 2;
+    let out = agent(
+        &ws,
+        &format!(
+            "FILLER = {:?}\nBIG = {big}\n{}",
+            filler.display().to_string(),
+            r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "turn one\n")
+fd = os.open("big.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+left, wrote = BIG, None
+try:
+    while left > 0:
+        n = min(left, 1 << 20)
+        left -= os.write(fd, os.urandom(n))
+except OSError as e:
+    wrote = str(e)
+try:
+    os.close(fd)
+except OSError as e:
+    wrote = "%s; close: %s" % (wrote, e)
+# Wait until the store refuses (status says so).
+for i in range(100):
+    s = subprocess.run(["rewind", "status"], capture_output=True, text=True).stdout
+    if "NOT RECORDING" in s:
+        break
+    time.sleep(0.2)
+refused = "NOT RECORDING" in s
+try:
+    os.unlink("d.txt"); unlinked = True
+except OSError as e:
+    unlinked = str(e)
+t1 = stop(1)
+os.unlink(FILLER)
+time.sleep(2)
+for i in range(20):
+    try:
+        os.unlink("big.bin"); break
+    except FileNotFoundError:
+        break
+    except OSError:
+        time.sleep(0.5)
+for i in range(20):
+    try:
+        edit("b.txt", "between turns\n"); break
+    except OSError:
+        time.sleep(0.5)
+t2 = prompt(2)
+edit("c.txt", "turn two\n")
+time.sleep(0.5)
+t3 = stop(2)
+print(json.dumps([refused, unlinked, wrote, t1, t2, t3]))
+"#
+        ),
+    );
+    let t = Instant::now();
+    let status = rw(&ws, &["status"]);
+    let took = t.elapsed();
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let daemon = fs::read_to_string(store.join("daemon.log")).unwrap_or_default();
+    let what = format!(
+        "agent printed {out}\nstatus took {took:?}: {}\n{}\n{wrong:?}\n{what}\ndaemon.log (last 25):\n{}",
+        String::from_utf8_lossy(&status.stdout),
+        lines(&all),
+        daemon.lines().rev().take(25).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.starts_with("[true"), "the store never refused: {what}");
+    assert!(
+        status.status.success() && took < Duration::from_secs(5),
+        "{what}"
+    );
+    assert_eq!(ts.len(), 2, "{what}");
+    assert!(
+        ts[0]["end_id"].as_u64().is_some(),
+        "turn 1 never ended: {what}"
+    );
+    let b = all.iter().rfind(|c| c["path"] == "b.txt").expect(&what);
+    assert!(b["turn"].is_null(), "b.txt between turns: {what}");
+    assert!(
+        paths(&turn_log(&ws, 2)).contains(&"c.txt".to_string()),
+        "c.txt in turn 2: {what}"
+    );
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
+
+/// SIGKILL of the daemon right after a Stop's bound, with a held-back create (`n.txt`, made
+/// just before the Stop), a save-by-rename and an exchange just before it, and a file still
+/// open; then a remount. Turn 1 keeps its bounds, every change of it is still in it (none
+/// after its end), and changes after the remount fall after its end.
+#[test]
+fn sigkill_right_after_a_bound_with_held_creates_and_exchanges_then_a_remount() {
+    let mut ws = Workspace::new();
+    mounted(
+        &mut ws,
+        &[("x.txt", "x\n"), ("y.txt", "y\n"), ("s.txt", "s\n")],
+        &[],
+    );
+    let dir = ws.path();
+    let mut writer = python_command(
+        &dir,
+        &format!(
+            "{PY}\n{MORE}\n{}",
+            r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+xchg("x.txt", "y.txt")
+with open("s.tmp", "w") as f:
+    f.write("saved in one\n")
+os.rename("s.tmp", "s.txt")
+k = open("k.txt", "w"); k.write("open at the stop\n"); k.flush()
+with open("n.txt", "w") as f:
+    f.write("new in one\n")
+stop(1)
+print("stopped", flush=True)
+k.write("after the stop\n"); k.flush()
+time.sleep(30)
+"#
+        ),
+    )
+    .env("PATH", path_with_rewind())
+    .env("XDG_DATA_HOME", data_home(&ws))
+    .env_remove("REWIND_SESSION")
+    .env_remove("REWIND_AGENT")
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stdout = std::io::BufReader::new(writer.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "stopped\n");
+    let before = turns(&ws);
+    let pid = daemon_pid(&ws);
+    crate::trust::signal(pid as u32, libc::SIGKILL);
+    assert!(wait_for(30, || !std::path::Path::new(&format!(
+        "/proc/{pid}"
+    ))
+    .exists()));
+    let _ = writer.kill();
+    let _ = writer.wait();
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(&dir)
+        .status();
+    ws.mount();
+    fs::write(dir.join("x.txt"), "after the remount\n").unwrap();
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!(
+        "turns before the kill: {before:?}\nafter: {ts:?}\n{}\n{wrong:?}\n{what}",
+        lines(&all)
+    );
+    assert_eq!(ts.len(), 1, "{what}");
+    let end = ts[0]["end_id"].as_u64().expect(&what);
+    assert_eq!(Some(end), before[0]["end_id"].as_u64(), "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    let one = paths(&turn_log(&ws, 1));
+    for p in ["k.txt", "n.txt", "s.txt", "x.txt", "y.txt"] {
+        assert!(
+            one.iter().any(|l| l == p),
+            "{p} not in turn 1 {one:?}: {what}"
+        );
+    }
+    assert_eq!(
+        cat_opt(&ws, "n.txt", end).as_deref(),
+        Some("new in one\n"),
+        "{what}"
+    );
+    assert_eq!(
+        cat_opt(&ws, "s.txt", end).as_deref(),
+        Some("saved in one\n"),
+        "{what}"
+    );
+    assert_eq!(
+        cat_opt(&ws, "x.txt", end).as_deref(),
+        Some("y\nagain\n"),
+        "{what}"
+    );
+    let last = all.iter().rfind(|c| c["path"] == "x.txt").expect(&what);
+    assert!(last["id"].as_u64().unwrap() > end, "{what}");
+    ws.unmount();
+}
+
+/// A big rollback (1,500 files back to before they were written) runs while the agent sends
+/// prompts, Stops and tool hooks from eight threads at once and two `.rewind/events` readers
+/// follow along. Nothing may deadlock: the rollback, the agent and a `status` finish in
+/// time; the readers see the restores; the restores carry no turn; no agent change is
+/// misplaced.
+#[test]
+fn hooks_from_many_threads_and_events_readers_during_a_big_rollback() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("a.txt", "a\n")], &[]);
+    let root = ws.path();
+    fs::create_dir(root.join("many")).unwrap();
+    sync(&ws);
+    let base = log(&ws).last().unwrap()["id"].as_u64().unwrap();
+    for i in 0..1500 {
+        fs::write(
+            root.join(format!("many/f{i}.txt")),
+            format!("{i}\n").repeat(50),
+        )
+        .unwrap();
+    }
+    sync(&ws);
+    let readers: Vec<(u32, std::thread::JoinHandle<usize>)> = (0..2)
+        .map(|_| {
+            let mut c = std::process::Command::new("timeout")
+                .args(["60", "cat"])
+                .arg(root.join(".rewind/events"))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = c.id();
+            let out = std::io::BufReader::new(c.stdout.take().unwrap());
+            let t = std::thread::spawn(move || {
+                let n = out
+                    .lines()
+                    .map_while(Result::ok)
+                    .filter(|l| l.contains("\"kind\":\"restore\""))
+                    .count();
+                let _ = c.wait();
+                n
+            });
+            (pid, t)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (rollback, out, took) = std::thread::scope(|s| {
+        let rb = s.spawn(|| {
+            let t = Instant::now();
+            let o = rw(&ws, &["rollback", "--to", &base.to_string(), "--force"]);
+            (o, t.elapsed())
+        });
+        let out = agent2(
+            &ws,
+            r#"
+hook("SessionStart", source="startup", model="m")
+def calls(n, th):
+    for k in range(3):
+        tool_begin(n, th * 10 + k)
+        edit("a.txt", "turn %d thread %d call %d\n" % (n, th, k))
+        tool_end(n, th * 10 + k)
+t = time.monotonic()
+for n in range(1, 6):
+    prompt(n)
+    ths = [threading.Thread(target=calls, args=(n, th)) for th in range(8)]
+    for th in ths: th.start()
+    for th in ths: th.join()
+    stop(n)
+print(time.monotonic() - t)
+"#,
+        );
+        let (o, took) = rb.join().unwrap();
+        (o, out, took)
+    });
+    let t = Instant::now();
+    let status = rw(&ws, &["status"]);
+    let status_took = t.elapsed();
+    sync(&ws);
+    let mut seen = Vec::new();
+    std::thread::sleep(Duration::from_millis(500));
+    for (pid, t) in readers {
+        crate::trust::signal(pid, libc::SIGTERM);
+        seen.push(t.join().unwrap());
+    }
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let tools = tools_out_of_turn(&all);
+    let restores: Vec<&Value> = all.iter().filter(|c| c["kind"] == "restore").collect();
+    let what = format!(
+        "rollback took {took:?}: {rollback:?}\nagent took {out}\nstatus took {status_took:?}\n\
+         readers saw {seen:?} restores, the log has {}\nmisplaced: {wrong:?}\ntools: {tools:?}\n{what}",
+        restores.len()
+    );
+    // Exit 1 (done in part) is allowed: the agent edits a.txt, which the rollback also restores.
+    assert!(matches!(rollback.status.code(), Some(0 | 1)), "{what}");
+    assert!(
+        status.status.success() && status_took < Duration::from_secs(5),
+        "{what}"
+    );
+    assert!(restores.len() >= 1500, "{what}");
+    assert!(seen.iter().all(|&n| n == restores.len()), "{what}");
+    assert!(restores.iter().all(|c| c["turn"].is_null()), "{what}");
+    assert_eq!(turns(&ws).len(), 5, "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    assert!(tools.is_empty(), "{what}");
+    for n in 1..=5 {
+        assert_eq!(paths(&turn_log(&ws, n)), ["a.txt"], "turn {n}: {what}");
+    }
+    ws.unmount();
+}
