@@ -272,6 +272,10 @@ os.unlink("stop.flag")
     }
     assert!(wrong.is_empty(), "{what}");
     assert!(tools.is_empty(), "{what}");
+    assert!(
+        all.iter().any(|c| c["tool"]["id"].is_string()),
+        "no change carries a tool call: {what}"
+    );
     let (s6, _) = bounds(&ws, 6);
     let want = tree(&ws.path().join(format!(".rewind/at/{s6}")));
     let turn = format!("{SESSION}:6");
@@ -331,6 +335,10 @@ os.unlink("stop.flag")
     let what = format!("misplaced: {wrong:?}\ntools: {tools:?}\n{what}");
     assert!(wrong.is_empty(), "{what}");
     assert!(tools.is_empty(), "{what}");
+    assert!(
+        all.iter().any(|c| c["tool"]["id"].is_string()),
+        "no change carries a tool call: {what}"
+    );
     ws.unmount();
 }
 
@@ -664,5 +672,270 @@ print(time.monotonic() - t)
     for n in 1..=5 {
         assert_eq!(paths(&turn_log(&ws, n)), ["a.txt"], "turn {n}: {what}");
     }
+    ws.unmount();
+}
+
+/// The store on a 64 MiB disk: mounted, with `files` written first. The store's path.
+fn mounted_on_small(
+    ws: &mut Workspace,
+    small: &crate::common::SmallFs,
+    files: &[(&str, &str)],
+) -> std::path::PathBuf {
+    for (p, c) in files {
+        fs::write(ws.path().join(p), c).unwrap();
+    }
+    let store = small.path().join("store");
+    remount_on(ws, &store);
+    store
+}
+
+fn remount_on(ws: &mut Workspace, store: &std::path::Path) {
+    let mut cmd = ws.command(&[std::ffi::OsStr::new("mount"), ws.path().as_os_str()]);
+    cmd.arg("--store").arg(store);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ws.mark_mounted();
+    sync(ws);
+}
+
+/// Python: `fill(BIG)` writes `big.bin` (closed) until the store refuses, and waits until
+/// status says it does; `free(FILLER)` removes the filler, then `big.bin` once the store
+/// lets it.
+const FILL: &str = r#"
+def fill(big):
+    fd = os.open("big.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    left = big
+    try:
+        while left > 0:
+            left -= os.write(fd, os.urandom(min(left, 1 << 20)))
+    except OSError:
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    for i in range(100):
+        s = subprocess.run(["rewind", "status"], capture_output=True, text=True).stdout
+        if "NOT RECORDING" in s:
+            return True
+        time.sleep(0.2)
+    return False
+def free(filler):
+    os.unlink(filler)
+    for i in range(40):
+        try:
+            os.unlink("big.bin"); return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.25)
+"#;
+
+/// The store refuses writes when the agent's next prompt comes (turn 1 ended normally
+/// before): the prompt's bound is taken and its turn begun while every write is refused.
+/// Then the disk is freed and the agent edits `c.txt` for that prompt. Its edit must be in
+/// turn 2 (a turn for the prompt exists and holds it), turn 1 must keep its end, and after a
+/// remount the turns read the same.
+// Fails at 711bd3d: the UserPromptSubmit hook gets "store: cannot write (the disk of ... is too
+// full to store the content of big.bin ...); changes that cannot be recorded are refused;
+// recorded in part (1 of 2 requests)": no turn 2 is begun (`Turns::begin`'s `put_turn` is
+// refused, and nothing retries it once "the store accepts writes again" 0.6 s later), so the
+// prompt's edit of c.txt (#3) is labelled no turn and `turns` lists turn 1 (0, 1] only.
+#[test]
+#[ignore = "fails: a prompt while the store refuses writes begins no turn; its changes are in none"]
+fn a_prompt_while_the_store_refuses_every_write() {
+    let small = crate::full_disk::small_ext4();
+    let reserve = crate::full_disk::reserve_of(small.size());
+    let mut ws = Workspace::new();
+    let store = mounted_on_small(&mut ws, &small, &[("a.txt", "a\n"), ("c.txt", "c\n")]);
+    let filler = small.path().join("filler");
+    crate::full_disk::write_noise(&filler, 30 << 20);
+    let big = small.available() - reserve / 2;
+    let out = agent(
+        &ws,
+        &format!(
+            "{FILL}\nFILLER = {:?}\nBIG = {big}\n{}",
+            filler.display().to_string(),
+            r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "turn one\n")
+stop(1)
+refused = fill(BIG)
+t2 = prompt(2)
+free(FILLER)
+time.sleep(1)
+for i in range(20):
+    try:
+        edit("c.txt", "turn two\n"); break
+    except OSError:
+        time.sleep(0.5)
+time.sleep(0.3)
+t3 = stop(2)
+print(json.dumps([refused, t2, t3]))
+"#
+        ),
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let daemon = fs::read_to_string(store.join("daemon.log")).unwrap_or_default();
+    let what = format!(
+        "agent printed {out}\n{}\n{wrong:?}\n{what}\ndaemon.log (last 15):\n{}",
+        lines(&all),
+        daemon.lines().rev().take(15).collect::<Vec<_>>().join("\n")
+    );
+    assert!(out.starts_with("[true"), "the store never refused: {what}");
+    assert_eq!(ts.len(), 2, "{what}");
+    assert!(ts[0]["end_id"].as_u64().is_some(), "{what}");
+    let c = all.iter().rfind(|c| c["path"] == "c.txt").expect(&what);
+    assert_eq!(c["turn"].as_u64(), Some(2), "c.txt's edit: {what}");
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+    remount_on(&mut ws, &store);
+    assert_eq!(turns(&ws), ts, "turns after a remount: {what}");
+    ws.unmount();
+}
+
+/// After a Stop that the refusing store failed, a remount, and the agent's session start
+/// (resumed) and an edit without a prompt: that edit is in no turn (turn 1 ended at the
+/// Stop), and `turns` lists no turn still open.
+// Fails at 711bd3d: the Stop hook gets "store: cannot write (...) nothing recorded"; turn 1's
+// record keeps no end, so the next mount opens it again, and the agent's edit of b.txt after
+// the remount, with no prompt (#2), is labelled turn 1 and inside its bounds: `turns` shows
+// turn 1 (0, null] with a.txt and b.txt. Same cause: `Turns::end` (src/history/turns.rs) drops
+// the turn from the open table, then `finish`'s `put_turn` is refused and never retried.
+#[test]
+#[ignore = "fails: after a Stop the refusing store failed and a remount, turn 1 is open again and takes the next edits"]
+fn a_remount_after_a_stop_the_refusing_store_failed() {
+    let small = crate::full_disk::small_ext4();
+    let reserve = crate::full_disk::reserve_of(small.size());
+    let mut ws = Workspace::new();
+    let store = mounted_on_small(&mut ws, &small, &[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let filler = small.path().join("filler");
+    crate::full_disk::write_noise(&filler, 30 << 20);
+    let big = small.available() - reserve / 2;
+    let out = agent(
+        &ws,
+        &format!(
+            "{FILL}\nFILLER = {:?}\nBIG = {big}\n{}",
+            filler.display().to_string(),
+            r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "turn one\n")
+refused = fill(BIG)
+t1 = stop(1)
+free(FILLER)
+print(json.dumps([refused, t1]))
+"#
+        ),
+    );
+    sync(&ws);
+    ws.unmount();
+    remount_on(&mut ws, &store);
+    agent(
+        &ws,
+        r#"
+hook("SessionStart", source="resume", model="m")
+edit("b.txt", "after the remount, no prompt\n")
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("agent printed {out}\n{}\n{wrong:?}\n{what}", lines(&all));
+    assert!(out.starts_with("[true"), "the store never refused: {what}");
+    assert_eq!(ts.len(), 1, "{what}");
+    assert!(
+        ts[0]["end_id"].as_u64().is_some(),
+        "turn 1 still open: {what}"
+    );
+    let b = all.iter().rfind(|c| c["path"] == "b.txt").expect(&what);
+    assert!(b["turn"].is_null(), "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
+
+/// `rewind gc` runs (twice, keeping nothing older than a second) while the agent sends
+/// prompts, Stops and tool hooks from six threads and a background writer edits: nothing
+/// deadlocks (gc, the agent and a `status` finish in time), and no change is misplaced.
+#[test]
+fn hooks_from_many_threads_while_gc_runs() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("a.txt", "a\n"), ("bg.txt", "0\n")], &[]);
+    for i in 0..400 {
+        fs::write(ws.path().join(format!("g{i}.txt")), "x\n".repeat(i + 1)).unwrap();
+        fs::write(ws.path().join(format!("g{i}.txt")), "y\n".repeat(i + 1)).unwrap();
+    }
+    sync(&ws);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (gcs, out) = std::thread::scope(|s| {
+        let g = s.spawn(|| {
+            (0..2)
+                .map(|_| {
+                    let t = Instant::now();
+                    let o = rw(&ws, &["gc", "--keep", "1s"]);
+                    (
+                        o.status.success(),
+                        t.elapsed(),
+                        String::from_utf8_lossy(&o.stderr).into_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+        let out = agent2(
+            &ws,
+            r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    with open("bg.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); f.truncate()
+'''])
+def calls(n, th):
+    for k in range(3):
+        tool_begin(n, th * 10 + k)
+        edit("a.txt", "turn %d thread %d call %d\n" % (n, th, k))
+        tool_end(n, th * 10 + k)
+t = time.monotonic()
+for n in range(1, 7):
+    prompt(n)
+    ths = [threading.Thread(target=calls, args=(n, th)) for th in range(6)]
+    for th in ths: th.start()
+    for th in ths: th.join()
+    stop(n)
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+print(time.monotonic() - t)
+"#,
+        );
+        (g.join().unwrap(), out)
+    });
+    let t = Instant::now();
+    let status = rw(&ws, &["status"]);
+    let status_took = t.elapsed();
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let tools = tools_out_of_turn(&all);
+    let what = format!(
+        "gc: {gcs:?}\nagent took {out}\nstatus took {status_took:?}\nmisplaced: {wrong:?}\n\
+         tools: {tools:?}\n{what}"
+    );
+    assert!(gcs.iter().all(|g| g.0), "{what}");
+    assert!(
+        status.status.success() && status_took < Duration::from_secs(5),
+        "{what}"
+    );
+    assert_eq!(turns(&ws).len(), 6, "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    assert!(tools.is_empty(), "{what}");
     ws.unmount();
 }
