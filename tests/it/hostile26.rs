@@ -31,7 +31,28 @@ fn misplaced_files(ws: &Workspace) -> (Vec<String>, String) {
         .into_iter()
         .filter(|w| !w.contains("`turns --json` says"))
         .collect();
-    for t in turns(ws) {
+    // The other way round: since 711bd3d every id is handed out with the session's turn of
+    // that moment, so a change of the session whose id is within turn N's bounds is turn
+    // N's, and one labelled no turn has an id in no turn's bounds.
+    let ts = turns(ws);
+    for c in log(ws).iter().filter(|c| c["session"] == SESSION) {
+        let id = c["id"].as_u64().unwrap();
+        let inside = ts.iter().find(|t| {
+            id > t["start_id"].as_u64().unwrap() && t["end_id"].as_u64().is_none_or(|e| id <= e)
+        });
+        if let Some(t) = inside
+            && c["turn"] != t["turn"]
+        {
+            out.push(format!(
+                "#{id} {} {} labelled turn {} within turn {}'s bounds",
+                c["kind"].as_str().unwrap_or_default(),
+                c["path"].as_str().unwrap_or_default(),
+                c["turn"],
+                t["turn"]
+            ));
+        }
+    }
+    for t in ts {
         let n = t["turn"].as_u64().unwrap();
         let p = paths(&turn_log(ws, n));
         let files: Vec<&String> = p
