@@ -133,6 +133,50 @@ fn tools_out_of_turn(all: &[Value]) -> Vec<String> {
     wrong
 }
 
+/// A `.rewind/events` reader (`cat` under `timeout 120`): its pid, and a thread that gives
+/// every change it read once it is ended.
+fn events_reader(ws: &Workspace) -> (u32, std::thread::JoinHandle<Vec<Value>>) {
+    let mut c = std::process::Command::new("timeout")
+        .args(["120", "cat"])
+        .arg(ws.path().join(".rewind/events"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    let out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let t = std::thread::spawn(move || {
+        let v = out
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|l| serde_json::from_str(&l).ok())
+            .collect();
+        let _ = c.wait();
+        v
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    (pid, t)
+}
+
+/// The changes the events reader saw whose turn or tool call differ from what `log` says of
+/// the same id, and the log's changes of the agent's session it never saw.
+fn labels_differ(all: &[Value], seen: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in all.iter().filter(|c| c["session"] == SESSION) {
+        match seen.iter().find(|e| e["id"] == c["id"]) {
+            None => out.push(format!("#{} {} never seen", c["id"], c["path"])),
+            Some(e) => {
+                if e["turn"] != c["turn"] || e["tool"] != c["tool"] {
+                    out.push(format!(
+                        "#{} {}: events say turn {} tool {}, log says turn {} tool {}",
+                        c["id"], c["path"], e["turn"], e["tool"], c["turn"], c["tool"]
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Python: `xchg(a, b)` swaps two names with `renameat2(RENAME_EXCHANGE)`; `tool_begin(n, k)`
 /// and `tool_end(n, k)` send a PreToolUse and PostToolUse for tool call `toolu_N_K`.
 const MORE: &str = r#"
@@ -317,6 +361,7 @@ os.unlink("stop.flag")
 fn edits_closed_just_after_prompts_and_tool_calls() {
     let mut ws = Workspace::new();
     mounted(&mut ws, &[("w.txt", "w\n")], &[]);
+    let (reader, events) = events_reader(&ws);
     agent2(
         &ws,
         r#"
@@ -353,8 +398,16 @@ os.unlink("stop.flag")
     let all = log(&ws);
     let (wrong, what) = misplaced_files(&ws);
     let tools = tools_out_of_turn(&all);
-    let what = format!("misplaced: {wrong:?}\ntools: {tools:?}\n{what}");
+    crate::trust::signal(reader, libc::SIGTERM);
+    let seen = events.join().unwrap();
+    let differ = labels_differ(&all, &seen);
+    let what = format!(
+        "misplaced: {wrong:?}\ntools: {tools:?}\nevents ({} seen) that differ from the log: \
+         {differ:?}\n{what}",
+        seen.len()
+    );
     assert!(wrong.is_empty(), "{what}");
+    assert!(differ.is_empty(), "{what}");
     assert!(tools.is_empty(), "{what}");
     assert!(
         all.iter().any(|c| c["tool"]["id"].is_string()),
