@@ -1013,3 +1013,159 @@ print(time.monotonic() - t)
     assert!(tools.is_empty(), "{what}");
     ws.unmount();
 }
+
+/// The agent itself runs rollbacks as tool calls: in turn 2 it undoes turn 1 (`rollback
+/// --turn S:1`) while a background process of the agent keeps editing, then starts a rollback
+/// of a 600-file tree in the background and stops and prompts again at once, while that
+/// rollback's restores go on. The restores are in the rollbacks' sessions with no turn; the
+/// agent's changes keep their turns both ways (`misplaced_files`); `rollback --session` of
+/// the first rollback (preview, then run) puts back what turn 1 wrote.
+#[test]
+fn rollbacks_run_by_the_agent_while_its_turns_switch() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("f.txt", "f\n"), ("bg.txt", "0\n")], &[]);
+    let root = ws.path();
+    fs::create_dir(root.join("tree")).unwrap();
+    sync(&ws);
+    let base = log(&ws).last().unwrap()["id"].as_u64().unwrap();
+    for i in 0..600 {
+        fs::write(root.join(format!("tree/t{i}.txt")), format!("{i}\n")).unwrap();
+    }
+    sync(&ws);
+    let out = agent2(
+        &ws,
+        &format!(
+            "BASE = {base}\n{}",
+            r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    with open("bg.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); f.truncate()
+    time.sleep(0.003)
+'''])
+prompt(1)
+edit("f.txt", "turn one\n")
+stop(1)
+prompt(2)
+tool_begin(2, 1)
+r1 = subprocess.run(["rewind", "rollback", "--turn", "claude-" + SID + ":1"],
+                    capture_output=True, text=True)
+tool_end(2, 1)
+tool_begin(2, 2)
+big = subprocess.Popen(["rewind", "rollback", "--to", str(BASE), "--force"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+tool_end(2, 2)
+stop(2)
+prompt(3)
+edit("f.txt", "turn three\n")
+stop(3)
+o, e = big.communicate(timeout=120)
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+print(json.dumps([r1.returncode, r1.stdout, r1.stderr, big.returncode, o[-300:], e[-300:]]))
+"#
+        ),
+    );
+    sync(&ws);
+    let res: Value = serde_json::from_str(out.trim()).unwrap();
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let tools = tools_out_of_turn(&all);
+    let restores: Vec<&Value> = all.iter().filter(|c| c["kind"] == "restore").collect();
+    let what = format!(
+        "agent printed {res}\n{} restores\nmisplaced: {wrong:?}\ntools: {tools:?}\n{what}",
+        restores.len()
+    );
+    // Exit 1 (done in part): turn 1 has bg.txt too, which the background writer changed since.
+    assert!(matches!(res[0].as_i64(), Some(0 | 1)), "{what}");
+    assert!(
+        res[1].as_str().unwrap().contains("revert   f.txt"),
+        "{what}"
+    );
+    assert!(matches!(res[3].as_i64(), Some(0 | 1)), "{what}");
+    assert!(restores.len() >= 600, "{what}");
+    for c in &restores {
+        assert!(c["turn"].is_null(), "a restore with a turn: {c}\n{what}");
+        assert!(
+            c["session"].as_str().unwrap().starts_with("rollback-"),
+            "{c}\n{what}"
+        );
+    }
+    assert!(wrong.is_empty(), "{what}");
+    assert!(tools.is_empty(), "{what}");
+    assert_eq!(turns(&ws).len(), 3, "{what}");
+    // The first rollback's session: the one whose restore put f.txt back.
+    let first = restores.iter().find(|c| c["path"] == "f.txt").expect(&what)["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for n in 1..=3 {
+        let p = paths(&turn_log(&ws, n));
+        assert!(
+            p.iter().all(|p| p == "bg.txt" || p == "f.txt"),
+            "turn {n} lists {p:?}: {what}"
+        );
+    }
+    let dry = rw_ok(
+        &ws,
+        &["rollback", "--session", &first, "--dry-run", "--force"],
+    );
+    let run = rw_ok(&ws, &["rollback", "--session", &first, "--force"]);
+    let f = fs::read_to_string(ws.path().join("f.txt")).unwrap();
+    let what = format!("dry:\n{dry}\nrun: {run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    assert_eq!(f, "turn one\n", "{what}");
+    ws.unmount();
+}
+
+/// A file with two names (`h1.txt`, `h2.txt`): `h1.txt` is open for writing across the Stop
+/// and the next prompt; right after the Stop, `h2.txt` is unlinked and linked again as
+/// `h3.txt`, and in turn 2 `h1.txt` is exchanged with `other.txt`. Both ways, every change is
+/// in the turn its id falls in, and `rollback --to-turn S:2` (preview, then run) gives the tree
+/// at turn 2's start.
+#[test]
+fn hard_links_changed_around_an_open_name_across_a_stop() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("h1.txt", "h\n"), ("other.txt", "o\n")], &[]);
+    agent2(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+os.link("h1.txt", "h2.txt")
+prompt(1)
+f = open("h1.txt", "a")
+f.write("one\n"); f.flush()
+stop(1)
+os.unlink("h2.txt")
+os.link("h1.txt", "h3.txt")
+f.write("between\n"); f.flush()
+prompt(2)
+xchg("h1.txt", "other.txt")
+f.write("two\n"); f.flush()
+os.unlink("h3.txt")
+stop(2)
+f.close()
+time.sleep(0.3)
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
+    assert!(wrong.is_empty(), "{what}");
+    let (s2, _) = bounds(&ws, 2);
+    let want = tree(&ws.path().join(format!(".rewind/at/{s2}")));
+    let turn = format!("{SESSION}:2");
+    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
+    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
+    let got = tree(&ws.path());
+    let what = format!("want:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    assert_eq!(got, want, "{what}");
+    ws.unmount();
+}
