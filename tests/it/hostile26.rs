@@ -1169,3 +1169,76 @@ time.sleep(0.3)
     assert_eq!(got, want, "{what}");
     ws.unmount();
 }
+
+/// The writer thread holds closed edits (`REWIND_TEST_SLOW_END=1500`): the agent edits
+/// `a.txt` in turn 1 (fsynced, open 600 ms: its marker written) and stops at once; the Stop's bound falls after the edit's id (set aside
+/// at its close), the hook gives up waiting for the edit to be recorded (800 ms), and the
+/// daemon is SIGKILLed before it is. After a remount the edit is recovered: it was made in
+/// turn 1, before the Stop, so turn 1 must list it, within its bounds, and nothing may be
+/// misplaced.
+// Fails at 711bd3d: the Stop gives up ("no answer within 800 ms; gave up"), turn 1 is stored
+// as (2, 4] (the bound on a.txt's edit's set-aside id 4), and after the SIGKILL the next mount
+// recovers the edit from its marker as "#5 modify a.txt claude-... turn null": a fresh id past
+// turn 1's end, and `label_now` (journal.rs) relabels it with the session's turn at recovery
+// (none), so turn 1 lists b.txt only and `cat a.txt --at 4` gives "a\nagain\n". Before
+// 711bd3d it would have kept turn 1's label outside turn 1's bounds: in no turn either way.
+// The set-aside id is not kept with the marker (recovery.rs), so the recovered change cannot
+// take its place inside the turn. (Without the fsync, an edit under 100 ms has no marker and
+// comes back as `external`: documented, design.md, Crash semantics.)
+#[test]
+#[ignore = "fails: an edit closed before a Stop and recovered after a SIGKILL leaves its turn (fresh id, relabelled no turn)"]
+fn sigkill_while_an_edit_before_the_stop_is_still_being_recorded() {
+    let mut ws = Workspace::new();
+    mounted(
+        &mut ws,
+        &[("a.txt", "a\n"), ("b.txt", "b\n")],
+        &[("REWIND_TEST_SLOW_END", "1500")],
+    );
+    let out = agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("b.txt", "turn one, early\n")
+time.sleep(2)
+# fsynced and open 600 ms, so that its marker is written (an edit under 100 ms has none:
+# after a crash the scan records it as `external`, design.md, Crash semantics).
+with open("a.txt", "r+") as f:
+    f.write("turn one\n"); f.truncate(); f.flush(); os.fsync(f.fileno()); time.sleep(0.6)
+print(stop(1))
+"#,
+    );
+    let before = "(not read: a read could wait for the edit)";
+    let dir = ws.path();
+    let pid = daemon_pid(&ws);
+    crate::trust::signal(pid as u32, libc::SIGKILL);
+    assert!(wait_for(30, || !std::path::Path::new(&format!(
+        "/proc/{pid}"
+    ))
+    .exists()));
+    let _ = std::process::Command::new("fusermount3")
+        .arg("-uz")
+        .arg(&dir)
+        .status();
+    ws.mount();
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!(
+        "stop took {out}turns before the kill: {before:?}\n{}\n{wrong:?}\n{what}",
+        lines(&all)
+    );
+    // The attack: the Stop gave up waiting for a.txt's edit to be recorded.
+    assert!(out.trim().parse::<f64>().unwrap() > 0.7, "{what}");
+    assert_eq!(ts.len(), 1, "{what}");
+    let end = ts[0]["end_id"].as_u64().expect(&what);
+    assert_eq!(
+        cat_opt(&ws, "a.txt", end).as_deref(),
+        Some("turn one\n"),
+        "a.txt at turn 1's end: {what}"
+    );
+    assert_eq!(paths(&turn_log(&ws, 1)), ["a.txt", "b.txt"], "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
