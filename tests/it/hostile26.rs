@@ -1242,3 +1242,119 @@ print(stop(1))
     assert!(wrong.is_empty(), "{what}");
     ws.unmount();
 }
+
+/// An editor's temporary file written and closed in turn 1 (a held-back create) and renamed
+/// over `c.txt` only after the Stop, then again in turn 2 with the rename right after the
+/// prompt: both ways every change is in the turn its id falls in, and `rollback --to-turn
+/// S:1` and `S:2` (preview, then run) each give the tree at that turn's start.
+#[test]
+fn saves_by_rename_whose_temp_files_are_closed_before_a_bound_and_renamed_after() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("c.txt", "c\n"), ("d.txt", "d\n")], &[]);
+    agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("d.txt", "turn one\n")
+with open("c.tmp", "w") as f:
+    f.write("saved after the stop\n")
+stop(1)
+os.rename("c.tmp", "c.txt")
+with open("c.tmp", "w") as f:
+    f.write("saved after prompt two\n")
+prompt(2)
+os.rename("c.tmp", "c.txt")
+edit("d.txt", "turn two\n")
+stop(2)
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
+    assert!(wrong.is_empty(), "{what}");
+    for n in [2usize, 1] {
+        let (s, _) = bounds(&ws, n);
+        let want = tree(&ws.path().join(format!(".rewind/at/{s}")));
+        let turn = format!("{SESSION}:{n}");
+        // --force: turn 2's rollback is a later change of the paths turn 1's goes back over.
+        let dry = rw_ok(
+            &ws,
+            &["rollback", "--to-turn", &turn, "--dry-run", "--force"],
+        );
+        let run = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--force"]);
+        let got = tree(&ws.path());
+        let what =
+            format!("turn {n}\nwant:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
+        assert_eq!(planned(&dry), planned(&run), "{what}");
+        assert_eq!(got, want, "{what}");
+    }
+    ws.unmount();
+}
+
+/// Checkpoints taken in a loop (`rewind checkpoint`, which cuts every open edit as a bound
+/// does) while the agent runs ten quick turns with a file held open and a background writer:
+/// both ways every change is in the turn its id falls in, and each checkpoint's tree is
+/// whole (`.rewind/at/NAME` lists `o.txt` and `bg.txt`).
+#[test]
+fn checkpoints_in_a_loop_while_turns_switch_with_files_open() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("o.txt", "o\n"), ("bg.txt", "0\n")], &[]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (names, out) = std::thread::scope(|s| {
+        let c = s.spawn(|| {
+            let mut names = Vec::new();
+            let mut i = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && i < 200 {
+                let name = format!("cp{i}");
+                let o = rw(&ws, &["checkpoint", &name]);
+                assert!(o.status.success(), "{o:?}");
+                names.push(name);
+                i += 1;
+            }
+            names
+        });
+        let out = agent(
+            &ws,
+            r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    with open("bg.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); f.truncate()
+'''])
+o = open("o.txt", "w")
+for n in range(1, 11):
+    prompt(n)
+    o.write("turn %d\n" % n); o.flush()
+    stop(n)
+o.close()
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+"#,
+        );
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (c.join().unwrap(), out)
+    });
+    sync(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!(
+        "{out}\n{} checkpoints\nmisplaced: {wrong:?}\n{what}",
+        names.len()
+    );
+    assert!(names.len() >= 3, "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    for n in names.iter().step_by(5) {
+        let listing = sh(&ws.path(), &format!("ls .rewind/at/{n}/"));
+        assert!(
+            listing.contains("o.txt") && listing.contains("bg.txt"),
+            "{n}: {listing}\n{what}"
+        );
+    }
+    ws.unmount();
+}
