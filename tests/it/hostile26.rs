@@ -1358,3 +1358,99 @@ os.unlink("stop.flag")
     }
     ws.unmount();
 }
+
+/// Prompts with no Stop between them (an agent interrupted, whose Stop hook never ran), a
+/// file held open across all of them and a background writer: each prompt ends the turn before
+/// at its own bound. Turn N ends where N+1 begins, both ways every change is in the turn its id
+/// falls in, and what the held file holds at each turn's end is what was written by then.
+#[test]
+fn prompts_without_stops_with_a_file_held_open_and_a_writer() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("o.txt", "o\n"), ("bg.txt", "0\n")], &[]);
+    agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    with open("bg.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); f.truncate()
+'''])
+o = open("o.txt", "w")
+for n in range(1, 9):
+    prompt(n)
+    o.write("turn %d\n" % n); o.flush()
+    time.sleep(0.02)
+stop(8)
+o.close()
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+"#,
+    );
+    sync(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("misplaced: {wrong:?}\n{what}");
+    assert_eq!(ts.len(), 8, "{what}");
+    for w in ts.windows(2) {
+        assert_eq!(w[0]["end_id"], w[1]["start_id"], "{what}");
+    }
+    assert!(wrong.is_empty(), "{what}");
+    for n in 1..=8u64 {
+        let (_, end) = bounds(&ws, n as usize);
+        let want: String = (1..=n).map(|k| format!("turn {k}\n")).collect();
+        assert_eq!(
+            cat_opt(&ws, "o.txt", end).as_deref(),
+            Some(want.as_str()),
+            "turn {n}: {what}"
+        );
+    }
+    ws.unmount();
+}
+
+/// The agent's session ends (SessionEnd: the open turn ends, the registration goes) while a
+/// background process it started keeps a file open and writing, and goes on after: both ways
+/// every change is in the turn its id falls in, and turn 1 ends.
+#[test]
+fn a_session_end_while_a_background_writer_keeps_a_file_open() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("o.txt", "o\n"), ("bg.txt", "0\n")], &[]);
+    agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+bg = subprocess.Popen([sys.executable, "-c", '''
+import os, time
+o = open("o.txt", "w")
+i = 0
+while not os.path.exists("stop.flag"):
+    i += 1
+    o.write("%d\\n" % i); o.flush()
+    with open("bg.txt", "r+") as f:
+        f.write("%d\\n" % i); f.flush(); f.truncate()
+    time.sleep(0.002)
+o.close()
+'''])
+time.sleep(0.3)
+hook("SessionEnd", reason="exit")
+time.sleep(0.3)
+open("stop.flag", "w").close()
+bg.wait()
+os.unlink("stop.flag")
+time.sleep(0.3)
+"#,
+    );
+    sync(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("misplaced: {wrong:?}\n{what}");
+    assert_eq!(ts.len(), 1, "{what}");
+    assert!(ts[0]["end_id"].as_u64().is_some(), "{what}");
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
