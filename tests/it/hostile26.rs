@@ -1454,3 +1454,56 @@ time.sleep(0.3)
     assert!(wrong.is_empty(), "{what}");
     ws.unmount();
 }
+
+/// Folders moved around files held open across bounds: `d/f.txt` is open from turn 1; after
+/// the Stop `d` is renamed `e`; in turn 2 `e` is exchanged with the folder `g`
+/// (`RENAME_EXCHANGE` of two folders) and then a file with a folder (`x.txt` and `g`), while
+/// `f.txt` is written between each. Both ways every change is in the turn its id falls in, and
+/// `rollback --to-turn S:2` (preview, then run) gives the tree at turn 2's start.
+#[test]
+fn folders_renamed_and_exchanged_around_a_file_open_across_turns() {
+    let mut ws = Workspace::new();
+    mounted(
+        &mut ws,
+        &[("d/f.txt", "f\n"), ("g/k.txt", "k\n"), ("x.txt", "x\n")],
+        &[],
+    );
+    agent2(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+f = open("d/f.txt", "a")
+f.write("one\n"); f.flush()
+stop(1)
+os.rename("d", "e")
+f.write("between\n"); f.flush()
+prompt(2)
+xchg("e", "g")
+f.write("two\n"); f.flush()
+xchg("x.txt", "g")
+f.write("two again\n"); f.flush()
+stop(2)
+prompt(3)
+f.write("three\n"); f.close()
+time.sleep(0.3)
+stop(3)
+"#,
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
+    assert!(wrong.is_empty(), "{what}");
+    let (s2, _) = bounds(&ws, 2);
+    let want = tree(&ws.path().join(format!(".rewind/at/{s2}")));
+    let turn = format!("{SESSION}:2");
+    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
+    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
+    let got = tree(&ws.path());
+    let what = format!("want:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    assert_eq!(got, want, "{what}");
+    assert!(want.contains("./e/f.txt"), "{what}");
+    ws.unmount();
+}
