@@ -207,6 +207,11 @@ fn agent2(ws: &Workspace, script: &str) -> String {
 fn exchanges_of_an_open_file_across_turns() {
     let mut ws = Workspace::new();
     mounted(&mut ws, &[("x.txt", "x\n"), ("y.txt", "y\n")], &[]);
+    sh(
+        &ws.path(),
+        "git init -q . && git -c user.email=t@t -c user.name=t add -A \
+         && git -c user.email=t@t -c user.name=t commit -qm base",
+    );
     agent2(
         &ws,
         r#"
@@ -255,6 +260,20 @@ stop(3)
             "{p}: log --turn lists {listed:?}, diff --turn --stat:\n{diff}\n{what}"
         );
     }
+    // `export --turn` writes the same files, with what they held at the turn's end.
+    let export = rw(&ws, &["export", "--turn", &turn, "--branch", "t2"]);
+    let exported = sh(
+        &ws.path(),
+        "git diff --name-only t2~1 t2 2>&1; echo ---; git show t2:x.txt 2>&1",
+    );
+    let what =
+        format!("export: {export:?}\nexported: {exported}\nlog --turn lists {listed:?}\n{what}");
+    assert!(export.status.success(), "{what}");
+    let (names, xt) = exported.split_once("---\n").unwrap();
+    let mut names: Vec<&str> = names.lines().collect();
+    names.sort();
+    assert_eq!(names, listed, "{what}");
+    assert_eq!(Some(xt), cat_opt(&ws, "x.txt", e2).as_deref(), "{what}");
     let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
     let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
     let what = format!("dry:\n{dry}\nrun:\n{run}\n{what}");
