@@ -9,6 +9,26 @@
 //! and that `log --turn`, `turns`, `diff --turn`, `rollback --turn`/`--to-turn` (preview and
 //! run) agree; a turn switched while the store refuses writes; SIGKILL right after a bound;
 //! hooks and `.rewind/events` readers during a big rollback.
+//!
+//! `misplaced_files` checks both ways: a change labelled N has its id in N's bounds (as
+//! `hostile24::misplaced`), and, since every id is now handed out with the session's turn of
+//! that moment, a change of the session whose id is in N's bounds is labelled N.
+//!
+//! Held at 711bd3d: exchanges (files and folders) of open files across turns, a background
+//! tree churn (mkdir, hard links, saves by rename, exchanges, rm -rf, deletes of open files)
+//! across twelve quick turns with tool calls, edits closed just after prompts and tool calls
+//! (and `.rewind/events` gives the labels `log` has), hard links and folder renames around
+//! open names, saves by rename across bounds, prompts without Stops, SessionEnd with a
+//! background writer, checkpoints in a loop, rollbacks run by the agent while its turns
+//! switch, hooks from many threads during a big rollback, during gc and with stopped events
+//! readers (no deadlock, no hook gave up), SIGKILL right after a bound with held creates.
+//!
+//! Failing at 711bd3d (ignored, each with what it showed): a turn switch the refusing store
+//! fails (`Turns::end`/`begin` drop or skip the open turn, then `put_turn` is refused and never
+//! retried: a Stop leaves turn 1 open in `turns` for good, and open again after a remount; a
+//! prompt begins no turn); and changes recovered after a SIGKILL get fresh ids and are
+//! relabelled by `label_now` with the turn open at recovery (no turn, or a reopened turn 2,
+//! whose rollback would then undo turn 1's work).
 
 use std::fs;
 use std::io::BufRead;
