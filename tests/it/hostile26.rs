@@ -24,7 +24,8 @@
 //! readers (no deadlock, no hook gave up), SIGKILL right after a bound with held creates.
 //!
 //! Failing at 711bd3d (ignored, each with what it showed): a turn switch the refusing store
-//! fails (`Turns::end`/`begin` drop or skip the open turn, then `put_turn` is refused and never
+//! fails (also right after a refused cut of an open file under 16 MiB: the refusal outlasts
+//! the cut) (`Turns::end`/`begin` drop or skip the open turn, then `put_turn` is refused and never
 //! retried: a Stop leaves turn 1 open in `turns` for good, and open again after a remount; a
 //! prompt begins no turn); and changes recovered after a SIGKILL get fresh ids and are
 //! relabelled by `label_now` with the turn open at recovery (no turn, or a reopened turn 2,
@@ -1695,6 +1696,99 @@ print(json.dumps(took))
             "turn {n}: {what}"
         );
     }
+    assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
+
+/// `hostile25::a_stop_whose_cut_fails_on_a_full_store_disk` with an open file under the
+/// 16 MiB a bound cuts (that test's file, about 17 MiB, is no longer cut at all since files
+/// over 16 MiB are not: its Stop meets no refusal). Here the open file (12 MiB) is larger
+/// than what the store's disk has left above its reserve, so the Stop's cut is refused: the
+/// turn must end all the same (design.md: "a cut the store refuses ... is logged and the
+/// turn switched anyway"), the edit between turns be in no turn, the next prompt's in turn 2.
+// Fails at 711bd3d: the cut is refused ("cannot record what claude-...'s open files hold at
+// its turn's bound: store: cannot write (... too full to store the content of big.bin: 3.1
+// MiB stored, about 8.9 MiB more needed ...)"), which leaves the store refusing every write
+// ("refusing writes until the disk has room for it"); `at_point`'s switch then calls
+// `Turns::end`, which drops turn 1 from the open table and fails in `put_turn`: the Stop hook
+// gets "store: cannot write ...", `turns` keeps turn 1 (0, null] for good, and turn 2 (3, 4]
+// lies inside it: "#2 create big.bin labelled turn null within turn 1's bounds", "#3 modify
+// b.txt labelled turn null within turn 1's bounds", "#4 modify c.txt labelled turn 2 within
+// turn 1's bounds". The hostile25 fix (`bound_turn` logs a refused cut and goes on) does not
+// help, as the refusal outlasts the cut.
+#[test]
+#[ignore = "fails: a refused cut leaves the store refusing, so the Stop's switch fails too and turn 1 never ends"]
+fn a_stop_whose_cut_under_16_mib_is_refused_by_a_full_store() {
+    let small = crate::full_disk::small_ext4();
+    let reserve = crate::full_disk::reserve_of(small.size());
+    let mut ws = Workspace::new();
+    let store = mounted_on_small(
+        &mut ws,
+        &small,
+        &[("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")],
+    );
+    let filler = small.path().join("filler");
+    // Leave about 8 MiB above the reserve.
+    let fill = small.available() - reserve - (8 << 20);
+    crate::full_disk::write_noise(&filler, fill as usize);
+    let out = agent(
+        &ws,
+        &format!(
+            "FILLER = {:?}\n{}",
+            filler.display().to_string(),
+            r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "turn one\n")
+f = open("big.bin", "wb")
+for i in range(12):
+    f.write(os.urandom(1 << 20))
+f.flush()
+t1 = stop(1)
+os.unlink(FILLER)
+f.truncate(16)
+try:
+    f.close()
+except OSError:
+    pass
+time.sleep(2)
+for i in range(20):
+    try:
+        edit("b.txt", "between turns\n"); break
+    except OSError:
+        time.sleep(0.5)
+t2 = prompt(2)
+edit("c.txt", "turn two\n")
+time.sleep(1)
+t3 = stop(2)
+print(json.dumps([t1, t2, t3]))
+"#
+        ),
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let ts = turns(&ws);
+    let (wrong, what) = misplaced_files(&ws);
+    let daemon = fs::read_to_string(store.join("daemon.log")).unwrap_or_default();
+    let refused = daemon.contains("open files hold at its turn's bound");
+    let what = format!(
+        "hooks took {out}\n{}\n{wrong:?}\n{what}\ndaemon.log (last 20):\n{}",
+        lines(&all),
+        daemon.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
+    // The attack: the cut was refused.
+    assert!(refused, "the Stop's cut was not refused: {what}");
+    assert_eq!(ts.len(), 2, "{what}");
+    assert!(
+        ts[0]["end_id"].as_u64().is_some(),
+        "turn 1 never ended: {what}"
+    );
+    let b = all.iter().rfind(|c| c["path"] == "b.txt").expect(&what);
+    assert!(b["turn"].is_null(), "b.txt between turns: {what}");
+    assert!(
+        paths(&turn_log(&ws, 2)).contains(&"c.txt".to_string()),
+        "c.txt in turn 2: {what}"
+    );
     assert!(wrong.is_empty(), "{what}");
     ws.unmount();
 }
