@@ -20,6 +20,7 @@ mod hostile22;
 mod hostile23;
 mod hostile24;
 mod hostile25;
+mod hostile26;
 mod hunk;
 mod model;
 mod mount;
