@@ -177,8 +177,12 @@ impl Turns {
         last_id: u64,
     ) -> Result<Turn> {
         let mut open = self.lock();
-        if let Some(prev) = open.remove(session) {
-            self.finish(prev.turn, last_id)?;
+        // The table follows the store: a turn whose end could not be written stays open.
+        if let Some(prev) = open.remove(session)
+            && let Err(e) = self.finish(prev.turn.clone(), last_id)
+        {
+            open.insert(session.to_string(), prev);
+            return Err(e);
         }
         let number = self
             .history
@@ -213,9 +217,17 @@ impl Turns {
 
     /// The agent stopped: its open turn ends at `last_id`.
     pub fn end(&self, session: &str, last_id: u64) -> Result<Option<Turn>> {
-        match self.lock().remove(session) {
-            Some(o) => self.finish(o.turn, last_id).map(Some),
-            None => Ok(None),
+        let mut open = self.lock();
+        let Some(o) = open.remove(session) else {
+            return Ok(None);
+        };
+        match self.finish(o.turn.clone(), last_id) {
+            Ok(turn) => Ok(Some(turn)),
+            // Still open, as the store has it.
+            Err(e) => {
+                open.insert(session.to_string(), o);
+                Err(e)
+            }
         }
     }
 

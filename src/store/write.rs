@@ -303,9 +303,10 @@ impl Store {
         self.write_now(context, batch)
     }
 
-    /// [`write`](Store::write) for a write that gives space back (gc's deletes), also when
-    /// writes are refused because the disk is full: that is what the reserve is kept for. Not
-    /// after a panic, nor in a read-only store.
+    /// [`write`](Store::write) for a write that gives space back (gc's deletes) or a small
+    /// one that must not wait (a turn's bounds), also when writes are refused because the
+    /// disk is full: that is what the reserve is kept for. Not after a panic, nor in a
+    /// read-only store.
     pub(super) fn write_to_free(&self, context: &'static str, batch: WriteBatch) -> Result<()> {
         self.check_may_free()?;
         self.write_now(context, batch)
@@ -690,7 +691,10 @@ impl Store {
         Ok(Some(checkpoint))
     }
 
-    /// Write a turn (a new one, or one that ended).
+    /// Write a turn (a new one, or one that ended). Also from the reserve when the store
+    /// refuses writes for a full disk: a turn's record is a few hundred bytes, and an agent's
+    /// prompt or Stop must still begin or end its turn, whose bounds say which changes are its
+    /// (those refused meanwhile are not recorded at all).
     pub fn put_turn(&self, turn: &TurnRecord) -> Result<()> {
         check_key_name("session", turn.session.as_bytes())?;
         let db = self.db()?;
@@ -701,7 +705,7 @@ impl Store {
             turn.encode(),
         );
         drop(db);
-        self.write("turn", batch)
+        self.write_to_free("turn", batch)
     }
 
     /// The last id handed out, as a point the history is cut at (a turn's bounds): pinned, so

@@ -23,13 +23,16 @@
 //! switch, hooks from many threads during a big rollback, during gc and with stopped events
 //! readers (no deadlock, no hook gave up), SIGKILL right after a bound with held creates.
 //!
-//! Failing at 711bd3d (ignored, each with what it showed): a turn switch the refusing store
-//! fails (also right after a refused cut of an open file under 16 MiB: the refusal outlasts
-//! the cut) (`Turns::end`/`begin` drop or skip the open turn, then `put_turn` is refused and never
-//! retried: a Stop leaves turn 1 open in `turns` for good, and open again after a remount; a
-//! prompt begins no turn); and changes recovered after a SIGKILL get fresh ids and are
-//! relabelled by `label_now` with the turn open at recovery (no turn, or a reopened turn 2,
-//! whose rollback would then undo turn 1's work).
+//! Failed at 711bd3d, each with what it showed, and passing since: a turn switch the refusing
+//! store fails (also right after a refused cut of an open file under 16 MiB: the refusal
+//! outlasts the cut) (`Turns::end`/`begin` dropped or skipped the open turn, then `put_turn` was
+//! refused and never retried: a Stop left turn 1 open in `turns` for good, and open again after
+//! a remount; a prompt began no turn) -- now a turn's record is written from the store's
+//! reserve, and a turn whose record cannot be written at all stays open in the daemon as in
+//! the store; and changes recovered after a SIGKILL got fresh ids and were relabelled by
+//! `label_now` with the turn open at recovery (no turn, or a reopened turn 2, whose rollback
+//! would then undo turn 1's work) -- now an edit's marker notes the id set aside at its close,
+//! which the recovery records it with, and recovered changes keep their marker's label.
 
 use std::fs;
 use std::io::BufRead;
@@ -468,8 +471,8 @@ os.unlink("stop.flag")
 // edit after it are labelled no turn), and turn 2 begins (4, 5] inside turn 1's open bounds.
 // `Turns::end` (src/history/turns.rs) takes the turn out of the open table before `finish`'s
 // `put_turn`, which the refusing store fails; `at_point` hands the error back.
+// Passes since a turn's record is written from the reserve (fails again without it).
 #[test]
-#[ignore = "fails: a Stop while the store refuses writes leaves turn 1 open in `turns` for good though the daemon closed it"]
 fn a_stop_while_the_store_refuses_every_write() {
     let small = crate::full_disk::small_ext4();
     let reserve = crate::full_disk::reserve_of(small.size());
@@ -855,8 +858,8 @@ def free(filler):
 // recorded in part (1 of 2 requests)": no turn 2 is begun (`Turns::begin`'s `put_turn` is
 // refused, and nothing retries it once "the store accepts writes again" 0.6 s later), so the
 // prompt's edit of c.txt (#3) is labelled no turn and `turns` lists turn 1 (0, 1] only.
+// Passes since a turn's record is written from the reserve (fails again without it).
 #[test]
-#[ignore = "fails: a prompt while the store refuses writes begins no turn; its changes are in none"]
 fn a_prompt_while_the_store_refuses_every_write() {
     let small = crate::full_disk::small_ext4();
     let reserve = crate::full_disk::reserve_of(small.size());
@@ -920,8 +923,8 @@ print(json.dumps([refused, t2, t3]))
 // the remount, with no prompt (#2), is labelled turn 1 and inside its bounds: `turns` shows
 // turn 1 (0, null] with a.txt and b.txt. Same cause: `Turns::end` (src/history/turns.rs) drops
 // the turn from the open table, then `finish`'s `put_turn` is refused and never retried.
+// Passes since a turn's record is written from the reserve (fails again without it).
 #[test]
-#[ignore = "fails: after a Stop the refusing store failed and a remount, turn 1 is open again and takes the next edits"]
 fn a_remount_after_a_stop_the_refusing_store_failed() {
     let small = crate::full_disk::small_ext4();
     let reserve = crate::full_disk::reserve_of(small.size());
@@ -1225,8 +1228,8 @@ time.sleep(0.3)
 // The set-aside id is not kept with the marker (recovery.rs), so the recovered change cannot
 // take its place inside the turn. (Without the fsync, an edit under 100 ms has no marker and
 // comes back as `external`: documented, design.md, Crash semantics.)
+// Passes since an edit's marker notes its set-aside id (fails again without it).
 #[test]
-#[ignore = "fails: an edit closed before a Stop and recovered after a SIGKILL leaves its turn (fresh id, relabelled no turn)"]
 fn sigkill_while_an_edit_before_the_stop_is_still_being_recorded() {
     let mut ws = Workspace::new();
     mounted(
@@ -1564,8 +1567,8 @@ stop(3)
 // undoing turn 2 would undo turn 1's work. (Before 711bd3d they kept turn 1's label, in no
 // turn.) The relabel should not apply to a change recovered after a crash: it was made in
 // the turn its marker names.
+// Passes since recovered changes keep their marker's label (fails again without it).
 #[test]
-#[ignore = "fails: after a SIGKILL, turn 1's edit and create recovered from markers are relabelled into the reopened turn 2"]
 fn sigkill_after_a_prompt_that_gave_up_then_turn_two_must_not_take_turn_ones_changes() {
     let mut ws = Workspace::new();
     mounted(
@@ -1716,8 +1719,8 @@ print(json.dumps(took))
 // b.txt labelled turn null within turn 1's bounds", "#4 modify c.txt labelled turn 2 within
 // turn 1's bounds". The hostile25 fix (`bound_turn` logs a refused cut and goes on) does not
 // help, as the refusal outlasts the cut.
+// Passes since a turn's record is written from the reserve (fails again without it).
 #[test]
-#[ignore = "fails: a refused cut leaves the store refusing, so the Stop's switch fails too and turn 1 never ends"]
 fn a_stop_whose_cut_under_16_mib_is_refused_by_a_full_store() {
     let small = crate::full_disk::small_ext4();
     let reserve = crate::full_disk::reserve_of(small.size());

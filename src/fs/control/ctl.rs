@@ -506,8 +506,12 @@ impl Actor for DaemonActor<'_> {
                         point,
                     )
                 })?;
-                rec.settle_session(session.as_str())?;
-                Ok(format!("turn {}:{} began\n", turn.session, turn.number))
+                Ok(format!(
+                    "turn {}:{} began\n{}",
+                    turn.session,
+                    turn.number,
+                    settled_after_bound(rec, session.as_str())
+                ))
             }
             Command::Turn(TurnCommand::End {
                 session,
@@ -516,15 +520,15 @@ impl Actor for DaemonActor<'_> {
                 let session = &own(session)?;
                 // Ended at once, then settled (as a turn begins, above).
                 let ended = rec.bound_turn(session, |point| rec.turns().end(session, point))?;
-                rec.settle_session(session)?;
+                let settled = settled_after_bound(rec, session);
                 Ok(match ended {
                     Some(t) => {
                         if let Some(path) = transcript {
                             self.keep_conversation(&t, path.clone());
                         }
-                        format!("turn {}:{} ended\n", t.session, t.number)
+                        format!("turn {}:{} ended\n{settled}", t.session, t.number)
                     }
-                    None => "no turn was open\n".into(),
+                    None => format!("no turn was open\n{settled}"),
                 })
             }
             Command::Tool(ToolCommand::Begin { session, name, id }) => {
@@ -584,6 +588,19 @@ impl Actor for DaemonActor<'_> {
                 Ok(out + "\n")
             }
             other => Err(Error::NotADaemonCommand(other.name())),
+        }
+    }
+}
+
+/// Record what `session` did before its turn's bound, once the turn has begun or ended: a
+/// store that refuses it (a full disk) does not undo the switch, which is in the store; what
+/// waits is recorded once the store takes writes. A line saying so, or nothing.
+fn settled_after_bound(rec: &Recorder, session: &str) -> String {
+    match rec.settle_session(session) {
+        Ok(()) => String::new(),
+        Err(e) => {
+            tracing::error!("{session}'s last changes before its turn's bound wait: {e}");
+            format!("its last changes are not all recorded yet: {e}\n")
         }
     }
 }

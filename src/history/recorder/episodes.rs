@@ -753,10 +753,12 @@ impl Recorder {
             // is followed at once by what the daemon does next itself, which no request
             // orders after it.
             let (id, time_ns) = self.reserve_id_unannounced(&ep.who)?;
+            self.note_reserved(ep, id, time_ns);
             return Ok(Finished::Closed { id, time_ns });
         }
         let (id, time_ns) = self.reserve_id(&ep.who)?;
         if !ep.created {
+            self.note_reserved(ep, id, time_ns);
             // The writer's thread first: the wake-up of this RELEASE, which the writer's
             // close() queued, may have taken its CPU on the way back from close(). With the id
             // set aside the requests after it need not wait, and the writer goes on while what
@@ -770,6 +772,30 @@ impl Recorder {
             self.release_id(id);
         }
         finished.map(|p| p.map_or(Finished::Nothing, |p| Finished::Held(Box::new(p))))
+    }
+
+    /// Note in the marker of the edit `ep` of a file that was there (one that has a marker:
+    /// fsynced, or open long enough) the id set aside for its end, and its label then: a crash
+    /// before the edit is recorded leaves it to the next mount, which records it with that id
+    /// if it is still free (`recovery.rs`), inside the turn it was closed in rather than after
+    /// every bound. Edits without a marker (most: short ones) cost nothing more.
+    fn note_reserved(&self, ep: &Episode, id: u64, time_ns: u64) {
+        if ep.created || ep.orphaned || ep.unmarked.is_some() {
+            return;
+        }
+        let mut who = ep.who.clone();
+        if let Some((turn, tool)) = self.label_of_reserved(id) {
+            (who.turn, who.tool) = (turn, tool);
+        }
+        let reserved = Some(Reserved { id, time_ns });
+        if let Err(e) =
+            self.put_marker_with(&ep.path, ep.before.clone(), &who, ep.fsynced, reserved)
+        {
+            tracing::warn!(
+                "{}: its marker does not say which id its edit has: {e}",
+                super::super::show_path(&ep.path)
+            );
+        }
     }
 
     /// Whether this end of an edit comes within [`BURST`] of the last one (or others wait

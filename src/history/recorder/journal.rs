@@ -118,6 +118,25 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// Set while this thread records what a crash cut short (`Recorder::recover`): each such
+    /// change keeps the turn its marker says it was made in ([`Recorder::label_now`]).
+    static KEEP_LABELS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with every change this thread records keeping the label it was made with.
+pub(super) fn keeping_labels<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            KEEP_LABELS.set(false);
+        }
+    }
+    KEEP_LABELS.set(true);
+    let _reset = Reset;
+    f()
+}
+
 /// Run `then` once this thread sets an id aside ([`Recorder::reserve_id`]), or at
 /// [`id_taken`], whichever comes first.
 pub fn after_id(then: Box<dyn FnOnce()>) {
@@ -269,7 +288,9 @@ impl Recorder {
     /// is labelled when it begins and given its id when it is recorded: without this, one
     /// that took its id after the bound kept the turn before, past that turn's end.
     fn label_now(&self, change: &mut Change) {
-        if change.kind == ChangeKind::Restore {
+        // A change recovered after a crash was made in the turn its marker names; the turn
+        // open at the next mount is another moment.
+        if change.kind == ChangeKind::Restore || KEEP_LABELS.get() {
             return;
         }
         if let Some((turn, tool)) = self.turns.current_unless(&change.session, change.turn) {
@@ -282,6 +303,12 @@ impl Recorder {
     /// to be given then, if it differs from the one it was made with.
     pub(super) fn take_label(&self, id: u64) -> Option<Label> {
         lock(&self.journal.relabeled).remove(&id)
+    }
+
+    /// The label [`take_label`](Self::take_label) will give the change of the id `id` set
+    /// aside, if any, left in place.
+    pub(super) fn label_of_reserved(&self, id: u64) -> Option<Label> {
+        lock(&self.journal.relabeled).get(&id).cloned()
     }
 
     /// Note the label a change made by `who` is to have with the id `id` set aside now (with
@@ -427,9 +454,14 @@ impl Recorder {
     ///
     /// `switch` runs before any other id is handed out: it switches the turn, so that every change given an id after the bound is labelled with the turn after
     /// it ([`label_now`](Self::label_now)).
+    ///
+    /// Queued deletes the store refuses (a full disk) stay queued, and the turn is switched
+    /// anyway: they are recorded once the store takes writes, after the bound.
     pub fn at_point<T>(&self, switch: impl FnOnce(u64) -> Result<T>) -> Result<T> {
         let mut deferred = lock(&self.journal.deferred);
-        self.write_deferred(&mut deferred)?;
+        if let Err(e) = self.write_deferred(&mut deferred) {
+            tracing::error!("a turn's bound is taken before the deletes queued: {e}");
+        }
         switch(self.history.store().mark_point())
     }
 

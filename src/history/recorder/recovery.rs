@@ -33,6 +33,10 @@ impl Recorder {
     /// Before mounting: finish episodes a crash cut short, and record what changed in the
     /// workspace while it was not mounted (compared with the manifest the mount left).
     pub fn recover(&self) -> Result<Recovery> {
+        super::journal::keeping_labels(|| self.recover_labelled())
+    }
+
+    fn recover_labelled(&self) -> Result<Recovery> {
         let _pins = self.pin_scope();
         let mut report = Recovery::default();
         // Held-back creates first, in the order of the ids set aside for them (they ended
