@@ -1214,8 +1214,9 @@ time.sleep(0.3)
 }
 
 /// The writer thread holds closed edits (`REWIND_TEST_SLOW_END=1500`): the agent edits
-/// `a.txt` in turn 1 (fsynced, open 600 ms: its marker written) and stops at once; the Stop's bound falls after the edit's id (set aside
-/// at its close), the hook gives up waiting for the edit to be recorded (800 ms), and the
+/// `a.txt` in turn 1 (fsynced, open 600 ms: its marker written) and stops at once; the
+/// Stop's bound falls after the edit's id (set aside at its close), the hook gives up
+/// waiting for the edit to be recorded (800 ms), and the
 /// daemon is SIGKILLed before it is. After a remount the edit is recovered: it was made in
 /// turn 1, before the Stop, so turn 1 must list it, within its bounds, and nothing may be
 /// misplaced.

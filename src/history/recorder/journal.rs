@@ -443,8 +443,8 @@ impl Recorder {
     }
 
     /// Take the end of the history as of now, for a turn's bounds, and give it to `switch`:
-    /// every change made before this call has an id at most this one, every change after it a larger one, even while the
-    /// first are still being recorded. An edit closed and a create held back had their ids
+    /// every change made before this call has an id at most this one, every change after it
+    /// a larger one, even while the first are still being recorded. An edit closed and a create held back had their ids
     /// set aside when they ended (the RELEASEs the kernel sent before the caller's request
     /// have been waited for, `Core::in_turn`); a queued delete takes its id here. Recording
     /// them (a settle) may take long, a hook's budget and more, and the agent goes on
@@ -452,8 +452,9 @@ impl Recorder {
     /// [`Store::mark_point`](crate::store::Store::mark_point)). Files still open are the
     /// caller's (`cut_episodes_of`).
     ///
-    /// `switch` runs before any other id is handed out: it switches the turn, so that every change given an id after the bound is labelled with the turn after
-    /// it ([`label_now`](Self::label_now)).
+    /// `switch` runs before any other id is handed out: it switches the turn, so that every
+    /// change given an id after the bound is labelled with the turn after it
+    /// ([`label_now`](Self::label_now)).
     ///
     /// Queued deletes the store refuses (a full disk) stay queued, and the turn is switched
     /// anyway: they are recorded once the store takes writes, after the bound.

@@ -432,9 +432,9 @@ impl Recorder {
 
     /// Begin or end `session`'s turn at once, with `switch` given its bound: what the session
     /// has open for writing is recorded as far as it is written (a change of the turn that
-    /// opened it), the bound is taken and the turn switched at once ([`at_point`](Self::at_point)), and
-    /// the files still open go on as changes of the turn the session is in then. What the
-    /// session did before is recorded after, by the caller's
+    /// opened it), the bound is taken and the turn switched at once
+    /// ([`at_point`](Self::at_point)), and the files still open go on as changes of the turn
+    /// the session is in then. What the session did before is recorded after, by the caller's
     /// [`settle_session`](Self::settle_session).
     pub fn bound_turn<T>(&self, session: &str, switch: impl FnOnce(u64) -> Result<T>) -> Result<T> {
         // A cut the store refuses (a full disk) must not keep the turn from ending or
