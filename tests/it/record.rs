@@ -1975,36 +1975,70 @@ proptest! {
     /// that ends at what the path holds now.
     #[test]
     fn history_is_an_unbroken_chain_ending_in_the_present(ops in proptest::collection::vec(op(), 1..40)) {
-        let mut ws = Workspace::new();
-        ws.mount();
-        let mut model = BTreeMap::new();
-        let mut dir_exists = false;
-        for op in &ops {
-            apply(&ws.path(), &mut model, &mut dir_exists, op);
+        if let Some(breach) = chain_breach(&ops) {
+            return Err(TestCaseError::fail(breach));
         }
-        for (p, (content, _)) in &model {
-            prop_assert_eq!(&fs::read(ws.path().join(p)).unwrap(), content);
-        }
-        let changes = log(&ws);
-        let mut last: BTreeMap<String, Seen> = BTreeMap::new();
-        for c in &changes {
-            for (path, before, after) in effects(c) {
-                let prev = last.get(&path).cloned().unwrap_or(None);
-                prop_assert_eq!(&prev, &before, "change {} breaks the chain of {}", c, path);
-                last.insert(path, after);
-            }
-        }
-        for (path, (content, mode)) in &model {
-            let expected = Some(("file".to_string(), Some(blake3::hash(content).to_hex().to_string()), Some(format!("{mode:o}"))));
-            prop_assert_eq!(last.get(path).cloned().unwrap_or(None), expected, "history of {} does not end at its content", path);
-        }
-        for (path, seen) in &last {
-            if seen.as_ref().is_some_and(|s| s.0 == "file") {
-                prop_assert!(model.contains_key(path), "history says {} exists", path);
-            }
-        }
-        ws.unmount();
     }
+}
+
+/// Apply `ops` through a fresh mount, then check that the tree matches the model and that every
+/// path's recorded history is an unbroken chain ending at what the path holds now: the first
+/// breach, with the whole log.
+fn chain_breach(ops: &[Op]) -> Option<String> {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut model = BTreeMap::new();
+    let mut dir_exists = false;
+    for op in ops {
+        apply(&ws.path(), &mut model, &mut dir_exists, op);
+    }
+    for (p, (content, _)) in &model {
+        if fs::read(ws.path().join(p)).unwrap() != *content {
+            return Some(format!("{p} does not hold what the model says"));
+        }
+    }
+    let changes = log(&ws);
+    ws.unmount();
+    let whole = || {
+        changes
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut last: BTreeMap<String, Seen> = BTreeMap::new();
+    for c in &changes {
+        for (path, before, after) in effects(c) {
+            let prev = last.get(&path).cloned().unwrap_or(None);
+            if prev != before {
+                return Some(format!(
+                    "change {c} breaks the chain of {path}: it was {prev:?}\n{}",
+                    whole()
+                ));
+            }
+            last.insert(path, after);
+        }
+    }
+    for (path, (content, mode)) in &model {
+        let expected = Some((
+            "file".to_string(),
+            Some(blake3::hash(content).to_hex().to_string()),
+            Some(format!("{mode:o}")),
+        ));
+        let ends = last.get(path).cloned().unwrap_or(None);
+        if ends != expected {
+            return Some(format!(
+                "history of {path} ends at {ends:?}, not at its content\n{}",
+                whole()
+            ));
+        }
+    }
+    for (path, seen) in &last {
+        if seen.as_ref().is_some_and(|s| s.0 == "file") && !model.contains_key(path) {
+            return Some(format!("history says {path} exists\n{}", whole()));
+        }
+    }
+    None
 }
 
 #[test]
@@ -2375,12 +2409,13 @@ for i in range(400):
 }
 
 /// A sequence `history_is_an_unbroken_chain_ending_in_the_present` drew in a CI run (of
-/// 68a8623), replayed as it was: `d1/f5`'s create is recorded after a modify of it (#13
-/// create after #12 modify, whose before is the create's content), so the path's chain is
-/// broken. Fails the same at 592bfad: older than this round's changes, not yet understood.
+/// 68a8623), replayed as it was. It renames `f4` to `d1/f5`, writes a new `f4`, then writes
+/// `d1/f5`: by one process within seconds, a vim save keeping a backup as far as names go. The
+/// save was folded (the rename taken back, `d1/f5` recorded as created) while `d1/f5`'s write
+/// was on its way to the history, so its create came after that write's modify (#13 after #12).
+/// A backup whose content changed is not one.
 #[test]
-#[ignore = "known: a create recorded after a modify of the same file (design.md, Known gaps)"]
-fn a_drawn_sequence_whose_create_is_recorded_after_its_modify() {
+fn a_rename_away_whose_backup_was_written_since_is_not_folded_into_a_save() {
     let ops: Vec<Op> = vec![
         Op::Mkdir,
         Op::Write(
@@ -2556,34 +2591,7 @@ fn a_drawn_sequence_whose_create_is_recorded_after_its_modify() {
             ],
         ),
     ];
-    for round in 0..1 {
-        let mut ws = Workspace::new();
-        ws.mount();
-        let mut model = BTreeMap::new();
-        let mut dir_exists = false;
-        for op in &ops {
-            apply(&ws.path(), &mut model, &mut dir_exists, op);
-        }
-        let changes = log(&ws);
-        let mut last: BTreeMap<String, Seen> = BTreeMap::new();
-        for c in &changes {
-            for (path, before, after) in effects(c) {
-                let prev = last.get(&path).cloned().unwrap_or(None);
-                assert_eq!(
-                    &prev,
-                    &before,
-                    "round {round}: change {} breaks the chain of {}\n{}",
-                    c,
-                    path,
-                    changes
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                );
-                last.insert(path, after);
-            }
-        }
-        ws.unmount();
+    if let Some(breach) = chain_breach(&ops) {
+        panic!("{breach}");
     }
 }

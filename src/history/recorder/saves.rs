@@ -192,6 +192,17 @@ impl Recorder {
         let Some(st) = self.stat_if_same(&backup, away.key) else {
             return Ok(None);
         };
+        // ... and it holds what was renamed: no one is writing it, and its content and mode are
+        // the same. A write whose end is not in the history yet (its id is set aside, it is
+        // on its way) is not in `last`, and folding over it would record the backup's create
+        // after that write's modify.
+        if lock(&self.episodes).contains_key(&away.key) {
+            return Ok(None);
+        }
+        match self.capture(&backup, &st) {
+            Ok(now) if Some(&now) == away.change.after.as_ref() => {}
+            _ => return Ok(None),
+        }
         if self.checkpointed_since(away.change.id)? {
             return Ok(None);
         }
