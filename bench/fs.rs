@@ -76,23 +76,6 @@ fn daemon_cpu(pid: Option<u32>) -> f64 {
     (ticks(11) + ticks(12)) / hz
 }
 
-/// The pid of the rewind daemon serving `dir` (`rewind status`).
-fn rewind_daemon(dir: &Path) -> Option<u32> {
-    let out = Command::new(REWIND)
-        .arg("-C")
-        .arg(dir)
-        .arg("status")
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
-        l.strip_prefix("daemon: pid ")?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    })
-}
-
 /// `rewind sync` in `dir`: returns once the history holds every change made before.
 fn rewind_sync(dir: &Path) {
     let ok = Command::new(REWIND)
@@ -290,9 +273,17 @@ fn rewind_target(work: &Path, name: &'static str, extra: &[&str]) -> Target {
         String::from_utf8_lossy(&out.stderr)
     );
     let d = dir.clone();
+    // The mount says its daemon's pid; `rewind status` cannot tell it with recording off
+    // (there is no `.rewind/` to ask), and without it the CPU row would leave that daemon out.
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let daemon = said
+        .split("daemon pid ")
+        .nth(1)
+        .and_then(|rest| rest.trim_end_matches([')', '\n']).parse().ok());
+    assert!(daemon.is_some(), "no daemon pid in: {said}");
     Target {
         name,
-        daemon: rewind_daemon(&dir),
+        daemon,
         dir,
         cleanup: Some(Box::new(move || {
             let _ = Command::new(REWIND)
