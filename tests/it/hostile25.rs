@@ -27,7 +27,7 @@ use crate::hostile18::{cat_at, lines};
 use crate::hostile24::{SESSION, agent, hook_log, misplaced, mounted, turn_log, turns};
 use crate::record::log;
 
-fn paths(t: &[Value]) -> Vec<String> {
+pub(crate) fn paths(t: &[Value]) -> Vec<String> {
     let mut p: Vec<String> = t
         .iter()
         .map(|c| c["path"].as_str().unwrap().to_string())
@@ -38,14 +38,14 @@ fn paths(t: &[Value]) -> Vec<String> {
 }
 
 /// What a rollback's output says it does (or would do) path by path, without its summary.
-fn planned(out: &str) -> Vec<String> {
+pub(crate) fn planned(out: &str) -> Vec<String> {
     out.lines()
         .filter(|l| !l.is_empty() && !l.starts_with("dry run:") && !l.starts_with("rollback-"))
         .map(str::to_string)
         .collect()
 }
 
-fn bounds(ws: &Workspace, n: usize) -> (u64, u64) {
+pub(crate) fn bounds(ws: &Workspace, n: usize) -> (u64, u64) {
     let ts = turns(ws);
     (
         ts[n - 1]["start_id"].as_u64().unwrap(),

@@ -44,6 +44,7 @@ use crate::common::{Workspace, daemon_pid, path_with_rewind, python_command, rw,
 use crate::common::{sync, wait_for};
 use crate::hostile18::lines;
 use crate::hostile24::{PY, SESSION, agent, data_home, misplaced, mounted, turn_log, turns};
+use crate::hostile25::{bounds, paths, planned};
 use crate::record::log;
 
 /// `hostile24::misplaced`, less its complaints about `turns --json`'s file count, which
@@ -93,30 +94,26 @@ fn misplaced_files(ws: &Workspace) -> (Vec<String>, String) {
     (out, what)
 }
 
-fn paths(t: &[Value]) -> Vec<String> {
-    let mut p: Vec<String> = t
-        .iter()
-        .map(|c| c["path"].as_str().unwrap().to_string())
-        .collect();
-    p.sort();
-    p.dedup();
-    p
-}
-
-/// What a rollback's output says it does (or would do) path by path, without its summary.
-fn planned(out: &str) -> Vec<String> {
-    out.lines()
-        .filter(|l| !l.is_empty() && !l.starts_with("dry run:") && !l.starts_with("rollback-"))
-        .map(str::to_string)
-        .collect()
-}
-
-fn bounds(ws: &Workspace, n: usize) -> (u64, u64) {
-    let ts = turns(ws);
-    (
-        ts[n - 1]["start_id"].as_u64().unwrap(),
-        ts[n - 1]["end_id"].as_u64().unwrap(),
-    )
+/// Roll back to turn `n`'s start (`--to-turn`, and `extra`), previewed first: the preview and
+/// the run name the same paths, and the tree is then what `.rewind/at/` showed of the turn's
+/// start before it. Returns that tree.
+fn rollback_to_turn_as_previewed(ws: &Workspace, n: usize, extra: &[&str], what: &str) -> String {
+    let (start, _) = bounds(ws, n);
+    let want = tree(&ws.path().join(format!(".rewind/at/{start}")));
+    let turn = format!("{SESSION}:{n}");
+    let args = |dry: bool| {
+        let mut a = vec!["rollback", "--to-turn", &turn];
+        a.extend(dry.then_some("--dry-run"));
+        a.extend_from_slice(extra);
+        a
+    };
+    let dry = rw_ok(ws, &args(true));
+    let run = rw_ok(ws, &args(false));
+    let got = tree(&ws.path());
+    let what = format!("turn {n}\nwant:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
+    assert_eq!(planned(&dry), planned(&run), "{what}");
+    assert_eq!(got, want, "{what}");
+    want
 }
 
 /// `path` as of change `id`, or `None` if it did not exist then.
@@ -384,15 +381,7 @@ os.unlink("stop.flag")
         all.iter().any(|c| c["tool"]["id"].is_string()),
         "no change carries a tool call: {what}"
     );
-    let (s6, _) = bounds(&ws, 6);
-    let want = tree(&ws.path().join(format!(".rewind/at/{s6}")));
-    let turn = format!("{SESSION}:6");
-    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
-    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
-    let got = tree(&ws.path());
-    let what = format!("dry:\n{dry}\nrun:\n{run}\n{what}");
-    assert_eq!(planned(&dry), planned(&run), "{what}");
-    assert_eq!(got, want, "the tree after rollback --to-turn 6: {what}");
+    rollback_to_turn_as_previewed(&ws, 6, &[], &what);
     ws.unmount();
 }
 
@@ -1201,15 +1190,7 @@ time.sleep(0.3)
     let (wrong, what) = misplaced_files(&ws);
     let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
     assert!(wrong.is_empty(), "{what}");
-    let (s2, _) = bounds(&ws, 2);
-    let want = tree(&ws.path().join(format!(".rewind/at/{s2}")));
-    let turn = format!("{SESSION}:2");
-    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
-    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
-    let got = tree(&ws.path());
-    let what = format!("want:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
-    assert_eq!(planned(&dry), planned(&run), "{what}");
-    assert_eq!(got, want, "{what}");
+    rollback_to_turn_as_previewed(&ws, 2, &[], &what);
     ws.unmount();
 }
 
@@ -1319,20 +1300,8 @@ stop(2)
     let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
     assert!(wrong.is_empty(), "{what}");
     for n in [2usize, 1] {
-        let (s, _) = bounds(&ws, n);
-        let want = tree(&ws.path().join(format!(".rewind/at/{s}")));
-        let turn = format!("{SESSION}:{n}");
         // --force: turn 2's rollback is a later change of the paths turn 1's goes back over.
-        let dry = rw_ok(
-            &ws,
-            &["rollback", "--to-turn", &turn, "--dry-run", "--force"],
-        );
-        let run = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--force"]);
-        let got = tree(&ws.path());
-        let what =
-            format!("turn {n}\nwant:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
-        assert_eq!(planned(&dry), planned(&run), "{what}");
-        assert_eq!(got, want, "{what}");
+        rollback_to_turn_as_previewed(&ws, n, &["--force"], &what);
     }
     ws.unmount();
 }
@@ -1539,15 +1508,7 @@ stop(3)
     let (wrong, what) = misplaced_files(&ws);
     let what = format!("{}\nmisplaced: {wrong:?}\n{what}", lines(&all));
     assert!(wrong.is_empty(), "{what}");
-    let (s2, _) = bounds(&ws, 2);
-    let want = tree(&ws.path().join(format!(".rewind/at/{s2}")));
-    let turn = format!("{SESSION}:2");
-    let dry = rw_ok(&ws, &["rollback", "--to-turn", &turn, "--dry-run"]);
-    let run = rw_ok(&ws, &["rollback", "--to-turn", &turn]);
-    let got = tree(&ws.path());
-    let what = format!("want:\n{want}\ngot:\n{got}\ndry:\n{dry}\nrun:\n{run}\n{what}");
-    assert_eq!(planned(&dry), planned(&run), "{what}");
-    assert_eq!(got, want, "{what}");
+    let want = rollback_to_turn_as_previewed(&ws, 2, &[], &what);
     assert!(want.contains("./e/f.txt"), "{what}");
     ws.unmount();
 }
