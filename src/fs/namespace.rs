@@ -14,7 +14,7 @@ use fuser::{Errno, FileAttr, FileHandle, INodeNo, RenameFlags};
 use super::attr::{attr, key};
 use super::backing::{self, join};
 use super::{Caller, Core, Names, Result, record_errno};
-use crate::history::ChangeKind;
+use crate::history::{ChangeKind, FileKind};
 
 fn check_name(name: &OsStr) -> Result<()> {
     if name.len() > 255 {
@@ -356,6 +356,25 @@ impl Core {
             if exchange {
                 rec.renamed_to(&src_path);
             }
+        }
+        // A folder the history did not have, arriving under a recorded name: what is in it
+        // arrives too. The rename is done; if the store refuses these records, the next
+        // mount's scan records what they missed.
+        let moved_in = recorded.iter().any(|c| {
+            c.kind == ChangeKind::Rename
+                && c.path == dst_path
+                && c.from.is_none()
+                && c.after.as_ref().is_some_and(|a| a.kind == FileKind::Dir)
+        });
+        if moved_in
+            && !exchange
+            && let Some(rec) = &self.recorder
+            && let Err(e) = rec.after_moved_in(&dst_path, caller.by())
+        {
+            tracing::warn!(
+                "{}: what the folder moved in holds is not all recorded: {e}",
+                String::from_utf8_lossy(&dst_path)
+            );
         }
         Ok(Some((src, dst)))
     }

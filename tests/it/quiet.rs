@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{Workspace, rw_ok, sh, sync, wait_recorded_of};
+use crate::common::{Workspace, rw, rw_ok, sh, sync, wait_recorded_of};
 use crate::record::log;
 
 /// `kind path` (or `kind path <- from`) of each change, with its agent when it is `external`.
@@ -189,6 +189,98 @@ fn a_temporary_folder_renamed_to_an_ignored_name_leaves_no_history() {
     ws.unmount();
     ws.mount();
     assert_eq!(history(&ws), want);
+}
+
+/// A folder built under an ignored name (a build output, a scratch folder) and then moved to a
+/// recorded name arrives with everything in it: a create, mkdir or symlink of each entry below
+/// it, by the process that moved it, parents first (its `node_modules/` left out, as anywhere).
+/// So the session's diff and export have the files, each version reads back, the session's
+/// rollback (previewed first) takes them all away, and the next mount records nothing.
+#[test]
+fn a_folder_moved_in_from_an_ignored_name_arrives_with_everything_in_it() {
+    let mut ws = Workspace::new();
+    sh(
+        &ws.path(),
+        "git init -q -b main . && git config user.email t@t && git config user.name t \
+         && printf 'build/\\n' > .gitignore && git add .gitignore && git commit -qm init",
+    );
+    ws.mount();
+    sh(
+        &ws.path(),
+        &format!(
+            "mkdir -p build/x/sub build/x/node_modules/m build/x/out/debug build/x/venv \
+             && echo a > build/x/a.txt && echo b > build/x/sub/b.txt \
+             && echo m > build/x/node_modules/m/i.js && ln -s a.txt build/x/link \
+             && printf '{TAG}' > build/x/out/CACHEDIR.TAG && echo o > build/x/out/debug/app \
+             && echo 'home = /usr' > build/x/venv/pyvenv.cfg"
+        ),
+    );
+    sync(&ws);
+    assert_eq!(history(&ws), Vec::<String>::new());
+    let agent = [("REWIND_SESSION", "gen"), ("REWIND_AGENT", "codex")];
+    let moved = Command::new("mv")
+        .args(["build/x", "gen"])
+        .current_dir(ws.path())
+        .envs(agent)
+        .status()
+        .unwrap();
+    assert!(moved.success());
+    let want = [
+        "rename gen",
+        "create gen/a.txt",
+        "symlink gen/link",
+        "mkdir gen/sub",
+        "create gen/sub/b.txt",
+    ];
+    let all = log(&ws);
+    assert_eq!(summary(&all), want);
+    assert!(
+        all.iter()
+            .all(|c| c["session"] == "gen" && c["process"] == "mv"),
+        "{all:?}"
+    );
+    let b = &all[4];
+    let at = b["id"].to_string();
+    assert_eq!(rw_ok(&ws, &["cat", "gen/sub/b.txt", "--at", &at]), "b\n");
+    let stat = rw_ok(&ws, &["diff", "--session", "gen", "--stat"]);
+    for f in ["gen/a.txt", "gen/link", "gen/sub/b.txt"] {
+        assert!(stat.contains(f), "{stat}");
+    }
+    rw_ok(&ws, &["export", "--session", "gen", "--branch", "review"]);
+    let exported = sh(&ws.path(), "git ls-tree -r --name-only review");
+    assert_eq!(exported, ".gitignore\ngen/a.txt\ngen/link\ngen/sub/b.txt\n");
+
+    // Nothing changed while unmounted: the scan finds everything recorded already.
+    ws.unmount();
+    ws.mount();
+    assert_eq!(summary(&log(&ws)), want);
+
+    // The session's rollback takes away what it brought, and keeps the folder for the
+    // `node_modules/` the rollback leaves alone (exit status 1: a path skipped).
+    let dry = rw(&ws, &["rollback", "--session", "gen", "--dry-run"]);
+    let run = rw(&ws, &["rollback", "--session", "gen"]);
+    let plan = |out: &std::process::Output| -> (Option<i32>, Vec<String>) {
+        let lines = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("dry run:") && !l.starts_with("rollback-"))
+            .map(str::to_string)
+            .collect();
+        (out.status.code(), lines)
+    };
+    let (code, lines) = plan(&run);
+    assert_eq!(plan(&dry), (code, lines.clone()), "{dry:?}\n{run:?}");
+    assert_eq!(code, Some(1), "{run:?}");
+    assert!(
+        lines[0].starts_with("skip     gen: still holds gen/node_modules"),
+        "{run:?}"
+    );
+    let left = sh(&ws.path(), "find gen | sort");
+    assert_eq!(
+        left,
+        "gen\ngen/node_modules\ngen/node_modules/m\ngen/node_modules/m/i.js\ngen/out\n\
+         gen/out/CACHEDIR.TAG\ngen/out/debug\ngen/out/debug/app\ngen/venv\ngen/venv/pyvenv.cfg\n"
+    );
+    ws.unmount();
 }
 
 #[test]

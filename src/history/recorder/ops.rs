@@ -264,6 +264,49 @@ impl Recorder {
         Ok(())
     }
 
+    /// A folder the history did not have (it was ignored where it was: a build output, a
+    /// scratch folder) was renamed to `dir`, a name it records: the rename is recorded as the
+    /// folder's arrival, and what is in it is new to the history too. Each entry below it is
+    /// recorded as made there (`mkdir`, `create`, `symlink`), parents first, by whoever moved
+    /// it; entries the rules ignore are left out, as a mount's scan leaves them. Without this
+    /// the history had the folder alone: a session's diff and export missed the files an agent
+    /// built elsewhere and moved in, and the next mount took them for made while unmounted.
+    /// The caller holds the names exclusively (a folder's rename), so nothing below moves
+    /// meanwhile.
+    pub fn after_moved_in(&self, dir: &[u8], by: By) -> Result<()> {
+        let _pins = self.pin_scope();
+        let _quieting = self.quieting.read().unwrap_or_else(|e| e.into_inner());
+        let who = self.who(by);
+        let mut dirs = vec![dir.to_vec()];
+        while let Some(parent) = dirs.pop() {
+            let Ok(mut names) = self.source.read_dir(&parent) else {
+                continue;
+            };
+            names.sort();
+            for name in names {
+                let path = crate::history::join(&parent, &name);
+                let Ok(st) = self.source.lstat(&path) else {
+                    continue;
+                };
+                let kind = match kind_of(&st) {
+                    FileKind::Dir => ChangeKind::Mkdir,
+                    FileKind::Symlink => ChangeKind::Symlink,
+                    _ => ChangeKind::Create,
+                };
+                if !self.records(&path, kind == ChangeKind::Mkdir) {
+                    continue;
+                }
+                let mut change = self.change(kind, &path, &who);
+                change.after = Some(self.capture(&path, &st)?);
+                self.record_one(change, &[(path.clone(), Some(seen_of(&st)))])?;
+                if kind == ChangeKind::Mkdir {
+                    dirs.push(path);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `path` is a new name of the file at `target` (a hard link): record it, and know the
     /// file by both names from now on. The caller holds the file ([`hold`](Recorder::hold)).
     pub fn after_link(&self, target: &[u8], path: &[u8], by: By) -> Result<()> {
