@@ -209,10 +209,14 @@ impl Recorder {
         Ok(())
     }
 
-    /// `path` was removed by `rmdir`; `st` is how it was. If the store cannot take its record
-    /// now (it may have started refusing writes since its caller checked), the record is
-    /// queued as a delete is, and written once the store takes writes again: the folder is
-    /// gone already, and a refusal would leave it gone with nothing to record it.
+    /// `path` was removed by `rmdir`; `st` is how it was. Its record is queued as a delete's
+    /// is (`defer`), behind the deletes of what was in it, and written by the writer thread
+    /// with them: an `rm -rf` does not wait on an index write per folder (written here, each
+    /// rmdir first wrote every delete queued before it, one batch per folder: a quarter of
+    /// what recording added to `rm -rf` of W1's tree). Anything recorded next writes the
+    /// queue first, so the ids keep the order of the operations. If the store cannot take
+    /// it, it waits in the queue until the store takes writes again: the folder is gone
+    /// already, and a refusal would leave it gone with nothing to record it.
     pub fn after_rmdir(&self, path: &[u8], st: &libc::stat, by: By) -> Result<()> {
         let _pins = self.pin_scope();
         if !self.records(path, true) {
@@ -222,22 +226,12 @@ impl Recorder {
         let mut change = self.change(ChangeKind::Rmdir, path, &who);
         // A folder's state holds no content: nothing to store.
         change.before = Some(self.capture(path, st)?);
-        let manifest = vec![(path.to_vec(), None)];
-        match self.record_one(change.clone(), &manifest) {
-            Err(crate::history::Error::Store(e)) => {
-                tracing::warn!(
-                    "the rmdir of {} is recorded once the store takes writes: {e}",
-                    crate::history::show_path(path)
-                );
-                self.defer(Prepared {
-                    change,
-                    manifest,
-                    _pins: self.history.store().pin(None),
-                });
-                Ok(())
-            }
-            other => other.map(drop),
-        }
+        self.defer(Prepared {
+            change,
+            manifest: vec![(path.to_vec(), None)],
+            _pins: self.history.store().pin(None),
+        });
+        Ok(())
     }
 
     /// A new object exists at `path` (mkdir, symlink, mknod): record it.
