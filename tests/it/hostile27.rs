@@ -1,0 +1,644 @@
+//! Hostile tests, round 27: is the recorded history always true? Several processes and threads
+//! at once through the mount (save-by-rename, rename-away saves, hard links, O_TRUNC rewrites,
+//! exchanges, folders renamed with files open below them, fsync, `rewind sync` in the middle),
+//! then: every path's changes form an unbroken chain ending at what it holds now, and every
+//! answer about a past point (`cat --at`, `.rewind/at/ID/`, `rollback --to ID`, after `gc` too)
+//! agrees with that chain.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{Workspace, daemon_pid, python_command, rw, rw_ok, stderr, stdout, wait_for};
+use crate::record::log;
+
+/// A path's state: (type, hash, mode) — the mode only for files, the hash only for files.
+type State = (String, Option<String>, Option<String>);
+type Chain = BTreeMap<String, State>;
+
+fn side(v: &Value) -> Option<State> {
+    if v.is_null() {
+        return None;
+    }
+    let kind = v["type"].as_str().unwrap().to_string();
+    let file = kind == "file";
+    let hash = if file {
+        v["hash"].as_str().map(str::to_string)
+    } else {
+        None
+    };
+    let mode = file.then(|| v["mode"].as_str().unwrap().to_string());
+    Some((kind, hash, mode))
+}
+
+fn under(p: &str, dir: &str) -> Option<String> {
+    p.strip_prefix(dir)
+        .and_then(|r| r.strip_prefix('/'))
+        .map(str::to_string)
+}
+
+/// Move everything recorded below `from/` to below `to/`.
+fn move_subtree(chain: &mut Chain, from: &str, to: &str) {
+    let moved: Vec<(String, State)> = chain
+        .iter()
+        .filter_map(|(p, s)| under(p, from).map(|r| (format!("{to}/{r}"), s.clone())))
+        .collect();
+    chain.retain(|p, _| under(p, from).is_none());
+    for (p, s) in moved {
+        chain.insert(p, s);
+    }
+}
+
+fn expect(
+    chain: &Chain,
+    path: &str,
+    want: &Option<State>,
+    c: &Value,
+    what: &str,
+) -> Result<(), String> {
+    let prev = chain.get(path).cloned();
+    if &prev != want {
+        return Err(format!(
+            "change {} ({} {}) breaks the chain of {path} ({what}): it was {prev:?}, the change says {want:?}",
+            c["id"], c["kind"], c["path"]
+        ));
+    }
+    Ok(())
+}
+
+fn set(chain: &mut Chain, path: &str, s: Option<State>) {
+    match s {
+        Some(s) => {
+            chain.insert(path.to_string(), s);
+        }
+        None => {
+            chain.remove(path);
+        }
+    }
+}
+
+fn is_exchange(c: &Value, d: Option<&Value>) -> bool {
+    let Some(d) = d else { return false };
+    c["kind"] == "rename"
+        && d["kind"] == "rename"
+        && !c["from"].is_null()
+        && d["path"] == c["from"]
+        && d["from"] == c["path"]
+        && d["time"] == c["time"]
+}
+
+/// Fold the changes into each path's state, checking the chain at every step; `until`: stop
+/// after the change with that id (the second half of an exchange goes with its first).
+fn fold(changes: &[Value], until: u64) -> Result<Chain, String> {
+    let mut chain = Chain::new();
+    let mut i = 0;
+    while i < changes.len() {
+        let c = &changes[i];
+        if c["id"].as_u64().unwrap() > until {
+            break;
+        }
+        let path = c["path"].as_str().unwrap();
+        let (before, after) = (side(&c["before"]), side(&c["after"]));
+        if is_exchange(c, changes.get(i + 1)) {
+            let d = &changes[i + 1];
+            let from = c["from"].as_str().unwrap();
+            expect(&chain, path, &before, c, "exchange, its own side")?;
+            expect(&chain, from, &after, c, "exchange, moved away")?;
+            expect(&chain, from, &side(&d["before"]), d, "exchange, other side")?;
+            expect(&chain, path, &side(&d["after"]), d, "exchange, moved back")?;
+            let (a, b) = (chain.get(path).cloned(), chain.get(from).cloned());
+            let tmp = "\u{1}exchange";
+            move_subtree(&mut chain, path, tmp);
+            move_subtree(&mut chain, from, path);
+            move_subtree(&mut chain, tmp, from);
+            set(&mut chain, path, b);
+            set(&mut chain, from, a);
+            i += 2;
+            continue;
+        }
+        expect(&chain, path, &before, c, "its own before")?;
+        if let Some(from) = c["from"].as_str() {
+            expect(&chain, from, &after, c, "renamed from")?;
+            chain.remove(from);
+            chain.retain(|p, _| under(p, path).is_none());
+            move_subtree(&mut chain, from, path);
+        } else if after.is_none() {
+            chain.retain(|p, _| under(p, path).is_none());
+        }
+        for l in c["links"].as_array().into_iter().flatten() {
+            let l = l.as_str().unwrap();
+            expect(&chain, l, &before, c, "a hard link of it")?;
+            set(&mut chain, l, after.clone());
+        }
+        set(&mut chain, path, after);
+        i += 1;
+    }
+    Ok(chain)
+}
+
+/// The tree below `root` (not `.rewind`) as states: files with their hash and mode, folders.
+fn tree(root: &Path) -> Chain {
+    fn walk(root: &Path, dir: &Path, out: &mut Chain) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == ".rewind" {
+                continue;
+            }
+            let Ok(m) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                out.insert(rel, ("dir".into(), None, None));
+                walk(root, &p, out);
+            } else if m.is_file() {
+                let Ok(bytes) = fs::read(&p) else { continue };
+                out.insert(
+                    rel,
+                    (
+                        "file".into(),
+                        Some(blake3::hash(&bytes).to_hex().to_string()),
+                        Some(format!("{:o}", m.mode() & 0o7777)),
+                    ),
+                );
+            }
+        }
+    }
+    let mut out = Chain::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn whole(changes: &[Value]) -> String {
+    changes
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {} <- {} pid {} {} before {} after {} links {}",
+                c["id"],
+                c["kind"],
+                c["path"],
+                c["from"],
+                c["pid"],
+                c["process"],
+                short(&c["before"]),
+                short(&c["after"]),
+                c["links"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn short(v: &Value) -> String {
+    if v.is_null() {
+        return "-".into();
+    }
+    format!(
+        "{}:{}:{}",
+        v["type"].as_str().unwrap_or("?"),
+        v["hash"].as_str().map_or("", |h| &h[..8]),
+        v["mode"].as_str().unwrap_or("")
+    )
+}
+
+fn differences(want: &Chain, got: &Chain) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, w) in want {
+        match got.get(p) {
+            Some(g) if g == w => {}
+            g => out.push(format!("{p}: history says {w:?}, found {g:?}")),
+        }
+    }
+    for (p, g) in got {
+        if !want.contains_key(p) {
+            out.push(format!("{p}: history says absent, found {g:?}"));
+        }
+    }
+    out
+}
+
+/// The history is an unbroken chain that ends at the tree as it is: the log, or the breach.
+#[track_caller]
+fn assert_chain_ends_in_the_present(ws: &Workspace, what: &str) -> Vec<Value> {
+    let changes = log(ws);
+    let chain = match fold(&changes, u64::MAX) {
+        Ok(c) => c,
+        Err(e) => panic!("{what}: {e}\n{}", whole(&changes)),
+    };
+    let now = tree(&ws.path());
+    let diff = differences(&chain, &now);
+    assert!(
+        diff.is_empty(),
+        "{what}: the history does not end at the tree:\n{}\n{}",
+        diff.join("\n"),
+        whole(&changes)
+    );
+    changes
+}
+
+/// The modes as a read-only view shows them (`.rewind/at/` has no write bits).
+fn read_only(chain: Chain) -> Chain {
+    chain
+        .into_iter()
+        .map(|(p, (t, h, m))| {
+            let m = m.map(|m| format!("{:o}", u32::from_str_radix(&m, 8).unwrap() & !0o222));
+            (p, (t, h, m))
+        })
+        .collect()
+}
+
+/// `.rewind/at/ID/` and `rewind cat --at ID` of every file agree with the chain folded to `id`.
+fn past_disagrees(ws: &Workspace, changes: &[Value], id: u64) -> Vec<String> {
+    let want = read_only(fold(changes, id).unwrap());
+    let at = read_only(tree(&ws.path().join(format!(".rewind/at/{id}"))));
+    let mut wrong: Vec<String> = differences(&want, &at)
+        .into_iter()
+        .map(|d| format!(".rewind/at/{id}: {d}"))
+        .collect();
+    for (p, s) in want.iter().filter(|(_, s)| s.0 == "file") {
+        let o = rw(ws, &["cat", p, "--at", &id.to_string()]);
+        let got = o
+            .status
+            .success()
+            .then(|| blake3::hash(&o.stdout).to_hex().to_string());
+        if got != s.1 {
+            wrong.push(format!(
+                "cat {p} --at {id}: {got:?}, the chain says {:?} ({})",
+                s.1,
+                stderr(&o).trim()
+            ));
+        }
+    }
+    wrong
+}
+
+/// `rollback --to ID`, previewed then run: the tree is then what the chain says at `id`.
+fn rollback_disagrees(ws: &Workspace, changes: &[Value], id: u64) -> Vec<String> {
+    let want = fold(changes, id).unwrap();
+    let ids = id.to_string();
+    let dry = rw(ws, &["rollback", "--to", &ids, "--dry-run", "--force"]);
+    let run = rw(ws, &["rollback", "--to", &ids, "--force"]);
+    let got = tree(&ws.path());
+    let mut wrong: Vec<String> = differences(&want, &got)
+        .into_iter()
+        .map(|d| format!("after rollback --to {id}: {d}"))
+        .collect();
+    if !run.status.success() || !dry.status.success() {
+        wrong.push(format!(
+            "rollback --to {id}: {} / {}\n{}{}",
+            dry.status,
+            run.status,
+            stderr(&dry),
+            stderr(&run)
+        ));
+    }
+    if !wrong.is_empty() {
+        wrong.push(format!(
+            "dry run:\n{}\nrun:\n{}",
+            stdout(&dry),
+            stdout(&run)
+        ));
+    }
+    wrong
+}
+
+/// The workload: `workers` processes (or threads), each doing `rounds` random steps from a
+/// seeded generator on its own files, and on three files all of them share.
+const WORKLOAD: &str = r#"
+import ctypes, os, random, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+seed, workers, rounds, threads, flags = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "threads", sys.argv[5]
+def exchange(a, b):
+    return libc.renameat2(-100, a.encode(), -100, b.encode(), 2)
+def wr(p, data, fsync=False, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
+    fd = os.open(p, flags, 0o644)
+    os.write(fd, data)
+    if fsync: os.fsync(fd)
+    os.close(fd)
+def step(r, w, i):
+    own = ["w%d_%d" % (w, k) for k in range(3)]
+    f = r.choice(own)
+    data = ("w%d r%d %d\n" % (w, i, r.randrange(1000))).encode() * r.randrange(1, 4)
+    fs = "fsync" in flags and r.random() < 0.3
+    k = r.randrange(15 if "shared" in flags else 13)
+    if k == 0:  # O_TRUNC rewrite
+        wr(f, data, fs)
+    elif k == 1:  # append
+        wr(f, data, fs, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    elif k == 2:  # save by rename (sed -i)
+        t = ".%s.tmp%d" % (f, i)
+        wr(t, data, fs)
+        os.rename(t, f)
+    elif k == 3:  # rename-away save, backup deleted (vim)
+        if os.path.exists(f):
+            os.rename(f, f + "~")
+            wr(f, data, fs)
+            os.unlink(f + "~")
+    elif k == 4:  # rename-away save keeping the backup
+        if os.path.exists(f):
+            if os.path.exists(f + "~"): os.unlink(f + "~")
+            os.rename(f, f + "~")
+            wr(f, data, fs)
+    elif k == 5:  # hard link, written through the link, link removed or kept
+        if os.path.exists(f):
+            l = f + ".lnk"
+            if os.path.exists(l): os.unlink(l)
+            os.link(f, l)
+            wr(l, data, fs, os.O_WRONLY | os.O_APPEND)
+            if r.random() < 0.5: os.unlink(l)
+    elif k == 6:  # exchange two own files
+        exchange(own[0], r.choice(own[1:]))
+    elif k == 7:  # chmod
+        if os.path.exists(f): os.chmod(f, r.choice([0o600, 0o644, 0o755]))
+    elif k == 8:  # unlink
+        if os.path.exists(f): os.unlink(f)
+    elif k == 9:  # a new file written and renamed within the half second it is held back
+        t = "w%d_new%d" % (w, i)
+        wr(t, data, fs)
+        os.rename(t, f)
+    elif k == 10:  # a folder renamed with a file open below it
+        d, e = "dir%d" % w, "dir%d_b" % w
+        if os.path.isdir(e): os.rename(e, d)
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(d + "/x", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(fd, data)
+        os.rename(d, e)
+        os.write(fd, data)
+        if fs: os.fsync(fd)
+        os.close(fd)
+    elif k == 11:  # a new file written, renamed twice, then over the target
+        t = "w%d_n%d" % (w, i)
+        wr(t, data, fs)
+        os.rename(t, t + "b")
+        wr(t + "b", data, False, os.O_WRONLY | os.O_APPEND)
+        os.rename(t + "b", f)
+    elif k == 12:  # copy a file to another and truncate the first
+        if os.path.exists(f):
+            g = r.choice(own)
+            with open(f, "rb") as h: b = h.read()
+            wr(g, b + data, fs)
+            os.truncate(f, len(b) // 2)
+    elif k == 13:  # append to a shared file
+        wr("shared%d" % r.randrange(3), data, fs, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    elif k == 14:  # save by rename of a shared file, or an exchange of two
+        s = "shared%d" % r.randrange(3)
+        if r.random() < 0.5:
+            t = ".%s.w%d.%d" % (s, w, i)
+            wr(t, data, fs)
+            os.rename(t, s)
+        else:
+            exchange(s, "shared%d" % r.randrange(3))
+def run(w):
+    r = random.Random(seed * 1000 + w)
+    for i in range(rounds):
+        try:
+            step(r, w, i)
+        except OSError:
+            pass
+        if r.random() < 0.2: time.sleep(r.random() * 0.05)
+if threads:
+    ts = [threading.Thread(target=run, args=(w,)) for w in range(workers)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+else:
+    pids = []
+    for w in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            try: run(w)
+            finally: os._exit(0)
+        pids.append(pid)
+    for p in pids: os.waitpid(p, 0)
+"#;
+
+fn workload(ws: &Workspace, seed: u64, workers: u32, rounds: u32, threads: bool, flags: &str) {
+    let out = python_command(&ws.path(), WORKLOAD)
+        .args([
+            seed.to_string(),
+            workers.to_string(),
+            rounds.to_string(),
+            if threads { "threads" } else { "procs" }.to_string(),
+            flags.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the workload failed: {}",
+        stderr(&out)
+    );
+}
+
+fn seeds() -> Vec<u64> {
+    let n: u64 = std::env::var("H27_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    (1..=n).collect()
+}
+
+/// Several processes, each on its own files, with the save patterns the recorder recognises,
+/// hard links, exchanges, folder renames with a file open below: the chain holds and ends at
+/// the tree.
+#[test]
+fn processes_each_on_their_own_files_keep_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, seed, 4, 40, false, "");
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        ws.unmount();
+    }
+}
+
+/// The same with fsync here and there, and files all of them share.
+#[test]
+fn processes_sharing_files_with_fsync_keep_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, 100 + seed, 4, 40, false, "shared fsync");
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        ws.unmount();
+    }
+}
+
+/// Threads of one process (one pid for the recorder's save rules, each its own thread id).
+#[test]
+fn threads_of_one_process_keep_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, 200 + seed, 4, 40, true, "shared fsync");
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        ws.unmount();
+    }
+}
+
+/// `rewind sync` and `rewind log` run over and over while the workload runs.
+#[test]
+fn syncs_and_logs_in_the_middle_keep_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = rw(&ws, &["sync"]);
+                    let _ = rw(&ws, &["log", "--json", "-n", "5"]);
+                    std::thread::sleep(Duration::from_millis(30));
+                }
+            });
+            workload(&ws, 300 + seed, 3, 40, false, "shared fsync");
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        ws.unmount();
+    }
+}
+
+/// After a concurrent workload, every past point answers what the chain says: `.rewind/at/ID`,
+/// `cat --at ID` at a few ids, and `rollback --to ID` (previewed, then run) restores it.
+#[test]
+fn past_points_and_rollbacks_agree_with_the_chain_after_concurrent_work() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, 400 + seed, 3, 30, false, "shared fsync");
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+        let pick = |f: f64| ids[((ids.len() - 1) as f64 * f) as usize];
+        let mut wrong = Vec::new();
+        for f in [0.2, 0.5, 0.8] {
+            wrong.extend(past_disagrees(&ws, &changes, pick(f)));
+        }
+        assert!(
+            wrong.is_empty(),
+            "seed {seed}:\n{}\n{}",
+            wrong.join("\n"),
+            whole(&changes)
+        );
+        for f in [0.7, 0.3] {
+            let id = pick(f);
+            let wrong = rollback_disagrees(&ws, &changes, id);
+            assert!(
+                wrong.is_empty(),
+                "seed {seed}:\n{}\n{}",
+                wrong.join("\n"),
+                whole(&changes)
+            );
+            // The rollback's own changes continue the chain.
+            assert_chain_ends_in_the_present(&ws, &format!("seed {seed}, after rollback to {id}"));
+        }
+        ws.unmount();
+    }
+}
+
+/// gc keeps the newest change of each path and refuses points older than the oldest kept: every
+/// id either is refused (exit 2) or answers what the chain said before gc.
+#[test]
+fn after_gc_every_point_is_refused_or_what_the_chain_says() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    workload(&ws, 500, 3, 25, false, "shared fsync");
+    std::thread::sleep(Duration::from_secs(4));
+    workload(&ws, 501, 3, 10, false, "shared");
+    let changes = assert_chain_ends_in_the_present(&ws, "before gc");
+    let gc = rw_ok(&ws, &["gc", "--keep", "3s"]);
+    let oldest: u64 = gc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("oldest point still kept: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("gc says no oldest point: {gc}"));
+    let last = changes.last().unwrap()["id"].as_u64().unwrap();
+    let mut wrong = Vec::new();
+    let mut refused = 0;
+    let mut points: Vec<u64> = (1..=last).step_by(3).collect();
+    points.extend([oldest.saturating_sub(1), oldest, oldest + 1]);
+    for id in points {
+        let at = ws.path().join(format!(".rewind/at/{id}"));
+        let readable = fs::read_dir(&at).is_ok();
+        if !readable {
+            refused += 1;
+            let o = rw(&ws, &["cat", "shared0", "--at", &id.to_string()]);
+            if o.status.code() != Some(2) && id < oldest {
+                wrong.push(format!(
+                    "{id}: .rewind/at refused, cat --at gave {} {}",
+                    o.status,
+                    stderr(&o)
+                ));
+            }
+            continue;
+        }
+        if id < oldest {
+            wrong.push(format!(
+                "{id}: .rewind/at/{id} answers although gc kept only from {oldest}"
+            ));
+        }
+        wrong.extend(past_disagrees(&ws, &changes, id));
+    }
+    assert!(
+        wrong.is_empty(),
+        "gc: {gc}\noldest kept {oldest}, {refused} refused\n{}\n{}",
+        wrong.join("\n"),
+        whole(&changes)
+    );
+    // What gc kept is what was there, and it kept everything from the oldest point on.
+    let by_id: BTreeMap<u64, &Value> = changes
+        .iter()
+        .map(|c| (c["id"].as_u64().unwrap(), c))
+        .collect();
+    let kept = log(&ws);
+    for c in &kept {
+        let id = c["id"].as_u64().unwrap();
+        assert_eq!(Some(&c), by_id.get(&id), "change {id} changed across gc");
+    }
+    let kept_ids: Vec<u64> = kept.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+    for id in by_id.keys().filter(|id| **id > oldest) {
+        assert!(
+            kept_ids.contains(id),
+            "gc removed {id}, after the oldest point {oldest}"
+        );
+    }
+    ws.unmount();
+}
+
+/// SIGKILL of the daemon in the middle of the workload, a remount: the chain still holds and
+/// ends at the tree (what the killed daemon had not recorded comes back as `external`).
+#[test]
+fn sigkill_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let pid = daemon_pid(&ws);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let _ = python_command(&ws.path(), WORKLOAD)
+                    .args([
+                        (600 + seed).to_string(),
+                        "3".into(),
+                        "200".into(),
+                        "procs".into(),
+                        "shared fsync".into(),
+                    ])
+                    .output();
+            });
+            std::thread::sleep(Duration::from_millis(1500 + 300 * seed));
+            // SAFETY: kill(2) of the daemon this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            h.join().unwrap();
+        });
+        // SAFETY: signal 0 only asks whether the process exists.
+        assert!(wait_for(10, || unsafe { libc::kill(pid, 0) } != 0));
+        ws.mount();
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}, after the remount"));
+        ws.unmount();
+    }
+}
