@@ -255,13 +255,18 @@ fn read_only(chain: Chain) -> Chain {
 
 /// `.rewind/at/ID/` and `rewind cat --at ID` of every file agree with the chain folded to `id`.
 fn past_disagrees(ws: &Workspace, changes: &[Value], id: u64) -> Vec<String> {
+    past_disagrees_with(ws, changes, id, true)
+}
+
+/// [`past_disagrees`], asking `cat --at` too only if `cat`.
+fn past_disagrees_with(ws: &Workspace, changes: &[Value], id: u64, cat: bool) -> Vec<String> {
     let want = read_only(fold(changes, id).unwrap());
     let at = read_only(tree(&ws.path().join(format!(".rewind/at/{id}"))));
     let mut wrong: Vec<String> = differences(&want, &at)
         .into_iter()
         .map(|d| format!(".rewind/at/{id}: {d}"))
         .collect();
-    for (p, s) in want.iter().filter(|(_, s)| s.0 == "file") {
+    for (p, s) in want.iter().filter(|(_, s)| cat && s.0 == "file") {
         let o = rw(ws, &["cat", p, "--at", &id.to_string()]);
         let got = o
             .status
@@ -641,4 +646,173 @@ fn sigkill_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
         assert_chain_ends_in_the_present(&ws, &format!("seed {seed}, after the remount"));
         ws.unmount();
     }
+}
+
+/// Small sequences around the recorder's save rules, each in a folder of its own, run one after
+/// the other by one python process (`child` runs a step in a forked process: another pid).
+const SCENARIOS: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    assert libc.renameat2(-100, a.encode(), -100, b.encode(), 2) == 0
+def wr(p, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fsync=False):
+    fd = os.open(p, flags, 0o644)
+    os.write(fd, data)
+    if fsync: os.fsync(fd)
+    os.close(fd)
+def child(f):
+    pid = os.fork()
+    if pid == 0:
+        try: f()
+        finally: os._exit(0)
+    os.waitpid(pid, 0)
+def settle():
+    time.sleep(0.7)
+S = {}
+def s(f): S[f.__name__] = f; return f
+@s
+def backup_renamed_back_over_the_new_file():
+    os.rename("a", "a~"); wr("a", b"new\n"); os.rename("a~", "a")
+@s
+def backup_exchanged_with_the_new_file_then_deleted():
+    os.rename("a", "a~"); wr("a", b"new\n"); exchange("a", "a~"); os.unlink("a~")
+@s
+def backup_chmodded_before_the_new_file_is_recorded():
+    os.rename("a", "a~"); wr("a", b"new\n"); os.chmod("a~", 0o600)
+@s
+def backup_deleted_by_another_process():
+    os.rename("a", "a~"); wr("a", b"new\n"); child(lambda: os.unlink("a~"))
+@s
+def new_file_written_by_another_process():
+    os.rename("a", "a~"); child(lambda: wr("a", b"new\n")); os.unlink("a~")
+@s
+def backup_hard_linked_then_deleted():
+    os.rename("a", "a~"); wr("a", b"new\n"); os.link("a~", "keep"); os.unlink("a~")
+@s
+def backup_hard_linked_and_kept():
+    os.rename("a", "a~"); os.link("a~", "keep"); wr("a", b"new\n")
+@s
+def backup_written_through_a_hard_link_then_deleted():
+    os.link("a", "keep"); os.rename("a", "a~"); wr("a", b"new\n")
+    wr("keep", b"more\n", os.O_WRONLY | os.O_APPEND); os.unlink("a~")
+@s
+def two_saves_in_a_row_over_the_same_backup():
+    os.rename("a", "a~"); wr("a", b"one\n"); os.unlink("a~")
+    os.rename("a", "a~"); wr("a", b"two\n"); os.unlink("a~")
+@s
+def two_saves_keeping_the_backup_in_a_row():
+    os.rename("a", "a~"); wr("a", b"one\n")
+    os.rename("a", "a~"); wr("a", b"two\n")
+@s
+def new_file_renamed_away_before_the_backup_goes():
+    os.rename("a", "a~"); wr("a", b"new\n"); os.rename("a", "b"); wr("a", b"newer\n"); os.unlink("a~")
+@s
+def new_file_is_a_hard_link():
+    wr("b", b"bee\n"); settle(); os.rename("a", "a~"); os.link("b", "a"); os.unlink("a~")
+@s
+def new_file_is_a_hard_link_written_after():
+    wr("b", b"bee\n"); settle(); os.rename("a", "a~"); os.link("b", "a")
+    wr("a", b"more\n", os.O_WRONLY | os.O_APPEND); os.unlink("a~")
+@s
+def backup_written_and_put_back_then_deleted():
+    os.rename("a", "a~"); wr("a", b"new\n")
+    wr("a~", b"x", os.O_WRONLY | os.O_APPEND); os.truncate("a~", 4); os.unlink("a~")
+@s
+def folder_renamed_between_rename_away_and_delete():
+    os.mkdir("d"); os.rename("a", "d/a~"); wr("a", b"new\n"); os.rename("d", "e"); os.unlink("e/a~")
+@s
+def backup_renamed_into_a_folder_renamed_back():
+    os.mkdir("d"); os.rename("a", "d/a"); wr("a", b"new\n"); os.rename("d", "e"); os.rename("e", "d"); os.unlink("d/a")
+@s
+def held_new_file_below_a_folder_renamed():
+    os.mkdir("d"); settle(); wr("d/n", b"n\n"); os.rename("d", "e")
+@s
+def held_new_file_below_a_folder_renamed_twice_and_written():
+    os.mkdir("d"); settle(); wr("d/n", b"n\n"); os.rename("d", "e"); wr("e/n", b"m\n", os.O_WRONLY | os.O_APPEND); os.rename("e", "f")
+@s
+def held_new_file_below_a_folder_exchanged():
+    os.mkdir("d"); os.mkdir("e"); settle(); wr("d/n", b"n\n"); wr("e/n", b"e\n"); exchange("d", "e")
+@s
+def held_new_file_hard_linked_and_first_name_deleted():
+    wr("n", b"n\n"); os.link("n", "m"); wr("m", b"more\n", os.O_WRONLY | os.O_APPEND); os.unlink("n")
+@s
+def held_new_file_exchanged_with_a_recorded_one():
+    wr("n", b"n\n"); exchange("n", "a")
+@s
+def held_new_file_renamed_over_then_backup_kept():
+    wr("t", b"tmp\n"); os.rename("a", "a~"); os.rename("t", "a")
+@s
+def save_by_rename_with_the_temp_in_another_folder():
+    os.mkdir("tmp"); settle(); wr("tmp/x", b"new\n"); os.rename("tmp/x", "a")
+@s
+def save_by_rename_then_rename_away_of_the_result():
+    wr("t", b"tmp\n"); os.rename("t", "a"); os.rename("a", "a~"); wr("a", b"new\n"); os.unlink("a~")
+@s
+def rename_away_then_exchange_of_old_and_new_names_twice():
+    os.rename("a", "a~"); wr("a", b"new\n"); exchange("a", "a~"); exchange("a", "a~"); os.unlink("a~")
+@s
+def new_file_open_while_backup_deleted():
+    os.rename("a", "a~"); fd = os.open("a", os.O_WRONLY | os.O_CREAT, 0o644); os.write(fd, b"new\n")
+    os.unlink("a~"); os.write(fd, b"more\n"); os.close(fd)
+@s
+def new_file_open_while_backup_deleted_by_another_handle_writer():
+    os.rename("a", "a~"); fd = os.open("a", os.O_WRONLY | os.O_CREAT, 0o644); os.write(fd, b"new\n")
+    child(lambda: wr("a", b"child\n", os.O_WRONLY | os.O_APPEND)); os.unlink("a~"); os.close(fd)
+@s
+def truncated_by_path_while_held():
+    wr("n", b"hello\n"); os.truncate("n", 2); os.rename("n", "a")
+@s
+def fsynced_new_file_renamed_over_and_backup_kept():
+    os.rename("a", "a~"); wr("a", b"new\n", fsync=True)
+@s
+def chmod_of_the_new_file_before_the_backup_goes():
+    os.rename("a", "a~"); wr("a", b"new\n"); os.chmod("a", 0o755); os.unlink("a~")
+@s
+def mode_of_the_backup_differs_from_the_new_file():
+    os.chmod("a", 0o600); settle(); os.rename("a", "a~"); wr("a", b"new\n"); os.unlink("a~")
+names = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else list(S)
+pause = sys.argv[2] == "settle" if len(sys.argv) > 2 else False
+for n in names:
+    os.mkdir(n)
+    os.chdir(n)
+    wr("a", b"original\n")
+    settle()
+    S[n]()
+    if pause: settle()
+    os.chdir("..")
+"#;
+
+/// Each scenario, then: the chain holds and ends at the tree, and every point answers what the
+/// chain says (`.rewind/at/ID` at every id, `cat --at` too).
+fn scenarios(pause: &str) {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let out = python_command(&ws.path(), SCENARIOS)
+        .args(["", pause])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scenarios: {}", stderr(&out));
+    let changes = assert_chain_ends_in_the_present(&ws, pause);
+    let mut wrong = Vec::new();
+    for c in &changes {
+        let id = c["id"].as_u64().unwrap();
+        wrong.extend(past_disagrees_with(&ws, &changes, id, id % 7 == 0));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}\n{}",
+        wrong.join("\n"),
+        whole(&changes)
+    );
+    ws.unmount();
+}
+
+#[test]
+fn save_rule_scenarios_back_to_back_keep_a_true_history() {
+    scenarios("");
+}
+
+#[test]
+fn save_rule_scenarios_each_settled_keep_a_true_history() {
+    scenarios("settle");
 }
