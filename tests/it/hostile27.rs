@@ -771,15 +771,26 @@ def chmod_of_the_new_file_before_the_backup_goes():
 def mode_of_the_backup_differs_from_the_new_file():
     os.chmod("a", 0o600); settle(); os.rename("a", "a~"); wr("a", b"new\n"); os.unlink("a~")
 names = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else list(S)
-pause = sys.argv[2] == "settle" if len(sys.argv) > 2 else False
-for n in names:
+mode = sys.argv[2] if len(sys.argv) > 2 else ""
+def one(n):
     os.mkdir(n)
     os.chdir(n)
     wr("a", b"original\n")
     settle()
     S[n]()
-    if pause: settle()
+    if mode == "settle": settle()
     os.chdir("..")
+if mode == "parallel":
+    pids = []
+    for n in names:
+        pid = os.fork()
+        if pid == 0:
+            try: one(n)
+            finally: os._exit(0)
+        pids.append(pid)
+    for p in pids: os.waitpid(p, 0)
+else:
+    for n in names: one(n)
 "#;
 
 /// Each scenario, then: the chain holds and ends at the tree, and every point answers what the
@@ -815,4 +826,76 @@ fn save_rule_scenarios_back_to_back_keep_a_true_history() {
 #[test]
 fn save_rule_scenarios_each_settled_keep_a_true_history() {
     scenarios("settle");
+}
+
+#[test]
+fn save_rule_scenarios_all_at_once_keep_a_true_history() {
+    scenarios("parallel");
+}
+
+/// The scenarios all at once, then `rollback --to` a few points (previewed, then run), each
+/// leaving the tree the chain says, and the rollback's own changes continuing the chain.
+#[test]
+fn rollbacks_after_the_save_rule_scenarios_restore_what_the_chain_says() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let out = python_command(&ws.path(), SCENARIOS)
+        .args(["", "parallel"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scenarios: {}", stderr(&out));
+    for f in [0.9, 0.6, 0.75, 0.3] {
+        let changes = assert_chain_ends_in_the_present(&ws, "before a rollback");
+        let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+        let id = ids[((ids.len() - 1) as f64 * f) as usize];
+        let wrong = rollback_disagrees(&ws, &changes, id);
+        assert!(
+            wrong.is_empty(),
+            "{}\n{}",
+            wrong.join("\n"),
+            whole(&changes)
+        );
+    }
+    assert_chain_ends_in_the_present(&ws, "after the rollbacks");
+    ws.unmount();
+}
+
+/// The scenarios all at once, the daemon SIGKILLed in the middle, a remount: the chain still
+/// holds and ends at the tree.
+#[test]
+fn sigkill_during_the_save_rule_scenarios_then_a_remount() {
+    for (i, ms) in [700u64, 1100, 1500].into_iter().enumerate() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let pid = daemon_pid(&ws);
+        let mut child = python_command(&ws.path(), SCENARIOS)
+            .args(["", "parallel"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(ms));
+        // SAFETY: kill(2) of the daemon this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = child.wait();
+        // SAFETY: signal 0 only asks whether the process exists.
+        assert!(wait_for(10, || unsafe { libc::kill(pid, 0) } != 0));
+        ws.mount();
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("kill {i} after {ms} ms"));
+        let mut wrong = Vec::new();
+        for c in changes.iter().step_by(3) {
+            wrong.extend(past_disagrees_with(
+                &ws,
+                &changes,
+                c["id"].as_u64().unwrap(),
+                false,
+            ));
+        }
+        assert!(
+            wrong.is_empty(),
+            "{}\n{}",
+            wrong.join("\n"),
+            whole(&changes)
+        );
+        ws.unmount();
+    }
 }
