@@ -770,6 +770,69 @@ def chmod_of_the_new_file_before_the_backup_goes():
 @s
 def mode_of_the_backup_differs_from_the_new_file():
     os.chmod("a", 0o600); settle(); os.rename("a", "a~"); wr("a", b"new\n"); os.unlink("a~")
+@s
+def rename_onto_another_name_of_the_same_file():
+    os.link("a", "a2"); os.rename("a", "a2")
+@s
+def rename_onto_itself():
+    os.rename("a", "a")
+@s
+def exchange_with_itself():
+    libc.renameat2(-100, b"a", -100, b"a", 2)
+@s
+def exchange_two_names_of_one_file():
+    os.link("a", "a2"); exchange("a", "a2"); wr("a2", b"more\n", os.O_WRONLY | os.O_APPEND)
+@s
+def exchange_a_file_and_a_folder():
+    os.mkdir("d"); wr("d/x", b"x\n"); exchange("a", "d"); wr("d", b"more\n", os.O_WRONLY | os.O_APPEND)
+@s
+def rename_noreplace_refused():
+    wr("b", b"bee\n"); settle(); libc.renameat2(-100, b"b", -100, b"a", 1); wr("b", b"more\n", os.O_WRONLY | os.O_APPEND)
+@s
+def rename_noreplace_of_a_held_file_refused():
+    wr("b", b"bee\n"); libc.renameat2(-100, b"b", -100, b"a", 1)
+@s
+def folder_renamed_over_an_empty_folder():
+    os.mkdir("d"); os.mkdir("e"); wr("d/x", b"x\n"); settle(); os.rename("d", "e")
+@s
+def folder_renamed_over_an_empty_folder_while_held():
+    os.mkdir("d"); os.mkdir("e"); wr("d/x", b"x\n"); os.rename("d", "e")
+@s
+def unlinked_while_open_then_written_and_name_reused():
+    fd = os.open("a", os.O_WRONLY | os.O_APPEND); os.write(fd, b"one\n"); os.unlink("a")
+    os.write(fd, b"two\n"); wr("a", b"reborn\n"); os.write(fd, b"three\n"); os.close(fd)
+@s
+def renamed_while_open_new_file_at_the_name():
+    fd = os.open("a", os.O_WRONLY | os.O_APPEND); os.write(fd, b"one\n"); os.rename("a", "b")
+    wr("a", b"second\n"); os.write(fd, b"two\n"); os.close(fd)
+@s
+def hard_link_name_replaced_then_first_written():
+    os.link("a", "b"); wr("c", b"cee\n"); settle(); os.rename("c", "b"); wr("a", b"more\n", os.O_WRONLY | os.O_APPEND)
+@s
+def hard_link_first_name_deleted_then_other_written():
+    os.link("a", "b"); os.unlink("a"); wr("b", b"more\n", os.O_WRONLY | os.O_APPEND); wr("a", b"new a\n")
+@s
+def hard_link_chmod_through_second_name():
+    os.link("a", "b"); os.chmod("b", 0o600); wr("a", b"x\n", os.O_WRONLY | os.O_APPEND)
+@s
+def hard_link_renamed_over_first_name_held():
+    wr("n", b"n\n"); os.link("n", "m"); os.rename("m", "a"); wr("n", b"more\n", os.O_WRONLY | os.O_APPEND)
+@s
+def truncate_through_second_name_while_first_open():
+    os.link("a", "b"); fd = os.open("a", os.O_WRONLY | os.O_APPEND); os.write(fd, b"one\n")
+    os.truncate("b", 3); os.write(fd, b"two\n"); os.close(fd)
+@s
+def rmdir_then_mkdir_with_held_files():
+    os.mkdir("d"); wr("d/x", b"x\n"); os.unlink("d/x"); os.rmdir("d"); os.mkdir("d"); wr("d/x", b"y\n")
+@s
+def folder_renamed_away_and_another_made_in_its_place_while_a_file_is_open():
+    os.mkdir("d"); wr("d/x", b"x\n"); settle(); fd = os.open("d/x", os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"one\n"); os.rename("d", "e"); os.mkdir("d"); wr("d/x", b"other\n"); os.write(fd, b"two\n"); os.close(fd)
+@s
+def exchange_of_folders_with_files_open_in_both():
+    os.mkdir("d"); os.mkdir("e"); wr("d/x", b"dx\n"); wr("e/x", b"ex\n"); settle()
+    f1 = os.open("d/x", os.O_WRONLY | os.O_APPEND); f2 = os.open("e/x", os.O_WRONLY | os.O_APPEND)
+    os.write(f1, b"1\n"); exchange("d", "e"); os.write(f2, b"2\n"); os.close(f1); exchange("d", "e"); os.close(f2)
 names = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else list(S)
 mode = sys.argv[2] if len(sys.argv) > 2 else ""
 def one(n):
@@ -893,6 +956,87 @@ fn sigkill_during_the_save_rule_scenarios_then_a_remount() {
         assert!(
             wrong.is_empty(),
             "{}\n{}",
+            wrong.join("\n"),
+            whole(&changes)
+        );
+        ws.unmount();
+    }
+}
+
+/// `rewind diff --from X --to Y`, applied with `git apply` to a copy of `.rewind/at/X`, gives
+/// the files the chain says at Y (content only: git keeps no other modes, nor empty folders).
+fn diff_disagrees(ws: &Workspace, changes: &[Value], x: u64, y: u64) -> Vec<String> {
+    let files = |c: Chain| -> Chain {
+        c.into_iter()
+            .filter(|(_, s)| s.0 == "file")
+            .map(|(p, (t, h, _))| (p, (t, h, None)))
+            .collect()
+    };
+    let copy = ws.plain().join(format!("diff-{x}-{y}"));
+    let at = ws.path().join(format!(".rewind/at/{x}"));
+    crate::common::sh(
+        &ws.plain(),
+        &format!(
+            "cp -r '{}' '{}' && chmod -R u+w '{}'",
+            at.display(),
+            copy.display(),
+            copy.display()
+        ),
+    );
+    let diff = rw(
+        ws,
+        &["diff", "--from", &x.to_string(), "--to", &y.to_string()],
+    );
+    let patch = copy.with_extension("patch");
+    fs::write(&patch, &diff.stdout).unwrap();
+    let apply = std::process::Command::new("git")
+        .args(["apply", "--whitespace=nowarn"])
+        .arg(&patch)
+        .current_dir(&copy)
+        .output()
+        .unwrap();
+    let mut wrong: Vec<String> =
+        differences(&files(fold(changes, y).unwrap()), &files(tree(&copy)))
+            .into_iter()
+            .map(|d| format!("diff --from {x} --to {y} applied: {d}"))
+            .collect();
+    if !diff.status.success() || !apply.status.success() {
+        wrong.push(format!(
+            "diff --from {x} --to {y}: {} {}; git apply: {}",
+            diff.status,
+            stderr(&diff),
+            stderr(&apply)
+        ));
+    }
+    if !wrong.is_empty() {
+        wrong.push(String::from_utf8_lossy(&diff.stdout).into_owned());
+    }
+    wrong
+}
+
+/// After the concurrent workload and after the scenarios, diffs between points agree with the
+/// chain.
+#[test]
+fn diffs_between_points_agree_with_the_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, 700 + seed, 3, 30, false, "shared fsync");
+        let out = python_command(&ws.path(), SCENARIOS)
+            .args(["", "parallel"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scenarios: {}", stderr(&out));
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        let ids: Vec<u64> = changes.iter().map(|c| c["id"].as_u64().unwrap()).collect();
+        let pick = |f: f64| ids[((ids.len() - 1) as f64 * f) as usize];
+        let mut wrong = Vec::new();
+        for (a, b) in [(0.1, 0.4), (0.3, 0.9), (0.5, 1.0), (0.05, 0.6), (0.7, 0.95)] {
+            wrong.extend(diff_disagrees(&ws, &changes, pick(a), pick(b)));
+        }
+        assert!(
+            wrong.is_empty(),
+            "seed {seed}:\n{}\n{}",
             wrong.join("\n"),
             whole(&changes)
         );
