@@ -95,6 +95,13 @@ fn is_exchange(c: &Value, d: Option<&Value>) -> bool {
 /// after the change with that id (the second half of an exchange goes with its first).
 fn fold(changes: &[Value], until: u64) -> Result<Chain, String> {
     let mut chain = Chain::new();
+    fold_onto(&mut chain, changes, until, true)?;
+    Ok(chain)
+}
+
+/// [`fold`] onto `chain`; `modes`: whether modes count (else `chain` has none).
+fn fold_onto(chain: &mut Chain, changes: &[Value], until: u64, modes: bool) -> Result<(), String> {
+    let side = |v: &Value| side(v).map(|(t, h, m)| (t, h, if modes { m } else { None }));
     let mut i = 0;
     while i < changes.len() {
         let c = &changes[i];
@@ -106,38 +113,38 @@ fn fold(changes: &[Value], until: u64) -> Result<Chain, String> {
         if is_exchange(c, changes.get(i + 1)) {
             let d = &changes[i + 1];
             let from = c["from"].as_str().unwrap();
-            expect(&chain, path, &before, c, "exchange, its own side")?;
-            expect(&chain, from, &after, c, "exchange, moved away")?;
-            expect(&chain, from, &side(&d["before"]), d, "exchange, other side")?;
-            expect(&chain, path, &side(&d["after"]), d, "exchange, moved back")?;
+            expect(chain, path, &before, c, "exchange, its own side")?;
+            expect(chain, from, &after, c, "exchange, moved away")?;
+            expect(chain, from, &side(&d["before"]), d, "exchange, other side")?;
+            expect(chain, path, &side(&d["after"]), d, "exchange, moved back")?;
             let (a, b) = (chain.get(path).cloned(), chain.get(from).cloned());
             let tmp = "\u{1}exchange";
-            move_subtree(&mut chain, path, tmp);
-            move_subtree(&mut chain, from, path);
-            move_subtree(&mut chain, tmp, from);
-            set(&mut chain, path, b);
-            set(&mut chain, from, a);
+            move_subtree(chain, path, tmp);
+            move_subtree(chain, from, path);
+            move_subtree(chain, tmp, from);
+            set(chain, path, b);
+            set(chain, from, a);
             i += 2;
             continue;
         }
-        expect(&chain, path, &before, c, "its own before")?;
+        expect(chain, path, &before, c, "its own before")?;
         if let Some(from) = c["from"].as_str() {
-            expect(&chain, from, &after, c, "renamed from")?;
+            expect(chain, from, &after, c, "renamed from")?;
             chain.remove(from);
             chain.retain(|p, _| under(p, path).is_none());
-            move_subtree(&mut chain, from, path);
+            move_subtree(chain, from, path);
         } else if after.is_none() {
             chain.retain(|p, _| under(p, path).is_none());
         }
         for l in c["links"].as_array().into_iter().flatten() {
             let l = l.as_str().unwrap();
-            expect(&chain, l, &before, c, "a hard link of it")?;
-            set(&mut chain, l, after.clone());
+            expect(chain, l, &before, c, "a hard link of it")?;
+            set(chain, l, after.clone());
         }
-        set(&mut chain, path, after);
+        set(chain, path, after);
         i += 1;
     }
-    Ok(chain)
+    Ok(())
 }
 
 /// The tree below `root` (not `.rewind`) as states: files with their hash and mode, folders.
@@ -1042,4 +1049,156 @@ fn diffs_between_points_agree_with_the_chain() {
         );
         ws.unmount();
     }
+}
+
+/// Rollbacks (`--force`) run while several processes keep changing the files: whatever the
+/// tree ends as, the history (the rollbacks' restores among the writers' changes) is an
+/// unbroken chain ending at it.
+///
+/// Fails (often with H27_SEEDS=8, sometimes with the default 2): seen
+///   122 "modify" "w1_2" before file:7e012245 after file:bf078bc6
+///   155 "restore" "w1_2" before file:90e90c5c after -     <- 153 missing
+/// the same loss as `a_rollback_racing_a_writers_close_keeps_the_chain`.
+#[test]
+#[ignore = "fails: a rollback's delete of a file just closed by a writer loses the writer's last edit"]
+fn rollbacks_while_processes_write_keep_an_unbroken_chain() {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, 800 + seed, 3, 15, false, "shared");
+        let first = log(&ws).len() as u64;
+        let mut outs = Vec::new();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| workload(&ws, 900 + seed, 3, 40, false, "shared fsync"));
+            for k in 0..4u64 {
+                std::thread::sleep(Duration::from_millis(300));
+                let to = (first * (k + 1) / 5).max(1).to_string();
+                let o = rw(&ws, &["rollback", "--to", &to, "--force"]);
+                outs.push(format!("{to}: {} {}", o.status, stderr(&o)));
+            }
+            h.join().unwrap();
+        });
+        let changes =
+            assert_chain_ends_in_the_present(&ws, &format!("seed {seed}\n{}", outs.join("\n")));
+        assert!(
+            changes.iter().any(|c| c["kind"] == "restore"),
+            "no rollback restored anything: {outs:?}"
+        );
+        ws.unmount();
+    }
+}
+
+/// `rewind gc` run while several processes keep changing the files: every change it kept is
+/// as it was, and the history from the oldest point on is still an unbroken chain.
+#[test]
+fn gc_while_processes_write_keeps_what_it_keeps_true() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    workload(&ws, 1000, 3, 20, false, "shared");
+    std::thread::sleep(Duration::from_secs(2));
+    let before = log(&ws);
+    let mut gcs = Vec::new();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| workload(&ws, 1001, 3, 40, false, "shared fsync"));
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(250));
+            gcs.push(rw_ok(&ws, &["gc", "--keep", "1s"]));
+        }
+        h.join().unwrap();
+    });
+    let after = log(&ws);
+    let by_id: BTreeMap<u64, &Value> = before
+        .iter()
+        .map(|c| (c["id"].as_u64().unwrap(), c))
+        .collect();
+    for c in &after {
+        if let Some(b) = by_id.get(&c["id"].as_u64().unwrap()) {
+            assert_eq!(&c, b, "a change gc kept changed\n{}", gcs.join("\n"));
+        }
+    }
+    // From the oldest point the last gc kept, the chain is whole: fold the changes after it
+    // onto what `.rewind/at/OLDEST` shows.
+    let oldest: u64 = gcs
+        .last()
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("oldest point still kept: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no oldest point: {gcs:?}"));
+    let no_modes = |c: Chain| -> Chain {
+        c.into_iter()
+            .map(|(p, (t, h, _))| (p, (t, h, None)))
+            .collect()
+    };
+    let mut chain = no_modes(tree(&ws.path().join(format!(".rewind/at/{oldest}"))));
+    let mut wrong = Vec::new();
+    let rest: Vec<Value> = after
+        .iter()
+        .filter(|c| c["id"].as_u64().unwrap() > oldest)
+        .cloned()
+        .collect();
+    match fold_onto(&mut chain, &rest, u64::MAX, false) {
+        Ok(()) => wrong.extend(differences(&chain, &no_modes(tree(&ws.path())))),
+        Err(e) => wrong.push(e),
+    }
+    assert!(
+        wrong.is_empty(),
+        "oldest {oldest}\n{}\n{}\n{}",
+        wrong.join("\n"),
+        gcs.join("\n"),
+        whole(&after)
+    );
+    ws.unmount();
+}
+
+/// One process rewrites a file over and over (O_TRUNC, write, close) while `rollback --to`
+/// (`--force`) runs again and again, deleting it (it was made after the point): every write the rollback's restore replaces or deletes
+/// comes before it in the history, so the chain of the file holds.
+///
+/// Fails: a write whose close came just before the rollback's delete of the file is lost. Seen
+/// (ids 94 missing, its id set aside and given back):
+///   93 "modify" "g" before file:f7d02040 after file:4826b754
+///   95 "restore" "g" before file:4826b754 after -
+///   96 "restore" "f" before file:71383ae1 after -     <- f's chain ended at 4826b754 (92)
+/// The rollback's steps (`fs/restore.rs`, `Restorer::remove` -> `Core::unlink_at`) do not
+/// record the closed edits first, as every FUSE request does (`Core::in_order` ->
+/// `Recorder::finish_closed`); the edit's end then finds its file gone and records nothing.
+#[test]
+#[ignore = "fails: a rollback's delete of a file just closed by a writer loses the writer's last edit"]
+fn a_rollback_racing_a_writers_close_keeps_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    // The point is before f and g exist: each rollback deletes them (as in the workload).
+    fs::write(ws.path().join("p"), "point\n").unwrap();
+    let first = log(&ws).last().unwrap()["id"].as_u64().unwrap().to_string();
+    fs::write(ws.path().join("f"), "start\n").unwrap();
+    fs::write(ws.path().join("g"), "start\n").unwrap();
+    let script = r#"
+import os, time
+end = time.time() + 6
+i = 0
+while time.time() < end:
+    for p in ("f", "g"):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(fd, b"line %d\n" % i)
+            os.close(fd)
+        except OSError:
+            pass
+    i += 1
+"#;
+    let mut outs = Vec::new();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| python_command(&ws.path(), script).output().unwrap());
+        for _ in 0..15 {
+            std::thread::sleep(Duration::from_millis(200));
+            let o = rw(&ws, &["rollback", "--to", &first, "--force"]);
+            outs.push(format!("{} {}", o.status, stderr(&o).trim()));
+        }
+        h.join().unwrap();
+    });
+    let changes =
+        assert_chain_ends_in_the_present(&ws, &format!("rollbacks:\n{}", outs.join("\n")));
+    assert!(changes.iter().any(|c| c["kind"] == "restore"), "{outs:?}");
+    ws.unmount();
 }
