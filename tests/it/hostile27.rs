@@ -1166,9 +1166,24 @@ fn gc_while_processes_write_keeps_what_it_keeps_true() {
 #[test]
 #[ignore = "fails: a rollback's delete of a file just closed by a writer loses the writer's last edit"]
 fn a_rollback_racing_a_writers_close_keeps_the_chain() {
+    rollbacks_racing_a_closing_writer(true);
+}
+
+/// The same, the files there at the point: each rollback rewrites them in place.
+#[test]
+fn a_rollback_rewriting_a_file_a_writer_just_closed_keeps_the_chain() {
+    rollbacks_racing_a_closing_writer(false);
+}
+
+fn rollbacks_racing_a_closing_writer(after_point: bool) {
     let mut ws = Workspace::new();
     ws.mount();
-    // The point is before f and g exist: each rollback deletes them (as in the workload).
+    if !after_point {
+        fs::write(ws.path().join("f"), "before\n").unwrap();
+        fs::write(ws.path().join("g"), "before\n").unwrap();
+    }
+    // With `after_point`, the point is before f and g exist: each rollback deletes them (as
+    // in the workload).
     fs::write(ws.path().join("p"), "point\n").unwrap();
     let first = log(&ws).last().unwrap()["id"].as_u64().unwrap().to_string();
     fs::write(ws.path().join("f"), "start\n").unwrap();
@@ -1201,4 +1216,61 @@ while time.time() < end:
         assert_chain_ends_in_the_present(&ws, &format!("rollbacks:\n{}", outs.join("\n")));
     assert!(changes.iter().any(|c| c["kind"] == "restore"), "{outs:?}");
     ws.unmount();
+}
+
+/// A writer appending to files it holds open a moment (write, sleep, write, close) while
+/// `rollback --to` (`--force`) runs again and again: an open writer's episode is first closed
+/// as its own change (SPEC), so the chain holds. `after_point`: the files were made after the
+/// point (each rollback deletes them), else before it (each rollback rewrites them).
+fn rollbacks_racing_an_open_writer(after_point: bool) {
+    let mut ws = Workspace::new();
+    ws.mount();
+    if !after_point {
+        fs::write(ws.path().join("f"), "start\n").unwrap();
+        fs::write(ws.path().join("g"), "start\n").unwrap();
+    }
+    fs::write(ws.path().join("p"), "point\n").unwrap();
+    let first = log(&ws).last().unwrap()["id"].as_u64().unwrap().to_string();
+    fs::write(ws.path().join("f"), "made\n").unwrap();
+    fs::write(ws.path().join("g"), "made\n").unwrap();
+    let script = r#"
+import os, time
+end = time.time() + 6
+i = 0
+while time.time() < end:
+    for p in ("f", "g"):
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.write(fd, b"line %d\n" % i)
+            time.sleep(0.01)
+            os.write(fd, b"more %d\n" % i)
+            os.close(fd)
+        except OSError:
+            pass
+    i += 1
+"#;
+    let mut outs = Vec::new();
+    std::thread::scope(|s| {
+        let h = s.spawn(|| python_command(&ws.path(), script).output().unwrap());
+        for _ in 0..15 {
+            std::thread::sleep(Duration::from_millis(200));
+            let o = rw(&ws, &["rollback", "--to", &first, "--force"]);
+            outs.push(format!("{} {}", o.status, stderr(&o).trim()));
+        }
+        h.join().unwrap();
+    });
+    let changes =
+        assert_chain_ends_in_the_present(&ws, &format!("rollbacks:\n{}", outs.join("\n")));
+    assert!(changes.iter().any(|c| c["kind"] == "restore"), "{outs:?}");
+    ws.unmount();
+}
+
+#[test]
+fn rollbacks_rewriting_files_an_open_writer_appends_to_keep_the_chain() {
+    rollbacks_racing_an_open_writer(false);
+}
+
+#[test]
+fn rollbacks_deleting_files_an_open_writer_appends_to_keep_the_chain() {
+    rollbacks_racing_an_open_writer(true);
 }
