@@ -626,6 +626,16 @@ fn after_gc_every_point_is_refused_or_what_the_chain_says() {
 /// ends at the tree (what the killed daemon had not recorded comes back as `external`).
 #[test]
 fn sigkill_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
+    signal_mid_workload_then_a_remount(libc::SIGKILL);
+}
+
+/// The same with SIGTERM: the daemon ends by itself, recording what it holds.
+#[test]
+fn sigterm_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
+    signal_mid_workload_then_a_remount(libc::SIGTERM);
+}
+
+fn signal_mid_workload_then_a_remount(signal: i32) {
     for seed in seeds() {
         let mut ws = Workspace::new();
         ws.mount();
@@ -644,7 +654,7 @@ fn sigkill_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
             });
             std::thread::sleep(Duration::from_millis(1500 + 300 * seed));
             // SAFETY: kill(2) of the daemon this test started.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, signal) };
             h.join().unwrap();
         });
         // SAFETY: signal 0 only asks whether the process exists.
