@@ -852,6 +852,42 @@ def exchange_of_folders_with_files_open_in_both():
     os.write(f1, b"1\n"); exchange("d", "e"); os.write(f2, b"2\n"); os.close(f1); exchange("d", "e"); os.close(f2)
 names = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else list(S)
 mode = sys.argv[2] if len(sys.argv) > 2 else ""
+if mode == "checkpoints":
+    # A checkpoint after every step of the main process, with the tree as it then was.
+    import json, subprocess
+    root = os.getcwd()
+    snaps = {}
+    def snapshot():
+        out = {}
+        for dp, dns, fns in os.walk(root):
+            rel = os.path.relpath(dp, root)
+            if rel == ".rewind" or rel.startswith(".rewind/"):
+                dns[:] = []
+                continue
+            dns[:] = [d for d in dns if not (rel == "." and d == ".rewind")]
+            for d in dns:
+                out[os.path.normpath(os.path.join(rel, d))] = None
+            for f in fns:
+                p = os.path.join(dp, f)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    with open(p, "rb") as h:
+                        out[os.path.normpath(os.path.join(rel, f))] = h.read().hex()
+        return out
+    def cp():
+        name = "cp%d" % len(snaps)
+        subprocess.run(["rewind", "checkpoint", name], check=True, cwd=root, stdout=subprocess.DEVNULL)
+        snaps[name] = snapshot()
+    def wrap(f):
+        def g(*a, **k):
+            r = f(*a, **k)
+            if os.getpid() == main_pid: cp()
+            return r
+        return g
+    main_pid = os.getpid()
+    for n in ("rename", "unlink", "link", "chmod", "truncate", "mkdir", "rmdir"):
+        setattr(os, n, wrap(getattr(os, n)))
+    wr = wrap(wr)
+    exchange = wrap(exchange)
 def one(n):
     os.mkdir(n)
     os.chdir(n)
@@ -871,6 +907,9 @@ if mode == "parallel":
     for p in pids: os.waitpid(p, 0)
 else:
     for n in names: one(n)
+if mode == "checkpoints":
+    with open(os.environ["H27_SNAPS"], "w") as h:
+        json.dump(snaps, h)
 "#;
 
 /// Each scenario, then: the chain holds and ends at the tree, and every point answers what the
@@ -1283,4 +1322,65 @@ fn rollbacks_rewriting_files_an_open_writer_appends_to_keep_the_chain() {
 #[test]
 fn rollbacks_deleting_files_an_open_writer_appends_to_keep_the_chain() {
     rollbacks_racing_an_open_writer(true);
+}
+
+/// The scenarios one after the other with a checkpoint after every step: `.rewind/at/NAME` is
+/// the tree as it was when the checkpoint was taken (read by the script itself, not derived
+/// from the history), and the history is still an unbroken chain.
+#[test]
+fn a_checkpoint_after_every_step_of_the_scenarios_shows_the_tree_as_it_was() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let snaps = ws.plain().join("snaps.json");
+    let out = python_command(&ws.path(), SCENARIOS)
+        .args(["", "checkpoints"])
+        .env("H27_SNAPS", &snaps)
+        .env("XDG_DATA_HOME", ws.plain().parent().unwrap().join("data"))
+        .env("PATH", crate::common::path_with_rewind())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scenarios: {}", stderr(&out));
+    let changes = assert_chain_ends_in_the_present(&ws, "checkpoints");
+    let snaps: BTreeMap<String, BTreeMap<String, Option<String>>> =
+        serde_json::from_str(&fs::read_to_string(&snaps).unwrap()).unwrap();
+    assert!(snaps.len() > 100, "only {} checkpoints", snaps.len());
+    let mut wrong = Vec::new();
+    for (name, want) in &snaps {
+        let at = ws.path().join(".rewind/at").join(name);
+        let got: Chain = tree(&at);
+        let want: Chain = want
+            .iter()
+            .map(|(p, c)| {
+                let s = match c {
+                    None => ("dir".to_string(), None, None),
+                    Some(hex) => {
+                        let bytes: Vec<u8> = (0..hex.len())
+                            .step_by(2)
+                            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                            .collect();
+                        (
+                            "file".to_string(),
+                            Some(blake3::hash(&bytes).to_hex().to_string()),
+                            None,
+                        )
+                    }
+                };
+                (p.clone(), s)
+            })
+            .collect();
+        let got: Chain = got
+            .into_iter()
+            .map(|(p, (t, h, _))| (p, (t, h, None)))
+            .collect();
+        for d in differences(&want, &got) {
+            wrong.push(format!(".rewind/at/{name}: {d}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}\n{}",
+        wrong.join("\n"),
+        whole(&changes)
+    );
+    ws.unmount();
 }
