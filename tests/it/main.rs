@@ -21,6 +21,7 @@ mod hostile23;
 mod hostile24;
 mod hostile25;
 mod hostile26;
+mod hostile27;
 mod hunk;
 mod model;
 mod mount;
