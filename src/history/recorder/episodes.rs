@@ -844,7 +844,7 @@ impl Recorder {
     /// [`finish_closed_of`](Self::finish_closed_of) with the file's stripe held. If the store
     /// cannot take it, the edit is kept as one whose end waits (`retry_ends`), its id given
     /// back.
-    fn finish_closed_held(&self, key: Key) -> Result<()> {
+    pub(super) fn finish_closed_held(&self, key: Key) -> Result<()> {
         let Some(c) = lock(&self.closed).remove(&key) else {
             return Ok(());
         };

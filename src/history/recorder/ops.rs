@@ -59,6 +59,11 @@ impl Recorder {
     pub fn before_unlink(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Prepared>> {
         let _pins = self.pin_scope();
         let key = key_of(st);
+        // An edit of it closed but not recorded yet comes first (a FUSE request has recorded
+        // it already, `Core::in_order`; a rollback's delete has not): found gone later, it
+        // would give its id back, and its writes would be in no change. The caller holds the
+        // file.
+        self.finish_closed_held(key)?;
         let temporary = lock(&self.episodes)
             .get(&key)
             .is_some_and(|ep| ep.created && ep.path == path && st.st_nlink <= 1);
