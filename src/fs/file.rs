@@ -57,7 +57,7 @@ pub(super) struct Opened {
 }
 
 /// How many times an open for writing looks again at a name whose file was replaced while
-/// its content was being stored ([`Core::begin_write`]).
+/// its content was being stored ([`Core::begin_write_as`], [`Core::begin_and_open`]).
 const REPLACED_TRIES: u32 = 8;
 
 /// Whether an fd opened with `flags` may be read through: opened for reading, not `O_DIRECT`.
@@ -76,23 +76,16 @@ pub(super) fn writes(flags: i32) -> bool {
 }
 
 impl Core {
-    /// Store a file's content before it may change; returns the episode to end at release.
-    pub(super) fn begin_write(&self, path: &[u8], by: By) -> Result<Option<Key>> {
-        self.begin_write_as(path, None, by)
-    }
-
-    /// [`begin_write`](Self::begin_write) of the file at `path` as `st` (its `lstat`, taken
-    /// here if not given). The content before is read by path: if another file took the name
-    /// meanwhile (an atomic save renamed over it), the name is looked at again, and the open
-    /// goes on with the file it names now, as it would have without recording.
-    fn begin_write_as(&self, path: &[u8], st: Option<libc::stat>, by: By) -> Result<Option<Key>> {
+    /// Store the content of the file at `path` (`st`, its `lstat`) before it may change;
+    /// returns the episode to end at release. The content before is read by path: if another
+    /// file took the name meanwhile (an atomic save renamed over it), the name is looked at
+    /// again, and the open goes on with the file it names now, as it would have without
+    /// recording.
+    fn begin_write_as(&self, path: &[u8], st: libc::stat, by: By) -> Result<Option<Key>> {
         let Some(rec) = &self.recorder else {
             return Ok(None);
         };
-        let mut st = match st {
-            Some(st) => st,
-            None => self.backing.stat(path)?,
-        };
+        let mut st = st;
         let mut tries = 0;
         loop {
             match rec.begin_write(path, &st, by) {
@@ -110,7 +103,72 @@ impl Core {
         }
     }
 
-    /// [`begin_write`](Self::begin_write) for a rollback's rewrite of a file in place, noted
+    /// Begin the write episode of the file at `path` and open it (`open`, told whether an
+    /// episode began), the file held at its name in between ([`Recorder::hold_named`]): no
+    /// rename through the mount can put another file at the name meanwhile, so the episode
+    /// is of the file opened. `first`: open it first and read its content before through the
+    /// new fd (a read-write open, which changes nothing by itself); else the content is stored
+    /// before `open`, which may truncate it. If another file took the name from outside the
+    /// mount meanwhile, the name is looked at again, as [`begin_write_as`](Self::begin_write_as)
+    /// does. `guess`: the file the name most likely holds (see `hold_named`). Returns the
+    /// episode, the file with its open flags, and its `fstat`.
+    ///
+    /// [`Recorder::hold_named`]: crate::history::recorder::Recorder::hold_named
+    pub(super) fn begin_and_open(
+        &self,
+        path: &[u8],
+        guess: Option<Key>,
+        by: By,
+        first: bool,
+        mut open: impl FnMut(bool) -> io::Result<(File, i32)>,
+    ) -> Result<(Option<Key>, (File, i32), libc::stat)> {
+        let Some(rec) = &self.recorder else {
+            let file = open(false)?;
+            let st = backing::stat_fd(file.0.as_fd())?;
+            return Ok((None, file, st));
+        };
+        let mut tries = 0;
+        loop {
+            let named = rec.hold_named(path, guess)?;
+            let (episode, file, st) = if first {
+                let file = open(false)?;
+                let st = backing::stat_fd(file.0.as_fd())?;
+                if key(&st) != key(named.stat()) && tries < REPLACED_TRIES {
+                    tries += 1;
+                    continue;
+                }
+                let through = readable(file.1).then_some(&file.0);
+                let episode = rec
+                    .begin_write_named(&named, path, &st, by, through)
+                    .map_err(record_errno)?;
+                (episode, file, st)
+            } else {
+                let episode = match rec.begin_write_named(&named, path, named.stat(), by, None) {
+                    Err(e) if tries < REPLACED_TRIES && not_found(&e) => {
+                        tries += 1;
+                        continue;
+                    }
+                    begun => begun.map_err(record_errno)?,
+                };
+                let opened = open(episode.is_some()).and_then(|file| {
+                    let st = backing::stat_fd(file.0.as_fd())?;
+                    Ok((file, st))
+                });
+                match opened {
+                    Ok((file, st)) => (episode, file, st),
+                    Err(e) => {
+                        // Its end holds the file.
+                        drop(named);
+                        self.end_write(episode);
+                        return Err(e.into());
+                    }
+                }
+            };
+            return Ok((episode, file, st));
+        }
+    }
+
+    /// [`begin_write_as`](Self::begin_write_as) for a rollback's rewrite of a file in place, noted
     /// in the store at once (see `Recorder::begin_restore`).
     pub(super) fn begin_restore(&self, path: &[u8], by: By) -> Result<Option<Key>> {
         let Some(rec) = &self.recorder else {
@@ -288,36 +346,21 @@ impl Core {
                 };
             }
         };
-        let (file, backing_flags, episode, st);
-        if flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0 {
+        let (episode, (file, backing_flags), st) = if writes(flags) {
             // A read-write open changes nothing by itself, and nothing can be written before
             // it is answered: the file is opened first, and its content stored as the fd
-            // shows it (one `lstat` less).
-            (file, backing_flags) = self.open_backing(&path, flags, false)?;
-            st = backing::stat_fd(file.as_fd())?;
-            // Read through the fd: the file it opened, whatever the name holds by now.
-            episode = match &self.recorder {
-                Some(rec) if readable(backing_flags) => rec
-                    .begin_write_through(&path, &st, caller.by(), &file)
-                    .map_err(record_errno)?,
-                _ => self.begin_write_as(&path, Some(st), caller.by())?,
-            };
+            // shows it. Otherwise the content is stored before the open that could truncate
+            // or change it.
+            let first = flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0;
+            let guess = self.inodes().key(ino.0);
+            self.begin_and_open(&path, guess, caller.by(), first, |episode| {
+                self.open_backing(&path, flags, episode)
+            })?
         } else {
-            // The content is stored before the open that could truncate or change it.
-            episode = if writes(flags) {
-                self.begin_write(&path, caller.by())?
-            } else {
-                None
-            };
-            (file, backing_flags) = match self.open_backing(&path, flags, episode.is_some()) {
-                Ok(f) => f,
-                Err(e) => {
-                    self.end_write(episode);
-                    return Err(e.into());
-                }
-            };
-            st = backing::stat_fd(file.as_fd())?;
-        }
+            let opened = self.open_backing(&path, flags, false)?;
+            let st = backing::stat_fd(opened.0.as_fd())?;
+            (None, opened, st)
+        };
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;
         }
@@ -415,7 +458,7 @@ impl Core {
         if let Some(st) = existing
             && flags & libc::O_EXCL == 0
         {
-            episode = self.begin_write_as(&path, Some(st), caller.by())?;
+            episode = self.begin_write_as(&path, st, caller.by())?;
         }
         if existing.is_none()
             && let Some(rec) = &self.recorder

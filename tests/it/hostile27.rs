@@ -470,12 +470,11 @@ fn processes_each_on_their_own_files_keep_an_unbroken_chain() {
 }
 
 /// Files all of them share, exchanged (`RENAME_EXCHANGE`) while the others write them. Failed
-/// in CI twice (seed 1): an exchange's rename says the file it moves away held content no change
-/// left there (`change 136 ("rename" "shared1") breaks the chain of shared2 (exchange, moved
-/// away)`), and, with a SIGTERM after, a modify began from content never recorded. The other
-/// shared workloads leave exchanges out (a known gap, design.md).
+/// in CI twice (seed 1) and here 2 runs in 10 with `H27_SEEDS=8`: an exchange's rename said the
+/// file it moved away held content no change left there. An open for writing had begun the
+/// episode of the file the exchange had just moved away from the name it opened
+/// (`an_open_racing_an_exchange_records_the_file_it_opened`); 10 runs of 8 seeds pass since.
 #[test]
-#[ignore = "known (design.md): an exchange of files other processes write can break their chain"]
 fn processes_exchanging_files_others_write_keep_an_unbroken_chain() {
     for seed in seeds() {
         let mut ws = Workspace::new();
@@ -484,6 +483,86 @@ fn processes_exchanging_files_others_write_keep_an_unbroken_chain() {
         assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
         ws.unmount();
     }
+}
+
+/// An open for writing that looks its file up by name while an exchange moves that file away
+/// (`REWIND_TEST_SLOW_NAMED` holds the open between the two): it opens the file the name holds
+/// by then, and its episode is that file's. Before, the episode was the moved file's, under the
+/// name it had lost: its end found another file there and recorded nothing of what was
+/// written, so the history no longer ended at the tree (what broke the exchange workload).
+#[test]
+fn an_open_racing_an_exchange_records_the_file_it_opened() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_NAMED", "400")]);
+    let dir = ws.path();
+    fs::write(dir.join("a"), "a\n").unwrap();
+    fs::write(dir.join("b"), "b\n").unwrap();
+    let script = r#"
+import ctypes, os, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+def append():
+    fd = os.open("a", os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"more\n")
+    os.close(fd)
+t = threading.Thread(target=append)
+t.start()
+time.sleep(0.15)
+assert libc.renameat2(-100, b"a", -100, b"b", 2) == 0, ctypes.get_errno()
+t.join()
+"#;
+    let out = python_command(&dir, script).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The open came after the exchange: it wrote the file that had become `a`.
+    assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "b\nmore\n");
+    assert_eq!(fs::read_to_string(dir.join("b")).unwrap(), "a\n");
+    rw_ok(&ws, &["sync"]);
+    let changes = assert_chain_ends_in_the_present(&ws, "an open racing an exchange");
+    let last = changes.last().unwrap();
+    assert_eq!(last["kind"], "modify", "{}", whole(&changes));
+    assert_eq!(last["path"], "a", "{}", whole(&changes));
+    ws.unmount();
+}
+
+/// A rollback deleting a file a process has open and goes on writing
+/// (`REWIND_TEST_SLOW_CUT` holds the rollback between recording what the writer wrote so far,
+/// the cut, and its unlink). The delete carries the content the cut recorded. Before, it read
+/// the file again and carried the writes made since, which no change recorded, so the file's
+/// chain broke (what `rollbacks_deleting_files_an_open_writer_appends_to_keep_the_chain` saw).
+/// A rollback is not a FUSE request: the kernel does not hold the file's lock over its unlink,
+/// as it does over a process's, so writes go on meanwhile. What is written after the cut to a
+/// file the rollback deletes is in no tree.
+#[test]
+fn a_rollback_deleting_a_file_being_written_carries_what_the_cut_recorded() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_CUT", "400")]);
+    let dir = ws.path();
+    fs::write(dir.join("p"), "point\n").unwrap();
+    let point = log(&ws).last().unwrap()["id"].as_u64().unwrap().to_string();
+    fs::write(dir.join("f"), "start\n").unwrap();
+    let script = r#"
+import os, subprocess, sys, threading, time
+fd = os.open("f", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"one\n")
+t = threading.Thread(target=lambda: subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], check=True, capture_output=True))
+t.start()
+time.sleep(0.2)
+os.write(fd, b"two\n")
+t.join()
+os.close(fd)
+"#;
+    let out = python_command(&dir, script)
+        .arg(env!("CARGO_BIN_EXE_rewind"))
+        .arg(&point)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!dir.join("f").exists());
+    rw_ok(&ws, &["sync"]);
+    let changes = assert_chain_ends_in_the_present(&ws, "a rollback deleting a file being written");
+    let restore = changes.last().unwrap();
+    assert_eq!(restore["kind"], "restore", "{}", whole(&changes));
+    assert_eq!(restore["path"], "f", "{}", whole(&changes));
+    ws.unmount();
 }
 
 /// The same with fsync here and there, and files all of them share.
@@ -648,7 +727,6 @@ fn sigkill_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
 
 /// The same with SIGTERM: the daemon ends by itself, recording what it holds.
 #[test]
-#[ignore = "known (design.md): an exchange of files other processes write can break their chain"]
 fn sigterm_mid_workload_then_a_remount_keeps_an_unbroken_chain() {
     signal_mid_workload_then_a_remount(libc::SIGTERM);
 }
@@ -666,7 +744,7 @@ fn signal_mid_workload_then_a_remount(signal: i32) {
                         "3".into(),
                         "200".into(),
                         "procs".into(),
-                        "shared fsync".into(),
+                        "shared fsync exchange".into(),
                     ])
                     .output();
             });
@@ -1132,12 +1210,10 @@ fn diffs_between_points_agree_with_the_chain() {
 /// tree ends as, the history (the rollbacks' restores among the writers' changes) is an
 /// unbroken chain ending at it.
 ///
-/// Fails (often with H27_SEEDS=8, sometimes with the default 2): seen
-///   122 "modify" "w1_2" before file:7e012245 after file:bf078bc6
-///   155 "restore" "w1_2" before file:90e90c5c after -     <- 153 missing
-/// the same loss as `a_rollback_racing_a_writers_close_keeps_the_chain`.
+/// Failed often with H27_SEEDS=8 (`155 "restore" "w1_2" before file:90e90c5c`, where the chain
+/// was at `bf078bc6`): a rollback's delete carried content written after it had recorded the
+/// writer's edit (`a_rollback_deleting_a_file_being_written_carries_what_the_cut_recorded`).
 #[test]
-#[ignore = "known (design.md): a rollback's delete racing a writer's close can lose that writer's last edit"]
 fn rollbacks_while_processes_write_keep_an_unbroken_chain() {
     for seed in seeds() {
         let mut ws = Workspace::new();
@@ -1232,16 +1308,12 @@ fn gc_while_processes_write_keeps_what_it_keeps_true() {
 /// (`--force`) runs again and again, deleting it (it was made after the point): every write the rollback's restore replaces or deletes
 /// comes before it in the history, so the chain of the file holds.
 ///
-/// Fails: a write whose close came just before the rollback's delete of the file is lost. Seen
-/// (ids 94 missing, its id set aside and given back):
-///   93 "modify" "g" before file:f7d02040 after file:4826b754
-///   95 "restore" "g" before file:4826b754 after -
-///   96 "restore" "f" before file:71383ae1 after -     <- f's chain ended at 4826b754 (92)
-/// The rollback's steps (`fs/restore.rs`, `Restorer::remove` -> `Core::unlink_at`) do not
-/// record the closed edits first, as every FUSE request does (`Core::in_order` ->
-/// `Recorder::finish_closed`); the edit's end then finds its file gone and records nothing.
+/// Failed: a write whose close came just before the rollback's delete of the file was lost
+/// (`96 "restore" "f" before file:71383ae1` where f's chain ended at `4826b754`). A rollback is
+/// not a FUSE request: its delete did not record the closed edit first (`before_unlink` does
+/// now), and it read the file again after recording the writer's edit, taking in what was
+/// written since (`a_rollback_deleting_a_file_being_written_carries_what_the_cut_recorded`).
 #[test]
-#[ignore = "known (design.md): a rollback's delete racing a writer's close can lose that writer's last edit"]
 fn a_rollback_racing_a_writers_close_keeps_the_chain() {
     rollbacks_racing_a_closing_writer(true);
 }
@@ -1347,11 +1419,10 @@ fn rollbacks_rewriting_files_an_open_writer_appends_to_keep_the_chain() {
     rollbacks_racing_an_open_writer(false);
 }
 
-/// Fails at times (1 run in 3): `change 142 ("restore" "f") breaks the chain of f: it was
-/// 17c69d7d.., the change says 9f28e97e..`: the same loss as
-/// `a_rollback_racing_a_writers_close_keeps_the_chain`.
+/// Failed at times (1 run in 3): `change 142 ("restore" "f") breaks the chain of f: it was
+/// 17c69d7d.., the change says 9f28e97e..`, the loss
+/// `a_rollback_deleting_a_file_being_written_carries_what_the_cut_recorded` shows.
 #[test]
-#[ignore = "known (design.md): a rollback's delete racing a writer's close can lose that writer's last edit"]
 fn rollbacks_deleting_files_an_open_writer_appends_to_keep_the_chain() {
     rollbacks_racing_an_open_writer(true);
 }

@@ -210,24 +210,36 @@ pub(super) fn marker(
     }
 }
 
+/// How many times [`Recorder::hold_named`] looks again at a name whose file changed before it
+/// was held.
+const NAMED_TRIES: u32 = 8;
+
+/// Tests only: `REWIND_TEST_SLOW_NAMED=MS` makes [`Recorder::hold_named`] wait that long
+/// between the file it guesses the name holds and holding it.
+static SLOW_NAMED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_NAMED");
+
+/// Tests only: `REWIND_TEST_SLOW_CUT=MS` makes every cut of an open episode wait that long
+/// once it has recorded what the episode wrote, before the operation that cut it goes on.
+static SLOW_CUT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CUT");
+
+/// The file a name holds, held there (see [`Recorder::hold_named`]).
+pub struct Named<'a> {
+    st: libc::stat,
+    _held: Vec<std::sync::MutexGuard<'a, ()>>,
+}
+
+impl Named<'_> {
+    /// The file's `lstat`, taken with it held.
+    pub fn stat(&self) -> &libc::stat {
+        &self.st
+    }
+}
+
 impl Recorder {
     /// A regular file is about to be opened for writing (or truncated): store its content.
     /// Returns the key to hand back to [`end_write`](Recorder::end_write), if recording.
     pub fn begin_write(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
-        self.begin_write_marked(path, st, by, false, None)
-    }
-
-    /// [`begin_write`](Recorder::begin_write) of a file already opened, `file` (open for
-    /// reading, `st` its `fstat`): its content before is read through it, so that a file that
-    /// took its name meanwhile (an atomic save renamed over it) is not read for it.
-    pub fn begin_write_through(
-        &self,
-        path: &[u8],
-        st: &libc::stat,
-        by: By,
-        file: &File,
-    ) -> Result<Option<Key>> {
-        self.begin_write_marked(path, st, by, false, Some(file))
+        self.begin_write_marked(path, st, by, false)
     }
 
     /// [`begin_write`](Recorder::begin_write) for a rollback about to rewrite a file in place:
@@ -235,7 +247,7 @@ impl Recorder {
     /// of a rollback leaves the file it was rewriting to the next mount as the rollback's
     /// restore, not as an `external` change.
     pub fn begin_restore(&self, path: &[u8], st: &libc::stat, by: By) -> Result<Option<Key>> {
-        self.begin_write_marked(path, st, by, true, None)
+        self.begin_write_marked(path, st, by, true)
     }
 
     fn begin_write_marked(
@@ -244,7 +256,6 @@ impl Recorder {
         st: &libc::stat,
         by: By,
         mark_now: bool,
-        through: Option<&File>,
     ) -> Result<Option<Key>> {
         let _pins = self.pin_scope();
         if kind_of(st) != FileKind::File || !self.records(path, false) {
@@ -263,7 +274,85 @@ impl Recorder {
         // an end of the last episode could slip in after the check, and this write would be
         // recorded as a modify before the file's create.
         let _held = self.hold(&[key]);
-        // One closed between the two (by a RELEASE of another handle of the file).
+        self.begin_write_held(path, st, by, mark_now, None)
+    }
+
+    /// Hold the file `path` names, so that no rename, link or unlink through the mount moves
+    /// it away or puts another file at the name until the guard is dropped. An open that
+    /// writes the file begins its episode ([`begin_write_named`](Self::begin_write_named)) and
+    /// opens it meanwhile, so the episode is of the file it opened, at the name it has.
+    ///
+    /// FUSE names a file by its inode, which the daemon turns into a path with its table of
+    /// names; a rename of files updates the table once it is done. An open racing an exchange
+    /// of `a` and `b` may so look for `a`'s inode at `a` just after `b` took that name: it
+    /// opens `b`, as an open of the name a moment later would, and its episode must be
+    /// `b`'s. Begun as `a`'s under the name `a`, the end of it found `a` gone from there and
+    /// recorded nothing of what was written to `b`.
+    ///
+    /// `guess`: the file the name most likely holds (the inode's, in the table of names),
+    /// held first; one `lstat` then tells whether it does.
+    pub fn hold_named(&self, path: &[u8], guess: Option<Key>) -> std::io::Result<Named<'_>> {
+        let mut key = match guess {
+            Some(key) => key,
+            None => key_of(&self.source.lstat(path)?),
+        };
+        SLOW_NAMED.pause();
+        let mut tries = 0;
+        loop {
+            let held = self.hold(&[key]);
+            let now = self.source.lstat(path)?;
+            // Replaced over and over from outside the mount: held as it is now, with what
+            // the table of episodes says of it.
+            if key_of(&now) == key || tries == NAMED_TRIES {
+                return Ok(Named {
+                    st: now,
+                    _held: held,
+                });
+            }
+            drop(held);
+            key = key_of(&now);
+            tries += 1;
+        }
+    }
+
+    /// [`begin_write`](Self::begin_write) of the file held at its name, `named` (`st`: its
+    /// `lstat` or `fstat`). `through`: the file opened already (open for reading), to read
+    /// its content before through, so that a file that took its name meanwhile from outside
+    /// the mount is not read for it.
+    pub fn begin_write_named(
+        &self,
+        named: &Named<'_>,
+        path: &[u8],
+        st: &libc::stat,
+        by: By,
+        through: Option<&File>,
+    ) -> Result<Option<Key>> {
+        let _pins = self.pin_scope();
+        // Only the file held may begin an episode here: its stripe is the one held. (Another,
+        // put at the name from outside the mount, is its caller's to look at again.)
+        let (st, through) = if key_of(st) == key_of(&named.st) {
+            (st, through)
+        } else {
+            (&named.st, None)
+        };
+        if kind_of(st) != FileKind::File || !self.records(path, false) {
+            return Ok(None);
+        }
+        self.check_writable()?;
+        self.begin_write_held(path, st, by, false, through)
+    }
+
+    /// The rest of [`begin_write_marked`](Self::begin_write_marked), with the file held.
+    fn begin_write_held(
+        &self,
+        path: &[u8],
+        st: &libc::stat,
+        by: By,
+        mark_now: bool,
+        through: Option<&File>,
+    ) -> Result<Option<Key>> {
+        let key = key_of(st);
+        // One closed meanwhile (by a RELEASE of another handle of the file).
         self.finish_closed_held(key)?;
         self.flush_pending(path)?;
         // A thread that opened the episode and opens the file again is running: no need to ask
@@ -989,7 +1078,7 @@ impl Recorder {
         let _pins = self.pin_scope();
         let key = key_of(st);
         let _held = self.hold(&[key]);
-        self.cut_episode_by(key, path, None)
+        self.cut_episode_by(key, path, None).map(drop)
     }
 
     /// A rollback (as thread `by.pid`) has rewritten `path` in place, inside another process's
@@ -1001,7 +1090,7 @@ impl Recorder {
         let key = key_of(st);
         let _held = self.hold(&[key]);
         let by = self.who(by);
-        self.cut_episode_by(key, path, Some(by))
+        self.cut_episode_by(key, path, Some(by)).map(drop)
     }
 
     /// Cut every open episode (a new file included: its create is recorded now), so that a
@@ -1129,13 +1218,21 @@ impl Recorder {
     /// from the current content. A RELEASE reaches us after the writer's close, so a chmod,
     /// unlink or rename can come while the episode that just wrote the file is still open; it
     /// must be recorded first, or history would not be a chain.
-    pub(super) fn cut_episode(&self, key: Key, path: &[u8]) -> Result<()> {
+    ///
+    /// Returns the content the episode goes on from, if there was one to cut: what the
+    /// operation that cut it finds there. The writer may write more before the operation is
+    /// done; read again, the operation would carry writes that no change records.
+    pub(super) fn cut_episode(&self, key: Key, path: &[u8]) -> Result<Option<FileState>> {
         self.cut_episode_by(key, path, None)
     }
 
     /// [`cut_episode`](Recorder::cut_episode), recording what changed so far as `by`'s change
     /// (`None`: the episode's own writer's).
-    fn cut_episode_by(&self, key: Key, path: &[u8], by: Option<Who>) -> Result<()> {
+    fn cut_episode_by(&self, key: Key, path: &[u8], by: Option<Who>) -> Result<Option<FileState>> {
+        // An edit of the file closed but not recorded yet comes first. A RELEASE handled after
+        // the request's `Core::in_order` may have closed it, under the name the file has now:
+        // recorded after a rename, chmod or rewrite, it would read what these left.
+        self.finish_closed_held(key)?;
         let (ep_path, before, who, created, reader) = match lock(&self.episodes).get(&key) {
             Some(ep)
                 if !ep.orphaned && (ep.path == path || self.same_file(key, &ep.path, path)) =>
@@ -1148,13 +1245,13 @@ impl Recorder {
                     ep.reader.clone(),
                 )
             }
-            _ => return Ok(()),
+            _ => return Ok(None),
         };
         // Looked at through the episode's own handle where the daemon keeps one: its owner may
         // have made the file, or a folder above it, unreadable meanwhile (see `keep_reader`).
         let st = match self.find_same(&ep_path, key, reader.as_deref()) {
             Found::Same(st) => st,
-            Found::Gone => return Ok(()),
+            Found::Gone => return Ok(None),
             // What it wrote so far cannot be read: the operation that needs it first is
             // refused (`EACCES`), rather than recorded out of order.
             Found::Hidden(source) => return Err(hidden(&ep_path, source)),
@@ -1182,6 +1279,8 @@ impl Recorder {
             ep.fsynced = None;
             ep.unmarked = None;
         }
-        self.put_marker(&ep_path, Some(now), &who, None)
+        self.put_marker(&ep_path, Some(now.clone()), &who, None)?;
+        SLOW_CUT.pause();
+        Ok(Some(now))
     }
 }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crossbeam_channel::{Receiver, Sender};
 
 pub use capture::{Source, key_of, kind_of, seen_of};
-pub use episodes::Through;
+pub use episodes::{Named, Through};
 pub use journal::{Next, Prepared, Subscription, after_id, id_taken};
 pub use pending::{AsRecorded, PENDING_FOR};
 pub use recovery::Recovery;

@@ -77,10 +77,13 @@ impl Recorder {
             }
             return Ok(None);
         }
-        // What the file's open episode wrote so far comes before its deletion.
-        if self.records(path, false) {
-            self.cut_episode(key, path)?;
-        }
+        // What the file's open episode wrote so far comes before its deletion, which takes
+        // that content away.
+        let cut = if self.records(path, false) {
+            self.cut_episode(key, path)?
+        } else {
+            None
+        };
         // Asked before this name is dropped: a file left with one name is no longer kept.
         let others = self.other_names(key, path);
         let other = others.first().cloned();
@@ -114,7 +117,7 @@ impl Recorder {
                     }
                 }
             }
-            self.prepare_delete(path, st, by, others)
+            self.prepare_delete(path, st, by, others, cut)
         })();
         if prepared.is_err() {
             lock(&self.links).set(key, names);
@@ -132,13 +135,15 @@ impl Recorder {
 
     /// The rest of [`before_unlink`](Recorder::before_unlink), once the name is dropped from
     /// the bookkeeping: a held-back create or a save taken care of, the content stored, the
-    /// delete made ready.
+    /// delete made ready. `cut`: the content an open episode was just cut at, which is what the
+    /// delete takes away.
     fn prepare_delete(
         &self,
         path: &[u8],
         st: &libc::stat,
         by: By,
         others: Vec<Vec<u8>>,
+        cut: Option<FileState>,
     ) -> Result<Option<Prepared>> {
         let key = key_of(st);
         self.flush_saved(path)?;
@@ -162,7 +167,10 @@ impl Recorder {
         if self.saved_by_renaming_away(path, st, by.pid)? {
             return Ok(None);
         }
-        let before = self.capture(path, st)?;
+        let before = match cut {
+            Some(cut) => cut,
+            None => self.capture(path, st)?,
+        };
         if st.st_nlink <= 1 {
             // The inode number may be reused by the next file created.
             self.forget_known(key);
@@ -369,9 +377,12 @@ impl Recorder {
             return Ok(None);
         }
         self.flush_pending(path)?;
-        self.cut_episode(key, path)?;
+        let cut = self.cut_episode(key, path)?;
         let who = self.who(by);
-        let before = self.capture(path, st)?;
+        let before = match cut {
+            Some(cut) => cut,
+            None => self.capture(path, st)?,
+        };
         let after = FileState {
             mode: mode & 0o7777,
             ..before.clone()
@@ -436,20 +447,23 @@ impl Recorder {
         // What open episodes wrote so far comes before the rename: the target's, which is about
         // to be replaced, and the source's unless it is a new file still being written (a
         // save-by-rename, handled below).
+        let mut dst_cut = None;
         if let Some(st) = dst_st
             && self.records(dst, false)
         {
-            self.cut_episode(key_of(st), dst)?;
+            dst_cut = self.cut_episode(key_of(st), dst)?;
         }
         let src_created = lock(&self.episodes)
             .get(&key_of(src_st))
             .is_some_and(|ep| ep.created && ep.path == src);
+        let mut src_cut = None;
         if !src_dir && (exchange || !src_created) && self.records(src, false) {
-            self.cut_episode(key_of(src_st), src)?;
+            src_cut = self.cut_episode(key_of(src_st), src)?;
         }
         let who = self.who(by);
-        let dst_before = match dst_st {
-            Some(st) if dst_recorded => Some(self.capture(dst, st)?),
+        let dst_before = match (dst_st, dst_cut) {
+            (Some(_), Some(cut)) if dst_recorded => Some(cut),
+            (Some(st), _) if dst_recorded => Some(self.capture(dst, st)?),
             _ => None,
         };
         let groups = self.groups_renamed(src, src_st, dst, dst_st, exchange);
@@ -511,7 +525,10 @@ impl Recorder {
             if !src_recorded && !dst_recorded {
                 return Ok(out);
             }
-            let src_state = self.capture(src, src_st)?;
+            let src_state = match src_cut {
+                Some(cut) => cut,
+                None => self.capture(src, src_st)?,
+            };
             let mut change = self.change(ChangeKind::Rename, dst, &who);
             change.from = src_recorded.then(|| src.to_vec());
             change.before = dst_before.clone();
