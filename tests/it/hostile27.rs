@@ -320,6 +320,18 @@ fn rollback_disagrees(ws: &Workspace, changes: &[Value], id: u64) -> Vec<String>
     wrong
 }
 
+/// For each seed, a fresh mount runs [`workload`] (seeds from `base`), and the history is an
+/// unbroken chain ending at the tree.
+fn chain_holds_under_workloads(base: u64, workers: u32, rounds: u32, threads: bool, flags: &str) {
+    for seed in seeds() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        workload(&ws, base + seed, workers, rounds, threads, flags);
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        ws.unmount();
+    }
+}
+
 /// The workload: `workers` processes (or threads), each doing `rounds` random steps from a
 /// seeded generator on its own files, and on three files all of them share.
 const WORKLOAD: &str = r#"
@@ -460,13 +472,7 @@ fn seeds() -> Vec<u64> {
 /// the tree.
 #[test]
 fn processes_each_on_their_own_files_keep_an_unbroken_chain() {
-    for seed in seeds() {
-        let mut ws = Workspace::new();
-        ws.mount();
-        workload(&ws, seed, 4, 40, false, "");
-        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
-        ws.unmount();
-    }
+    chain_holds_under_workloads(0, 4, 40, false, "");
 }
 
 /// Files all of them share, exchanged (`RENAME_EXCHANGE`) while the others write them. Failed
@@ -476,13 +482,7 @@ fn processes_each_on_their_own_files_keep_an_unbroken_chain() {
 /// (`an_open_racing_an_exchange_records_the_file_it_opened`); 10 runs of 8 seeds pass since.
 #[test]
 fn processes_exchanging_files_others_write_keep_an_unbroken_chain() {
-    for seed in seeds() {
-        let mut ws = Workspace::new();
-        ws.mount();
-        workload(&ws, 100 + seed, 4, 40, false, "shared fsync exchange");
-        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
-        ws.unmount();
-    }
+    chain_holds_under_workloads(100, 4, 40, false, "shared fsync exchange");
 }
 
 /// An open for writing that looks its file up by name while an exchange moves that file away
@@ -568,25 +568,13 @@ os.close(fd)
 /// The same with fsync here and there, and files all of them share.
 #[test]
 fn processes_sharing_files_with_fsync_keep_an_unbroken_chain() {
-    for seed in seeds() {
-        let mut ws = Workspace::new();
-        ws.mount();
-        workload(&ws, 100 + seed, 4, 40, false, "shared fsync");
-        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
-        ws.unmount();
-    }
+    chain_holds_under_workloads(100, 4, 40, false, "shared fsync");
 }
 
 /// Threads of one process (one pid for the recorder's save rules, each its own thread id).
 #[test]
 fn threads_of_one_process_keep_an_unbroken_chain() {
-    for seed in seeds() {
-        let mut ws = Workspace::new();
-        ws.mount();
-        workload(&ws, 200 + seed, 4, 40, true, "shared fsync");
-        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
-        ws.unmount();
-    }
+    chain_holds_under_workloads(200, 4, 40, true, "shared fsync");
 }
 
 /// `rewind sync` and `rewind log` run over and over while the workload runs.
