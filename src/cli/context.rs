@@ -27,6 +27,23 @@ pub struct Answer {
     pub partial: bool,
 }
 
+/// The store the daemon serving `workspace` records into, as its `.rewind/status` says. The
+/// registration a command finds is that of its user's data folder (`XDG_DATA_HOME`): another
+/// user (`sudo rewind log`), another data folder, or a mount whose `--store` is registered
+/// elsewhere would name another store, or one a mount before this one left, and a command
+/// would read an old history as the present one.
+pub fn daemon_store(workspace: &Path) -> Option<PathBuf> {
+    store_line(&std::fs::read_to_string(workspace.join(".rewind/status")).ok()?)
+}
+
+/// The store a daemon's status (`.rewind/status`) names.
+pub fn store_line(status: &str) -> Option<PathBuf> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("store: "))
+        .map(PathBuf::from)
+}
+
 impl Ctx {
     pub fn locate(cwd: &Path) -> Result<Ctx, Failure> {
         let workspace = super::find_workspace(cwd)?;
@@ -41,19 +58,29 @@ impl Ctx {
         })
     }
 
+    /// The store to read the history from: while mounted, the one the daemon records into
+    /// ([`daemon_store`]), else [`store_dir`](Ctx::store_dir).
+    pub fn reading_store(&self) -> PathBuf {
+        self.mounted
+            .then(|| daemon_store(&self.workspace))
+            .flatten()
+            .unwrap_or_else(|| self.store_dir.clone())
+    }
+
     /// The history for reading: beside the daemon while mounted (after it has recorded what
     /// has happened, so what was just done shows, without cutting held-back new files short),
     /// directly otherwise.
     pub fn read_history(&self) -> Result<History, Failure> {
+        let store_dir = self.reading_store();
         if self.mounted {
             // Best effort: a daemon that died leaves its store readable as it is.
             let _ = self.ctl("sync --for-reading");
         }
-        let store = Store::open_read_only(&self.store_dir).map_err(|e| match e {
+        let store = Store::open_read_only(&store_dir).map_err(|e| match e {
             crate::store::Error::Missing(_) => Failure::usage(format!(
                 "no history for {} yet (store {})",
                 self.workspace.display(),
-                self.store_dir.display()
+                store_dir.display()
             )),
             e => Failure::from(e),
         })?;

@@ -35,9 +35,15 @@ pub fn run(cwd: &Path) -> CliResult {
     };
     println!("workspace: {}", ctx.workspace.display());
     println!("state: {}", health(&ctx.workspace));
-    println!("store: {}", ctx.store_dir.display());
-    // The daemon's own view: its pid, whether it records, how data moves, retention.
+    // The daemon's own view: its pid, whether it records, how data moves, retention; and the
+    // store it records into, whatever this user's registration says (`daemon_store`).
     let daemon_status = std::fs::read_to_string(ctx.workspace.join(".rewind/status"));
+    let store_dir = match &daemon_status {
+        Ok(s) if ctx.mounted => super::context::store_line(s),
+        _ => None,
+    }
+    .unwrap_or_else(|| ctx.store_dir.clone());
+    println!("store: {}", store_dir.display());
     match (&daemon_status, ctx.mounted) {
         // The line is always there: a daemon that cannot answer says so.
         (Err(e), true) => println!("recording: unknown (the daemon's .rewind/status: {e})"),
@@ -76,7 +82,7 @@ pub fn run(cwd: &Path) -> CliResult {
             "stored: {} blobs, {} bytes",
             counts.blobs, counts.blob_bytes
         );
-        on_disk(&ctx.store_dir);
+        on_disk(&store_dir);
         println!("sessions: {}", counts.sessions);
         println!("checkpoints: {}", counts.checkpoints);
         return Ok(ExitCode::SUCCESS);
@@ -88,7 +94,7 @@ pub fn run(cwd: &Path) -> CliResult {
         println!("{}", crate::history::format::horizon_line(&h));
     }
     println!("stored: {} blobs, {} bytes", stats.blobs, stats.blob_bytes);
-    on_disk(&ctx.store_dir);
+    on_disk(&store_dir);
     println!("sessions: {}", history.sessions()?.len());
     println!(
         "checkpoints: {}",

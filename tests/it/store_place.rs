@@ -380,3 +380,53 @@ fn reading_the_history_never_splits_a_save() {
     assert!(log.contains("new.txt") && log.contains("f.txt"), "{log}");
     assert_eq!(rw_ok(&ws, &["cat", "new.txt"]), "new\n");
 }
+
+/// A command run with another data folder than the mount's (`sudo rewind ...`, another
+/// `XDG_DATA_HOME`) reads the store the daemon records into, not the one its own registration
+/// names. Here that registration names the store an earlier mount of the same workspace left:
+/// `status` named it and measured it on disk, and the commands that read beside the daemon
+/// (`export`; a read whose words cannot go through `.rewind/ctl`) read its old history, exit 0.
+/// `log` and `cat --at` ask the daemon.
+#[test]
+fn commands_read_the_store_the_daemon_records_into_whatever_their_registration_says() {
+    let mut ws = Workspace::new();
+    let other = ws.path().parent().unwrap().join("other-data");
+    let dir = ws.path();
+    let with_other = |args: &[&str]| {
+        // From inside the workspace, but for (un)mounting it.
+        let cwd = match args[0] {
+            "mount" | "unmount" => dir.parent().unwrap(),
+            _ => &dir,
+        };
+        let out = Command::new(REWIND)
+            .args(args)
+            .current_dir(cwd)
+            .env("XDG_DATA_HOME", &other)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // An earlier mount under the other data folder, with its default store.
+    with_other(&["mount", ws.path().to_str().unwrap()]);
+    ws.mark_mounted();
+    fs::write(ws.path().join("f"), "old\n").unwrap();
+    with_other(&["sync"]);
+    with_other(&["unmount", ws.path().to_str().unwrap()]);
+    // Today's mount: this test's data folder and store.
+    ws.mount();
+    fs::write(ws.path().join("f"), "new\n").unwrap();
+    fs::write(ws.path().join("g"), "g\n").unwrap();
+    let last = rw_ok(&ws, &["log", "-n", "1", "--json"]);
+    let last: serde_json::Value = serde_json::from_str(last.lines().next().unwrap()).unwrap();
+    let id = last["id"].as_u64().unwrap().to_string();
+    let log = with_other(&["log"]);
+    assert!(log.contains(" g "), "the log of the old store:\n{log}");
+    assert_eq!(with_other(&["cat", "f", "--at", &id]), "new\n");
+    let status = with_other(&["status"]);
+    assert!(
+        status.contains(&format!("store: {}", ws.store().display())),
+        "{status}"
+    );
+    ws.unmount();
+}
