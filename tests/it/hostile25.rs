@@ -636,17 +636,9 @@ time.sleep(30)
     std::thread::sleep(Duration::from_millis(100));
     let before = turns(&ws);
     let pid = daemon_pid(&ws);
-    crate::trust::signal(pid as u32, libc::SIGKILL);
-    assert!(wait_for(30, || !std::path::Path::new(&format!(
-        "/proc/{pid}"
-    ))
-    .exists()));
+    ws.kill_daemon(pid);
     let _ = writer.kill();
     let _ = writer.wait();
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-uz")
-        .arg(&dir)
-        .status();
     ws.mount();
     fs::write(dir.join("a.txt"), "after the remount\n").unwrap();
     sync(&ws);
@@ -1011,17 +1003,8 @@ time.sleep(4)
 "#,
     );
     let before = turns(&ws);
-    let dir = ws.path();
     let pid = daemon_pid(&ws);
-    crate::trust::signal(pid as u32, libc::SIGKILL);
-    assert!(wait_for(30, || !std::path::Path::new(&format!(
-        "/proc/{pid}"
-    ))
-    .exists()));
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-uz")
-        .arg(&dir)
-        .status();
+    ws.kill_daemon(pid);
     ws.mount();
     agent(
         &ws,

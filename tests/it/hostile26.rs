@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::sync;
 use crate::common::{Workspace, daemon_pid, path_with_rewind, python_command, rw, rw_ok, sh};
-use crate::common::{sync, wait_for};
 use crate::hostile18::lines;
 use crate::hostile24::{PY, SESSION, agent, data_home, misplaced, mounted, turn_log, turns};
 use crate::hostile25::{bounds, paths, planned};
@@ -620,17 +620,9 @@ time.sleep(30)
     assert_eq!(line, "stopped\n");
     let before = turns(&ws);
     let pid = daemon_pid(&ws);
-    crate::trust::signal(pid as u32, libc::SIGKILL);
-    assert!(wait_for(30, || !std::path::Path::new(&format!(
-        "/proc/{pid}"
-    ))
-    .exists()));
+    ws.kill_daemon(pid);
     let _ = writer.kill();
     let _ = writer.wait();
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-uz")
-        .arg(&dir)
-        .status();
     ws.mount();
     fs::write(dir.join("x.txt"), "after the remount\n").unwrap();
     sync(&ws);
@@ -1234,17 +1226,8 @@ print(stop(1))
 "#,
     );
     let before = "(not read: a read could wait for the edit)";
-    let dir = ws.path();
     let pid = daemon_pid(&ws);
-    crate::trust::signal(pid as u32, libc::SIGKILL);
-    assert!(wait_for(30, || !std::path::Path::new(&format!(
-        "/proc/{pid}"
-    ))
-    .exists()));
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-uz")
-        .arg(&dir)
-        .status();
+    ws.kill_daemon(pid);
     ws.mount();
     sync(&ws);
     let all = log(&ws);
@@ -1553,16 +1536,7 @@ with open("a.txt", "r+") as f:
 print(prompt(2))
 "#,
     );
-    crate::trust::signal(pid as u32, libc::SIGKILL);
-    assert!(wait_for(30, || !std::path::Path::new(&format!(
-        "/proc/{pid}"
-    ))
-    .exists()));
-    let dir = ws.path();
-    let _ = std::process::Command::new("fusermount3")
-        .arg("-uz")
-        .arg(&dir)
-        .status();
+    ws.kill_daemon(pid);
     ws.mount();
     sync(&ws);
     let all = log(&ws);

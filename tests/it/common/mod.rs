@@ -116,6 +116,21 @@ impl Workspace {
         self.mounted = true;
     }
 
+    /// SIGKILL the daemon `pid` serving this workspace, wait for it to be gone, and take its
+    /// dead mount away (`fusermount3 -uz`), ready for [`mount`](Workspace::mount) again.
+    pub fn kill_daemon(&self, pid: i32) {
+        // SAFETY: kill(2) of the daemon this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(
+            wait_for(30, || !Path::new(&format!("/proc/{pid}")).exists()),
+            "daemon {pid} still there 30 s after SIGKILL"
+        );
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(self.path())
+            .status();
+    }
+
     pub fn unmount(&mut self) {
         let out = self.rewind(&[OsStr::new("unmount"), self.path().as_os_str()]);
         assert!(
