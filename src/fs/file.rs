@@ -60,6 +60,14 @@ pub(super) struct Opened {
 /// its content was being stored ([`Core::begin_write_as`], [`Core::begin_and_open`]).
 const REPLACED_TRIES: u32 = 8;
 
+/// How many times an open for writing looks up again the name of a file renamed before it
+/// held it ([`Core::begin_and_open`]).
+const MOVED_TRIES: u32 = 4;
+
+/// What [`Core::begin_and_open`] gives: the episode begun, the file opened with its open flags,
+/// its `fstat`, and the path it was opened at.
+type Opening = (Option<Key>, (File, i32), libc::stat, Vec<u8>);
+
 /// Whether an fd opened with `flags` may be read through: opened for reading, not `O_DIRECT`.
 fn readable(flags: i32) -> bool {
     flags & libc::O_DIRECT == 0 && matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
@@ -103,35 +111,61 @@ impl Core {
         }
     }
 
-    /// Begin the write episode of the file at `path` and open it (`open`, told whether an
-    /// episode began), the file held at its name in between ([`Recorder::hold_named`]): no
-    /// rename through the mount can put another file at the name meanwhile, so the episode
-    /// is of the file opened. `first`: open it first and read its content before through the
-    /// new fd (a read-write open, which changes nothing by itself); else the content is stored
-    /// before `open`, which may truncate it. If another file took the name from outside the
-    /// mount meanwhile, the name is looked at again, as [`begin_write_as`](Self::begin_write_as)
-    /// does. `guess`: the file the name most likely holds (see `hold_named`). Returns the
-    /// episode, the file with its open flags, and its `fstat`.
+    /// Begin the write episode of the file `ino`, found at `path`, and open it there (`open`,
+    /// given the path and whether an episode began), the file held at its name in between
+    /// ([`Recorder::hold_at`]): no rename through the mount can move it away or put another
+    /// file at the name meanwhile, so the episode is of the file opened. A rename that moved it
+    /// before it was held has updated the table of names by then (it holds its files until
+    /// it has), so its name is looked up again: the open is of the inode the caller looked
+    /// up, as on disk, where a name of it that stays (a hard link) must keep naming it. With no
+    /// name left (replaced by a save), moved from outside the mount (the table never learns),
+    /// or not in the table, the open goes on with what the name holds, looked at again if that changes while its content is stored,
+    /// as [`begin_write_as`](Self::begin_write_as) does. `first`: open it first and read its
+    /// content before through the new fd (a read-write open, which changes nothing by itself);
+    /// else the content is stored before `open`, which may truncate it. Returns the episode,
+    /// the file with its open flags, its `fstat`, and the path it was opened at.
     ///
-    /// [`Recorder::hold_named`]: crate::history::recorder::Recorder::hold_named
+    /// [`Recorder::hold_at`]: crate::history::recorder::Recorder::hold_at
     pub(super) fn begin_and_open(
         &self,
-        path: &[u8],
-        guess: Option<Key>,
+        ino: u64,
+        path: Vec<u8>,
         by: By,
         first: bool,
-        mut open: impl FnMut(bool) -> io::Result<(File, i32)>,
-    ) -> Result<(Option<Key>, (File, i32), libc::stat)> {
+        mut open: impl FnMut(&[u8], bool) -> io::Result<(File, i32)>,
+    ) -> Result<Opening> {
         let Some(rec) = &self.recorder else {
-            let file = open(false)?;
+            let file = open(&path, false)?;
             let st = backing::stat_fd(file.0.as_fd())?;
-            return Ok((None, file, st));
+            return Ok((None, file, st, path));
         };
-        let mut tries = 0;
+        // Its own statement: the table's lock is not held while waiting for the file.
+        let inode_key = self.inodes().key(ino);
+        let mut path = path;
+        let (mut moved, mut tries) = (0, 0);
         loop {
-            let named = rec.hold_named(path, guess)?;
+            let named = match inode_key {
+                Some(key) => match rec.hold_at(&path, key)? {
+                    Some(named) => named,
+                    None if moved < MOVED_TRIES => {
+                        moved += 1;
+                        match self.reachable_path(INodeNo(ino)) {
+                            Ok(now) => {
+                                path = now;
+                                continue;
+                            }
+                            // Replaced (a save renamed over it), with no name left: the open
+                            // is of what the name holds now, as one a moment later would be
+                            // (not `ESTALE`, which the kernel retries only once).
+                            Err(_) => rec.hold_named(&path)?,
+                        }
+                    }
+                    None => rec.hold_named(&path)?,
+                },
+                None => rec.hold_named(&path)?,
+            };
             let (episode, file, st) = if first {
-                let file = open(false)?;
+                let file = open(&path, false)?;
                 let st = backing::stat_fd(file.0.as_fd())?;
                 if key(&st) != key(named.stat()) && tries < REPLACED_TRIES {
                     tries += 1;
@@ -139,18 +173,18 @@ impl Core {
                 }
                 let through = readable(file.1).then_some(&file.0);
                 let episode = rec
-                    .begin_write_named(&named, path, &st, by, through)
+                    .begin_write_named(&named, &path, &st, by, through)
                     .map_err(record_errno)?;
                 (episode, file, st)
             } else {
-                let episode = match rec.begin_write_named(&named, path, named.stat(), by, None) {
+                let episode = match rec.begin_write_named(&named, &path, named.stat(), by, None) {
                     Err(e) if tries < REPLACED_TRIES && not_found(&e) => {
                         tries += 1;
                         continue;
                     }
                     begun => begun.map_err(record_errno)?,
                 };
-                let opened = open(episode.is_some()).and_then(|file| {
+                let opened = open(&path, episode.is_some()).and_then(|file| {
                     let st = backing::stat_fd(file.0.as_fd())?;
                     Ok((file, st))
                 });
@@ -164,7 +198,7 @@ impl Core {
                     }
                 }
             };
-            return Ok((episode, file, st));
+            return Ok((episode, file, st, path));
         }
     }
 
@@ -346,20 +380,19 @@ impl Core {
                 };
             }
         };
-        let (episode, (file, backing_flags), st) = if writes(flags) {
+        let (episode, (file, backing_flags), st, path) = if writes(flags) {
             // A read-write open changes nothing by itself, and nothing can be written before
             // it is answered: the file is opened first, and its content stored as the fd
             // shows it. Otherwise the content is stored before the open that could truncate
             // or change it.
             let first = flags & libc::O_ACCMODE == libc::O_RDWR && flags & libc::O_TRUNC == 0;
-            let guess = self.inodes().key(ino.0);
-            self.begin_and_open(&path, guess, caller.by(), first, |episode| {
-                self.open_backing(&path, flags, episode)
+            self.begin_and_open(ino.0, path, caller.by(), first, |path, episode| {
+                self.open_backing(path, flags, episode)
             })?
         } else {
             let opened = self.open_backing(&path, flags, false)?;
             let st = backing::stat_fd(opened.0.as_fd())?;
-            (None, opened, st)
+            (None, opened, st, path)
         };
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
             self.kill_suid(&Some(path.clone()), Some(&file))?;

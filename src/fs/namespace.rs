@@ -212,13 +212,16 @@ impl Core {
         Ok(self.backing.stat(target)?)
     }
 
-    /// Remove `name` from `parent` (a folder with `dir`). Returns what it was.
+    /// Remove `name` from `parent` (a folder with `dir`). Returns what it was. `removed_names`
+    /// updates the table of names once it is gone, with the file still held (as
+    /// [`rename_at`](Self::rename_at)'s does).
     pub(crate) fn unlink_at(
         &self,
         caller: &Caller,
         parent: &[u8],
         name: &OsStr,
         dir: bool,
+        removed_names: &mut dyn FnMut(&libc::stat),
     ) -> Result<libc::stat> {
         let st = self.backing.stat_at(parent, name)?;
         let path = join(parent, name);
@@ -226,6 +229,7 @@ impl Core {
         if dir {
             self.ready_for(&path, true)?;
             self.freeing(key(&st), true, unlink)?;
+            removed_names(&st);
             SLOW_RMDIR.pause();
             if let Some(rec) = &self.recorder {
                 rec.after_rmdir(&path, &st, caller.by())
@@ -242,6 +246,7 @@ impl Core {
                 None => None,
             };
             self.freeing(key(&st), st.st_nlink <= 1, unlink)?;
+            removed_names(&st);
             SLOW_UNLINK.pause();
             if let (Some(rec), Some(delete)) = (&self.recorder, delete) {
                 rec.defer(delete);
@@ -255,6 +260,9 @@ impl Core {
 
     /// Rename; returns what was at the source and what the target replaced, or `None` when it
     /// moves a folder and `names` is not held exclusively (nothing done: see `Core::names`).
+    /// `renamed` updates the table of names once the rename is done, with its files still
+    /// held: an open that waits for one of them finds the table saying where it went
+    /// (`Core::begin_and_open`).
     #[allow(clippy::too_many_arguments)]
     fn rename_at(
         &self,
@@ -265,6 +273,7 @@ impl Core {
         new_name: &OsStr,
         flags: RenameFlags,
         names: &Names<'_>,
+        renamed_names: &mut dyn FnMut(&libc::stat, Option<&libc::stat>),
     ) -> Result<Option<(libc::stat, Option<libc::stat>)>> {
         check_name(new_name)?;
         let src = self.backing.stat_at(parent, name)?;
@@ -349,6 +358,7 @@ impl Core {
             }
             return Err(e);
         }
+        renamed_names(&src, dst.as_ref());
         if let Some(rec) = &self.recorder
             && !folder
         {
@@ -430,13 +440,14 @@ impl Core {
     ) -> Result<()> {
         let _names = self.names_shared();
         let parent_path = self.path(parent)?;
-        let st = self.unlink_at(caller, &parent_path, name, dir)?;
-        let mut inodes = self.inodes();
-        if dir || st.st_nlink <= 1 {
-            inodes.gone(parent.0, name.as_bytes());
-        } else {
-            inodes.unlinked(parent.0, name.as_bytes());
-        }
+        self.unlink_at(caller, &parent_path, name, dir, &mut |st| {
+            let mut inodes = self.inodes();
+            if dir || st.st_nlink <= 1 {
+                inodes.gone(parent.0, name.as_bytes());
+            } else {
+                inodes.unlinked(parent.0, name.as_bytes());
+            }
+        })?;
         Ok(())
     }
 
@@ -449,9 +460,24 @@ impl Core {
         new_name: &OsStr,
         flags: RenameFlags,
     ) -> Result<()> {
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        let mut renamed_names = |src: &libc::stat, dst: Option<&libc::stat>| {
+            let mut inodes = self.inodes();
+            if exchange {
+                inodes.exchanged(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
+            } else {
+                if let Some(dst) = dst
+                    && key(dst) != key(src)
+                    && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                {
+                    inodes.gone(new_parent.0, new_name.as_bytes());
+                }
+                inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
+            }
+        };
         // Whether it moves a folder is known only once the paths are read, under the lock.
         let mut exclusive = false;
-        let (_names, src, dst) = loop {
+        let _names = loop {
             let names = if exclusive {
                 self.names_exclusive()
             } else {
@@ -467,24 +493,13 @@ impl Core {
                 new_name,
                 flags,
                 &names,
+                &mut renamed_names,
             )?;
             match renamed {
-                Some((src, dst)) => break (names, src, dst),
+                Some(_) => break names,
                 None => exclusive = true,
             }
         };
-        let mut inodes = self.inodes();
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            inodes.exchanged(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
-        } else {
-            if let Some(dst) = &dst
-                && key(dst) != key(&src)
-                && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
-            {
-                inodes.gone(new_parent.0, new_name.as_bytes());
-            }
-            inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
-        }
         Ok(())
     }
 

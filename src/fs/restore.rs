@@ -174,9 +174,10 @@ impl Restorer {
     fn clear(&self, caller: &Caller, parent: &[u8], name: &OsStr, path: &[u8]) -> Result<()> {
         if let Ok(st) = self.core.backing.stat(path) {
             let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            // The table of names follows in `entry_changed`, with the kernel's notice.
             let st = self
                 .core
-                .unlink_at(caller, parent, name, dir)
+                .unlink_at(caller, parent, name, dir, &mut |_| {})
                 .map_err(|e| failed(path, e))?;
             self.entry_changed(parent, name, Some(&st));
         }
@@ -291,9 +292,10 @@ impl Apply for Restorer {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
+            // The table of names follows in `entry_changed`, with the kernel's notice.
             let st = self
                 .core
-                .unlink_at(&caller, parent, name, dir)
+                .unlink_at(&caller, parent, name, dir, &mut |_| {})
                 .map_err(|e| failed(path, e))?;
             self.entry_changed(parent, name, Some(&st));
             Ok(())

@@ -102,13 +102,16 @@ impl Core {
                 Some(o) => o.file.set_len(size)?,
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
-                    // Its own statement: the table's lock is not held across the open.
-                    let guess = self.inodes().key(ino.0);
-                    let (episode, (file, _), _) =
-                        self.begin_and_open(path, guess, caller.by(), false, |_| {
+                    let (episode, (file, _), _, _) = self.begin_and_open(
+                        ino.0,
+                        path.to_vec(),
+                        caller.by(),
+                        false,
+                        |path, _| {
                             let file = self.backing.open_file(path, libc::O_WRONLY, 0)?;
                             Ok((file, libc::O_WRONLY))
-                        })?;
+                        },
+                    )?;
                     let result = file.set_len(size).map_err(Errno::from);
                     drop(file);
                     self.end_write(episode);

@@ -485,11 +485,13 @@ fn processes_exchanging_files_others_write_keep_an_unbroken_chain() {
     chain_holds_under_workloads(100, 4, 40, false, "shared fsync exchange");
 }
 
-/// An open for writing that looks its file up by name while an exchange moves that file away
-/// (`REWIND_TEST_SLOW_NAMED` holds the open between the two): it opens the file the name holds
-/// by then, and its episode is that file's. Before, the episode was the moved file's, under the
-/// name it had lost: its end found another file there and recorded nothing of what was
-/// written, so the history no longer ended at the tree (what broke the exchange workload).
+/// An open for writing of a file an exchange moves away before the daemon holds it
+/// (`REWIND_TEST_SLOW_NAMED` holds the open between looking its inode's name up and holding
+/// it): it opens the file the process looked up, where it went, as on disk, and its episode is
+/// that file's, at its new name. Before, the episode was the moved file's under the name it
+/// had lost, and the daemon opened the other file, which the name held by then: its end found
+/// another file there and recorded nothing of what was written, so the history no longer ended
+/// at the tree (what broke the exchange workload).
 #[test]
 fn an_open_racing_an_exchange_records_the_file_it_opened() {
     let mut ws = Workspace::new();
@@ -512,14 +514,14 @@ t.join()
 "#;
     let out = python_command(&dir, script).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    // The open came after the exchange: it wrote the file that had become `a`.
-    assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "b\nmore\n");
-    assert_eq!(fs::read_to_string(dir.join("b")).unwrap(), "a\n");
+    // The process looked `a` up before the exchange: it wrote that file, now at `b`.
+    assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "b\n");
+    assert_eq!(fs::read_to_string(dir.join("b")).unwrap(), "a\nmore\n");
     rw_ok(&ws, &["sync"]);
     let changes = assert_chain_ends_in_the_present(&ws, "an open racing an exchange");
     let last = changes.last().unwrap();
     assert_eq!(last["kind"], "modify", "{}", whole(&changes));
-    assert_eq!(last["path"], "a", "{}", whole(&changes));
+    assert_eq!(last["path"], "b", "{}", whole(&changes));
     ws.unmount();
 }
 

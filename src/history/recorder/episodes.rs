@@ -214,15 +214,15 @@ pub(super) fn marker(
 /// was held.
 const NAMED_TRIES: u32 = 8;
 
-/// Tests only: `REWIND_TEST_SLOW_NAMED=MS` makes [`Recorder::hold_named`] wait that long
-/// between the file it guesses the name holds and holding it.
+/// Tests only: `REWIND_TEST_SLOW_NAMED=MS` makes [`Recorder::hold_at`] wait that long before it
+/// holds the file (the inode's name was looked up before).
 static SLOW_NAMED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_NAMED");
 
 /// Tests only: `REWIND_TEST_SLOW_CUT=MS` makes every cut of an open episode wait that long
 /// once it has recorded what the episode wrote, before the operation that cut it goes on.
 static SLOW_CUT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CUT");
 
-/// The file a name holds, held there (see [`Recorder::hold_named`]).
+/// The file a name holds, held there (see [`Recorder::hold_at`]).
 pub struct Named<'a> {
     st: libc::stat,
     _held: Vec<std::sync::MutexGuard<'a, ()>>,
@@ -277,40 +277,43 @@ impl Recorder {
         self.begin_write_held(path, st, by, mark_now, None)
     }
 
-    /// Hold the file `path` names, so that no rename, link or unlink through the mount moves
-    /// it away or puts another file at the name until the guard is dropped. An open that
-    /// writes the file begins its episode ([`begin_write_named`](Self::begin_write_named)) and
-    /// opens it meanwhile, so the episode is of the file it opened, at the name it has.
+    /// Hold the file `key` at its name `path`, so that no rename, link or unlink through the
+    /// mount moves it away or puts another file at the name until the guard is dropped: `None`
+    /// if `path` does not name it (one `lstat`, with the file held). An open that writes the
+    /// file begins its episode ([`begin_write_named`](Self::begin_write_named)) and opens it
+    /// meanwhile, so the episode is of the file it opened, at the name it has.
     ///
     /// FUSE names a file by its inode, which the daemon turns into a path with its table of
     /// names; a rename of files updates the table once it is done. An open racing an exchange
-    /// of `a` and `b` may so look for `a`'s inode at `a` just after `b` took that name: it
-    /// opens `b`, as an open of the name a moment later would, and its episode must be
-    /// `b`'s. Begun as `a`'s under the name `a`, the end of it found `a` gone from there and
-    /// recorded nothing of what was written to `b`.
-    ///
-    /// `guess`: the file the name most likely holds (the inode's, in the table of names),
-    /// held first; one `lstat` then tells whether it does.
-    pub fn hold_named(&self, path: &[u8], guess: Option<Key>) -> std::io::Result<Named<'_>> {
-        let mut key = match guess {
-            Some(key) => key,
-            None => key_of(&self.source.lstat(path)?),
-        };
+    /// of `a` and `b` may so look for `a`'s inode at `a` just after `b` took that name. Begun
+    /// there, the episode was `b`'s file held as `a`'s, or `a`'s under a name it had lost (its
+    /// end then found another file there and recorded nothing), and the process wrote into
+    /// `b`'s file, which is wrong on a plain disk too when it opened `a` by another name (a
+    /// hard link). The caller looks the inode's name up again instead (`Core::begin_and_open`).
+    pub fn hold_at(&self, path: &[u8], key: Key) -> std::io::Result<Option<Named<'_>>> {
         SLOW_NAMED.pause();
+        let held = self.hold(&[key]);
+        match self.source.lstat(path) {
+            Ok(st) if key_of(&st) == key => Ok(Some(Named { st, _held: held })),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Hold the file the name `path` holds now (see [`hold_at`](Self::hold_at)), whichever it
+    /// is: for a file whose inode is not known, or one moved from outside the mount.
+    pub fn hold_named(&self, path: &[u8]) -> std::io::Result<Named<'_>> {
         let mut tries = 0;
         loop {
+            let key = key_of(&self.source.lstat(path)?);
             let held = self.hold(&[key]);
-            let now = self.source.lstat(path)?;
+            let st = self.source.lstat(path)?;
             // Replaced over and over from outside the mount: held as it is now, with what
             // the table of episodes says of it.
-            if key_of(&now) == key || tries == NAMED_TRIES {
-                return Ok(Named {
-                    st: now,
-                    _held: held,
-                });
+            if key_of(&st) == key || tries == NAMED_TRIES {
+                return Ok(Named { st, _held: held });
             }
-            drop(held);
-            key = key_of(&now);
             tries += 1;
         }
     }
