@@ -461,8 +461,9 @@ os.close(fd)
         .status();
     assert!(
         gone,
-        "the daemon did not end 30 s after SIGTERM with a file open"
+        "the daemon did not end 30 s after SIGTERM and the file's close"
     );
+    assert!(status.success(), "the writer failed: {status}");
     ws.mount();
     rw_ok(&ws, &["sync"]);
     assert_chain_ends_in_the_present(&ws, "cuts then SIGTERM and a remount");
@@ -712,5 +713,328 @@ print("ERR %d %s" % (len(errors), "; ".join(sorted(set(errors))[:8])) if errors 
     rw_ok(&ws, &["sync"]);
     assert_eq!(out.trim(), "OK", "errors a plain disk does not give");
     assert_chain_ends_in_the_present(&ws, "opens of a name while another link comes and goes");
+    ws.unmount();
+}
+
+/// Processes that open, truncate and rewrite three shared files whose names never go away
+/// (they are only exchanged, renamed over, given and taken a second name, chmodded): on a
+/// plain disk no operation on them fails. Prints the errors seen, or "OK".
+const NAMES_STAY: &str = r#"
+import ctypes, errno, os, random, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+seed, workers, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+# Steps left out (for narrowing a failure down): digits in H28_SKIP.
+skip = os.environ.get("H28_SKIP", "")
+S = ["s0", "s1", "s2"]
+def step(r, w, i):
+    s = r.choice(S)
+    data = b"w%d r%d\n" % (w, i) * r.randrange(1, 4)
+    k = r.randrange(9)
+    if str(k) in skip:
+        return
+    if k == 0:
+        os.truncate(s, r.randrange(8))
+    elif k == 1:
+        fd = os.open(s, os.O_RDWR)
+        os.pwrite(fd, data, r.randrange(4))
+        os.close(fd)
+    elif k == 2:
+        fd = os.open(s, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, data)
+        os.close(fd)
+    elif k == 3:
+        fd = os.open(s, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, data)
+        os.close(fd)
+    elif k == 4:
+        t = r.choice(S)
+        if t != s and libc.renameat2(-100, s.encode(), -100, t.encode(), 2) != 0:
+            raise OSError(ctypes.get_errno(), "exchange")
+    elif k == 5:
+        t = ".%s.w%d.%d" % (s, w, i)
+        with open(t, "wb") as h: h.write(data)
+        os.rename(t, s)
+    elif k == 6:
+        l = "l%d" % w
+        os.link(s, l)
+        fd = os.open(l, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, data)
+        os.close(fd)
+        os.unlink(l)
+    elif k == 7:
+        os.chmod(s, r.choice([0o600, 0o644]))
+    else:
+        # A writer keeping the file open across others' steps.
+        fd = os.open(s, os.O_WRONLY | os.O_APPEND)
+        for _ in range(3):
+            os.write(fd, data)
+            time.sleep(0.01)
+        os.close(fd)
+def run(w, out):
+    r = random.Random(seed * 1000 + w)
+    for i in range(rounds):
+        try:
+            step(r, w, i)
+        except OSError as e:
+            os.write(out, b"w%d step %d: %s\n" % (w, i, str(e).encode()))
+        if r.random() < 0.2: time.sleep(r.random() * 0.02)
+rd, wr = os.pipe()
+pids = []
+for w in range(workers):
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        try: run(w, wr)
+        finally: os._exit(0)
+    pids.append(pid)
+os.close(wr)
+errs = b""
+while True:
+    b = os.read(rd, 65536)
+    if not b: break
+    errs += b
+for p in pids: os.waitpid(p, 0)
+print(("ERR\n" + errs.decode()) if errs else "OK", flush=True)
+"#;
+
+fn names_stay(ws: &Workspace, seed: u64, workers: u32, rounds: u32) -> String {
+    let dir = ws.path();
+    let out = python_command(&dir, NAMES_STAY)
+        .args([seed.to_string(), workers.to_string(), rounds.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out)
+}
+
+fn shared_files(ws: &Workspace) {
+    for n in ["s0", "s1", "s2"] {
+        fs::write(ws.path().join(n), format!("{n}\n")).unwrap();
+    }
+    rw_ok(&ws, &["sync"]);
+}
+
+/// [`NAMES_STAY`] with 4 processes, no knob: no error, and the chain holds.
+///
+/// FAILS (no knob; seed 3 of 10 here, and 1 or 2 with steps left out by H28_SKIP): e.g.
+/// `change 245 ("modify" "s2") breaks the chain of s2 (its own before)`: 237 links `l3` to
+/// `s2`, 238/239 exchange `s1` and `s2`, then 240 records a modify of `s2` by the process that
+/// wrote through `l3` (whose file is now at `s1`): the write went to the file at `s2`
+/// (see `an_open_through_a_second_name_racing_an_exchange_of_the_first_writes_its_own_file`).
+/// Also (H28_SKIP=023): `change 46 ("delete" "l2") breaks the chain of l2`: 44 links `l2`
+/// to `s0`, 45 records another process's modify of `s0` with `links []`, so `l2`'s chain
+/// misses it.
+#[test]
+#[ignore = "fails: the chain breaks: writes through a hard link land in the file exchanged to its first name"]
+fn opens_and_truncates_of_names_that_stay_never_fail_and_keep_the_chain() {
+    let seeds: u64 = std::env::var("H28_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    for seed in 1..=seeds {
+        let mut ws = Workspace::new();
+        ws.mount();
+        shared_files(&ws);
+        let out = names_stay(&ws, seed, 4, 60);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("seed {seed}"));
+        assert_eq!(
+            out.trim(),
+            "OK",
+            "seed {seed}: errors a plain disk does not give\n{}",
+            whole(&changes)
+        );
+        ws.unmount();
+    }
+}
+
+/// The same with `REWIND_TEST_SLOW_NAMED` and `REWIND_TEST_SLOW_CUT` at 30 ms: every open's
+/// hold and every cut is a wider window for the others.
+///
+/// FAILS every run here: e.g. `change 133 ("modify" "s2") breaks the chain of s2 (its own
+/// before)`, `change 50 ("rename" "s1") breaks the chain of s0 (exchange, moved away)`,
+/// `change 40 ("chmod" "s0") breaks the chain of s0`. Same workload with wider windows.
+#[test]
+#[ignore = "fails: the chain breaks under slow holds and cuts"]
+fn opens_and_truncates_of_names_that_stay_with_slow_holds_and_cuts() {
+    names_stay_slow(&[
+        ("REWIND_TEST_SLOW_NAMED", "30"),
+        ("REWIND_TEST_SLOW_CUT", "30"),
+    ]);
+}
+
+/// The same with only `REWIND_TEST_SLOW_NAMED`.
+#[test]
+#[ignore = "fails: the chain breaks under slow holds"]
+fn opens_and_truncates_of_names_that_stay_with_slow_holds() {
+    names_stay_slow(&[("REWIND_TEST_SLOW_NAMED", "30")]);
+}
+
+/// The same with only `REWIND_TEST_SLOW_CUT`.
+#[test]
+#[ignore = "fails: the chain breaks under slow cuts"]
+fn opens_and_truncates_of_names_that_stay_with_slow_cuts() {
+    names_stay_slow(&[("REWIND_TEST_SLOW_CUT", "30")]);
+}
+
+fn names_stay_slow(env: &[(&str, &str)]) {
+    for seed in 7..=8 {
+        let mut ws = Workspace::new();
+        ws.mount_with_env(&[] as &[&str], env);
+        shared_files(&ws);
+        let out = names_stay(&ws, seed, 4, 40);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("{env:?} seed {seed}"));
+        assert_eq!(
+            out.trim(),
+            "OK",
+            "errors a plain disk does not give\n{}",
+            whole(&changes)
+        );
+        ws.unmount();
+    }
+}
+
+/// [`NAMES_STAY`] SIGKILLed in the middle, then a remount: the chain holds and ends at the
+/// tree (what the dead daemon had not recorded comes back as `external`).
+#[test]
+fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
+    for seed in 1..=2u64 {
+        let mut ws = Workspace::new();
+        ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_NAMED", "5")]);
+        shared_files(&ws);
+        let pid = daemon_pid(&ws);
+        std::thread::scope(|s| {
+            let h = s.spawn(|| names_stay(&ws, 20 + seed, 3, 200));
+            std::thread::sleep(Duration::from_millis(1200 + 300 * seed));
+            ws.kill_daemon(pid);
+            h.join().unwrap();
+        });
+        ws.mount();
+        assert_chain_ends_in_the_present(&ws, &format!("seed {seed}, after the remount"));
+        ws.unmount();
+    }
+}
+
+/// An open of `l`, a second name of `a`, held in `hold_named` while `a` is exchanged with
+/// `b`. The process opened `l`, which still names the same file (now also at `b`): on a plain
+/// disk what it writes lands in that file, so `l` and `b` end with "more" and `a` (the other
+/// file) is untouched. The daemon turns the inode into its first name, `a`, looks there,
+/// finds the other file, and opens that.
+///
+/// FAILS: the write lands in the other file (`a` ends "...more", `l` unchanged); the history
+/// records a modify of `a`. `Core::open` (src/fs/file.rs) opens the path the table of names
+/// gives the inode (`reachable_path`: its first name, `a`), not the name the process opened;
+/// `Recorder::hold_named` sees another file at `a` and holds that one instead, and
+/// `begin_and_open` opens it. Data written into the wrong file, not only a wrong history.
+#[test]
+#[ignore = "fails: a write through hard link l lands in the file exchanged to the first name a"]
+fn an_open_through_a_second_name_racing_an_exchange_of_the_first_writes_its_own_file() {
+    let mut wrong = Vec::new();
+    for flags in [
+        "os.O_WRONLY | os.O_APPEND",
+        "os.O_RDWR | os.O_APPEND",
+        "truncate",
+    ] {
+        let mut ws = Workspace::new();
+        ws.mount_with_env(&[] as &[&str], SLOW);
+        let dir = ws.path();
+        fs::write(dir.join("a"), "the linked file\n").unwrap();
+        fs::hard_link(dir.join("a"), dir.join("l")).unwrap();
+        fs::write(dir.join("b"), "the other file\n").unwrap();
+        rw_ok(&ws, &["sync"]);
+        let script = format!(
+            r#"
+import ctypes, os, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+errors = []
+def app():
+    try:
+        if "{flags}" == "truncate":
+            os.truncate("l", 3)
+        else:
+            fd = os.open("l", {flags})
+            os.write(fd, b"more\n")
+            os.close(fd)
+    except OSError as e:
+        errors.append(str(e))
+t = threading.Thread(target=app)
+t.start()
+time.sleep(0.15)
+assert libc.renameat2(-100, b"a", -100, b"b", 2) == 0, ctypes.get_errno()
+t.join()
+print("ERR " + "; ".join(errors) if errors else "OK")
+"#
+        );
+        let out = run(&dir, &script);
+        let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap();
+        let (a, b, l) = (read("a"), read("b"), read("l"));
+        rw_ok(&ws, &["sync"]);
+        let changes = log(&ws);
+        let want_l = if flags == "truncate" {
+            "the"
+        } else {
+            "the linked file\nmore\n"
+        };
+        let got = (out.trim(), a.as_str(), b.as_str(), l.as_str());
+        let want = ("OK", "the other file\n", want_l, want_l);
+        if got != want {
+            wrong.push(format!(
+                "{flags}: (errors, a, b, l) {got:?}, a plain disk gives {want:?}\n{}",
+                whole(&changes)
+            ));
+        }
+        ws.unmount();
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The same with a save-by-rename over the first name (`a.tmp` renamed over `a`) instead of
+/// an exchange: the file `l` names is the old `a`, now only at `l`; a plain disk appends to
+/// it and leaves the new `a` as saved.
+///
+/// FAILS: the write lands in the other file (`a` ends "...more", `l` unchanged); the history
+/// records a modify of `a`. `Core::open` (src/fs/file.rs) opens the path the table of names
+/// gives the inode (`reachable_path`: its first name, `a`), not the name the process opened;
+/// `Recorder::hold_named` sees another file at `a` and holds that one instead, and
+/// `begin_and_open` opens it. Data written into the wrong file, not only a wrong history.
+#[test]
+#[ignore = "fails: a write through hard link l lands in the new file renamed over the first name a"]
+fn an_open_through_a_second_name_racing_a_rename_over_the_first_writes_its_own_file() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], SLOW);
+    let dir = ws.path();
+    fs::write(dir.join("a"), "the linked file\n").unwrap();
+    fs::hard_link(dir.join("a"), dir.join("l")).unwrap();
+    fs::write(dir.join("a.tmp"), "saved\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    let out = run(
+        &dir,
+        r#"
+import os, threading, time
+errors = []
+def app():
+    try:
+        fd = os.open("l", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"more\n")
+        os.close(fd)
+    except OSError as e:
+        errors.append(str(e))
+t = threading.Thread(target=app)
+t.start()
+time.sleep(0.15)
+os.rename("a.tmp", "a")
+t.join()
+print("ERR " + "; ".join(errors) if errors else "OK")
+"#,
+    );
+    let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap();
+    let (a, l) = (read("a"), read("l"));
+    rw_ok(&ws, &["sync"]);
+    let changes = log(&ws);
+    assert_eq!(
+        (out.trim(), a.as_str(), l.as_str()),
+        ("OK", "saved\n", "the linked file\nmore\n"),
+        "(errors, a, l)\n{}",
+        whole(&changes)
+    );
+    assert_chain_ends_in_the_present(&ws, "rename over the first name");
     ws.unmount();
 }
