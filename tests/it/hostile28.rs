@@ -1045,3 +1045,55 @@ print("ERR " + "; ".join(errors) if errors else "OK")
     assert_chain_ends_in_the_present(&ws, "rename over the first name");
     ws.unmount();
 }
+
+/// One thread chmods `s` over and over while another saves it by rename (a new file renamed
+/// over `s`), the name always there: on a plain disk no chmod fails. Found by the
+/// names-that-stay workload with only these two steps (`H28_SKIP=0123468`, seed 2):
+/// `w3 step 4: [Errno 116] Stale file handle: 's2'`.
+///
+/// FAILS: `ERR 479 ['Stale file handle']` of 4000 chmods. The kernel looked `s` up and sent
+/// SETATTR for that inode; a rename put another file at `s` meanwhile, the daemon finds the
+/// inode without a name (`Core::setattr`, src/fs/setattr.rs, `stale_if_nameless`) and answers
+/// `ESTALE`; the kernel retries the lookup once only (`retry_estale`), so under repeated saves
+/// the error reaches the process. On disk the chmod applies to the file it looked up.
+#[test]
+#[ignore = "fails: chmod of a name saved by rename meanwhile gets ESTALE (479 of 4000)"]
+fn chmods_racing_saves_by_rename_never_see_a_stale_handle() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    fs::write(dir.join("s"), "start\n").unwrap();
+    let out = run(
+        &dir,
+        r#"
+import os, threading
+errors = []
+stop = False
+def saver(i):
+    n = 0
+    while not stop:
+        t = ".s.%d.%d" % (i, n)
+        with open(t, "w") as h: h.write("v%d\n" % n)
+        os.rename(t, "s")
+        n += 1
+def chmodder():
+    for n in range(2000):
+        try:
+            os.chmod("s", [0o600, 0o644][n % 2])
+        except OSError as e:
+            errors.append(e.strerror)
+ss = [threading.Thread(target=saver, args=(i,)) for i in range(2)]
+for s in ss: s.start()
+cs = [threading.Thread(target=chmodder) for i in range(2)]
+for c in cs: c.start()
+for c in cs: c.join()
+stop = True
+for s in ss: s.join()
+print("ERR %d %s" % (len(errors), sorted(set(errors))) if errors else "OK")
+"#,
+    );
+    rw_ok(&ws, &["sync"]);
+    assert_eq!(out.trim(), "OK", "errors a plain disk does not give");
+    assert_chain_ends_in_the_present(&ws, "chmods racing saves by rename");
+    ws.unmount();
+}
