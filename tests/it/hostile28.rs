@@ -1097,3 +1097,41 @@ print("ERR %d %s" % (len(errors), sorted(set(errors))) if errors else "OK")
     assert_chain_ends_in_the_present(&ws, "chmods racing saves by rename");
     ws.unmount();
 }
+
+/// Two processes save `s` by rename over and over while a third chmods it (errors ignored
+/// here: see `chmods_racing_saves_by_rename_never_see_a_stale_handle`); then the chain must
+/// hold and end at the tree.
+#[test]
+fn saves_by_rename_racing_chmods_keep_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    fs::write(dir.join("s"), "start\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    run(
+        &dir,
+        r#"
+import os, time
+def saver(i):
+    for n in range(150):
+        t = ".s.%d.%d" % (i, n)
+        with open(t, "w") as h: h.write("w%d v%d\n" % (i, n))
+        os.rename(t, "s")
+def chmodder():
+    for n in range(300):
+        try: os.chmod("s", [0o600, 0o644][n % 2])
+        except OSError: pass
+pids = []
+for f in [lambda: saver(0), lambda: saver(1), chmodder]:
+    pid = os.fork()
+    if pid == 0:
+        try: f()
+        finally: os._exit(0)
+    pids.append(pid)
+for p in pids: os.waitpid(p, 0)
+"#,
+    );
+    rw_ok(&ws, &["sync"]);
+    assert_chain_ends_in_the_present(&ws, "saves by rename racing chmods");
+    ws.unmount();
+}
