@@ -719,6 +719,8 @@ print("ERR %d %s" % (len(errors), "; ".join(sorted(set(errors))[:8])) if errors 
 /// Processes that open, truncate and rewrite three shared files whose names never go away
 /// (they are only exchanged, renamed over, given and taken a second name, chmodded): on a
 /// plain disk no operation on them fails. Prints the errors seen, or "OK".
+/// `H28_SKIP=DIGITS` leaves those steps out; `H28_TRACE=FILE` appends each step (time, pid,
+/// worker, step, kind, file) to FILE, to match against the log's pids.
 const NAMES_STAY: &str = r#"
 import ctypes, errno, os, random, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -732,6 +734,9 @@ def step(r, w, i):
     k = r.randrange(9)
     if str(k) in skip:
         return
+    if os.environ.get("H28_TRACE"):
+        with open(os.environ["H28_TRACE"], "a") as tr:
+            tr.write("%.6f pid %d w%d step %d k%d %s\n" % (time.time(), os.getpid(), w, i, k, s))
     if k == 0:
         os.truncate(s, r.randrange(8))
     elif k == 1:
@@ -820,6 +825,10 @@ fn shared_files(ws: &Workspace) {
 /// `s2`, 238/239 exchange `s1` and `s2`, then 240 records a modify of `s2` by the process that
 /// wrote through `l3` (whose file is now at `s1`): the write went to the file at `s2`
 /// (see `an_open_through_a_second_name_racing_an_exchange_of_the_first_writes_its_own_file`).
+/// Without the link step too (`H28_SKIP=6`, 1 run in 3 of seed 1): `change 65 ("modify"
+/// "s0") breaks the chain of s0 (its own before)`: 64 and 65 are one process's read-write
+/// pwrite then `truncate(2)` of `s0`, amid others' exchanges; 65's before is content no change
+/// recorded (not explained yet).
 /// Also (H28_SKIP=023): `change 46 ("delete" "l2") breaks the chain of l2`: 44 links `l2`
 /// to `s0`, 45 records another process's modify of `s0` with `links []`, so `l2`'s chain
 /// misses it.
