@@ -93,7 +93,7 @@ fn is_exchange(c: &Value, d: Option<&Value>) -> bool {
 
 /// Fold the changes into each path's state, checking the chain at every step; `until`: stop
 /// after the change with that id (the second half of an exchange goes with its first).
-fn fold(changes: &[Value], until: u64) -> Result<Chain, String> {
+pub(crate) fn fold(changes: &[Value], until: u64) -> Result<Chain, String> {
     let mut chain = Chain::new();
     fold_onto(&mut chain, changes, until, true)?;
     Ok(chain)
@@ -148,7 +148,7 @@ fn fold_onto(chain: &mut Chain, changes: &[Value], until: u64, modes: bool) -> R
 }
 
 /// The tree below `root` (not `.rewind`) as states: files with their hash and mode, folders.
-fn tree(root: &Path) -> Chain {
+pub(crate) fn tree(root: &Path) -> Chain {
     fn walk(root: &Path, dir: &Path, out: &mut Chain) {
         let Ok(rd) = fs::read_dir(dir) else { return };
         for e in rd.flatten() {
@@ -181,7 +181,7 @@ fn tree(root: &Path) -> Chain {
     out
 }
 
-fn whole(changes: &[Value]) -> String {
+pub(crate) fn whole(changes: &[Value]) -> String {
     changes
         .iter()
         .map(|c| {
@@ -214,7 +214,7 @@ fn short(v: &Value) -> String {
     )
 }
 
-fn differences(want: &Chain, got: &Chain) -> Vec<String> {
+pub(crate) fn differences(want: &Chain, got: &Chain) -> Vec<String> {
     let mut out = Vec::new();
     for (p, w) in want {
         match got.get(p) {
@@ -232,7 +232,7 @@ fn differences(want: &Chain, got: &Chain) -> Vec<String> {
 
 /// The history is an unbroken chain that ends at the tree as it is: the log, or the breach.
 #[track_caller]
-fn assert_chain_ends_in_the_present(ws: &Workspace, what: &str) -> Vec<Value> {
+pub(crate) fn assert_chain_ends_in_the_present(ws: &Workspace, what: &str) -> Vec<Value> {
     let changes = log(ws);
     let chain = match fold(&changes, u64::MAX) {
         Ok(c) => c,
@@ -266,7 +266,12 @@ fn past_disagrees(ws: &Workspace, changes: &[Value], id: u64) -> Vec<String> {
 }
 
 /// [`past_disagrees`], asking `cat --at` too only if `cat`.
-fn past_disagrees_with(ws: &Workspace, changes: &[Value], id: u64, cat: bool) -> Vec<String> {
+pub(crate) fn past_disagrees_with(
+    ws: &Workspace,
+    changes: &[Value],
+    id: u64,
+    cat: bool,
+) -> Vec<String> {
     let want = read_only(fold(changes, id).unwrap());
     let at = read_only(tree(&ws.path().join(format!(".rewind/at/{id}"))));
     let mut wrong: Vec<String> = differences(&want, &at)
@@ -334,7 +339,7 @@ fn chain_holds_under_workloads(base: u64, workers: u32, rounds: u32, threads: bo
 
 /// The workload: `workers` processes (or threads), each doing `rounds` random steps from a
 /// seeded generator on its own files, and on three files all of them share.
-const WORKLOAD: &str = r#"
+pub(crate) const WORKLOAD: &str = r#"
 import ctypes, os, random, sys, threading, time
 libc = ctypes.CDLL(None, use_errno=True)
 seed, workers, rounds, threads, flags = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "threads", sys.argv[5]
@@ -441,7 +446,14 @@ else:
     for p in pids: os.waitpid(p, 0)
 "#;
 
-fn workload(ws: &Workspace, seed: u64, workers: u32, rounds: u32, threads: bool, flags: &str) {
+pub(crate) fn workload(
+    ws: &Workspace,
+    seed: u64,
+    workers: u32,
+    rounds: u32,
+    threads: bool,
+    flags: &str,
+) {
     let out = python_command(&ws.path(), WORKLOAD)
         .args([
             seed.to_string(),

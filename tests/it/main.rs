@@ -22,6 +22,7 @@ mod hostile24;
 mod hostile25;
 mod hostile26;
 mod hostile27;
+mod hostile28;
 mod hunk;
 mod model;
 mod mount;
