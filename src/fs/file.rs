@@ -119,11 +119,12 @@ impl Core {
     /// it has), so its name is looked up again: the open is of the inode the caller looked
     /// up, as on disk, where a name of it that stays (a hard link) must keep naming it. With no
     /// name left (replaced by a save), moved from outside the mount (the table never learns),
-    /// or not in the table, the open goes on with what the name holds, looked at again if that changes while its content is stored,
-    /// as [`begin_write_as`](Self::begin_write_as) does. `first`: open it first and read its
-    /// content before through the new fd (a read-write open, which changes nothing by itself);
-    /// else the content is stored before `open`, which may truncate it. Returns the episode,
-    /// the file with its open flags, its `fstat`, and the path it was opened at.
+    /// or not in the table, the open goes on with what the name holds, looked at again if that
+    /// changes while its content is stored, as [`begin_write_as`](Self::begin_write_as) does.
+    /// `first`: open it first and read its content before through the new fd (a read-write
+    /// open, which changes nothing by itself); else the content is stored before `open`, which
+    /// may truncate it. Returns the episode, the file with its open flags, its `fstat`, and the
+    /// path it was opened at.
     ///
     /// [`Recorder::hold_at`]: crate::history::recorder::Recorder::hold_at
     pub(super) fn begin_and_open(

@@ -258,11 +258,11 @@ impl Core {
         Ok(st)
     }
 
-    /// Rename; returns what was at the source and what the target replaced, or `None` when it
-    /// moves a folder and `names` is not held exclusively (nothing done: see `Core::names`).
-    /// `renamed` updates the table of names once the rename is done, with its files still
-    /// held: an open that waits for one of them finds the table saying where it went
-    /// (`Core::begin_and_open`).
+    /// Rename; `false` (nothing done) when it moves a folder and `names` is not held
+    /// exclusively (see `Core::names`). `renamed_names` updates the table of names once the
+    /// rename is done (given what was at the source and what the target replaced), with its
+    /// files still held: an open that waits for one of them finds the table saying where it
+    /// went (`Core::begin_and_open`).
     #[allow(clippy::too_many_arguments)]
     fn rename_at(
         &self,
@@ -274,7 +274,7 @@ impl Core {
         flags: RenameFlags,
         names: &Names<'_>,
         renamed_names: &mut dyn FnMut(&libc::stat, Option<&libc::stat>),
-    ) -> Result<Option<(libc::stat, Option<libc::stat>)>> {
+    ) -> Result<bool> {
         check_name(new_name)?;
         let src = self.backing.stat_at(parent, name)?;
         let dst = self.backing.stat_at(new_parent, new_name).ok();
@@ -312,7 +312,7 @@ impl Core {
         }
         let folder = is_dir(&src) || (exchange && dst.as_ref().is_some_and(is_dir));
         if folder && !names.exclusive() {
-            return Ok(None);
+            return Ok(false);
         }
         let _endings = match &self.recorder {
             Some(rec) if folder => Some(rec.pause_endings()),
@@ -386,7 +386,7 @@ impl Core {
                 String::from_utf8_lossy(&dst_path)
             );
         }
-        Ok(Some((src, dst)))
+        Ok(true)
     }
 
     // ---- FUSE requests ---------------------------------------------------------------------
@@ -495,10 +495,10 @@ impl Core {
                 &names,
                 &mut renamed_names,
             )?;
-            match renamed {
-                Some(_) => break names,
-                None => exclusive = true,
+            if renamed {
+                break names;
             }
+            exclusive = true;
         };
         Ok(())
     }

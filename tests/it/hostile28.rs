@@ -1,5 +1,5 @@
 //! Hostile tests, round 28: opens and truncates that hold their file at its name
-//! (`Recorder::hold_named`, `Core::begin_and_open`), operations that carry what the cut
+//! (`Recorder::hold_at`, `Core::begin_and_open`), operations that carry what the cut
 //! recorded, and the unlink that drops an orphaned edit's marker. Opens and truncates race
 //! exchanges, renames over the name, folder renames, unlinks; writers keep files open while
 //! the daemon is killed; then the history must still be an unbroken chain ending at the tree,
@@ -46,7 +46,7 @@ fn holder(dir: &Path, script: &str) -> (Child, BufReader<std::process::ChildStdo
 }
 
 /// A truncate by name (`truncate(2)`, a setattr with a size and no handle) held in
-/// `hold_named` while an exchange of its file with another is asked. The kernel holds the
+/// `hold_at` while an exchange of its file with another is asked. The kernel holds the
 /// truncated file's lock across the setattr and the exchange takes it too, so one comes
 /// wholly before the other: the chain must hold and end at the tree either way.
 #[test]
@@ -83,7 +83,7 @@ t.join()
 }
 
 /// A read-write open without truncation (the branch of `begin_and_open` that opens first and
-/// reads the content before through the new fd) held in `hold_named` while the file is
+/// reads the content before through the new fd) held in `hold_at` while the file is
 /// exchanged with another: what it writes is recorded on the file it wrote.
 #[test]
 fn a_read_write_open_racing_an_exchange_records_the_file_it_opened() {
@@ -121,7 +121,7 @@ t.join()
     ws.unmount();
 }
 
-/// An `O_TRUNC` open held in `hold_named` while a save-by-rename puts another file at the
+/// An `O_TRUNC` open held in `hold_at` while a save-by-rename puts another file at the
 /// name: the open truncates and writes one of the two, and the history says which.
 #[test]
 fn an_o_trunc_open_racing_a_rename_over_the_name_keeps_the_chain() {
@@ -153,7 +153,7 @@ t.join()
 
 /// Opens for writing by a handle on the folder (`openat` of a folder fd), while another
 /// thread renames the folder back and forth: on a plain disk no open ever fails, the folder fd
-/// follows the folder. Held in `hold_named` (`REWIND_TEST_SLOW_NAMED`), the open looks for the
+/// follows the folder. Held in `hold_at` (`REWIND_TEST_SLOW_NAMED`), the open looks for the
 /// file at the path the daemon had for it before the rename.
 #[test]
 fn an_open_by_folder_fd_racing_the_folders_rename_does_not_fail() {
@@ -250,19 +250,13 @@ print("ERR %d %s" % (len(errors), "; ".join(sorted(set(errors))[:8])) if errors 
     ws.unmount();
 }
 
-/// An open for writing held in `hold_named` while the name it opened is unlinked: the kernel
+/// An open for writing held in `hold_at` while the name it opened is unlinked: the kernel
 /// had found the file, and on a plain disk the open succeeds (the file lives while open).
 ///
-/// Known gap: underneath, the unlink of its last name frees the backing file (nothing holds
-/// it open there), so the daemon has nothing left to open; it answers `ESTALE`, and the
-/// kernel's second lookup finds no name (`ENOENT`, as if the unlink came first).
-///
-/// FAILS: the open gets `ENOENT` ("No such file or directory"). `Core::open` turns the inode
-/// into a path (`reachable_path`, under the table of names shared) before
-/// `Core::begin_and_open`; `Recorder::hold_named` then `lstat`s that path and returns its
-/// error, while the unlink or rename has already changed the backing tree (it waits for the
-/// table of names only to update it). Before a65a46f `begin_write` `stat`ed the path the same
-/// way; `REWIND_TEST_SLOW_NAMED` widens the window the commit made.
+/// Known gap: the open gets `ENOENT`, as if the unlink came first. Underneath, the unlink of
+/// the file's last name freed the backing file (nothing holds it open there), so the daemon
+/// has nothing left to open (`Core::begin_and_open` finds the inode without a name, and the
+/// name gone).
 #[test]
 #[ignore = "known (design.md): an open of a file whose last name is unlinked first gets ENOENT; the backing file is gone"]
 fn an_open_racing_the_unlink_of_its_name_does_not_fail() {
@@ -482,7 +476,7 @@ os.close(fd)
     ws.unmount();
 }
 
-/// An open for writing held in `hold_named` while its file is renamed away (`f` to `g`, what
+/// An open for writing held in `hold_at` while its file is renamed away (`f` to `g`, what
 /// an editor's rename-away save does first): a plain disk opens the file, now at `g`.
 ///
 /// Failed before 23de97f (an open now looks its inode up again when the name holds
@@ -497,7 +491,7 @@ fn an_open_racing_a_rename_away_of_its_name_does_not_fail() {
     open_racing(&["f"], "os.rename('f', 'g')", "f");
 }
 
-/// An open of `g`, a hard link of `f`, held in `hold_named` while `f` is unlinked: the
+/// An open of `g`, a hard link of `f`, held in `hold_at` while `f` is unlinked: the
 /// process named `g`, which stays; a plain disk opens it.
 ///
 /// Failed before 23de97f (an open now looks its inode up again when the name holds
@@ -528,7 +522,7 @@ fn an_open_of_one_link_racing_the_rename_of_another_does_not_fail() {
 
 /// `names`: the file's names (hard links); `op`: python run 0.15 s into the open of `open`,
 /// for append, then read-write, then with `O_TRUNC`, then a truncate by name, each held in
-/// `hold_named`. No open may fail, and the chain must hold.
+/// `hold_at`. No open may fail, and the chain must hold.
 fn open_racing(names: &[&str], op: &str, open: &str) {
     for (i, flags) in [
         "os.O_WRONLY | os.O_APPEND",
@@ -583,7 +577,7 @@ print("ERR " + "; ".join(errors) if errors else "OK")
 }
 
 /// A rollback that puts a file back as it was while an open for writing of it is held in
-/// `hold_named`: neither fails, and the chain holds (the open's episode is of the file the
+/// `hold_at`: neither fails, and the chain holds (the open's episode is of the file the
 /// name holds when it opens).
 #[test]
 fn a_rollback_racing_an_open_held_at_its_name_keeps_the_chain() {
@@ -939,7 +933,7 @@ fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
     }
 }
 
-/// An open of `l`, a second name of `a`, held in `hold_named` while `a` is exchanged with
+/// An open of `l`, a second name of `a`, held in `hold_at` while `a` is exchanged with
 /// `b`. The process opened `l`, which still names the same file (now also at `b`): on a plain
 /// disk what it writes lands in that file, so `l` and `b` end with "more" and `a` (the other
 /// file) is untouched. The daemon turns the inode into its first name, `a`, looks there,
