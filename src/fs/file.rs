@@ -143,6 +143,8 @@ impl Core {
         // Its own statement: the table's lock is not held while waiting for the file.
         let inode_key = self.inodes().key(ino);
         let mut path = path;
+        // The name the open came by, once the inode is looked for under another.
+        let mut asked: Option<Vec<u8>> = None;
         let (mut moved, mut tries) = (0, 0);
         loop {
             let named = match inode_key {
@@ -152,13 +154,21 @@ impl Core {
                         moved += 1;
                         match self.reachable_path(INodeNo(ino)) {
                             Ok(now) => {
-                                path = now;
+                                let was = std::mem::replace(&mut path, now);
+                                asked.get_or_insert(was);
                                 continue;
                             }
                             // Replaced (a save renamed over it), with no name left: the open
-                            // is of what the name holds now, as one a moment later would be
-                            // (not `ESTALE`, which the kernel retries only once).
-                            Err(_) => rec.hold_named(&path)?,
+                            // is of what the name it came by holds now, as one a moment later
+                            // would be (not `ESTALE`, which the kernel retries only once). Not
+                            // of a name the inode was looked for under since: a second name
+                            // it lost meanwhile (a hard link unlinked) holds nothing.
+                            Err(_) => {
+                                if let Some(asked) = asked.take() {
+                                    path = asked;
+                                }
+                                rec.hold_named(&path)?
+                            }
                         }
                     }
                     None => rec.hold_named(&path)?,

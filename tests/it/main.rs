@@ -23,6 +23,7 @@ mod hostile25;
 mod hostile26;
 mod hostile27;
 mod hostile28;
+mod hostile29;
 mod hunk;
 mod model;
 mod mount;

@@ -70,7 +70,7 @@ impl Links {
         }
     }
 
-    fn others(&self, key: Key, path: &[u8]) -> Vec<Vec<u8>> {
+    pub(super) fn others(&self, key: Key, path: &[u8]) -> Vec<Vec<u8>> {
         self.names
             .get(&key)
             .map(|names| names.iter().filter(|n| *n != path).cloned().collect())

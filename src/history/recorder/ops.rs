@@ -48,6 +48,8 @@ struct RenameUndo {
     moved_under: Vec<Moved>,
     /// Episodes of the files an exchange swapped.
     swapped: Vec<Moved>,
+    /// The episode of a replaced target that keeps another name, moved there.
+    kept: Vec<Moved>,
     /// The episode open on the renamed file.
     src_episode: Option<EpisodeMoved>,
 }
@@ -489,6 +491,7 @@ impl Recorder {
             }
             self.move_markers(&undo.moved_under)?;
             self.move_markers(&undo.swapped)?;
+            self.move_markers(&undo.kept)?;
             // An episode still open on the source moves with it. If it created the file, this
             // is a save-by-rename still being written: its end records one change of the
             // target.
@@ -669,9 +672,18 @@ impl Recorder {
         {
             let mut links = lock(&self.links);
             undo.replaced_names = Some((key_of(st), links.names_of(key_of(st))));
+            let other = links.others(key_of(st), dst).into_iter().next();
             links.remove(key_of(st), dst);
             drop(links);
-            if st.st_nlink <= 1 {
+            if st.st_nlink > 1
+                && let Some(other) = other
+            {
+                // A hard-linked file loses one name and keeps the others: its open episode
+                // goes on under one of them, as at the unlink of a name (what it wrote so far
+                // was cut before). Left at `dst`, its end would find another file there and
+                // record nothing of what was written after the rename.
+                undo.kept = self.move_file_episodes(&[(key_of(st), dst.to_vec(), other)]);
+            } else if st.st_nlink <= 1 {
                 // Replaced: its inode number may be reused by the next file created, and its
                 // open episode has nothing more to record.
                 self.forget_known(key_of(st));
@@ -754,15 +766,16 @@ impl Recorder {
     ) {
         let src_dir = kind_of(src_st) == FileKind::Dir;
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
-        if !undo.swapped.is_empty() {
+        if !undo.swapped.is_empty() || !undo.kept.is_empty() {
             let back: Vec<_> = undo
                 .swapped
                 .iter()
+                .chain(&undo.kept)
                 .map(|m| (m.key, m.new.clone(), m.old.clone()))
                 .collect();
             let back = self.move_file_episodes(&back);
             if let Err(e) = self.move_markers(&back) {
-                tracing::warn!("markers of files whose exchange was refused: {e}");
+                tracing::warn!("markers of files whose rename was refused: {e}");
             }
         }
         if let Some(was) = undo.src_episode

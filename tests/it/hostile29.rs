@@ -1,0 +1,169 @@
+//! Hostile tests, round 29: what hostile28's names-that-stay workload found, each made
+//! deterministic. A hard-linked file keeps being written under the name a rename over the
+//! other one leaves it; an open whose inode loses every name while it looks for it opens
+//! what the name it came by holds.
+
+use std::fs;
+use std::path::Path;
+
+use crate::common::{Workspace, python_command, rw_ok, stderr};
+use crate::hostile27::assert_chain_ends_in_the_present;
+use crate::record::log;
+
+/// Run `script` in the mount; it must succeed. Returns what it printed.
+fn run(dir: &Path, script: &str) -> String {
+    let out = python_command(dir, script).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the script failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A file with two names, `a` and `b`, open for writing by `a`; a save-by-rename puts a new
+/// file at `a`, and the writer goes on writing. The file it writes is now only `b`: what it
+/// writes after the rename is a modify of `b`.
+///
+/// FAILED before: the edit stayed at `a`, its end found the saved file there and recorded
+/// nothing, so `b`'s history ended at "one\ntwo\n" while `b` held "three" too (seen as
+/// `change 232 ("delete" "l2") breaks the chain of l2` in hostile28's names-that-stay
+/// workload).
+#[test]
+fn a_save_over_one_name_of_a_file_being_written_records_the_rest_under_the_other() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    run(
+        &dir,
+        r#"
+import os
+open("a", "w").write("one\n")
+os.link("a", "b")
+fd = os.open("a", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"two\n")
+open("a.tmp", "w").write("saved\n")
+os.rename("a.tmp", "a")
+os.write(fd, b"three\n")
+os.close(fd)
+"#,
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("b")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "saved\n");
+    let changes =
+        assert_chain_ends_in_the_present(&ws, "a save over one name of a file being written");
+    let last_of_b = changes
+        .iter()
+        .rev()
+        .find(|c| {
+            c["path"] == "b"
+                || c["links"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|n| n == "b"))
+        })
+        .expect("a change of b");
+    assert_eq!(last_of_b["kind"], "modify", "{last_of_b}");
+    assert_eq!(last_of_b["path"], "b", "{last_of_b}");
+    ws.unmount();
+}
+
+/// The same while the daemon is killed before the writer closes, then a remount: what the
+/// dead daemon had not recorded of `b` comes back as a change of `b`, not of the saved `a`.
+#[test]
+fn a_save_over_one_name_of_a_file_being_written_then_sigkill_keeps_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    let pid = crate::common::daemon_pid(&ws);
+    let mut child = python_command(
+        &dir,
+        r#"
+import os, sys
+open("a", "w").write("one\n")
+os.link("a", "b")
+fd = os.open("a", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"two\n")
+open("a.tmp", "w").write("saved\n")
+os.rename("a.tmp", "a")
+os.write(fd, b"three\n")
+os.fsync(fd)
+print("ready", flush=True)
+sys.stdin.readline()
+"#,
+    )
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    ws.kill_daemon(pid);
+    drop(child.stdin.take());
+    let _ = child.wait();
+    ws.mount();
+    assert_eq!(
+        fs::read_to_string(dir.join("b")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    assert_chain_ends_in_the_present(&ws, "after the remount");
+    let changes = log(&ws);
+    assert!(
+        !changes
+            .iter()
+            .any(|c| c["path"] == "a" && c["after"].is_object() && c["kind"] == "external"),
+        "the saved a is not an external change: {changes:?}"
+    );
+    ws.unmount();
+}
+
+/// An open of `s` for writing held in `hold_at` (`REWIND_TEST_SLOW_NAMED`) while its file,
+/// which also has the name `l`, is saved over at `s`: the open looks for it at `l`, and is
+/// held there again while `l` is unlinked. The file has no name left; on a plain disk the open
+/// succeeds (on the file the process looked up). Here it opens what `s`, the name it came by,
+/// holds: it must not fail.
+///
+/// FAILED before with `ENOENT`: the open went on at `l`, the last name it looked under
+/// (hostile28's names-that-stay workload, with slow holds: `No such file or directory: 's0'`
+/// for an open of a name that never goes away).
+#[test]
+fn an_open_whose_file_loses_both_names_while_it_looks_opens_the_name_it_came_by() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_NAMED", "400")]);
+    let dir = ws.path();
+    fs::write(dir.join("s"), "old\n").unwrap();
+    fs::hard_link(dir.join("s"), dir.join("l")).unwrap();
+    fs::write(dir.join("s.tmp"), "saved\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    let out = run(
+        &dir,
+        r#"
+import os, threading, time
+err = []
+def writer():
+    try:
+        fd = os.open("s", os.O_WRONLY | os.O_APPEND)
+        os.write(fd, b"written\n")
+        os.close(fd)
+    except OSError as e:
+        err.append(str(e))
+t = threading.Thread(target=writer)
+t.start()
+time.sleep(0.15)
+os.rename("s.tmp", "s")
+time.sleep(0.4)
+os.unlink("l")
+t.join()
+print("ERR " + err[0] if err else "OK")
+"#,
+    );
+    assert_eq!(out.trim(), "OK", "the open failed");
+    rw_ok(&ws, &["sync"]);
+    assert_chain_ends_in_the_present(&ws, "an open whose file lost both names");
+    ws.unmount();
+}
