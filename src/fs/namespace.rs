@@ -65,7 +65,10 @@ impl Core {
                     ino.0,
                     &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
                 )),
-                None => Err(super::stale_if_nameless(e)),
+                None => Ok(attr(
+                    ino.0,
+                    &self.backing.stat(&self.replaced_path(ino, e)?)?,
+                )),
             },
         }
     }
@@ -223,7 +226,7 @@ impl Core {
         dir: bool,
         removed_names: &mut dyn FnMut(&libc::stat),
     ) -> Result<libc::stat> {
-        let st = self.backing.stat_at(parent, name)?;
+        let mut st = self.backing.stat_at(parent, name)?;
         let path = join(parent, name);
         let unlink = || self.backing.unlink(parent, name, dir).map_err(Errno::from);
         if dir {
@@ -237,6 +240,13 @@ impl Core {
             }
         } else {
             let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+            // Looked at again with the file held, as `rename_at` does.
+            if self.recorder.is_some()
+                && let Ok(now) = self.backing.stat_at(parent, name)
+                && key(&now) == key(&st)
+            {
+                st = now;
+            }
             // The content is stored before the unlink; the delete is written after it, in the
             // background (`rm -rf` does not wait on an index write per file).
             let delete = match &self.recorder {
@@ -276,8 +286,8 @@ impl Core {
         renamed_names: &mut dyn FnMut(&libc::stat, Option<&libc::stat>),
     ) -> Result<bool> {
         check_name(new_name)?;
-        let src = self.backing.stat_at(parent, name)?;
-        let dst = self.backing.stat_at(new_parent, new_name).ok();
+        let mut src = self.backing.stat_at(parent, name)?;
+        let mut dst = self.backing.stat_at(new_parent, new_name).ok();
         if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -319,6 +329,18 @@ impl Core {
             _ => None,
         };
         let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
+        if self.recorder.is_some() {
+            // Looked at again with the files held: the kernel holds them through the rename
+            // against every other call it sends, but not against the daemon's own calls on
+            // them (a chmod of the file a save put at a name, `Core::replaced_path`), which
+            // could change a mode in between and have the rename record the one before.
+            // Found replaced meanwhile (a rollback), they are taken as first seen.
+            let src_now = self.backing.stat_at(parent, name)?;
+            let dst_now = self.backing.stat_at(new_parent, new_name).ok();
+            if key(&src_now) == key(&src) && dst_now.as_ref().map(key) == dst.as_ref().map(key) {
+                (src, dst) = (src_now, dst_now);
+            }
+        }
         let recorded = match &self.recorder {
             Some(rec) => rec
                 .before_rename(
@@ -470,7 +492,11 @@ impl Core {
                     && key(dst) != key(src)
                     && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
                 {
-                    inodes.gone(new_parent.0, new_name.as_bytes());
+                    if dst.st_mode & libc::S_IFMT == libc::S_IFREG {
+                        inodes.replaced(new_parent.0, new_name.as_bytes());
+                    } else {
+                        inodes.gone(new_parent.0, new_name.as_bytes());
+                    }
                 }
                 inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
             }

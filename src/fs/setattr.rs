@@ -19,6 +19,10 @@ pub struct Changes {
     pub mtime: Option<TimeOrNow>,
 }
 
+/// How many times a chmod by name looks at its file again when a rename put another at the
+/// name between its `stat` and its hold, before it holds whatever the name holds.
+const HOLD_TRIES: u32 = 4;
+
 impl Core {
     pub(super) fn setattr(
         &self,
@@ -35,11 +39,11 @@ impl Core {
                 Ok(path) => (None, Some(path)),
                 // No name left: through a handle open on the file if there is one (`fchmod`
                 // of a file unlinked while open, which the kernel sends without it), as on
-                // disk; else `ESTALE`, a name replaced since the caller looked it up, which
-                // the kernel then looks up again (`Core::named_path`).
+                // disk; else the file a save put at its name since the caller looked it up,
+                // or `ESTALE` (`Core::replaced_path`).
                 Err(e) => match self.files.find(|f| f.ino == ino.0) {
                     Some(o) => (Some(o), None),
-                    None => return Err(super::stale_if_nameless(e)),
+                    None => (None, Some(self.replaced_path(ino, e)?)),
                 },
             },
         };
@@ -62,8 +66,29 @@ impl Core {
             match (&self.recorder, path.as_deref()) {
                 (Some(rec), Some(p)) => {
                     // Held until the chmod is done, so the end of a write episode on the file
-                    // cannot be recorded in between.
-                    let _held = rec.hold(&[key(&st)]);
+                    // cannot be recorded in between. By name, held at its name (as an open
+                    // for writing is, `Core::begin_and_open`): a save renaming another file
+                    // over it between the `stat` and the chmod would have the chmod recorded
+                    // of one file and made to the other.
+                    let mut st = st;
+                    let (mut _held, mut _named) = (None, None);
+                    if open.is_some() {
+                        _held = Some(rec.hold(&[key(&st)]));
+                    } else {
+                        let mut tries = 0;
+                        let named = loop {
+                            match rec.hold_at(p, key(&st))? {
+                                Some(named) => break named,
+                                None if tries < HOLD_TRIES => {
+                                    tries += 1;
+                                    st = stat()?;
+                                }
+                                None => break rec.hold_named(p)?,
+                            }
+                        };
+                        st = *named.stat();
+                        _named = Some(named);
+                    }
                     let recorded = rec
                         .before_chmod(p, &st, mode, caller.by())
                         .map_err(record_errno)?;

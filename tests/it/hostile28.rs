@@ -823,11 +823,13 @@ fn shared_files(ws: &Workspace) {
 
 /// [`NAMES_STAY`] with 4 processes, no knob: no error, and the chain holds.
 ///
-/// Since 23de97f writes through a hard link land in their own file, but this still fails about
-/// 1 run in 2 (6 seeds): a modify of a hard-linked file whose chain breaks on its second name
-/// (`change 50 ("modify" "s2") breaks the chain of l2`), or `link(s0, l2)` getting `ENOENT`
-/// while another process saves over `s0` (the file it looked up has no name left; a plain disk
-/// gives that too, in a narrower window, so the "no error" half of this test may be too strict).
+/// Since 23de97f writes through a hard link land in their own file, but this still failed
+/// about 1 run in 2 (6 seeds) until hostile29's fixes: a modify of a hard-linked file whose
+/// chain broke on its second name (`change 50 ("modify" "s2") breaks the chain of l2`: a save
+/// over one name of a file being written), and `link(s0, l2)` getting `ENOENT` while another
+/// process saves over `s0`, which the kernel itself answers (the file it looked up has no
+/// links left) and a plain disk gives too: 2 of 60 seeds of this workload on ext4. The
+/// workload now takes that `ENOENT` as a plain disk's.
 ///
 /// FAILED before (no knob; seed 3 of 10 here, and 1 or 2 with steps left out by H28_SKIP): e.g.
 /// `change 245 ("modify" "s2") breaks the chain of s2 (its own before)`: 237 links `l3` to
@@ -842,7 +844,6 @@ fn shared_files(ws: &Workspace) {
 /// to `s0`, 45 records another process's modify of `s0` with `links []`, so `l2`'s chain
 /// misses it.
 #[test]
-#[ignore = "fails: the chain of a hard link breaks at times (a modify missing it), and link(2) racing a save over its source gets ENOENT"]
 fn opens_and_truncates_of_names_that_stay_never_fail_and_keep_the_chain() {
     let seeds: u64 = std::env::var("H28_SEEDS")
         .ok()
@@ -867,11 +868,11 @@ fn opens_and_truncates_of_names_that_stay_never_fail_and_keep_the_chain() {
 /// The same with `REWIND_TEST_SLOW_NAMED` and `REWIND_TEST_SLOW_CUT` at 30 ms: every open's
 /// hold and every cut is a wider window for the others.
 ///
-/// FAILS every run here: e.g. `change 133 ("modify" "s2") breaks the chain of s2 (its own
-/// before)`, `change 50 ("rename" "s1") breaks the chain of s0 (exchange, moved away)`,
-/// `change 40 ("chmod" "s0") breaks the chain of s0`. Same workload with wider windows.
+/// FAILED every run before hostile29's fixes: e.g. `change 133 ("modify" "s2") breaks the
+/// chain of s2 (its own before)`, `change 50 ("rename" "s1") breaks the chain of s0
+/// (exchange, moved away)`, `change 40 ("chmod" "s0") breaks the chain of s0`, and opens of a
+/// name that never goes away failing with `ENOENT`. Same workload with wider windows.
 #[test]
-#[ignore = "fails: the chain breaks under slow holds and cuts"]
 fn opens_and_truncates_of_names_that_stay_with_slow_holds_and_cuts() {
     names_stay_slow(&[
         ("REWIND_TEST_SLOW_NAMED", "30"),
@@ -881,14 +882,12 @@ fn opens_and_truncates_of_names_that_stay_with_slow_holds_and_cuts() {
 
 /// The same with only `REWIND_TEST_SLOW_NAMED`.
 #[test]
-#[ignore = "fails: the chain breaks under slow holds"]
 fn opens_and_truncates_of_names_that_stay_with_slow_holds() {
     names_stay_slow(&[("REWIND_TEST_SLOW_NAMED", "30")]);
 }
 
 /// The same with only `REWIND_TEST_SLOW_CUT`.
 #[test]
-#[ignore = "fails: the chain breaks under slow cuts"]
 fn opens_and_truncates_of_names_that_stay_with_slow_cuts() {
     names_stay_slow(&[("REWIND_TEST_SLOW_CUT", "30")]);
 }
@@ -913,13 +912,11 @@ fn names_stay_slow(env: &[(&str, &str)]) {
 /// [`NAMES_STAY`] SIGKILLed in the middle, then a remount: the chain holds and ends at the
 /// tree (what the dead daemon had not recorded comes back as `external`).
 ///
-/// FAILS 3 runs of 3 (passed once before): `seed 2, after the remount: change 161 ("rename"
-/// "s0") breaks the chain of s2 (exchange, moved away)`: 158 records `s2` at b7c5b010, the
-/// exchange at 161 finds 0796ba66, with no change between. The breach is in what the live
-/// daemon recorded before the kill (no `external` change near it): the workload's own
-/// failure (`opens_and_truncates_of_names_that_stay_never_fail_and_keep_the_chain`).
+/// FAILED 3 runs of 3 before hostile29's fixes: `seed 2, after the remount: change 161
+/// ("rename" "s0") breaks the chain of s2 (exchange, moved away)`, a breach in what the live
+/// daemon recorded before the kill: the workload's own failure
+/// (`opens_and_truncates_of_names_that_stay_never_fail_and_keep_the_chain`).
 #[test]
-#[ignore = "fails: the chain breaks mid-run, before the kill (the names-that-stay workload's bug)"]
 fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
     for seed in 1..=2u64 {
         let mut ws = Workspace::new();
@@ -1069,13 +1066,13 @@ print("ERR " + "; ".join(errors) if errors else "OK")
 /// names-that-stay workload with only these two steps (`H28_SKIP=0123468`, seed 2):
 /// `w3 step 4: [Errno 116] Stale file handle: 's2'`.
 ///
-/// FAILS: `ERR 479 ['Stale file handle']` of 4000 chmods. The kernel looked `s` up and sent
-/// SETATTR for that inode; a rename put another file at `s` meanwhile, the daemon finds the
-/// inode without a name (`Core::setattr`, src/fs/setattr.rs, `stale_if_nameless`) and answers
-/// `ESTALE`; the kernel retries the lookup once only (`retry_estale`), so under repeated saves
-/// the error reaches the process. On disk the chmod applies to the file it looked up.
+/// FAILED before hostile29's fix: `ERR 479 ['Stale file handle']` of 4000 chmods. The kernel
+/// looked `s` up and sent SETATTR for that inode; a rename put another file at `s` meanwhile,
+/// the daemon found the inode without a name and answered `ESTALE`; the kernel retries the
+/// lookup once only (`retry_estale`), so under repeated saves the error reached the process.
+/// On disk the chmod applies to the file it looked up; now it applies to the file the save
+/// put at the name (`Core::replaced_path`), as a chmod a moment later would.
 #[test]
-#[ignore = "known (design.md): a call on a name saved over meanwhile can get ESTALE (479 of 4000 chmods)"]
 fn chmods_racing_saves_by_rename_never_see_a_stale_handle() {
     let mut ws = Workspace::new();
     ws.mount();

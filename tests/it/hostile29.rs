@@ -167,3 +167,44 @@ print("ERR " + err[0] if err else "OK")
     assert_chain_ends_in_the_present(&ws, "an open whose file lost both names");
     ws.unmount();
 }
+
+/// A link of a file whose writes are still in the kernel's page cache (a mount without
+/// passthrough: the writeback cache), flushed while the link is held after its cut
+/// (`REWIND_TEST_SLOW_CUT`, `sync` from another thread): the new name is recorded with what the
+/// cut recorded, and what the flush brings is the edit's, recorded at its end as a change of
+/// both names.
+///
+/// FAILED before: the link read the file again after its cut, so the new name's first version
+/// held writes no change before it recorded, and the edit's end said the file held the cut's
+/// content before it (hostile28's names-that-stay workload with slow holds: `change 104
+/// ("modify" "s2") breaks the chain of l2 (a hard link of it)`, where 103, the link, holds
+/// more than 102, the cut).
+#[test]
+fn a_link_of_a_file_being_written_holds_what_its_cut_recorded() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&["--no-passthrough"], &[("REWIND_TEST_SLOW_CUT", "400")]);
+    let dir = ws.path();
+    fs::write(dir.join("a"), "zero\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    run(
+        &dir,
+        r#"
+import os, threading, time
+fd = os.open("a", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"one\n")
+t = threading.Thread(target=lambda: os.link("a", "b"))
+t.start()
+time.sleep(0.15)
+os.sync()
+t.join()
+os.write(fd, b"two\n")
+os.close(fd)
+"#,
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("b")).unwrap(),
+        "zero\none\ntwo\n"
+    );
+    assert_chain_ends_in_the_present(&ws, "a link of a file being written");
+    ws.unmount();
+}

@@ -336,7 +336,7 @@ impl Recorder {
         // does a change being written to it, under the names it had then (the caller holds the
         // file, so no episode ends between here and the link's record).
         self.flush_pending(target)?;
-        self.cut_episode(key, target)?;
+        let cut = self.cut_episode(key, target)?;
         {
             let mut links = lock(&self.links);
             links.add(key, target);
@@ -351,7 +351,14 @@ impl Recorder {
         let mut change = self.change(ChangeKind::Link, path, &who);
         // The link changed the file's ctime, not its content.
         self.metadata_changed(&st);
-        let recorded = self.capture(path, &st).and_then(|after| {
+        // The new name holds what the cut recorded. Read again, it could hold more: writes
+        // the kernel flushes from its cache meanwhile, which are the edit's, recorded at its
+        // end from the cut on (the new name's chain would skip them).
+        let after = match cut {
+            Some(cut) => Ok(cut),
+            None => self.capture(path, &st),
+        };
+        let recorded = after.and_then(|after| {
             change.after = Some(after);
             self.record_one(change, &[(path.to_vec(), Some(seen_of(&st)))])
                 .map(drop)
