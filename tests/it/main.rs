@@ -24,6 +24,7 @@ mod hostile26;
 mod hostile27;
 mod hostile28;
 mod hostile29;
+mod hostile30;
 mod hunk;
 mod model;
 mod mount;
