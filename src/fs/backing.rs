@@ -429,39 +429,62 @@ impl Backing {
     }
 
     /// `size == 0` asks only for the size the value (or name list) would take.
-    pub fn getxattr(&self, path: &[u8], name: &OsStr, size: usize) -> io::Result<Xattr> {
-        self.proc_path(path, |p| {
-            if size == 0 {
-                return Xattr::size(rustix::fs::lgetxattr_query(p, name)?);
+    pub fn getxattr(&self, at: XattrAt, name: &OsStr, size: usize) -> io::Result<Xattr> {
+        let get = |buf: &mut [u8]| match at {
+            XattrAt::Path(path) => {
+                self.proc_path(path, |p| Ok(rustix::fs::lgetxattr(p, name, buf)?))
             }
-            let mut buf = vec![0u8; size];
-            let n = rustix::fs::lgetxattr(p, name, &mut buf[..])?;
-            buf.truncate(n);
-            Ok(Xattr::Data(buf))
-        })
+            XattrAt::File(f) => Ok(rustix::fs::fgetxattr(f, name, buf)?),
+        };
+        if size == 0 {
+            return Xattr::size(match at {
+                XattrAt::Path(path) => {
+                    self.proc_path(path, |p| Ok(rustix::fs::lgetxattr_query(p, name)?))?
+                }
+                XattrAt::File(f) => rustix::fs::fgetxattr_query(f, name)?,
+            });
+        }
+        let mut buf = vec![0u8; size];
+        let n = get(&mut buf[..])?;
+        buf.truncate(n);
+        Ok(Xattr::Data(buf))
     }
 
-    pub fn listxattr(&self, path: &[u8], size: usize) -> io::Result<Xattr> {
-        self.proc_path(path, |p| {
-            if size == 0 {
-                return Xattr::size(rustix::fs::llistxattr_query(p)?);
+    pub fn listxattr(&self, at: XattrAt, size: usize) -> io::Result<Xattr> {
+        if size == 0 {
+            return Xattr::size(match at {
+                XattrAt::Path(path) => {
+                    self.proc_path(path, |p| Ok(rustix::fs::llistxattr_query(p)?))?
+                }
+                XattrAt::File(f) => rustix::fs::flistxattr_query(f)?,
+            });
+        }
+        let mut buf = vec![0u8; size];
+        let n = match at {
+            XattrAt::Path(path) => {
+                self.proc_path(path, |p| Ok(rustix::fs::llistxattr(p, &mut buf[..])?))?
             }
-            let mut buf = vec![0u8; size];
-            let n = rustix::fs::llistxattr(p, &mut buf[..])?;
-            buf.truncate(n);
-            Ok(Xattr::Data(buf))
-        })
+            XattrAt::File(f) => rustix::fs::flistxattr(f, &mut buf[..])?,
+        };
+        buf.truncate(n);
+        Ok(Xattr::Data(buf))
     }
 
-    pub fn setxattr(&self, path: &[u8], name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
-        self.proc_path(path, |p| {
-            let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
-            Ok(rustix::fs::lsetxattr(p, name, value, flags)?)
-        })
+    pub fn setxattr(&self, at: XattrAt, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+        let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+        match at {
+            XattrAt::Path(path) => {
+                self.proc_path(path, |p| Ok(rustix::fs::lsetxattr(p, name, value, flags)?))
+            }
+            XattrAt::File(f) => Ok(rustix::fs::fsetxattr(f, name, value, flags)?),
+        }
     }
 
-    pub fn removexattr(&self, path: &[u8], name: &OsStr) -> io::Result<()> {
-        self.proc_path(path, |p| Ok(rustix::fs::lremovexattr(p, name)?))
+    pub fn removexattr(&self, at: XattrAt, name: &OsStr) -> io::Result<()> {
+        match at {
+            XattrAt::Path(path) => self.proc_path(path, |p| Ok(rustix::fs::lremovexattr(p, name)?)),
+            XattrAt::File(f) => Ok(rustix::fs::fremovexattr(f, name)?),
+        }
     }
 
     pub fn statfs(&self) -> io::Result<rustix::fs::StatVfs> {
@@ -570,6 +593,14 @@ pub fn lseek(file: &File, offset: i64, whence: i32) -> io::Result<i64> {
 pub enum Xattr {
     Size(u32),
     Data(Vec<u8>),
+}
+
+/// What an xattr call is about: a path in the workspace (never through a symlink), or a file
+/// open in the daemon (one with no name left, unlinked or replaced while open).
+#[derive(Clone, Copy)]
+pub enum XattrAt<'a> {
+    Path(&'a [u8]),
+    File(&'a File),
 }
 
 impl Xattr {

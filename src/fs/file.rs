@@ -382,12 +382,14 @@ impl Core {
             Ok(path) => path,
             // No name left. A file unlinked while open, opened again through
             // `/proc/PID/fd/N`, is reopened through a handle the daemon holds on it, as on
-            // disk (nothing to record: it is in no tree); else the file a save put at its
-            // name since the caller looked it up, or `ESTALE` (`replaced_path`).
-            Err(e) => match self.files.find(|f| f.ino == ino.0) {
-                Some(open) => return self.reopen(caller, ino, &open.file, flags, open_backing),
-                None => self.replaced_path(ino, e)?,
-            },
+            // disk (nothing to record: it is in no tree); else `ESTALE`, and the kernel looks
+            // the name up again (`named_path`).
+            Err(e) => {
+                return match self.files.find(|f| f.ino == ino.0) {
+                    Some(open) => self.reopen(caller, ino, &open.file, flags, open_backing),
+                    None => Err(super::stale_if_nameless(e)),
+                };
+            }
         };
         let (episode, (file, backing_flags), st, path) = if writes(flags) {
             // A read-write open changes nothing by itself, and nothing can be written before

@@ -150,9 +150,6 @@ pub struct InodeTable {
     by_link: HashTable<(u64, u64)>,
     hasher: RandomState,
     next: u64,
-    /// Where each node that lost its last name to a rename over it had that name, until the
-    /// kernel forgets it ([`replaced_at`](Self::replaced_at)). Few: only those still looked up.
-    replaced: HashMap<u64, Link>,
 }
 
 impl InodeTable {
@@ -163,7 +160,6 @@ impl InodeTable {
             by_link: HashTable::new(),
             hasher: RandomState::new(),
             next: ROOT + 1,
-            replaced: HashMap::new(),
         };
         table.nodes.insert(
             ROOT,
@@ -196,24 +192,6 @@ impl InodeTable {
             }
             path.extend_from_slice(name);
         }
-        Some(path)
-    }
-
-    /// For a node with no name left because a rename put another file at its last one (a
-    /// save): that name's path now, whatever it holds. A call the kernel sends about the node
-    /// after looking the name up just before the save (a `chmod`, an open) acts on what the
-    /// name holds, as the same call a moment later would, rather than failing with `ESTALE`,
-    /// which the kernel retries only once (a second save in that window failed the call).
-    pub fn replaced_at(&self, ino: u64) -> Option<Vec<u8>> {
-        if self.name_count(ino) > 0 {
-            return None;
-        }
-        let link = self.replaced.get(&ino)?;
-        let mut path = self.path(link.parent)?;
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(link.name.as_bytes());
         Some(path)
     }
 
@@ -415,7 +393,6 @@ impl InodeTable {
         node.lookups = node.lookups.saturating_sub(n);
         if node.lookups == 0 {
             let node = self.nodes.remove(&ino).expect("present above");
-            self.replaced.remove(&ino);
             self.unset_keyed(node.key, ino);
             for link in node.links.as_slice() {
                 self.unset_named(link.parent, link.name.as_bytes(), ino);
@@ -524,17 +501,6 @@ impl InodeTable {
             self.unset_named(link.parent, link.name.as_bytes(), ino);
         }
         self.unset_keyed(key, ino);
-    }
-
-    /// `name` in `parent`, the last name of a regular file, is taken by a rename over it (a
-    /// save): as [`gone`](Self::gone), and the node remembers the name ([`replaced_at`]).
-    ///
-    /// [`replaced_at`]: Self::replaced_at
-    pub fn replaced(&mut self, parent: u64, name: &[u8]) {
-        if let Some(ino) = self.child(parent, name) {
-            self.gone(parent, name);
-            self.replaced.insert(ino, Link::new(parent, name));
-        }
     }
 
     /// Make `ino` unreachable by name, so the next lookup of any of its names makes a new node
@@ -743,31 +709,6 @@ mod tests {
         t.renamed(ROOT, b"a", ROOT, b"b");
         assert_eq!(t.path(b).unwrap(), b"b");
         assert!(t.path(a).is_none(), "replaced by the rename");
-    }
-
-    #[test]
-    fn a_file_saved_over_remembers_its_name_until_forgotten() {
-        let mut t = InodeTable::new((1, 2));
-        let d = t.lookup(ROOT, b"d", (1, 3));
-        let old = t.lookup(d, b"s", (1, 40));
-        let tmp = t.lookup(d, b".s.tmp", (1, 41));
-        assert_eq!(t.replaced_at(old), None, "it has a name");
-        // What `Core::rename` does for a save: the target goes, the source takes its name.
-        t.replaced(d, b"s");
-        t.renamed(d, b".s.tmp", d, b"s");
-        assert!(t.path(old).is_none());
-        assert_eq!(t.path(tmp).unwrap(), b"d/s");
-        assert_eq!(t.replaced_at(old).unwrap(), b"d/s");
-        // The folder renamed: the name is where the folder is now.
-        t.renamed(ROOT, b"d", ROOT, b"e");
-        assert_eq!(t.replaced_at(old).unwrap(), b"e/s");
-        // An unlinked file remembers nothing; a forgotten one is gone.
-        t.unlinked(ROOT, b"nothing");
-        t.forget(old, 1);
-        assert_eq!(t.replaced_at(old), None);
-        let u = t.lookup(ROOT, b"u", (1, 50));
-        t.gone(ROOT, b"u");
-        assert_eq!(t.replaced_at(u), None);
     }
 }
 

@@ -264,33 +264,12 @@ impl Core {
     }
 
     /// [`path`](Self::path) for a request about a file the caller named (open, stat, xattrs):
-    /// with no name left, the name a save took from it ([`replaced_path`](Self::replaced_path)),
-    /// else `ESTALE`. The name it looked up was unlinked or renamed over since (an atomic save
-    /// racing the call), and the kernel then looks the name up again and asks about what it
-    /// names now: on disk such a call never fails, and `ENOENT` for a name that always held a
-    /// file would be wrong (`hostile21::r_plus_opens_racing_atomic_saves_*`). The kernel looks
-    /// again only once, so a second save in that window failed the call with `ESTALE`.
+    /// with no name left, `ESTALE`. The name it looked up was unlinked or renamed over since
+    /// (an atomic save racing the call), and the kernel then looks the name up again and asks
+    /// about what it names now: on disk such a call never fails, and `ENOENT` for a name that
+    /// always held a file would be wrong (`hostile21::r_plus_opens_racing_atomic_saves_*`).
     fn named_path(&self, ino: INodeNo) -> Result<Vec<u8>> {
-        self.path(ino).or_else(|e| self.replaced_path(ino, e))
-    }
-
-    /// For a call about `ino` (an error `e` from [`path`](Self::path): no name left), the
-    /// name a save renamed over it took, if it still holds a regular file: the call acts on
-    /// that, as the same call a moment later would (`InodeTable::replaced_at`). Else `ESTALE`
-    /// (see [`named_path`](Self::named_path)).
-    fn replaced_path(&self, ino: INodeNo, e: Errno) -> Result<Vec<u8>> {
-        let path = self.inodes().replaced_at(ino.0);
-        match path {
-            Some(path)
-                if self
-                    .backing
-                    .stat(&path)
-                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG) =>
-            {
-                Ok(path)
-            }
-            _ => Err(stale_if_nameless(e)),
-        }
+        self.path(ino).map_err(stale_if_nameless)
     }
 
     /// The path of `ino` to reach the file by. The daemon reaches a file through the first of

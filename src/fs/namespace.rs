@@ -65,10 +65,7 @@ impl Core {
                     ino.0,
                     &backing::stat_fd(std::os::fd::AsFd::as_fd(&open.file))?,
                 )),
-                None => Ok(attr(
-                    ino.0,
-                    &self.backing.stat(&self.replaced_path(ino, e)?)?,
-                )),
+                None => Err(super::stale_if_nameless(e)),
             },
         }
     }
@@ -331,10 +328,9 @@ impl Core {
         let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
         if self.recorder.is_some() {
             // Looked at again with the files held: the kernel holds them through the rename
-            // against every other call it sends, but not against the daemon's own calls on
-            // them (a chmod of the file a save put at a name, `Core::replaced_path`), which
-            // could change a mode in between and have the rename record the one before.
-            // Found replaced meanwhile (a rollback), they are taken as first seen.
+            // against every other call it sends, but not against what the daemon does itself
+            // (a rollback's chmod), which could change a mode in between and have the rename
+            // record the one before. Found replaced meanwhile, they are taken as first seen.
             let src_now = self.backing.stat_at(parent, name)?;
             let dst_now = self.backing.stat_at(new_parent, new_name).ok();
             if key(&src_now) == key(&src) && dst_now.as_ref().map(key) == dst.as_ref().map(key) {
@@ -492,11 +488,7 @@ impl Core {
                     && key(dst) != key(src)
                     && (dst.st_nlink <= 1 || dst.st_mode & libc::S_IFMT == libc::S_IFDIR)
                 {
-                    if dst.st_mode & libc::S_IFMT == libc::S_IFREG {
-                        inodes.replaced(new_parent.0, new_name.as_bytes());
-                    } else {
-                        inodes.gone(new_parent.0, new_name.as_bytes());
-                    }
+                    inodes.gone(new_parent.0, new_name.as_bytes());
                 }
                 inodes.renamed(parent.0, name.as_bytes(), new_parent.0, new_name.as_bytes());
             }

@@ -39,11 +39,11 @@ impl Core {
                 Ok(path) => (None, Some(path)),
                 // No name left: through a handle open on the file if there is one (`fchmod`
                 // of a file unlinked while open, which the kernel sends without it), as on
-                // disk; else the file a save put at its name since the caller looked it up,
-                // or `ESTALE` (`Core::replaced_path`).
+                // disk; else `ESTALE`, a name replaced since the caller looked it up, which
+                // the kernel then looks up again (`Core::named_path`).
                 Err(e) => match self.files.find(|f| f.ino == ino.0) {
                     Some(o) => (Some(o), None),
-                    None => (None, Some(self.replaced_path(ino, e)?)),
+                    None => return Err(super::stale_if_nameless(e)),
                 },
             },
         };
@@ -67,9 +67,10 @@ impl Core {
                 (Some(rec), Some(p)) => {
                     // Held until the chmod is done, so the end of a write episode on the file
                     // cannot be recorded in between. By name, held at its name (as an open
-                    // for writing is, `Core::begin_and_open`): a save renaming another file
-                    // over it between the `stat` and the chmod would have the chmod recorded
-                    // of one file and made to the other.
+                    // for writing is, `Core::begin_and_open`): the kernel holds the file it
+                    // looked up, but a rollback renaming another file over the name between
+                    // the `stat` and the chmod would have the chmod recorded of one file and
+                    // made to the other.
                     let mut st = st;
                     let (mut _held, mut _named) = (None, None);
                     if open.is_some() {
@@ -124,7 +125,12 @@ impl Core {
         if let Some(size) = ch.size {
             match &open {
                 // Open for writing: its episode already holds the content from before.
-                Some(o) => o.file.set_len(size)?,
+                Some(o) if fh.is_some() || writable(&o.file) => o.file.set_len(size)?,
+                // A handle found open on a file with no name left (`truncate(2)` through
+                // `/proc/PID/fd/N` of one unlinked or saved over while open), which may be
+                // read-only: the file is opened again for writing through it, as a truncate
+                // by path needs no writable descriptor on disk. In no tree: nothing to record.
+                Some(o) => backing::reopen(&o.file, rustix::fs::OFlags::WRONLY)?.set_len(size)?,
                 None => {
                     let path = path.as_deref().ok_or(Errno::ENOENT)?;
                     let (episode, (file, _), _, _) = self.begin_and_open(
@@ -198,4 +204,11 @@ impl Core {
         }
         Ok(())
     }
+}
+
+/// Whether `file` was opened for writing.
+fn writable(file: &std::fs::File) -> bool {
+    rustix::fs::fcntl_getfl(file).is_ok_and(|flags| {
+        flags.contains(rustix::fs::OFlags::WRONLY) || flags.contains(rustix::fs::OFlags::RDWR)
+    })
 }

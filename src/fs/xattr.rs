@@ -7,10 +7,28 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
+use std::sync::Arc;
+
 use fuser::{Errno, INodeNo};
 
-use super::backing::Xattr;
+use super::backing::{Xattr, XattrAt};
+use super::file::OpenFile;
 use super::{Core, Result, lock};
+
+/// The file an xattr call is about: its path, or, with no name left, a handle open on it.
+enum Target {
+    Path(Vec<u8>),
+    Open(Arc<OpenFile>),
+}
+
+impl Target {
+    fn at(&self) -> XattrAt<'_> {
+        match self {
+            Target::Path(path) => XattrAt::Path(path),
+            Target::Open(open) => XattrAt::File(&open.file),
+        }
+    }
+}
 
 /// The extended attribute holding file capabilities.
 const CAPS_XATTR: &[u8] = b"security.capability";
@@ -28,6 +46,20 @@ impl Core {
         lock(&self.no_caps).remove(&ino);
     }
 
+    /// What a call about `ino` reaches: its path; with no name left, a handle open on the
+    /// file, as on disk (`fsetxattr`, or a call through `/proc/PID/fd/N`, of a file unlinked
+    /// or saved over while open, which the kernel sends without the handle), as `setattr`
+    /// does; else `ESTALE` (`Core::named_path`).
+    fn xattr_target(&self, ino: INodeNo) -> Result<Target> {
+        match self.named_path(ino) {
+            Ok(path) => Ok(Target::Path(path)),
+            Err(e) => match self.files.find(|f| f.ino == ino.0) {
+                Some(open) => Ok(Target::Open(open)),
+                None => Err(e),
+            },
+        }
+    }
+
     pub(super) fn setxattr(
         &self,
         ino: INodeNo,
@@ -39,9 +71,9 @@ impl Core {
             self.forget_no_caps(ino.0);
         }
         let _names = self.names_shared();
-        let path = self.named_path(ino)?;
+        let target = self.xattr_target(ino)?;
         self.backing
-            .setxattr(&path, name, value, flags)
+            .setxattr(target.at(), name, value, flags)
             .map_err(Errno::from)
     }
 
@@ -51,10 +83,10 @@ impl Core {
             return Err(Errno::NO_XATTR);
         }
         let _names = self.names_shared();
-        let path = self.named_path(ino)?;
+        let target = self.xattr_target(ino)?;
         let result = self
             .backing
-            .getxattr(&path, name, size as usize)
+            .getxattr(target.at(), name, size as usize)
             .map_err(Errno::from);
         if caps && matches!(result, Err(Errno::NO_XATTR)) {
             self.note_no_caps(ino.0);
@@ -64,9 +96,9 @@ impl Core {
 
     pub(super) fn listxattr(&self, ino: INodeNo, size: u32) -> Result<Xattr> {
         let _names = self.names_shared();
-        let path = self.named_path(ino)?;
+        let target = self.xattr_target(ino)?;
         self.backing
-            .listxattr(&path, size as usize)
+            .listxattr(target.at(), size as usize)
             .map_err(Errno::from)
     }
 
@@ -75,7 +107,9 @@ impl Core {
             self.forget_no_caps(ino.0);
         }
         let _names = self.names_shared();
-        let path = self.named_path(ino)?;
-        self.backing.removexattr(&path, name).map_err(Errno::from)
+        let target = self.xattr_target(ino)?;
+        self.backing
+            .removexattr(target.at(), name)
+            .map_err(Errno::from)
     }
 }

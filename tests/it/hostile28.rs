@@ -1066,13 +1066,14 @@ print("ERR " + "; ".join(errors) if errors else "OK")
 /// names-that-stay workload with only these two steps (`H28_SKIP=0123468`, seed 2):
 /// `w3 step 4: [Errno 116] Stale file handle: 's2'`.
 ///
-/// FAILED before hostile29's fix: `ERR 479 ['Stale file handle']` of 4000 chmods. The kernel
-/// looked `s` up and sent SETATTR for that inode; a rename put another file at `s` meanwhile,
-/// the daemon found the inode without a name and answered `ESTALE`; the kernel retries the
-/// lookup once only (`retry_estale`), so under repeated saves the error reached the process.
-/// On disk the chmod applies to the file it looked up; now it applies to the file the save
-/// put at the name (`Core::replaced_path`), as a chmod a moment later would.
+/// FAILS: `ERR 479 ['Stale file handle']` of 4000 chmods. The kernel looked `s` up and sent
+/// SETATTR for that inode; a rename put another file at `s` meanwhile, the daemon finds the
+/// inode without a name and answers `ESTALE`; the kernel retries the lookup once only
+/// (`retry_estale`), so under repeated saves the error reaches the process. On disk the chmod
+/// applies to the file it looked up. Applying it to the file the save put at the name made
+/// this pass (19abca1) but was taken back: see hostile30's `O_PATH` tests.
 #[test]
+#[ignore = "known (design.md): a call on a name saved over meanwhile can get ESTALE (479 of 4000 chmods)"]
 fn chmods_racing_saves_by_rename_never_see_a_stale_handle() {
     let mut ws = Workspace::new();
     ws.mount();

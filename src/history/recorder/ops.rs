@@ -412,11 +412,17 @@ impl Recorder {
         change.links = self.other_names(key, path);
         let manifest = self.manifest_of_names(path, &change.links, seen);
         let recorded = self.record_one(change, &manifest)?;
-        // An episode still open on the file goes on from the new mode.
+        // An episode still open on the file goes on from the new mode, and so does its marker
+        // (the cut wrote it with the old one): after a crash, the next mount takes the edit's
+        // before from the marker, and a modify from the old mode would break the chain after
+        // this chmod.
         if let Some(ep) = lock(&self.episodes).get_mut(&key)
             && let Some(before) = &mut ep.before
         {
             before.mode = mode & 0o7777;
+            if !ep.orphaned && ep.unmarked.is_none() {
+                self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)?;
+            }
         }
         Ok(Some(recorded))
     }
