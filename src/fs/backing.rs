@@ -430,12 +430,6 @@ impl Backing {
 
     /// `size == 0` asks only for the size the value (or name list) would take.
     pub fn getxattr(&self, at: XattrAt, name: &OsStr, size: usize) -> io::Result<Xattr> {
-        let get = |buf: &mut [u8]| match at {
-            XattrAt::Path(path) => {
-                self.proc_path(path, |p| Ok(rustix::fs::lgetxattr(p, name, buf)?))
-            }
-            XattrAt::File(f) => Ok(rustix::fs::fgetxattr(f, name, buf)?),
-        };
         if size == 0 {
             return Xattr::size(match at {
                 XattrAt::Path(path) => {
@@ -445,7 +439,12 @@ impl Backing {
             });
         }
         let mut buf = vec![0u8; size];
-        let n = get(&mut buf[..])?;
+        let n = match at {
+            XattrAt::Path(path) => {
+                self.proc_path(path, |p| Ok(rustix::fs::lgetxattr(p, name, &mut buf[..])?))?
+            }
+            XattrAt::File(f) => rustix::fs::fgetxattr(f, name, &mut buf[..])?,
+        };
         buf.truncate(n);
         Ok(Xattr::Data(buf))
     }

@@ -538,7 +538,7 @@ impl Filesystem for RewindFs {
         reply: ReplyAttr,
     ) {
         if let Some(c) = self.control_for(ino) {
-            return match c.setattr(req, ino, mode, uid, gid, size, atime, mtime) {
+            return match c.setattr(req, ino, mode, uid, gid) {
                 Ok(attr) => reply.attr(&Duration::ZERO, &attr),
                 Err(e) => reply.error(e),
             };

@@ -223,7 +223,7 @@ impl Core {
         dir: bool,
         removed_names: &mut dyn FnMut(&libc::stat),
     ) -> Result<libc::stat> {
-        let mut st = self.backing.stat_at(parent, name)?;
+        let st = self.backing.stat_at(parent, name)?;
         let path = join(parent, name);
         let unlink = || self.backing.unlink(parent, name, dir).map_err(Errno::from);
         if dir {
@@ -237,13 +237,6 @@ impl Core {
             }
         } else {
             let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
-            // Looked at again with the file held, as `rename_at` does.
-            if self.recorder.is_some()
-                && let Ok(now) = self.backing.stat_at(parent, name)
-                && key(&now) == key(&st)
-            {
-                st = now;
-            }
             // The content is stored before the unlink; the delete is written after it, in the
             // background (`rm -rf` does not wait on an index write per file).
             let delete = match &self.recorder {
@@ -283,8 +276,8 @@ impl Core {
         renamed_names: &mut dyn FnMut(&libc::stat, Option<&libc::stat>),
     ) -> Result<bool> {
         check_name(new_name)?;
-        let mut src = self.backing.stat_at(parent, name)?;
-        let mut dst = self.backing.stat_at(new_parent, new_name).ok();
+        let src = self.backing.stat_at(parent, name)?;
+        let dst = self.backing.stat_at(new_parent, new_name).ok();
         if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -326,17 +319,6 @@ impl Core {
             _ => None,
         };
         let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
-        if self.recorder.is_some() {
-            // Looked at again with the files held: the kernel holds them through the rename
-            // against every other call it sends, but not against what the daemon does itself
-            // (a rollback's chmod), which could change a mode in between and have the rename
-            // record the one before. Found replaced meanwhile, they are taken as first seen.
-            let src_now = self.backing.stat_at(parent, name)?;
-            let dst_now = self.backing.stat_at(new_parent, new_name).ok();
-            if key(&src_now) == key(&src) && dst_now.as_ref().map(key) == dst.as_ref().map(key) {
-                (src, dst) = (src_now, dst_now);
-            }
-        }
         let recorded = match &self.recorder {
             Some(rec) => rec
                 .before_rename(

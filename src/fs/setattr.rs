@@ -19,10 +19,6 @@ pub struct Changes {
     pub mtime: Option<TimeOrNow>,
 }
 
-/// How many times a chmod by name looks at its file again when a rename put another at the
-/// name between its `stat` and its hold, before it holds whatever the name holds.
-const HOLD_TRIES: u32 = 4;
-
 impl Core {
     pub(super) fn setattr(
         &self,
@@ -66,30 +62,8 @@ impl Core {
             match (&self.recorder, path.as_deref()) {
                 (Some(rec), Some(p)) => {
                     // Held until the chmod is done, so the end of a write episode on the file
-                    // cannot be recorded in between. By name, held at its name (as an open
-                    // for writing is, `Core::begin_and_open`): the kernel holds the file it
-                    // looked up, but a rollback renaming another file over the name between
-                    // the `stat` and the chmod would have the chmod recorded of one file and
-                    // made to the other.
-                    let mut st = st;
-                    let (mut _held, mut _named) = (None, None);
-                    if open.is_some() {
-                        _held = Some(rec.hold(&[key(&st)]));
-                    } else {
-                        let mut tries = 0;
-                        let named = loop {
-                            match rec.hold_at(p, key(&st))? {
-                                Some(named) => break named,
-                                None if tries < HOLD_TRIES => {
-                                    tries += 1;
-                                    st = stat()?;
-                                }
-                                None => break rec.hold_named(p)?,
-                            }
-                        };
-                        st = *named.stat();
-                        _named = Some(named);
-                    }
+                    // cannot be recorded in between.
+                    let _held = rec.hold(&[key(&st)]);
                     let recorded = rec
                         .before_chmod(p, &st, mode, caller.by())
                         .map_err(record_errno)?;

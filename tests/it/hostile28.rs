@@ -18,7 +18,7 @@ use crate::record::log;
 const SLOW: &[(&str, &str)] = &[("REWIND_TEST_SLOW_NAMED", "400")];
 
 /// Run `script` in the mount; it must succeed.
-fn run(dir: &Path, script: &str) -> String {
+pub(crate) fn run(dir: &Path, script: &str) -> String {
     let out = python_command(dir, script).output().unwrap();
     assert!(
         out.status.success(),
@@ -31,7 +31,7 @@ fn run(dir: &Path, script: &str) -> String {
 
 /// A python process that runs `script` in `dir`, prints "ready" when set up, and waits for a
 /// line on stdin before its end.
-fn holder(dir: &Path, script: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+pub(crate) fn holder(dir: &Path, script: &str) -> (Child, BufReader<std::process::ChildStdout>) {
     let mut child = python_command(dir, script)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -4,23 +4,11 @@
 //! what the name it came by holds.
 
 use std::fs;
-use std::path::Path;
 
-use crate::common::{Workspace, python_command, rw_ok, stderr};
+use crate::common::{Workspace, rw_ok};
 use crate::hostile27::assert_chain_ends_in_the_present;
+use crate::hostile28::{holder, run};
 use crate::record::log;
-
-/// Run `script` in the mount; it must succeed. Returns what it printed.
-fn run(dir: &Path, script: &str) -> String {
-    let out = python_command(dir, script).output().unwrap();
-    assert!(
-        out.status.success(),
-        "the script failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A file with two names, `a` and `b`, open for writing by `a`; a save-by-rename puts a new
 /// file at `a`, and the writer goes on writing. The file it writes is now only `b`: what it
@@ -79,7 +67,7 @@ fn a_save_over_one_name_of_a_file_being_written_then_sigkill_keeps_the_chain() {
     ws.mount();
     let dir = ws.path();
     let pid = crate::common::daemon_pid(&ws);
-    let mut child = python_command(
+    let (mut child, _out) = holder(
         &dir,
         r#"
 import os, sys
@@ -94,15 +82,7 @@ os.fsync(fd)
 print("ready", flush=True)
 sys.stdin.readline()
 "#,
-    )
-    .stdin(std::process::Stdio::piped())
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    );
     ws.kill_daemon(pid);
     drop(child.stdin.take());
     let _ = child.wait();

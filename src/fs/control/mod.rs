@@ -26,7 +26,7 @@ use std::time::SystemTime;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Generation, INodeNo, PollEvents, PollNotifier,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyWrite, Request, TimeOrNow,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyWrite, Request,
 };
 
 use super::attr::from_ns;
@@ -282,7 +282,6 @@ impl Control {
         self.attr(&node)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn setattr(
         &self,
         req: &Request,
@@ -290,9 +289,6 @@ impl Control {
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
-        _size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
     ) -> Result<FileAttr, Errno> {
         let node = self.visible(&Caller::of(req), ino)?;
         // `> .rewind/ctl` truncates, and under the writeback cache (a mount without

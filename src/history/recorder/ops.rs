@@ -115,8 +115,8 @@ impl Recorder {
                         _ => {
                             orphaned = !ep.orphaned;
                             ep.orphaned = true;
-                            // Nothing more to record, and its marker (the cut above wrote it,
-                            // if not before) goes now, under the table's lock as every marker of an open
+                            // Nothing more to record, and its marker (the cut above wrote one)
+                            // goes now, under the table's lock as every marker of an open
                             // episode: left at the name until the last handle's RELEASE, a
                             // crash would leave the next mount reading a file that takes the
                             // name meanwhile as this edit going on (`recovery.rs`).
