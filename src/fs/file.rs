@@ -213,14 +213,32 @@ impl Core {
         }
     }
 
-    /// [`begin_write_as`](Self::begin_write_as) for a rollback's rewrite of a file in place, noted
-    /// in the store at once (see `Recorder::begin_restore`).
-    pub(super) fn begin_restore(&self, path: &[u8], by: By) -> Result<Option<Key>> {
-        let Some(rec) = &self.recorder else {
-            return Ok(None);
-        };
-        let st = self.backing.stat(path)?;
-        rec.begin_restore(path, &st, by).map_err(record_errno)
+    /// Open the file at `path` for a rollback to rewrite in place (not truncated yet) and begin
+    /// its episode, noted in the store at once (see `Recorder::begin_restore`): the episode is
+    /// of the file opened. Begun first and opened by the name after, a save renaming its file
+    /// over the name in between had the rollback write into the saved file, and nothing
+    /// recorded it. Returns the file, its `fstat`, whether another process had it open for
+    /// writing, and the episode.
+    pub(super) fn open_to_restore(
+        &self,
+        path: &[u8],
+        by: By,
+    ) -> Result<(File, libc::stat, bool, Option<Key>)> {
+        let mut tries = 0;
+        loop {
+            let file = self.backing.open_file(path, libc::O_WRONLY, 0)?;
+            let st = backing::stat_fd(file.as_fd())?;
+            let Some(rec) = &self.recorder else {
+                return Ok((file, st, false, None));
+            };
+            let written = rec.is_open(&st);
+            // Another file at the name once held (a save): opened again, as `begin_write_as`
+            // looks again.
+            match rec.begin_restore(path, &st, by) {
+                Err(e) if tries < REPLACED_TRIES && not_found(&e) => tries += 1,
+                begun => return Ok((file, st, written, begun.map_err(record_errno)?)),
+            }
+        }
     }
 
     pub(super) fn end_write(&self, episode: Option<Key>) {
@@ -494,6 +512,7 @@ impl Core {
             return Err(Errno::ENAMETOOLONG);
         }
         let _names = self.names_shared();
+        let _making = self.making();
         let parent_path = self.path(parent)?;
         let path = join(&parent_path, name);
         // An existing file opened through create (O_CREAT without O_EXCL) is a write.

@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -152,6 +152,48 @@ pub struct Core {
     /// When recording: the RELEASEs read and not yet past their id, which the requests the
     /// kernel sent after them wait for ([`order`]).
     order: Option<Arc<order::ReleaseOrder>>,
+    /// Rollbacks begun and ended since the mount (see [`Restores`]).
+    restores: Restores,
+    /// Held shared by a request that makes something under a name (create, mkdir, mknod,
+    /// symlink, link) from the moment it makes it until it is recorded (or its write episode
+    /// begun), and exclusively by a rollback's removal of a name. The kernel keeps the two
+    /// apart for requests through the mount (it locks the folder); a rollback works underneath,
+    /// and found a file just created there before the daemon knew of it (its episode not begun,
+    /// not held back): it recorded the delete of a file no change had made, and the create
+    /// was never recorded.
+    making: RwLock<()>,
+}
+
+/// Rollbacks begun and ended. A rollback works on the directory underneath, outside the
+/// kernel's locks: a rename or unlink through the mount takes the `stat` of its files before
+/// it holds them, which the kernel keeps valid against every other request (it locks the
+/// folders and the files), but not against a rollback's step in between. When one ran or runs
+/// meanwhile, they take their `stat` again once they hold their files; otherwise that would
+/// cost every rename and unlink a syscall. A rename recorded from the mode a rollback had just
+/// changed broke the file's chain (a save after a rollback's chmod), and a rollback's removal
+/// of a save's temporary file, looked up just before the save renamed it, forgot the next
+/// temporary's create.
+#[derive(Default)]
+struct Restores {
+    begun: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl Restores {
+    /// What to hand to [`since`](Self::since) once the files are held: how many rollbacks had
+    /// begun, and whether one was running.
+    fn seen(&self) -> (u64, bool) {
+        // Ended first: a rollback that ends between the two loads is still seen running.
+        let ended = self.ended.load(Ordering::SeqCst);
+        let begun = self.begun.load(Ordering::SeqCst);
+        (begun, begun != ended)
+    }
+
+    /// Whether a rollback ran at any moment since [`seen`](Self::seen) said `seen`: one was
+    /// running then (it may have ended since), or one has begun since.
+    fn since(&self, (begun, running): (u64, bool)) -> bool {
+        running || self.begun.load(Ordering::SeqCst) != begun
+    }
 }
 
 pub struct RewindFs {
@@ -226,6 +268,16 @@ impl Core {
         let done = free()?;
         self.inodes().retire(key);
         Ok(done)
+    }
+
+    /// Hold [`making`](Core::making) shared, for a request that makes something under a name.
+    pub(crate) fn making(&self) -> RwLockReadGuard<'_, ()> {
+        self.making.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hold [`making`](Core::making) exclusively, for a rollback's removal of a name.
+    pub(crate) fn making_none(&self) -> RwLockWriteGuard<'_, ()> {
+        self.making.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Hold [`names`](Core::names) shared, for an operation on paths.
@@ -378,6 +430,8 @@ impl RewindFs {
             no_caps: Mutex::new(HashSet::new()),
             passthrough: AtomicBool::new(false),
             want_passthrough,
+            restores: Restores::default(),
+            making: RwLock::new(()),
             euid: rustix::process::geteuid().as_raw(),
             notifier: OnceLock::new(),
             order,

@@ -153,6 +153,7 @@ impl Core {
         mode: u32,
     ) -> Result<()> {
         check_name(name)?;
+        let _making = self.making();
         let path = join(parent, name);
         self.ready_for(&path, true)?;
         self.backing.mkdir(parent, name, mode)?;
@@ -168,6 +169,7 @@ impl Core {
         rdev: u64,
     ) -> Result<()> {
         check_name(name)?;
+        let _making = self.making();
         let path = join(parent, name);
         self.ready_for(&path, false)?;
         self.backing.mknod(parent, name, mode, rdev)?;
@@ -182,6 +184,7 @@ impl Core {
         target: &[u8],
     ) -> Result<()> {
         check_name(name)?;
+        let _making = self.making();
         let path = join(parent, name);
         self.ready_for(&path, false)?;
         self.backing.symlink(parent, name, target)?;
@@ -199,6 +202,7 @@ impl Core {
         name: &OsStr,
     ) -> Result<libc::stat> {
         check_name(name)?;
+        let _making = self.making();
         let path = join(parent, name);
         self.ready_for(&path, false)?;
         let st = self.backing.stat(target)?;
@@ -223,6 +227,7 @@ impl Core {
         dir: bool,
         removed_names: &mut dyn FnMut(&libc::stat),
     ) -> Result<libc::stat> {
+        let seen = self.restores.seen();
         let st = self.backing.stat_at(parent, name)?;
         let path = join(parent, name);
         let unlink = || self.backing.unlink(parent, name, dir).map_err(Errno::from);
@@ -236,7 +241,20 @@ impl Core {
                     .map_err(record_errno)?;
             }
         } else {
-            let _held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+            SLOW_LOOKED.pause();
+            let held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
+            let st = match self.restores.since(seen) {
+                // Looked at again, now that it is held (see `Restores`).
+                true => match self.backing.stat_at(parent, name)? {
+                    now if key(&now) == key(&st) => now,
+                    _ => {
+                        drop(held);
+                        return self.unlink_at(caller, parent, name, dir, removed_names);
+                    }
+                },
+                false => st,
+            };
+            let _held = held;
             // The content is stored before the unlink; the delete is written after it, in the
             // background (`rm -rf` does not wait on an index write per file).
             let delete = match &self.recorder {
@@ -276,6 +294,7 @@ impl Core {
         renamed_names: &mut dyn FnMut(&libc::stat, Option<&libc::stat>),
     ) -> Result<bool> {
         check_name(new_name)?;
+        let seen = self.restores.seen();
         let src = self.backing.stat_at(parent, name)?;
         let dst = self.backing.stat_at(new_parent, new_name).ok();
         if flags.contains(RenameFlags::RENAME_NOREPLACE) && dst.is_some() {
@@ -318,7 +337,32 @@ impl Core {
             Some(rec) if folder => Some(rec.pause_endings()),
             _ => None,
         };
-        let _held = self.recorder.as_ref().map(|rec| rec.hold(&files));
+        SLOW_LOOKED.pause();
+        let held = self.recorder.as_ref().map(|rec| rec.hold(&files));
+        let (src, dst) = match self.restores.since(seen) {
+            // Looked at again, now that they are held (see `Restores`).
+            true => {
+                let src_now = self.backing.stat_at(parent, name)?;
+                let dst_now = self.backing.stat_at(new_parent, new_name).ok();
+                if key(&src_now) != key(&src) || dst_now.as_ref().map(key) != dst.as_ref().map(key)
+                {
+                    drop((held, _endings));
+                    return self.rename_at(
+                        caller,
+                        parent,
+                        name,
+                        new_parent,
+                        new_name,
+                        flags,
+                        names,
+                        renamed_names,
+                    );
+                }
+                (src_now, dst_now)
+            }
+            false => (src, dst),
+        };
+        let _held = held;
         let recorded = match &self.recorder {
             Some(rec) => rec
                 .before_rename(
@@ -512,6 +556,7 @@ impl Core {
     ) -> Result<FileAttr> {
         check_name(new_name)?;
         let _names = self.names_shared();
+        let _making = self.making();
         let new_parent_path = self.path(new_parent)?;
         let new_path = join(&new_parent_path, new_name);
         self.ready_for(&new_path, false)?;
@@ -544,6 +589,11 @@ pub(super) static SLOW_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TE
 /// Tests only: `REWIND_TEST_SLOW_RMDIR=MS` makes every rmdir wait that long between removing
 /// its folder and recording it, so a test can fill the store's disk in between.
 static SLOW_RMDIR: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RMDIR");
+
+/// Tests only: `REWIND_TEST_SLOW_LOOKED=MS` makes every rename and unlink of a file wait that
+/// long between taking the `stat` of its files and holding them, so that a test can run a
+/// rollback's step in between (see `Restores`).
+static SLOW_LOOKED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_LOOKED");
 
 /// Tests only: `REWIND_TEST_SLOW_UNLINK=MS` makes every unlink of a file wait that long
 /// between its delete being prepared (its time taken) and queued (its id given later).

@@ -43,6 +43,10 @@ enum Notice {
     Inode(u64),
 }
 
+/// Tests only: `REWIND_TEST_SLOW_RESTORE_END=MS` makes a rollback's rewrite of a file in place
+/// wait that long once written, before its episode ends.
+static SLOW_RESTORE_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_END");
+
 /// A FUSE errno as a history error naming the path.
 fn failed(path: &[u8], e: Errno) -> Error {
     Error::Io {
@@ -53,6 +57,9 @@ fn failed(path: &[u8], e: Errno) -> Error {
 
 impl Restorer {
     pub fn new(core: Arc<Core>, tid: u32) -> Restorer {
+        core.restores
+            .begun
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Restorer {
             core,
             tid,
@@ -175,10 +182,12 @@ impl Restorer {
         if let Ok(st) = self.core.backing.stat(path) {
             let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
             // The table of names follows in `entry_changed`, with the kernel's notice.
+            let making = self.core.making_none();
             let st = self
                 .core
                 .unlink_at(caller, parent, name, dir, &mut |_| {})
                 .map_err(|e| failed(path, e))?;
+            drop(making);
             self.entry_changed(parent, name, Some(&st));
         }
         Ok(())
@@ -273,8 +282,11 @@ impl Restorer {
         };
         match &self.core.recorder {
             Some(rec) => {
-                let _held = rec.hold(&[key(&st)]);
-                let recorded = rec.before_chmod(path, &st, mode, self.by())?;
+                // Its mode now, with the file held: a process's chmod may have come since.
+                let named = rec
+                    .hold_stat(|| self.core.backing.stat(path))
+                    .map_err(|e| failed(path, e.into()))?;
+                let recorded = rec.before_chmod(path, named.stat(), mode, self.by())?;
                 if let Err(e) = chmod() {
                     rec.retract(&recorded.into_iter().collect::<Vec<_>>());
                     return Err(e);
@@ -287,16 +299,30 @@ impl Restorer {
     }
 }
 
+impl Drop for Restorer {
+    fn drop(&mut self) {
+        let ended = &self.core.restores.ended;
+        ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl Apply for Restorer {
     fn remove(&self, path: &[u8], dir: bool) -> Result<()> {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
-            // The table of names follows in `entry_changed`, with the kernel's notice.
-            let st = self
-                .core
-                .unlink_at(&caller, parent, name, dir, &mut |_| {})
-                .map_err(|e| failed(path, e))?;
+            // The table of names follows in `entry_changed`, with the kernel's notice. Nothing
+            // is being made meanwhile (see `Core::making`).
+            let making = self.core.making_none();
+            let removed = self.core.unlink_at(&caller, parent, name, dir, &mut |_| {});
+            drop(making);
+            let st = match removed {
+                Ok(st) => st,
+                // Gone since the plan was made (a save renamed its temporary file away): as
+                // the point had it, with nothing to record.
+                Err(e) if e == Errno::ENOENT => return Ok(()),
+                Err(e) => return Err(failed(path, e)),
+            };
             self.entry_changed(parent, name, Some(&st));
             Ok(())
         })
@@ -349,34 +375,31 @@ impl Apply for Restorer {
                 // In place, so every name of a hard-linked file gets it. A process that holds it
                 // open for writing (a forced rollback) keeps writing to it: what it wrote so far
                 // is its own change, the rewrite the rollback's.
-                let writer = match (&self.core.recorder, now) {
-                    (Some(rec), Some(st)) if rec.is_open(&st) => Some((rec, st)),
-                    _ => None,
-                };
-                let episode = self
+                let (mut f, st, written, episode) = self
                     .core
-                    .begin_restore(path, self.by())
+                    .open_to_restore(path, self.by())
                     .map_err(|e| failed(path, e))?;
-                if let Some((rec, st)) = &writer
-                    && let Err(e) = rec.cut_for_restore(path, st)
+                let writer = self.core.recorder.as_ref().filter(|_| written);
+                if let Some(rec) = writer
+                    && let Err(e) = rec.cut_for_restore(path, &st)
                 {
                     self.core.end_write(episode);
                     return Err(e);
                 }
-                let written = self
-                    .core
-                    .backing
-                    .open_file(path, libc::O_WRONLY | libc::O_TRUNC, 0)
-                    .map_err(io)
-                    .and_then(|mut f| {
-                        content(&mut f)?;
-                        f.flush().map_err(io)
-                    });
-                let recorded = match &writer {
-                    Some((rec, st)) => rec.restored_in_place(path, st, self.by()),
+                let written = f.set_len(0).map_err(io).and_then(|()| {
+                    content(&mut f)?;
+                    f.flush().map_err(io)
+                });
+                let recorded = match writer {
+                    Some(rec) => rec.restored_in_place(path, &st, self.by()),
                     None => Ok(()),
                 };
+                SLOW_RESTORE_END.pause();
                 self.core.end_write(episode);
+                // Closed once its episode has ended: a file that lost its name meanwhile (a
+                // save renamed another over it) is freed at the close, and ext4 gives its
+                // number to the next new file at once, which would join this episode.
+                drop(f);
                 written?;
                 recorded?;
                 self.content_changed(path);
@@ -403,8 +426,9 @@ impl Apply for Restorer {
                     None => None,
                 };
                 let written = content(&mut f).and_then(|_| f.flush().map_err(io));
-                drop(f);
+                // Closed after the end, as above.
                 self.core.end_write(episode);
+                drop(f);
                 written?;
                 self.entry_changed(parent, name, None);
             }

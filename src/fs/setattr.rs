@@ -5,7 +5,7 @@ use std::os::fd::AsFd;
 
 use fuser::{Errno, FileAttr, FileHandle, INodeNo, TimeOrNow};
 
-use super::attr::{attr, key, killed_suid, timespec};
+use super::attr::{attr, killed_suid, timespec};
 use super::backing::{self, futimens, set_fd_mode, set_fd_owner};
 use super::{Caller, Core, Result, record_errno};
 
@@ -51,7 +51,6 @@ impl Core {
                 .map_err(Errno::from),
         };
         if let Some(mode) = ch.mode {
-            let st = stat()?;
             let chmod = || match &open {
                 Some(o) => set_fd_mode(&o.file, mode).map_err(Errno::from),
                 None => {
@@ -62,10 +61,10 @@ impl Core {
             match (&self.recorder, path.as_deref()) {
                 (Some(rec), Some(p)) => {
                     // Held until the chmod is done, so the end of a write episode on the file
-                    // cannot be recorded in between.
-                    let _held = rec.hold(&[key(&st)]);
+                    // cannot be recorded in between, nor another chmod.
+                    let named = rec.hold_stat(stat)?;
                     let recorded = rec
-                        .before_chmod(p, &st, mode, caller.by())
+                        .before_chmod(p, named.stat(), mode, caller.by())
                         .map_err(record_errno)?;
                     if let Err(e) = chmod() {
                         rec.retract(&recorded.into_iter().collect::<Vec<_>>());
@@ -118,8 +117,10 @@ impl Core {
                         },
                     )?;
                     let result = file.set_len(size).map_err(Errno::from);
-                    drop(file);
+                    // Closed after the end: freed before it (unlinked meanwhile), its number
+                    // could go to a new file that would join this episode.
                     self.end_write(episode);
+                    drop(file);
                     result?;
                 }
             }

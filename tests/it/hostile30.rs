@@ -533,9 +533,12 @@ print("ERR %d %s" % (len(errors), sorted(set(errors))[:10]) if errors else "OK")
 }
 
 /// A rollback of `s`, a file with a second name `l` that is being written through `l`, while
-/// `s` is saved over and chmodded by name: the chain must hold.
+/// `s` is saved over and chmodded by name: the chain must hold. The processes may see what a
+/// plain disk would give them here, counted and not failed on: `ENOENT` for a chmod while the
+/// rollback makes `s` anew, or for a save's rename of the temporary file the rollback removed;
+/// and `ESTALE` for a chmod whose name was saved over twice since the kernel looked it up
+/// (design.md, "Known gaps").
 #[test]
-#[ignore = "fails 1 run in 3 to 6: a chain break around a rollback racing saves and chmods, not understood yet"]
 fn a_rollback_racing_saves_and_chmods_of_a_linked_file_being_written_keeps_the_chain() {
     let mut ws = Workspace::new();
     ws.mount();
@@ -552,7 +555,7 @@ fn a_rollback_racing_saves_and_chmods_of_a_linked_file_being_written_keeps_the_c
     let out = python_command(
         &dir,
         r#"
-import os, subprocess, sys, threading
+import errno, os, subprocess, sys, threading
 errors = []
 stop = False
 def writer():
@@ -561,23 +564,28 @@ def writer():
     while not stop:
         os.write(fd, b"w%d\n" % k); k += 1
     os.close(fd)
+known = []
 def saver():
     for k in range(100):
         with open("s.tmp", "w") as h: h.write("v%d\n" % k)
-        os.rename("s.tmp", "s")
+        try: os.rename("s.tmp", "s")
+        except FileNotFoundError: known.append("rename ENOENT")
 def chmodder():
     for k in range(200):
         try: os.chmod("s", [0o600, 0o644][k % 2])
-        except OSError as e: errors.append(e.strerror)
+        except FileNotFoundError: known.append("chmod ENOENT")
+        except OSError as e:
+            if e.errno == errno.ESTALE: known.append("chmod ESTALE")
+            else: errors.append(e.strerror)
 ts = [threading.Thread(target=f) for f in [writer, saver, chmodder]]
 for t in ts: t.start()
 for k in range(3):
     r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True)
-    if r.returncode != 0: errors.append("rollback: %s" % r.stderr.decode())
+    if r.returncode != 0: errors.append("rollback: exit %d: %s%s" % (r.returncode, r.stdout.decode(), r.stderr.decode()))
 for t in ts[1:]: t.join()
 stop = True
 ts[0].join()
-print("ERR %s" % sorted(set(errors)) if errors else "OK")
+print("ERR %s" % sorted(set(errors)) if errors else "OK", {k: known.count(k) for k in set(known)})
 "#,
     )
     .arg(env!("CARGO_BIN_EXE_rewind"))
@@ -588,7 +596,7 @@ print("ERR %s" % sorted(set(errors)) if errors else "OK")
     rw_ok(&ws, &["sync"]);
     let changes = assert_chain_ends_in_the_present(&ws, "a rollback racing saves and chmods");
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(said.trim(), "OK", "{}", whole(&changes));
+    assert!(said.starts_with("OK "), "{said}\n{}", whole(&changes));
     ws.unmount();
 }
 

@@ -25,6 +25,7 @@ mod hostile27;
 mod hostile28;
 mod hostile29;
 mod hostile30;
+mod hostile31;
 mod hunk;
 mod model;
 mod mount;

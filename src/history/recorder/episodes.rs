@@ -218,6 +218,11 @@ const NAMED_TRIES: u32 = 8;
 /// holds the file (the inode's name was looked up before).
 static SLOW_NAMED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_NAMED");
 
+/// Tests only: `REWIND_TEST_SLOW_LOOKED=MS` makes an open with `O_CREAT` of a file that is
+/// there wait that long between taking its `stat` and holding the file (as renames and
+/// unlinks do, `fs/namespace.rs`).
+static SLOW_LOOKED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_LOOKED");
+
 /// Tests only: `REWIND_TEST_SLOW_CUT=MS` makes every cut of an open episode wait that long
 /// once it has recorded what the episode wrote, before the operation that cut it goes on.
 static SLOW_CUT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CUT");
@@ -268,13 +273,23 @@ impl Recorder {
         // The file's last edit, closed and not yet recorded, is recorded first: this one
         // begins from its content.
         self.finish_closed_of(key)?;
+        SLOW_LOOKED.pause();
         // Held until the episode is open: an episode of this file that is ending is recorded
         // first (a new file's held-back create included, flushed below), and none can end
         // between the check for one and the capture of the content before. Dropped at once,
         // an end of the last episode could slip in after the check, and this write would be
         // recorded as a modify before the file's create.
         let _held = self.hold(&[key]);
-        self.begin_write_held(path, st, by, mark_now, None)
+        // The caller's `st` is from before the file was held: a chmod by name may have been
+        // recorded in between, and the content before must have the mode it left (a rollback's
+        // rewrite began from 644 after a chmod to 600 was recorded). Another file at the name
+        // now (a save) is the caller's to look at again, as one the capture finds gone.
+        let st = match self.source.lstat(path) {
+            Ok(now) if key_of(&now) == key => now,
+            Ok(_) => return Err(hidden(path, std::io::ErrorKind::NotFound.into())),
+            Err(e) => return Err(hidden(path, e)),
+        };
+        self.begin_write_held(path, &st, by, mark_now, None)
     }
 
     /// Hold the file `key` at its name `path`, so that no rename, link or unlink through the
@@ -304,11 +319,19 @@ impl Recorder {
     /// Hold the file the name `path` holds now (see [`hold_at`](Self::hold_at)), whichever it
     /// is: for a file whose inode is not known, or one moved from outside the mount.
     pub fn hold_named(&self, path: &[u8]) -> std::io::Result<Named<'_>> {
+        self.hold_stat(|| self.source.lstat(path))
+    }
+
+    /// Hold the file `stat` finds (by its name, or through an fd), with its `stat` taken again
+    /// once held. A `stat` from before the hold may miss a change recorded in between: a chmod
+    /// recorded from it, racing another chmod (a rollback's, another process's), said the file
+    /// went from the mode it had before that one, and broke its chain.
+    pub fn hold_stat<E>(&self, stat: impl Fn() -> Result<libc::stat, E>) -> Result<Named<'_>, E> {
         let mut tries = 0;
         loop {
-            let key = key_of(&self.source.lstat(path)?);
+            let key = key_of(&stat()?);
             let held = self.hold(&[key]);
-            let st = self.source.lstat(path)?;
+            let st = stat()?;
             // Replaced over and over from outside the mount: held as it is now, with what
             // the table of episodes says of it.
             if key_of(&st) == key || tries == NAMED_TRIES {
