@@ -553,7 +553,12 @@ impl Store {
             Some(w) if w.len() <= WHOLE_SMALL => return w,
             w => w,
         };
-        let bases = match self.latest_content(path) {
+        let latest = self.recent_contents().latest_of(path);
+        let latest = match latest {
+            Some(hash) => Ok(Some(hash)),
+            None => self.latest_content(path),
+        };
+        let bases = match latest {
             Ok(Some(base)) => vec![base],
             Ok(None) => {
                 let similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
@@ -713,7 +718,9 @@ impl Store {
     /// next version (`recent.rs`).
     fn note_version(&self, path: &[u8], hash: &Hash, data: &[u8]) {
         self.note_similar(path, *hash, data.len() as u64);
-        self.recent_contents().keep(*hash, data);
+        let mut recent = self.recent_contents();
+        recent.keep(*hash, data);
+        recent.stored_as(path, *hash);
     }
 
     fn put_reader(&self, reader: impl Read, path: Option<&[u8]>) -> Result<(Hash, u64)> {

@@ -18,6 +18,8 @@ const BYTES_MAX: usize = 4 << 20;
 /// A content larger than this is not kept: few would fit, and a large file's versions are
 /// mostly chunked, not delta-compressed.
 const ENTRY_MAX: usize = 256 << 10;
+/// Paths whose newest version is remembered at most; all are forgotten when one more comes.
+const PATHS_MAX: usize = 4096;
 
 #[derive(Default)]
 pub(crate) struct Recent {
@@ -25,6 +27,12 @@ pub(crate) struct Recent {
     /// Hashes in the order they were kept, oldest first.
     order: VecDeque<Hash>,
     bytes: usize,
+    /// The newest version stored of each path lately: the base of its next version, found
+    /// otherwise by a scan of the path's newest changes (an iterator and a read each, a tenth
+    /// of what storing a small edit cost the daemon). Only a base: a stale one (a change that
+    /// stored no new content came since) makes a delta no less right, and gc's keep is still
+    /// asked for it.
+    latest: HashMap<Vec<u8>, Hash>,
 }
 
 impl Recent {
@@ -49,6 +57,19 @@ impl Recent {
     /// The content of `hash`, if it is kept.
     pub(crate) fn get(&self, hash: &Hash) -> Option<Arc<[u8]>> {
         self.contents.get(hash).cloned()
+    }
+
+    /// `hash` is the newest version stored of `path`.
+    pub(crate) fn stored_as(&mut self, path: &[u8], hash: Hash) {
+        if self.latest.len() >= PATHS_MAX && !self.latest.contains_key(path) {
+            self.latest.clear();
+        }
+        self.latest.insert(path.to_vec(), hash);
+    }
+
+    /// The newest version stored of `path` lately, if it is remembered.
+    pub(crate) fn latest_of(&self, path: &[u8]) -> Option<Hash> {
+        self.latest.get(path).copied()
     }
 }
 
