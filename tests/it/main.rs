@@ -26,6 +26,7 @@ mod hostile28;
 mod hostile29;
 mod hostile30;
 mod hostile31;
+mod hostile32;
 mod hunk;
 mod model;
 mod mount;

@@ -1,0 +1,778 @@
+//! Round 32: rollbacks (run by the daemon underneath the mount, outside the kernel's locks)
+//! racing requests through the mount from several threads and processes at once, after
+//! 6fd792f (`Restores`, `Core::making`, `Core::open_to_restore`). Then: every path's changes
+//! form an unbroken chain ending at what it holds now; a rollback left alone does what its
+//! dry run said and leaves the tree as the point had it; nothing hangs.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::{Workspace, daemon_pid, python_command, rw, rw_ok, stderr, stdout};
+use crate::hostile27::{differences, fold, whole};
+use crate::record::log;
+
+const REWIND: &str = env!("CARGO_BIN_EXE_rewind");
+
+/// [`crate::hostile27::tree`] with symlinks too (their type only, as the log's states have it).
+fn tree(root: &Path) -> BTreeMap<String, (String, Option<String>, Option<String>)> {
+    let mut out = crate::hostile27::tree(root);
+    fn walk(
+        root: &Path,
+        dir: &Path,
+        out: &mut BTreeMap<String, (String, Option<String>, Option<String>)>,
+    ) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == ".rewind" || rel == ".git" {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_symlink() => {
+                    out.insert(rel, ("symlink".into(), None, None));
+                }
+                Ok(t) if t.is_dir() => walk(root, &p, out),
+                _ => {}
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+/// [`crate::hostile27::assert_chain_ends_in_the_present`] with symlinks compared too.
+#[track_caller]
+fn assert_chain_ends_in_the_present(ws: &Workspace, what: &str) -> Vec<serde_json::Value> {
+    let changes = log(ws);
+    let chain = match fold(&changes, u64::MAX) {
+        Ok(c) => c,
+        Err(e) => panic!("{what}: {e}\n{}", whole(&changes)),
+    };
+    let diff = differences(&chain, &tree(&ws.path()));
+    assert!(
+        diff.is_empty(),
+        "{what}: the history does not end at the tree:\n{}\n{}",
+        diff.join("\n"),
+        whole(&changes)
+    );
+    changes
+}
+
+/// The id of the newest change: a point.
+fn point(ws: &Workspace) -> String {
+    rw_ok(ws, &["sync"]);
+    log(ws).last().unwrap()["id"].as_u64().unwrap().to_string()
+}
+
+/// Run `script` in the mount with `args` (the rewind binary first); it must exit 0. Its stdout.
+fn run(ws: &Workspace, script: &str, args: &[&str]) -> String {
+    let out = python_command(&ws.path(), script)
+        .arg(REWIND)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the script failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `rollback --to ID`, previewed then run, with nothing else going on: both succeed, the tree
+/// is then what the chain says at `id`, and the dry run named every path the run restored.
+fn rollback_alone_agrees(ws: &Workspace, id: &str, what: &str) {
+    let changes = log(ws);
+    let want = fold(&changes, id.parse().unwrap()).unwrap();
+    let dry = rw(ws, &["rollback", "--to", id, "--dry-run", "--force"]);
+    let before = log(ws).len();
+    let after_dry = tree(&ws.path());
+    let now_before = fold(&changes, u64::MAX).unwrap();
+    assert!(
+        differences(&now_before, &after_dry).is_empty(),
+        "{what}: the dry run changed the tree: {:?}",
+        differences(&now_before, &after_dry)
+    );
+    let done = rw(ws, &["rollback", "--to", id, "--force"]);
+    rw_ok(ws, &["sync"]);
+    let got = tree(&ws.path());
+    let diff = differences(&want, &got);
+    let restored: Vec<String> = log(ws)[before..]
+        .iter()
+        .filter(|c| c["kind"] == "restore")
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    let dry_says = stdout(&dry);
+    let unnamed: Vec<&String> = restored
+        .iter()
+        .filter(|p| !dry_says.contains(p.as_str()))
+        .collect();
+    assert!(
+        dry.status.success() && done.status.success() && diff.is_empty() && unnamed.is_empty(),
+        "{what}: rollback --to {id} alone: dry {} / run {}\n{}{}\ndifferences: {diff:#?}\n\
+         restored, not in the dry run: {unnamed:?}\ndry run:\n{dry_says}\nrun:\n{}",
+        dry.status,
+        done.status,
+        stderr(&dry),
+        stderr(&done),
+        stdout(&done)
+    );
+    assert_chain_ends_in_the_present(ws, &format!("{what}, then a rollback alone"));
+}
+
+/// Files at the point, all deleted after it; a forced rollback makes them again while threads
+/// unlink, save over (rename), `O_CREAT|O_TRUNC`-write, `O_EXCL`-create and chmod those names
+/// as fast as they can. The rollback makes each file underneath (`O_EXCL`) and only then
+/// begins its create: a request through the mount may find the new file in between.
+fn rollback_making_files_racing(ops: &str, rounds: u32) {
+    for round in 0..rounds {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        fs::create_dir(dir.join("d")).unwrap();
+        for i in 0..120 {
+            fs::write(dir.join(format!("d/f{i}")), format!("at the point {i}\n")).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..120 {
+            fs::remove_file(dir.join(format!("d/f{i}"))).unwrap();
+        }
+        rw_ok(&ws, &["sync"]);
+        let out = run(
+            &ws,
+            r#"
+import errno, os, subprocess, sys, threading
+OPS = sys.argv[3]
+done = False
+errors, known, rb = [], [], []
+def racer(t):
+    k = 0
+    while not done:
+        i = (k * 7 + t * 31) % 120
+        name = "d/f%d" % i
+        op = OPS[(k + t) % len(OPS)]
+        k += 1
+        try:
+            if op == "u": os.unlink(name)
+            elif op == "r":
+                tmp = "d/t%d.%d" % (t, k)
+                with open(tmp, "w") as h: h.write("saved %d %d\n" % (t, k))
+                os.rename(tmp, name)
+            elif op == "w":
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, b"written %d\n" % k); os.close(fd)
+            elif op == "x":
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, b"excl %d\n" % k); os.close(fd)
+            elif op == "c": os.chmod(name, [0o600, 0o640][k % 2])
+            elif op == "a":
+                fd = os.open(name, os.O_WRONLY | os.O_APPEND)
+                os.write(fd, b"a%d\n" % k); os.close(fd)
+            elif op == "t": os.truncate(name, k % 3)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.EEXIST, errno.ESTALE): known.append("%s %s" % (op, errno.errorcode[e.errno]))
+            else: errors.append("%s %s" % (op, e.strerror))
+def rollback():
+    r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True)
+    rb.append((r.returncode, r.stderr.decode()[-400:], r.stdout.decode()[-600:] if r.returncode else ""))
+ts = [threading.Thread(target=racer, args=(t,)) for t in range(3)]
+for t in ts: t.start()
+r = threading.Thread(target=rollback); r.start(); r.join()
+done = True
+for t in ts: t.join()
+print("ERR %s" % sorted(set(errors)) if errors else "OK", {k: known.count(k) for k in set(known)}, "rollback", rb)
+"#,
+            &[&p, ops],
+        );
+        eprintln!("round {round}: {out}");
+        rw_ok(&ws, &["sync"]);
+        let changes = assert_chain_ends_in_the_present(
+            &ws,
+            &format!("round {round}: a rollback making files racing {ops}"),
+        );
+        assert!(out.starts_with("OK "), "{out}\n{}", whole(&changes));
+        rollback_alone_agrees(&ws, &p, &format!("round {round}"));
+        ws.unmount();
+    }
+}
+
+#[test]
+fn a_rollback_making_files_again_racing_unlinks_keeps_the_chain() {
+    rollback_making_files_racing("u", 4);
+}
+
+#[test]
+fn a_rollback_making_files_again_racing_saves_by_rename_keeps_the_chain() {
+    rollback_making_files_racing("r", 4);
+}
+
+#[test]
+fn a_rollback_making_files_again_racing_o_creat_and_o_excl_opens_keeps_the_chain() {
+    rollback_making_files_racing("wx", 4);
+}
+
+#[test]
+fn a_rollback_making_files_again_racing_chmods_appends_and_truncates_keeps_the_chain() {
+    rollback_making_files_racing("cat", 4);
+}
+
+#[test]
+fn a_rollback_making_files_again_racing_everything_keeps_the_chain() {
+    rollback_making_files_racing("urwxcat", 4);
+}
+
+/// Several processes, each with threads, at once: saves by rename, `sed -i`, `O_CREAT|O_TRUNC`
+/// and `O_EXCL` creates, mkdir/rmdir, symlinks, hard links, chmod, truncate, appends through an
+/// open fd, `rm -rf` of a folder; meanwhile rollbacks `--to` the point, of one file, two at
+/// once, and of the last rollback's session. Errors a plain disk gives under such a race are
+/// counted; anything else fails. Then the chain must hold, and a rollback alone must agree with
+/// its dry run and the chain.
+const CHAOS: &str = r#"
+import errno, os, random, shutil, subprocess, sys, threading, time
+REWIND, POINT, SEED = sys.argv[1], sys.argv[2], int(sys.argv[3])
+done = False
+errors, known, rb = [], [], []
+lock = threading.Lock()
+def note(op, e):
+    with lock:
+        if e.errno in (errno.ENOENT, errno.EEXIST, errno.ESTALE, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            known.append("%s %s" % (op, errno.errorcode[e.errno]))
+        else:
+            errors.append("%s %s" % (op, e.strerror))
+def worker(w):
+    rnd = random.Random(SEED * 100 + w)
+    fds = []
+    k = 0
+    while not done:
+        k += 1
+        n = "f%d" % rnd.randrange(6)
+        d = "dir%d" % rnd.randrange(2)
+        op = rnd.choice("sSwxmMylcta" + "R" + "o")
+        try:
+            if op == "s":
+                tmp = "%s.%d.tmp" % (n, w)
+                with open(tmp, "w") as h: h.write("save %d %d\n" % (w, k))
+                os.rename(tmp, n)
+            elif op == "S":
+                r = subprocess.run(["sed", "-i", "s/a/b/;1i line %d" % k, n], capture_output=True)
+                if r.returncode != 0 and b"Stale file handle" in r.stderr:
+                    with lock: known.append("S ESTALE")
+                elif r.returncode != 0 and b"No such file" not in r.stderr and b"couldn't open" not in r.stderr:
+                    with lock: errors.append("sed: " + r.stderr.decode().strip()[-200:])
+            elif op == "w":
+                fd = os.open(n, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, b"trunc %d\n" % k); os.close(fd)
+            elif op == "x":
+                fd = os.open("%s/n%d" % (d, k % 5), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, b"excl\n"); os.close(fd)
+            elif op == "m": os.makedirs("%s/sub%d" % (d, k % 3), exist_ok=True)
+            elif op == "M": os.rmdir("%s/sub%d" % (d, k % 3))
+            elif op == "y":
+                l = "ln%d" % (k % 3)
+                if os.path.lexists(l): os.unlink(l)
+                else: os.symlink(n, l)
+            elif op == "l":
+                h = "hl%d" % (k % 3)
+                if os.path.lexists(h): os.unlink(h)
+                else: os.link(n, h)
+            elif op == "c": os.chmod(n, rnd.choice([0o600, 0o644, 0o755]))
+            elif op == "t": os.truncate(n, rnd.randrange(4))
+            elif op == "a":
+                if len(fds) < 3:
+                    fds.append(os.open(n, os.O_WRONLY | os.O_APPEND))
+                else:
+                    fd = fds.pop(0); os.write(fd, b"append %d\n" % k); os.close(fd)
+            elif op == "R":
+                shutil.rmtree(d)
+            elif op == "o":
+                os.makedirs(d, exist_ok=True)
+                with open("%s/in%d" % (d, k % 4), "w") as h: h.write("in %d\n" % k)
+        except OSError as e:
+            note(op, e)
+        except shutil.Error as e:
+            with lock: known.append("R shutil")
+        if fds and rnd.random() < 0.3:
+            try: os.write(fds[0], b"x%d\n" % k)
+            except OSError as e: note("a-write", e)
+    for fd in fds: os.close(fd)
+def rollback(args):
+    r = subprocess.run([REWIND, "rollback"] + args + ["--force"], capture_output=True)
+    with lock: rb.append((" ".join(args), r.returncode, r.stderr.decode().strip()[-300:], r.stdout.decode()[-400:] if r.returncode else ""))
+    return r
+ts = [threading.Thread(target=worker, args=(w,)) for w in range(int(sys.argv[4]))]
+for t in ts: t.start()
+time.sleep(0.3)
+for k in range(int(sys.argv[5])):
+    mode = sys.argv[6][k % len(sys.argv[6])]
+    if mode == "p": rollback(["--to", POINT])
+    elif mode == "f": rollback(["--file", "f%d" % (k % 6), "--to", POINT])
+    elif mode == "2":
+        a = threading.Thread(target=rollback, args=(["--to", POINT],))
+        b = threading.Thread(target=rollback, args=(["--to", POINT],))
+        a.start(); b.start(); a.join(); b.join()
+    elif mode == "s":
+        r = rollback(["--to", POINT])
+        name = [w for w in (r.stdout.decode() + r.stderr.decode()).split() if w.startswith("rollback-")]
+        if name: rollback(["--session", name[0].strip(".,:'\"`")])
+    time.sleep(0.05)
+done = True
+for t in ts: t.join()
+print("ERR %s" % sorted(set(errors)) if errors else "OK", {k: known.count(k) for k in sorted(set(known))})
+for r in rb: print("rollback", r)
+"#;
+
+fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    for i in 0..6 {
+        fs::write(dir.join(format!("f{i}")), format!("a line {i}\nand a\n")).unwrap();
+    }
+    for d in ["dir0", "dir1"] {
+        fs::create_dir_all(dir.join(d).join("sub0")).unwrap();
+        fs::write(dir.join(d).join("in0"), "in\n").unwrap();
+    }
+    let p = point(&ws);
+    let out = run(
+        &ws,
+        CHAOS,
+        &[
+            &p,
+            &seed.to_string(),
+            &workers.to_string(),
+            &rollbacks.to_string(),
+            modes,
+        ],
+    );
+    eprintln!("seed {seed}: {out}");
+    rw_ok(&ws, &["sync"]);
+    let changes = assert_chain_ends_in_the_present(&ws, &format!("seed {seed}: {out}"));
+    assert!(
+        out.starts_with("OK "),
+        "seed {seed}: errors a plain disk does not give: {out}\n{}",
+        whole(&changes)
+    );
+    // A rollback racing these may fail on a path a process removed meanwhile (exit 1, "done
+    // in part"): counted in the output, not failed on.
+    rollback_alone_agrees(&ws, &p, &format!("seed {seed}"));
+    ws.unmount();
+}
+
+#[test]
+fn rollbacks_to_a_point_racing_everything_keep_the_chain() {
+    for seed in 0..3 {
+        chaos(seed, 4, 6, "p");
+    }
+}
+
+#[test]
+fn rollbacks_of_one_file_racing_everything_keep_the_chain() {
+    for seed in 10..13 {
+        chaos(seed, 4, 8, "f");
+    }
+}
+
+#[test]
+fn two_rollbacks_at_once_racing_everything_keep_the_chain() {
+    for seed in 20..23 {
+        chaos(seed, 4, 4, "2");
+    }
+}
+
+#[test]
+fn rollbacks_of_a_rollbacks_session_racing_everything_keep_the_chain() {
+    for seed in 30..33 {
+        chaos(seed, 4, 4, "s");
+    }
+}
+
+/// Two rollbacks at once with nothing else going on: both to the point, or one to the point
+/// and one of a single file. Then the tree is as the point had it, and the chain holds.
+///
+/// FAILS about 1 run in 2 (round 2 of 4 here): the tree ends as the point had it and the chain
+/// holds, but one rollback exits 1: `failed   d0: d0: File exists (os error 17)`, then
+/// `failed   d0/f0: its folder could not be restored` for each of the folder's 10 files,
+/// `rollback-1: restored 30 paths, skipped 0, failed 11`; the other, `rollback-2: restored 41
+/// paths, skipped 0, failed 0`. Both made the deleted folder `d0`: the second `mkdir` got
+/// `EEXIST` for a folder that is there, as the point had it (`Restorer::make_dir`,
+/// src/fs/restore.rs, takes `EEXIST` as a failure; `remove` now takes `ENOENT` as done).
+#[test]
+#[ignore = "fails: of two rollbacks at once, one fails on EEXIST making a folder the other just made"]
+fn two_rollbacks_at_once_alone_end_at_the_point() {
+    for round in 0..4 {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        for i in 0..40 {
+            fs::create_dir_all(dir.join(format!("d{}", i % 4))).unwrap();
+            fs::write(dir.join(format!("d{}/f{i}", i % 4)), format!("{i}\n")).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..40 {
+            let f = dir.join(format!("d{}/f{i}", i % 4));
+            match i % 4 {
+                0 => fs::remove_file(&f).unwrap(),
+                1 => fs::write(&f, "changed\n").unwrap(),
+                2 => {
+                    fs::write(dir.join("tmp"), "saved\n").unwrap();
+                    fs::rename(dir.join("tmp"), &f).unwrap();
+                }
+                _ => fs::write(dir.join(format!("d{}/new{i}", i % 4)), "new\n").unwrap(),
+            }
+        }
+        fs::remove_dir_all(dir.join("d0")).unwrap();
+        let want = fold(&log(&ws), p.parse().unwrap()).unwrap();
+        let second: Vec<&str> = if round % 2 == 0 {
+            vec!["rollback", "--to", &p, "--force"]
+        } else {
+            vec!["rollback", "--file", "d1/f1", "--to", &p, "--force"]
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| rw(&ws, &["rollback", "--to", &p, "--force"]));
+            let b = s.spawn(|| rw(&ws, &second));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        rw_ok(&ws, &["sync"]);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("round {round}"));
+        let diff = differences(&want, &tree(&dir));
+        assert!(
+            a.status.success() && b.status.success() && diff.is_empty(),
+            "round {round}: {} {}{} / {} {}{}\n{diff:#?}\n{}",
+            a.status,
+            stderr(&a),
+            stdout(&a),
+            b.status,
+            stderr(&b),
+            stdout(&b),
+            whole(&changes)
+        );
+        ws.unmount();
+    }
+}
+
+/// The daemon is SIGKILLed in the middle of a forced rollback that restores many files (some
+/// rewritten in place, some made again, some removed, folders too), then mounted again: the
+/// chain holds, nothing appeared outside the workspace, and a rollback alone then ends at the
+/// point.
+#[test]
+fn sigkill_in_the_middle_of_a_rollback_then_a_remount_keeps_the_chain() {
+    for (round, wait) in [15u64, 40, 80, 150, 300].into_iter().enumerate() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        let big = "x".repeat(1 << 20);
+        for i in 0..60 {
+            fs::create_dir_all(dir.join(format!("d{}", i % 3))).unwrap();
+            fs::write(dir.join(format!("d{}/f{i}", i % 3)), format!("{i}{big}")).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..60 {
+            let f = dir.join(format!("d{}/f{i}", i % 3));
+            match i % 3 {
+                0 => fs::remove_file(&f).unwrap(),
+                1 => fs::write(&f, format!("changed {i}\n")).unwrap(),
+                _ => fs::write(dir.join(format!("d{}/new{i}", i % 3)), "new\n").unwrap(),
+            }
+        }
+        fs::remove_dir_all(dir.join("d2")).unwrap();
+        rw_ok(&ws, &["sync"]);
+        let outside_before = list(&ws.plain().parent().unwrap().to_path_buf());
+        let pid = daemon_pid(&ws);
+        let child = ws
+            .command(&["rollback", "--to", &p, "--force"])
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(wait));
+        ws.kill_daemon(pid);
+        let said = child.wait_with_output().unwrap();
+        eprintln!(
+            "round {round}: SIGKILL after {wait} ms; the rollback: {} {}",
+            said.status,
+            stderr(&said).trim()
+        );
+        ws.mount();
+        rw_ok(&ws, &["sync"]);
+        assert_chain_ends_in_the_present(&ws, &format!("round {round}: SIGKILL after {wait} ms"));
+        let outside_after = list(&ws.plain().parent().unwrap().to_path_buf());
+        let new: Vec<&String> = outside_after
+            .iter()
+            .filter(|p| {
+                !outside_before.contains(p) && !p.starts_with("store") && !p.starts_with("data")
+            })
+            .collect();
+        assert!(
+            new.is_empty(),
+            "round {round}: written outside the workspace: {new:?}"
+        );
+        rollback_alone_agrees(
+            &ws,
+            &p,
+            &format!("round {round}: after SIGKILL and remount"),
+        );
+        ws.unmount();
+    }
+}
+
+/// Paths below `root` (not `ws`), relative.
+fn list(root: &std::path::PathBuf) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == "ws" {
+                continue;
+            }
+            out.push(rel);
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// `git checkout` of one branch then the other, over and over, while forced rollbacks to a
+/// point on the first branch run: the chain holds (`.git` and all), and a rollback alone then
+/// ends at the point.
+#[test]
+fn rollbacks_racing_git_checkouts_keep_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    let git = |args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", stderr(&o));
+    };
+    git(&["init", "-q"]);
+    for i in 0..30 {
+        fs::create_dir_all(dir.join(format!("src/m{}", i % 3))).unwrap();
+        fs::write(
+            dir.join(format!("src/m{}/f{i}.rs", i % 3)),
+            format!("fn f{i}() {{}}\n"),
+        )
+        .unwrap();
+    }
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    git(&["checkout", "-qb", "other"]);
+    for i in 0..30 {
+        let f = dir.join(format!("src/m{}/f{i}.rs", i % 3));
+        match i % 3 {
+            0 => fs::remove_file(&f).unwrap(),
+            1 => fs::write(&f, format!("fn g{i}() {{}}\n")).unwrap(),
+            _ => fs::write(dir.join(format!("src/m{}/g{i}.rs", i % 3)), "new\n").unwrap(),
+        }
+    }
+    fs::remove_dir_all(dir.join("src/m0")).unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "two"]);
+    git(&["checkout", "-q", "main"]);
+    let p = point(&ws);
+    git(&["checkout", "-q", "other"]);
+    let out = run(
+        &ws,
+        r#"
+import subprocess, sys, threading
+done = False
+errs, rb = [], []
+def checkouts():
+    k = 0
+    while not done:
+        b = ["main", "other"][k % 2]; k += 1
+        r = subprocess.run(["git", "checkout", "-qf", b], capture_output=True)
+        if r.returncode != 0: errs.append(r.stderr.decode().strip()[-200:])
+t = threading.Thread(target=checkouts); t.start()
+for k in range(4):
+    r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True)
+    rb.append((r.returncode, r.stderr.decode().strip()[-300:]))
+done = True
+t.join()
+print("checkout errors", len(errs), sorted(set(errs))[:5])
+for r in rb: print("rollback", r)
+"#,
+        &[&p],
+    );
+    eprintln!("{out}");
+    rw_ok(&ws, &["sync"]);
+    let changes = log(&ws);
+    let chain = fold(&changes, u64::MAX).unwrap_or_else(|e| {
+        panic!(
+            "rollbacks racing git checkouts: {e}\n{out}\n{}",
+            whole(&changes)
+        )
+    });
+    let mut now = tree(&dir);
+    now.retain(|p, _| p != ".git" && !p.starts_with(".git/"));
+    let diff = differences(&chain, &now);
+    assert!(
+        diff.is_empty(),
+        "the history does not end at the tree: {diff:#?}\n{out}\n{}",
+        whole(&changes)
+    );
+    let want = fold(&changes, p.parse().unwrap()).unwrap();
+    let done = rw(&ws, &["rollback", "--to", &p, "--force"]);
+    let mut now = tree(&dir);
+    now.retain(|p, _| p != ".git" && !p.starts_with(".git/"));
+    let diff = differences(&want, &now);
+    assert!(
+        done.status.success() && diff.is_empty(),
+        "a rollback alone: {} {}\n{diff:#?}",
+        done.status,
+        stderr(&done)
+    );
+    ws.unmount();
+}
+
+/// Two forced rollbacks at once to two different points, of a big file each point had with
+/// other content (and a hard link, so both rewrite it in place): whichever ends last, the file
+/// must then hold what one of the points had, never a mix of the two, and the chain must hold.
+#[test]
+fn two_rollbacks_at_once_to_different_points_leave_one_points_content() {
+    for round in 0..4 {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        let a = "a".repeat(6 << 20);
+        let b = "b".repeat(3 << 20);
+        fs::write(dir.join("f"), &a).unwrap();
+        fs::hard_link(dir.join("f"), dir.join("g")).unwrap();
+        let pa = point(&ws);
+        fs::write(dir.join("f"), &b).unwrap();
+        let pb = point(&ws);
+        fs::write(dir.join("f"), "now\n").unwrap();
+        rw_ok(&ws, &["sync"]);
+        let (x, y) = std::thread::scope(|s| {
+            let x = s.spawn(|| rw(&ws, &["rollback", "--to", &pa, "--force"]));
+            if round % 2 == 1 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let y = s.spawn(|| rw(&ws, &["rollback", "--to", &pb, "--force"]));
+            (x.join().unwrap(), y.join().unwrap())
+        });
+        rw_ok(&ws, &["sync"]);
+        let got = fs::read(dir.join("f")).unwrap();
+        let which = if got == a.as_bytes() {
+            "a".to_string()
+        } else if got == b.as_bytes() {
+            "b".to_string()
+        } else {
+            let na = got.iter().filter(|&&c| c == b'a').count();
+            let nb = got.iter().filter(|&&c| c == b'b').count();
+            format!("a mix: {} bytes, {na} a, {nb} b", got.len())
+        };
+        eprintln!(
+            "round {round}: f holds {which}; {} / {}",
+            x.status, y.status
+        );
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("round {round}: {which}"));
+        assert!(
+            which.len() == 1 && x.status.success() && y.status.success(),
+            "round {round}: f holds {which}; {} {}{} / {} {}{}\n{}",
+            x.status,
+            stderr(&x),
+            stdout(&x),
+            y.status,
+            stderr(&y),
+            stdout(&y),
+            whole(&changes)
+        );
+        ws.unmount();
+    }
+}
+
+/// A forced rollback removes hundreds of files and folders made after the point, in folders
+/// where threads keep making files (`O_CREAT`, `O_EXCL`), folders, symlinks and hard links
+/// (`ln`, a process) and removing them again. A rollback's removal waits for every make in
+/// progress (`Core::making`, held exclusively): nothing may hang, and the chain must hold.
+#[test]
+fn a_rollback_removing_many_names_racing_makers_neither_hangs_nor_breaks_the_chain() {
+    for round in 0..3 {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        for d in ["a", "b"] {
+            fs::create_dir(dir.join(d)).unwrap();
+            fs::write(dir.join(d).join("keep"), "keep\n").unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..150 {
+            let d = ["a", "b"][i % 2];
+            fs::write(dir.join(format!("{d}/made{i}")), "after\n").unwrap();
+            if i % 10 == 0 {
+                fs::create_dir_all(dir.join(format!("{d}/sub{i}/deep"))).unwrap();
+                fs::write(dir.join(format!("{d}/sub{i}/deep/x")), "x\n").unwrap();
+            }
+        }
+        rw_ok(&ws, &["sync"]);
+        let out = run(
+            &ws,
+            r#"
+import errno, os, subprocess, sys, threading
+done = False
+errors, known, rb = [], [], []
+def maker(t):
+    k = 0
+    while not done:
+        k += 1
+        d = ["a", "b"][k % 2]
+        n = "%s/m%d_%d" % (d, t, k % 9)
+        op = (k + t) % 6
+        try:
+            if op == 0:
+                fd = os.open(n, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(fd, b"m\n"); os.close(fd)
+            elif op == 1:
+                fd = os.open(n, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.close(fd)
+            elif op == 2: os.mkdir(n + "d")
+            elif op == 3: os.symlink("keep", n + "s")
+            elif op == 4:
+                r = subprocess.run(["ln", "%s/keep" % d, n + "l"], capture_output=True)
+                if r.returncode and b"File exists" not in r.stderr and b"No such" not in r.stderr:
+                    errors.append("ln " + r.stderr.decode().strip())
+            else:
+                for s in ["", "s", "l"]:
+                    if os.path.lexists(n + s): os.unlink(n + s)
+                if os.path.isdir(n + "d"): os.rmdir(n + "d")
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.EEXIST, errno.ESTALE): known.append("%d %s" % (op, errno.errorcode[e.errno]))
+            else: errors.append("%d %s" % (op, e.strerror))
+ts = [threading.Thread(target=maker, args=(t,)) for t in range(4)]
+for t in ts: t.start()
+for k in range(2):
+    r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True, timeout=120)
+    rb.append((r.returncode, r.stderr.decode()[-300:], r.stdout.decode()[-500:] if r.returncode else ""))
+done = True
+for t in ts: t.join()
+print("ERR %s" % sorted(set(errors)) if errors else "OK", {k: known.count(k) for k in sorted(set(known))}, "rollback", rb)
+"#,
+            &[&p],
+        );
+        eprintln!("round {round}: {out}");
+        rw_ok(&ws, &["sync"]);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("round {round}: {out}"));
+        assert!(out.starts_with("OK "), "{out}\n{}", whole(&changes));
+        rollback_alone_agrees(&ws, &p, &format!("round {round}"));
+        ws.unmount();
+    }
+}
