@@ -957,3 +957,150 @@ fn a_rollback_after_1000_renames_of_its_folder_takes_seconds_not_minutes() {
     assert!(took < Duration::from_secs(20), "the rollback took {took:?}");
     ws.unmount();
 }
+
+/// At the point `f{i}` and `g{i}` are one file (hard links); after it, `g{i}` is unlinked and
+/// `f{i}` saved over. A forced rollback makes the pairs again (content, then the second name
+/// linked) while threads save over `f{i}` by rename, chmod it, append to it through a fd
+/// opened by `f{i}`, and `ln`/unlink `h{i}` to it. The chain must hold.
+#[test]
+fn a_rollback_making_hard_links_again_racing_saves_chmods_appends_and_links_keeps_the_chain() {
+    for round in 0..4 {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        for i in 0..30 {
+            fs::write(dir.join(format!("f{i}")), format!("pair {i}\n")).unwrap();
+            fs::hard_link(dir.join(format!("f{i}")), dir.join(format!("g{i}"))).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..30 {
+            fs::remove_file(dir.join(format!("g{i}"))).unwrap();
+            fs::write(dir.join("t"), format!("saved {i}\n")).unwrap();
+            fs::rename(dir.join("t"), dir.join(format!("f{i}"))).unwrap();
+        }
+        rw_ok(&ws, &["sync"]);
+        let out = run(
+            &ws,
+            r#"
+import errno, os, subprocess, sys, threading
+done = False
+errors, known, rb = [], [], []
+def racer(t):
+    k = 0
+    fds = []
+    while not done:
+        k += 1
+        i = (k * 7 + t * 13) % 30
+        n = "f%d" % i
+        op = (k + t) % 5
+        try:
+            if op == 0:
+                tmp = "t%d" % t
+                with open(tmp, "w") as h: h.write("race %d %d\n" % (t, k))
+                os.rename(tmp, n)
+            elif op == 1: os.chmod(n, [0o600, 0o644][k % 2])
+            elif op == 2:
+                fds.append(os.open(n, os.O_WRONLY | os.O_APPEND))
+                if len(fds) > 2:
+                    fd = fds.pop(0); os.write(fd, b"append %d\n" % k); os.close(fd)
+            elif op == 3:
+                h = "h%d" % i
+                if os.path.lexists(h): os.unlink(h)
+                else:
+                    r = subprocess.run(["ln", n, h], capture_output=True)
+                    if r.returncode and b"No such" not in r.stderr and b"File exists" not in r.stderr and b"Stale" not in r.stderr:
+                        errors.append("ln " + r.stderr.decode().strip())
+            else:
+                for fd in fds: os.write(fd, b"w%d\n" % k)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.EEXIST, errno.ESTALE): known.append("%d %s" % (op, errno.errorcode[e.errno]))
+            else: errors.append("%d %s" % (op, e.strerror))
+    for fd in fds: os.close(fd)
+ts = [threading.Thread(target=racer, args=(t,)) for t in range(3)]
+for t in ts: t.start()
+for k in range(2):
+    r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True, timeout=120)
+    rb.append((r.returncode, r.stderr.decode()[-300:], " ".join(l for l in r.stdout.decode().splitlines() if l.startswith("failed"))[:400]))
+done = True
+for t in ts: t.join()
+print("ERR %s" % sorted(set(errors)) if errors else "OK", {k: known.count(k) for k in sorted(set(known))}, "rollback", rb)
+"#,
+            &[&p],
+        );
+        eprintln!("round {round}: {out}");
+        rw_ok(&ws, &["sync"]);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("round {round}: {out}"));
+        assert!(out.starts_with("OK "), "{out}\n{}", whole(&changes));
+        rollback_alone_agrees(&ws, &p, &format!("round {round}"));
+        ws.unmount();
+    }
+}
+
+/// The daemon is SIGKILLed while a forced rollback rewrites files that processes append to
+/// through open fds, save over by rename and chmod; then mounted again: the chain holds.
+#[test]
+fn sigkill_in_the_middle_of_a_rollback_racing_writers_then_a_remount_keeps_the_chain() {
+    for (round, wait) in [30u64, 80, 150, 300].into_iter().enumerate() {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        let big = "x".repeat(1 << 20);
+        for i in 0..40 {
+            fs::write(dir.join(format!("f{i}")), format!("{i}{big}")).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..40 {
+            fs::write(dir.join(format!("f{i}")), format!("after {i}\n")).unwrap();
+        }
+        rw_ok(&ws, &["sync"]);
+        let pid = daemon_pid(&ws);
+        let mut racers = python_command(
+            &dir,
+            r#"
+import os, sys, time
+fds = [os.open("f%d" % i, os.O_WRONLY | os.O_APPEND) for i in range(0, 40, 4)]
+k = 0
+t0 = time.time()
+while time.time() - t0 < 3:
+    k += 1
+    try:
+        for fd in fds: os.write(fd, b"a%d\n" % k)
+        n = "f%d" % (1 + 4 * (k % 10))
+        with open("t", "w") as h: h.write("saved %d\n" % k)
+        os.rename("t", n)
+        os.chmod("f%d" % (2 + 4 * (k % 10)), [0o600, 0o644][k % 2])
+    except OSError:
+        pass
+"#,
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        let child = ws
+            .command(&["rollback", "--to", &p, "--force"])
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(wait));
+        ws.kill_daemon(pid);
+        let said = child.wait_with_output().unwrap();
+        let _ = racers.wait();
+        eprintln!(
+            "round {round}: SIGKILL after {wait} ms; the rollback: {} {}",
+            said.status,
+            stderr(&said).lines().next().unwrap_or("")
+        );
+        ws.mount();
+        rw_ok(&ws, &["sync"]);
+        assert_chain_ends_in_the_present(&ws, &format!("round {round}: SIGKILL after {wait} ms"));
+        rollback_alone_agrees(
+            &ws,
+            &p,
+            &format!("round {round}: after SIGKILL and remount"),
+        );
+        ws.unmount();
+    }
+}
