@@ -1104,3 +1104,74 @@ while time.time() - t0 < 3:
         ws.unmount();
     }
 }
+
+/// A forced rollback rewrites and makes again files in `d` while a process swaps `d` for a
+/// symlink to a folder outside the workspace and back (`d` renamed to `e`, `d` made a
+/// symlink, then removed and `e` renamed back). Nothing may be written outside, and the chain
+/// must hold (the rollback may fail for paths while `d` is away).
+#[test]
+fn a_rollback_racing_its_folder_swapped_for_a_symlink_to_outside_writes_nothing_outside() {
+    for round in 0..4 {
+        let mut ws = Workspace::new();
+        ws.mount();
+        let dir = ws.path();
+        let outside = ws.plain();
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir(dir.join("d")).unwrap();
+        for i in 0..60 {
+            fs::write(dir.join(format!("d/f{i}")), format!("at the point {i}\n")).unwrap();
+        }
+        let p = point(&ws);
+        for i in 0..60 {
+            if i % 2 == 0 {
+                fs::remove_file(dir.join(format!("d/f{i}"))).unwrap();
+            } else {
+                fs::write(dir.join(format!("d/f{i}")), "after\n").unwrap();
+            }
+        }
+        rw_ok(&ws, &["sync"]);
+        let out = run(
+            &ws,
+            r#"
+import errno, os, subprocess, sys, threading, time
+done = False
+known, errors, rb = [], [], []
+def swapper():
+    k = 0
+    while not done and k < 30:
+        k += 1
+        try:
+            os.rename("d", "e")
+            os.symlink(sys.argv[3], "d")
+            time.sleep(0.005)
+            os.unlink("d")
+            os.rename("e", "d")
+        except OSError as e:
+            errors.append("swap " + e.strerror)
+        time.sleep(0.01)
+t = threading.Thread(target=swapper); t.start()
+for k in range(2):
+    r = subprocess.run([sys.argv[1], "rollback", "--to", sys.argv[2], "--force"], capture_output=True, timeout=120)
+    rb.append((r.returncode, r.stderr.decode()[-300:], " ".join(l for l in r.stdout.decode().splitlines() if l.startswith("failed"))[:300]))
+done = True
+t.join()
+print("ERR %s" % sorted(set(errors)) if errors else "OK", "rollback", rb)
+"#,
+            &[&p, outside.to_str().unwrap()],
+        );
+        eprintln!("round {round}: {out}");
+        let written: Vec<String> = fs::read_dir(&outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            written.is_empty(),
+            "round {round}: written outside the workspace: {written:?}\n{out}"
+        );
+        rw_ok(&ws, &["sync"]);
+        let changes = assert_chain_ends_in_the_present(&ws, &format!("round {round}: {out}"));
+        assert!(out.starts_with("OK "), "{out}\n{}", whole(&changes));
+        ws.unmount();
+    }
+}
