@@ -124,7 +124,19 @@ impl RollbackArgs {
     }
 }
 
+/// One rollback at a time, from its plan to its last step. Two at once in the daemon each
+/// planned from what the other was changing, and their steps interleaved: one recorded the
+/// create of a name before the other's delete of it, one failed on `EEXIST` making a folder
+/// the other had just made. A dry run does not wait: it changes nothing.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Hold [`ONE_AT_A_TIME`] unless this is a dry run.
+fn one_at_a_time(dry: bool) -> Option<std::sync::MutexGuard<'static, ()>> {
+    (!dry).then(|| ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    let _alone = one_at_a_time(args.dry_run);
     if let Some(k) = args.hunk {
         return super::hunk::run(args, k, env);
     }
@@ -133,6 +145,7 @@ pub fn run(args: &RollbackArgs, env: &mut Env<'_>) -> Result<Outcome> {
 }
 
 pub fn undo(args: &UndoArgs, env: &mut Env<'_>) -> Result<Outcome> {
+    let _alone = one_at_a_time(args.dry_run);
     let selection = Selection {
         change: Some(args.id),
         ..Selection::default()

@@ -335,10 +335,20 @@ impl Apply for Restorer {
                 Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
                 _ => {
                     let caller = self.caller_in(parent);
-                    self.core
-                        .mkdir_at(&caller, parent, name, mode & 0o7777)
-                        .map_err(|e| failed(path, e))?;
-                    self.entry_changed(parent, name, None);
+                    match self.core.mkdir_at(&caller, parent, name, mode & 0o7777) {
+                        Ok(()) => self.entry_changed(parent, name, None),
+                        // Made since it was looked at (another rollback at once, a process):
+                        // a folder is what the step wants there.
+                        Err(e)
+                            if e == Errno::EEXIST
+                                && self
+                                    .core
+                                    .backing
+                                    .stat(path)
+                                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR) => {
+                        }
+                        Err(e) => return Err(failed(path, e)),
+                    }
                 }
             }
             // mkdir applies the daemon's umask; the mode is set exactly.
