@@ -162,6 +162,12 @@ pub struct Core {
     /// not held back): it recorded the delete of a file no change had made, and the create
     /// was never recorded.
     making: RwLock<()>,
+    /// The other way round: held shared by a request that removes a name (unlink, rmdir) from
+    /// the moment it removes it until its delete is queued or recorded, and exclusively by a
+    /// rollback's making of a name. A rollback found a name a process had just unlinked free,
+    /// made its file there and recorded its create before the process's delete was queued:
+    /// the history had the file made where it still had one.
+    removing: RwLock<()>,
 }
 
 /// Rollbacks begun and ended. A rollback works on the directory underneath, outside the
@@ -278,6 +284,16 @@ impl Core {
     /// Hold [`making`](Core::making) exclusively, for a rollback's removal of a name.
     pub(crate) fn making_none(&self) -> RwLockWriteGuard<'_, ()> {
         self.making.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hold [`removing`](Core::removing) shared, for a request that removes a name.
+    pub(crate) fn removing(&self) -> RwLockReadGuard<'_, ()> {
+        self.removing.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hold [`removing`](Core::removing) exclusively, for a rollback's making of a name.
+    pub(crate) fn removing_none(&self) -> RwLockWriteGuard<'_, ()> {
+        self.removing.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Hold [`names`](Core::names) shared, for an operation on paths.
@@ -432,6 +448,7 @@ impl RewindFs {
             want_passthrough,
             restores: Restores::default(),
             making: RwLock::new(()),
+            removing: RwLock::new(()),
             euid: rustix::process::geteuid().as_raw(),
             notifier: OnceLock::new(),
             order,

@@ -233,6 +233,7 @@ impl Core {
         let unlink = || self.backing.unlink(parent, name, dir).map_err(Errno::from);
         if dir {
             self.ready_for(&path, true)?;
+            let _removing = self.removing();
             self.freeing(key(&st), true, unlink)?;
             removed_names(&st);
             SLOW_RMDIR.pause();
@@ -242,19 +243,20 @@ impl Core {
             }
         } else {
             SLOW_LOOKED.pause();
+            let removing = self.removing();
             let held = self.recorder.as_ref().map(|rec| rec.hold(&[key(&st)]));
             let st = match self.restores.since(seen) {
                 // Looked at again, now that it is held (see `Restores`).
                 true => match self.backing.stat_at(parent, name)? {
                     now if key(&now) == key(&st) => now,
                     _ => {
-                        drop(held);
+                        drop((held, removing));
                         return self.unlink_at(caller, parent, name, dir, removed_names);
                     }
                 },
                 false => st,
             };
-            let _held = held;
+            let _held = (held, removing);
             // The content is stored before the unlink; the delete is written after it, in the
             // background (`rm -rf` does not wait on an index write per file).
             let delete = match &self.recorder {

@@ -335,7 +335,12 @@ impl Apply for Restorer {
                 Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
                 _ => {
                     let caller = self.caller_in(parent);
-                    match self.core.mkdir_at(&caller, parent, name, mode & 0o7777) {
+                    // A folder a process is removing is recorded gone first (see
+                    // `Core::removing`).
+                    let removing = self.core.removing_none();
+                    let made = self.core.mkdir_at(&caller, parent, name, mode & 0o7777);
+                    drop(removing);
+                    match made {
                         Ok(()) => self.entry_changed(parent, name, None),
                         // Made since it was looked at (another rollback at once, a process):
                         // a folder is what the step wants there.
@@ -415,6 +420,8 @@ impl Apply for Restorer {
                 self.content_changed(path);
             } else {
                 let caller = self.caller_in(parent);
+                // A file a process is unlinking is recorded gone first (see `Core::removing`).
+                let removing = self.core.removing_none();
                 if let Some(rec) = &self.core.recorder {
                     rec.ready_for(path, false)?;
                 }
@@ -435,6 +442,7 @@ impl Apply for Restorer {
                     Some(rec) => rec.begin_create(path, &st, self.by())?,
                     None => None,
                 };
+                drop(removing);
                 let written = content(&mut f).and_then(|_| f.flush().map_err(io));
                 // Closed after the end, as above.
                 self.core.end_write(episode);
@@ -451,9 +459,10 @@ impl Apply for Restorer {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
             self.clear(&caller, parent, name, path)?;
-            self.core
-                .symlink_at(&caller, parent, name, target)
-                .map_err(|e| failed(path, e))?;
+            let removing = self.core.removing_none();
+            let made = self.core.symlink_at(&caller, parent, name, target);
+            drop(removing);
+            made.map_err(|e| failed(path, e))?;
             self.entry_changed(parent, name, None);
             Ok(())
         })
@@ -469,9 +478,12 @@ impl Apply for Restorer {
                 });
             };
             self.clear(&caller, parent, name, path)?;
-            self.core
-                .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev())
-                .map_err(|e| failed(path, e))?;
+            let removing = self.core.removing_none();
+            let made =
+                self.core
+                    .mknod_at(&caller, parent, name, kind | (mode & 0o7777), node.rdev());
+            drop(removing);
+            made.map_err(|e| failed(path, e))?;
             self.entry_changed(parent, name, None);
             Ok(())
         })
@@ -482,9 +494,10 @@ impl Apply for Restorer {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
             self.clear(&caller, parent, name, path)?;
-            self.core
-                .link_at(&caller, target, parent, name)
-                .map_err(|e| failed(path, e))?;
+            let removing = self.core.removing_none();
+            let made = self.core.link_at(&caller, target, parent, name);
+            drop(removing);
+            made.map_err(|e| failed(path, e))?;
             self.entry_changed(parent, name, None);
             // Its link count changed.
             self.inode_changed(target);
