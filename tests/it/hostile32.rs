@@ -264,7 +264,7 @@ def worker(w):
         k += 1
         n = "f%d" % rnd.randrange(6)
         d = "dir%d" % rnd.randrange(2)
-        op = rnd.choice("sSwxmMylcta" + "R" + "o")
+        op = rnd.choice(sys.argv[7] if len(sys.argv) > 7 else "sSwxmMylcta" + "R" + "o")
         try:
             if op == "s":
                 tmp = "%s.%d.tmp" % (n, w)
@@ -327,6 +327,7 @@ for k in range(int(sys.argv[5])):
         a = threading.Thread(target=rollback, args=(["--to", POINT],))
         b = threading.Thread(target=rollback, args=(["--to", POINT],))
         a.start(); b.start(); a.join(); b.join()
+    elif mode == "n": time.sleep(0.5)
     elif mode == "s":
         r = rollback(["--to", POINT])
         name = [w for w in (r.stdout.decode() + r.stderr.decode()).split() if w.startswith("rollback-")]
@@ -339,6 +340,11 @@ for r in rb: print("rollback", r)
 "#;
 
 fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
+    chaos_of(seed, workers, rollbacks, modes, "sSwxmMylctaRo");
+}
+
+/// [`chaos`] with the workers' operations `ops` only (letters of the script's).
+fn chaos_of(seed: u64, workers: u32, rollbacks: u32, modes: &str, ops: &str) {
     let mut ws = Workspace::new();
     ws.mount();
     let dir = ws.path();
@@ -378,6 +384,7 @@ fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
             &workers.to_string(),
             &rollbacks.to_string(),
             modes,
+            ops,
         ],
     );
     eprintln!("seed {seed}: {out}");
@@ -409,6 +416,45 @@ fn chaos(seed: u64, workers: u32, rollbacks: u32, modes: &str) {
     // in part"): counted in the output, not failed on.
     rollback_alone_agrees(&ws, &p, &format!("seed {seed}"));
     ws.unmount();
+}
+
+/// The same processes with no rollback at all: whatever breaks the chain here is the
+/// recorder's, not a rollback's.
+///
+/// FAILS about 1 run in 3 (1 of 3 on 2026-11-28): `change 3987 ("modify" "f5") breaks the
+/// chain of f5 (its own before): it was Some(("file", Some("1005411c…"), Some("644"))), the
+/// change says Some(("file", Some("1005411c…"), Some("755")))`: a `sed -i` save whose target
+/// had a mode no change gave it. So the modes from two changes back in the tests around are
+/// not the rollbacks' doing. The test below narrows it down.
+#[test]
+#[ignore = "fails 1 run in 3: a chmod racing sed saves goes unrecorded (see below)"]
+fn processes_racing_everything_without_rollbacks_keep_the_chain() {
+    for seed in 10..13 {
+        chaos(seed, 4, 8, "n");
+    }
+}
+
+/// `sed -i` saves and chmods alone, four workers, no rollback.
+///
+/// FAILS every run (11 of 11 on 2026-11-28, 6 of them with the attempts below), after a few
+/// hundred to a few thousand changes: a mode is in the file when the next change is recorded
+/// that no change gave it (`2714 modify f1 (sed) … after 644`, then `2716 chmod f1` from
+/// 600). A trace in the daemon (since removed) showed chmods that went unrecorded: a SETATTR
+/// of an inode the table of names had no name for, applied through a handle open on it (sed's,
+/// reading) as to a file unlinked while open (26 in one run); right after one, the next save's
+/// `stat` of the name found that mode. Whether the table had lost the name of a file still
+/// named underneath, or the mode reached the next file another way, is not found. Not it: a
+/// lookup racing a rename (entered under the rename's lock, the table's key checked against
+/// the lookup's `stat`; still failed 3 of 3), taking the `stat` of a rename's files again once
+/// held (3 of 3). Python saves by rename instead of sed (in threads or processes, the mode set
+/// by `fchmod` or by an ACL as sed sets it, with `fchown`, with sed-like temporary names) did
+/// not fail in 2 to 3 runs each.
+#[test]
+#[ignore = "fails every run: a chmod racing sed saves goes through a handle, unrecorded"]
+fn sed_saves_racing_chmods_keep_the_chain() {
+    for seed in 10..13 {
+        chaos_of(seed, 4, 8, "n", "Sc");
+    }
 }
 
 ///
