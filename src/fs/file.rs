@@ -419,8 +419,18 @@ impl Core {
                 self.open_backing(path, flags, episode)
             })?
         } else {
+            SLOW_OPEN_READ.pause();
             let opened = self.open_backing(&path, flags, false)?;
             let st = backing::stat_fd(opened.0.as_fd())?;
+            // Opened by the name the table has for the inode: a rename over that name may
+            // have landed underneath before the table follows it (a `sed -i` saving over the
+            // file this process is opening). The handle was then another file's under this
+            // inode, and what the process did through it (an `fchmod`, a chmod the kernel
+            // sent for the inode once it had no name) went to the saved file, unrecorded.
+            // `ESTALE`: the kernel looks the name up again and opens what it holds now.
+            if self.inodes().key(ino.0).is_some_and(|k| k != key(&st)) {
+                return Err(Errno::ESTALE);
+            }
             (None, opened, st, path)
         };
         if flags & libc::O_TRUNC != 0 && caller.uid != 0 {
@@ -801,6 +811,11 @@ impl Core {
 /// handled, as when the FUSE thread that took it is slow to run, so that a request sent after
 /// the writer's close is handled first.
 static SLOW_RELEASE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RELEASE");
+
+/// Tests only: `REWIND_TEST_SLOW_OPEN_READ=MS` makes every open that does not write wait that
+/// long between finding the inode's name and opening the file by it, so that a test can rename
+/// another file over the name in between.
+static SLOW_OPEN_READ: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_OPEN_READ");
 
 /// Tests only: `REWIND_TEST_SLOW_RELEASE_OF=NAME:MS` makes the RELEASE of a file named `NAME`
 /// wait that long before it is handled, and no other: the writer's next file is closed, and
