@@ -7,6 +7,7 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +17,7 @@ use super::attr::key;
 use super::backing::{self, split};
 use super::{Caller, Core};
 use crate::history::change::Node;
+use crate::history::recorder::Key;
 use crate::history::rollback::Apply;
 use crate::history::who::By;
 use crate::history::{Error, Result, show_path};
@@ -46,6 +48,10 @@ enum Notice {
 /// Tests only: `REWIND_TEST_SLOW_RESTORE_END=MS` makes a rollback's rewrite of a file in place
 /// wait that long once written, before its episode ends.
 static SLOW_RESTORE_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_END");
+
+/// Tests only: `REWIND_TEST_SLOW_RESTORE_MADE=MS` makes a rollback's making of a new file
+/// wait that long once the file has its name, before its create is begun.
+static SLOW_RESTORE_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_MADE");
 
 /// A FUSE errno as a history error naming the path.
 fn failed(path: &[u8], e: Errno) -> Error {
@@ -297,6 +303,70 @@ impl Restorer {
         self.inode_changed(path);
         Ok(())
     }
+
+    /// Make the new file `path` (empty, `mode`) and begin its create. The create is begun
+    /// before any process can find the file at its name: it is made unnamed (`O_TMPFILE`),
+    /// held (see `Recorder::hold`), given its name, and its create begun before it is let
+    /// go, so that a process's open, chmod, rename or unlink of it waits for the create and
+    /// comes after it. Made at its name (`O_EXCL`) and found there before its create was
+    /// begun, a process's open of it recorded a modify of a file no change had made, and the
+    /// create was never recorded. A folder on a filesystem without `O_TMPFILE` gets the
+    /// file made at its name, as before. Returns the file, open for writing, and its episode.
+    fn make_file(&self, path: &[u8], mode: u32) -> Result<(std::fs::File, Option<Key>)> {
+        let (parent, name) = self.parts(path)?;
+        let io = |e: std::io::Error| failed(path, e.into());
+        let caller = self.caller_in(parent);
+        let Some(rec) = &self.core.recorder else {
+            return Ok((self.make_file_at_its_name(&caller, path, mode)?, None));
+        };
+        rec.ready_for(path, false)?;
+        let f = match self
+            .core
+            .backing
+            .open_tmpfile(parent, libc::O_WRONLY, mode & 0o7777)
+        {
+            Ok(f) => f,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+                let f = self.make_file_at_its_name(&caller, path, mode)?;
+                let st = backing::stat_fd(f.as_fd()).map_err(io)?;
+                SLOW_RESTORE_MADE.pause();
+                return Ok((f, rec.begin_create(path, &st, self.by())?));
+            }
+            Err(e) => return Err(io(e)),
+        };
+        if self.core.euid == 0 && (caller.uid != 0 || caller.gid != 0) {
+            backing::set_fd_owner(&f, Some(caller.uid), Some(caller.gid)).map_err(io)?;
+        }
+        let st = backing::stat_fd(f.as_fd()).map_err(io)?;
+        let held = rec.hold(&[key(&st)]);
+        self.core.backing.link_fd(&f, parent, name).map_err(io)?;
+        SLOW_RESTORE_MADE.pause();
+        let episode = rec.begin_create(path, &st, self.by())?;
+        drop(held);
+        Ok((f, episode))
+    }
+
+    /// A new, empty file made at `path` (`O_EXCL`), given to `caller`.
+    fn make_file_at_its_name(
+        &self,
+        caller: &Caller,
+        path: &[u8],
+        mode: u32,
+    ) -> Result<std::fs::File> {
+        let f = self
+            .core
+            .backing
+            .open_file(
+                path,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                mode & 0o7777,
+            )
+            .map_err(|e| failed(path, e.into()))?;
+        self.core
+            .chown_new(caller, path)
+            .map_err(|e| failed(path, e))?;
+        Ok(f)
+    }
 }
 
 impl Drop for Restorer {
@@ -419,29 +489,9 @@ impl Apply for Restorer {
                 recorded?;
                 self.content_changed(path);
             } else {
-                let caller = self.caller_in(parent);
                 // A file a process is unlinking is recorded gone first (see `Core::removing`).
                 let removing = self.core.removing_none();
-                if let Some(rec) = &self.core.recorder {
-                    rec.ready_for(path, false)?;
-                }
-                let mut f = self
-                    .core
-                    .backing
-                    .open_file(
-                        path,
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                        mode & 0o7777,
-                    )
-                    .map_err(io)?;
-                self.core
-                    .chown_new(&caller, path)
-                    .map_err(|e| failed(path, e))?;
-                let st = backing::stat_fd(std::os::fd::AsFd::as_fd(&f)).map_err(io)?;
-                let episode = match &self.core.recorder {
-                    Some(rec) => rec.begin_create(path, &st, self.by())?,
-                    None => None,
-                };
+                let (mut f, episode) = self.make_file(path, mode)?;
                 drop(removing);
                 let written = content(&mut f).and_then(|_| f.flush().map_err(io));
                 // Closed after the end, as above.

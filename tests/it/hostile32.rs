@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{Workspace, daemon_pid, python_command, rw, rw_ok, stderr, stdout};
+use crate::common::{Workspace, daemon_pid, python_command, rw, rw_ok, stderr, stdout, wait_for};
 use crate::hostile27::{differences, fold, whole};
 use crate::record::log;
 
@@ -227,9 +227,10 @@ fn a_rollback_making_files_again_racing_chmods_appends_and_truncates_keeps_the_c
 /// (af1349b9: empty), and no restore of d/f117 at all. The rollback made `d/f117` empty
 /// underneath (`O_EXCL`) and a process's open through the mount found it before the rollback
 /// began its create (`Restorer::write_file`, src/fs/restore.rs, new-file branch: nothing held
-/// from the `O_EXCL` open to `begin_create`); the create was never recorded.
+/// from the `O_EXCL` open to `begin_create`); the create was never recorded. Passes since a
+/// rollback's new file is made unnamed and begun before it gets its name (`Restorer::make_file`;
+/// `a_process_opening_a_file_a_rollback_is_making_comes_after_its_create`).
 #[test]
-#[ignore = "fails: a process's open of a file a rollback just made records a modify of a file never created"]
 fn a_rollback_making_files_again_racing_everything_keeps_the_chain() {
     rollback_making_files_racing("urwxcat", 4);
 }
@@ -1392,6 +1393,63 @@ fn a_rollback_making_a_file_a_process_just_unlinked_keeps_the_chain() {
     assert_chain_ends_in_the_present(&ws, "a rollback making a file a process just unlinked");
     assert_eq!(fs::read_to_string(dir.join("f")).unwrap(), "at the point\n");
     ws.unmount();
+}
+
+/// A forced rollback makes `f` again (gone since the point), and a process opens it for
+/// appending as soon as it is there underneath (`REWIND_TEST_SLOW_RESTORE_MADE` widens the
+/// time between the new file getting its name and its create being begun), then appends once
+/// the rollback is done. The process's change must come after the rollback's create in the
+/// history. `f` went by a rename and the new name's unlink, so that the kernel has no entry
+/// for it (an unlink through the mount leaves a negative one, which it would trust until the
+/// rollback tells it otherwise); the test watches the directory underneath through the
+/// daemon's own fd on it.
+///
+/// Made at its name (`O_EXCL`) with its create begun after, the file was found by the
+/// process's open first: `modify "f" before <empty>` was recorded where the history had no
+/// `f`, and the rollback's create never was (`a_rollback_making_files_again_racing_everything`).
+#[test]
+fn a_process_opening_a_file_a_rollback_is_making_comes_after_its_create() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_RESTORE_MADE", "1500")]);
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    fs::write(dir.join("p"), "p\n").unwrap();
+    let p = point(&ws);
+    fs::rename(dir.join("f"), dir.join("g")).unwrap();
+    fs::remove_file(dir.join("g")).unwrap();
+    rw_ok(&ws, &["sync"]);
+    let underneath = underneath(&ws);
+    std::thread::scope(|s| {
+        let rollback = s.spawn(|| rw_ok(&ws, &["rollback", "--to", &p, "--force"]));
+        assert!(
+            wait_for(20, || underneath.join("f").exists()),
+            "the rollback never made f"
+        );
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("f"))
+            .unwrap();
+        rollback.join().unwrap();
+        std::io::Write::write_all(&mut f, b"appended\n").unwrap();
+    });
+    rw_ok(&ws, &["sync"]);
+    assert_chain_ends_in_the_present(&ws, "a process opening a file a rollback is making");
+    assert_eq!(
+        fs::read_to_string(dir.join("f")).unwrap(),
+        "at the point\nappended\n"
+    );
+    ws.unmount();
+}
+
+/// The workspace's directory underneath the mount, through the daemon's fd on it (a path
+/// that reaches it without going through the mount).
+fn underneath(ws: &Workspace) -> std::path::PathBuf {
+    let fds = format!("/proc/{}/fd", daemon_pid(ws));
+    fs::read_dir(&fds)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|fd| fs::read_link(fd).is_ok_and(|to| to == ws.path()) && fd.is_dir())
+        .unwrap_or_else(|| panic!("no fd of the daemon on {}", ws.path().display()))
 }
 
 /// The same for a folder: a process removes `d` (its mode changed since the point), its
