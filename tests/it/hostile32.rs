@@ -1146,8 +1146,18 @@ fn a_rollback_after_1000_renames_of_its_folder_takes_seconds_not_minutes() {
 /// absent, found ("file", Some("31d77db5…"), Some("644"))`, the last change of `h6` its
 /// `519 "delete"`: a hard link made during the race was never recorded, as in
 /// `rollbacks_of_a_rollbacks_session_racing_everything_keep_the_chain` (not understood yet).
+///
+/// Since a rollback's new file is begun before it has a name (`Restorer::make_file`), 1 run in
+/// 8 here, another way (10 runs before it: 1 failure, a process's create of `f12` recorded
+/// between the rollback's delete and its restore of it, which that change fixed):
+/// `change 691 ("modify" "f27") breaks the chain of g27 (a hard link of it): it was None`,
+/// the log `690 "restore" "g27" before file:59c8970a after -`, `691 "modify" "f27" links
+/// ["g27"]`, `692 "restore" "g27" before - after file:591cd6ec`. A guess, not checked: the
+/// modify's id was set aside at its RELEASE (a closed edit, recorded by the writer thread
+/// later), and its other names were read when it was recorded, after the rollback had linked
+/// `g27` again underneath but before that link was recorded.
 #[test]
-#[ignore = "fails 1 run in 3: a hard link made during the race is never recorded"]
+#[ignore = "fails 1 run in 8: a modify's other names are read after a rollback's relink recorded later"]
 fn a_rollback_making_hard_links_again_racing_saves_chmods_appends_and_links_keeps_the_chain() {
     for round in 0..4 {
         let mut ws = Workspace::new();
