@@ -1149,7 +1149,7 @@ fn a_rollback_after_1000_renames_of_its_folder_takes_seconds_not_minutes() {
 ///
 /// Since a rollback's new file is begun before it has a name (`Restorer::make_file`), 1 run in
 /// 8 here, another way (10 runs before it: 1 failure, a process's create of `f12` recorded
-/// between the rollback's delete and its restore of it, which that change fixed):
+/// between the rollback's delete and its restore of it, the race that change closes):
 /// `change 691 ("modify" "f27") breaks the chain of g27 (a hard link of it): it was None`,
 /// the log `690 "restore" "g27" before file:59c8970a after -`, `691 "modify" "f27" links
 /// ["g27"]`, `692 "restore" "g27" before - after file:591cd6ec`. A guess, not checked: the
