@@ -456,6 +456,9 @@ impl Recorder {
         let dst_recorded = dst_recorded || (src_recorded && self.kept(src, src_dir));
         // A create below it that cannot be recorded now (its path cannot be looked up) moves
         // with the folder, recorded after the rename (below).
+        if src_dir || dst_dir {
+            self.forget_renamed_away_under(&[src, dst]);
+        }
         let mut hidden = Vec::new();
         if src_dir {
             hidden.push((src, dst, self.flush_pending_under(src)?));

@@ -51,6 +51,21 @@ impl Recorder {
         all.insert(to.to_vec(), away);
     }
 
+    /// The folders `dirs` are being renamed: the renames away below them are forgotten. They
+    /// are remembered by their paths, and whether nothing else happened to either name since
+    /// is asked of the history by path: with the folder under another name meanwhile, what was
+    /// made and renamed there was not seen, and a new file at the old path once the folder had
+    /// its name back was taken for the save, its rename retracted while the history went on
+    /// from it (`a_rename_away_across_folder_renames_is_not_taken_for_a_save`). A save that
+    /// spans a folder's rename is recorded as the rename, create and delete it was made of.
+    pub(super) fn forget_renamed_away_under(&self, dirs: &[&[u8]]) {
+        let under = |p: &[u8], dir: &[u8]| {
+            p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/'
+        };
+        lock(&self.renamed_away)
+            .retain(|to, a| !dirs.iter().any(|d| under(to, d) || under(&a.from, d)));
+    }
+
     /// `path`, a file that `pid` renamed away from its name moments ago, is being deleted while
     /// a new file by the same process stands under that name: an editor's save. Whether it was
     /// one (and was folded into one `modify`).
