@@ -454,11 +454,11 @@ impl Recorder {
         // name: its past stays whole, and what becomes of it is told (a save's temporary
         // file, held back, is not in the history yet and stays out of it).
         let dst_recorded = dst_recorded || (src_recorded && self.kept(src, src_dir));
-        // A create below it that cannot be recorded now (its path cannot be looked up) moves
-        // with the folder, recorded after the rename (below).
         if src_dir || dst_dir {
             self.forget_renamed_away_under(&[src, dst]);
         }
+        // A create below it that cannot be recorded now (its path cannot be looked up) moves
+        // with the folder, recorded after the rename (below).
         let mut hidden = Vec::new();
         if src_dir {
             hidden.push((src, dst, self.flush_pending_under(src)?));
