@@ -146,6 +146,7 @@ impl Core {
         // The name the open came by, once the inode is looked for under another.
         let mut asked: Option<Vec<u8>> = None;
         let (mut moved, mut tries) = (0, 0);
+        let mut waited_out = false;
         loop {
             let named = match inode_key {
                 Some(key) => match rec.hold_at(&path, key)? {
@@ -175,6 +176,13 @@ impl Core {
                 },
                 None => rec.hold_named(&path)?,
             };
+            // A rollback writing the file: this open comes after it (`Recorder::restoring`).
+            let held = key(named.stat());
+            if !waited_out && rec.restoring(held, by.pid) {
+                drop(named);
+                waited_out = !rec.await_restored(held, by.pid);
+                continue;
+            }
             let (episode, file, st) = if first {
                 let file = open(&path, false)?;
                 let st = backing::stat_fd(file.0.as_fd())?;

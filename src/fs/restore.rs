@@ -49,6 +49,78 @@ enum Notice {
 /// wait that long once written, before its episode ends.
 static SLOW_RESTORE_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_END");
 
+/// Tests only: `REWIND_TEST_SLOW_RESTORE_WRITE=MS` makes a rollback's writing of a file's
+/// content wait that long after its first write (the file half written).
+static SLOW_RESTORE_WRITE: crate::TestDelay =
+    crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_WRITE");
+
+/// The file a rollback writes a content into: how much it took, and why it refused the rest.
+/// Paused after its first write when a test asks (`SLOW_RESTORE_WRITE`).
+struct Target<'f> {
+    file: &'f mut std::fs::File,
+    written: u64,
+    refused: Option<std::io::Error>,
+}
+
+impl Write for Target<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.file.write(buf) {
+            Ok(n) => {
+                if self.written == 0 {
+                    SLOW_RESTORE_WRITE.pause();
+                }
+                self.written += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                if self.refused.is_none() {
+                    self.refused = Some(std::io::Error::new(e.kind(), e.to_string()));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Write a content into `file`, the file at `path`. A write the file refused (its disk full)
+/// is the file's error, named by its path and saying how much of the content it holds (the
+/// error of the copy out of the store named the stored content instead).
+fn write_content(
+    path: &[u8],
+    file: &mut std::fs::File,
+    content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
+) -> Result<()> {
+    let mut target = Target {
+        file,
+        written: 0,
+        refused: None,
+    };
+    let written = content(&mut target).and_then(|_| {
+        target.flush().map_err(|e| Error::Io {
+            path: show_path(path).into(),
+            source: e,
+        })
+    });
+    match (written, target.refused) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(Error::Io {
+            path: show_path(path).into(),
+            source: std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: it holds the first {} bytes of the content it was to get",
+                    target.written
+                ),
+            ),
+        }),
+        (Err(e), None) => Err(e),
+    }
+}
+
 /// Tests only: `REWIND_TEST_SLOW_RESTORE_MADE=MS` makes a rollback's making of a new file
 /// wait that long once the file has its name, before its create is begun.
 static SLOW_RESTORE_MADE: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_RESTORE_MADE");
@@ -471,10 +543,10 @@ impl Apply for Restorer {
                     self.core.end_write(episode);
                     return Err(e);
                 }
-                let written = f.set_len(0).map_err(io).and_then(|()| {
-                    content(&mut f)?;
-                    f.flush().map_err(io)
-                });
+                let written = f
+                    .set_len(0)
+                    .map_err(io)
+                    .and_then(|()| write_content(path, &mut f, content));
                 let recorded = match writer {
                     Some(rec) => rec.restored_in_place(path, &st, self.by()),
                     None => Ok(()),
@@ -493,7 +565,7 @@ impl Apply for Restorer {
                 let removing = self.core.removing_none();
                 let (mut f, episode) = self.make_file(path, mode)?;
                 drop(removing);
-                let written = content(&mut f).and_then(|_| f.flush().map_err(io));
+                let written = write_content(path, &mut f, content);
                 // Closed after the end, as above.
                 self.core.end_write(episode);
                 drop(f);

@@ -9,7 +9,9 @@ use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::{Workspace, daemon_pid, python_command, rw, rw_ok, stderr, stdout, wait_for};
+use crate::common::{
+    Workspace, daemon_pid, noise, python_command, rw, rw_ok, stderr, stdout, wait_for,
+};
 use crate::hostile27::{differences, fold, whole};
 use crate::record::log;
 
@@ -1573,4 +1575,196 @@ fn a_rollback_making_a_file_another_rollback_just_removed_keeps_the_chain() {
     rw_ok(&ws, &["sync"]);
     assert_chain_ends_in_the_present(&ws, "a rollback making a file another just removed");
     ws.unmount();
+}
+
+/// What a process does to `big` while a rollback is half way through writing it.
+#[derive(Clone, Copy, Debug)]
+enum Meanwhile {
+    /// Opens it with `O_APPEND` and writes a line.
+    Append,
+    /// Opens it with `O_TRUNC` and writes a line.
+    Truncate,
+}
+
+/// A forced rollback writes `big` (4 MiB, several writes; `REWIND_TEST_SLOW_RESTORE_WRITE`
+/// pauses it after the first), in place when `made` is false (the file was emptied
+/// since the point), else as a new file (it was removed since). A process opens it for
+/// writing once the rollback is half way (its size underneath, seen through the daemon's own
+/// fd on the folder, between 0 and the whole) and writes a line. Its write must come after
+/// the rollback's, as after any program's rewrite of a file: appended to the whole content,
+/// or, truncating, the only content; and the history must say so (a restore, then the
+/// process's modify).
+///
+/// Lost before (a hostile pass, 3 runs of 3 with a 22 MiB file and no pause): the rollback
+/// wrote on at its own offset, over the line appended at the end of what it had written so
+/// far; a truncate left the rest of the content after a hole. A write landing after the
+/// content but before the rollback's edit ended joined it and was recorded as the restore.
+fn a_process_writing_a_file_a_rollback_is_writing(made: bool, meanwhile: Meanwhile) {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RESTORE_WRITE", "1500")],
+    );
+    let dir = ws.path();
+    let content = noise(4 << 20, 7);
+    fs::write(dir.join("big"), &content).unwrap();
+    fs::write(dir.join("p"), "p\n").unwrap();
+    let p = point(&ws);
+    if made {
+        // By a rename, so that the kernel keeps no negative entry for `big` (see above).
+        fs::rename(dir.join("big"), dir.join("gone")).unwrap();
+        fs::remove_file(dir.join("gone")).unwrap();
+    } else {
+        // Emptied: its size is then between 0 and the whole only while the rollback writes.
+        fs::write(dir.join("big"), "").unwrap();
+    }
+    rw_ok(&ws, &["sync"]);
+    let underneath = underneath(&ws);
+    let len = content.len() as u64;
+    std::thread::scope(|s| {
+        let rollback = s.spawn(|| rw_ok(&ws, &["rollback", "--to", &p, "--force"]));
+        assert!(
+            wait_for(20, || fs::metadata(underneath.join("big"))
+                .is_ok_and(|m| m.len() > 0 && m.len() < len)),
+            "the rollback never was half way through big"
+        );
+        let mut open = fs::OpenOptions::new();
+        match meanwhile {
+            Meanwhile::Append => open.append(true),
+            Meanwhile::Truncate => open.write(true).truncate(true),
+        };
+        let mut f = open.open(dir.join("big")).unwrap();
+        std::io::Write::write_all(&mut f, b"the process's line\n").unwrap();
+        drop(f);
+        rollback.join().unwrap();
+    });
+    rw_ok(&ws, &["sync"]);
+    let what = format!("{meanwhile:?} while a rollback writes big (made: {made})");
+    let changes = assert_chain_ends_in_the_present(&ws, &what);
+    let want = match meanwhile {
+        Meanwhile::Append => [content.as_slice(), b"the process's line\n"].concat(),
+        Meanwhile::Truncate => b"the process's line\n".to_vec(),
+    };
+    let got = fs::read(dir.join("big")).unwrap();
+    assert!(
+        got == want,
+        "{what}: big holds {} bytes, not the {} wanted (its last 40: {:?})",
+        got.len(),
+        want.len(),
+        String::from_utf8_lossy(&got[got.len().saturating_sub(40)..])
+    );
+    let of_big: Vec<&str> = changes
+        .iter()
+        .filter(|c| c["path"] == "big")
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        of_big.ends_with(&["restore", "modify"]),
+        "{what}: the changes of big: {of_big:?}\n{}",
+        whole(&changes)
+    );
+    ws.unmount();
+}
+
+#[test]
+fn a_process_appending_to_a_file_a_rollback_is_rewriting_comes_after_it() {
+    a_process_writing_a_file_a_rollback_is_writing(false, Meanwhile::Append);
+}
+
+#[test]
+fn a_process_appending_to_a_file_a_rollback_is_making_comes_after_it() {
+    a_process_writing_a_file_a_rollback_is_writing(true, Meanwhile::Append);
+}
+
+#[test]
+fn a_process_truncating_a_file_a_rollback_is_rewriting_comes_after_it() {
+    a_process_writing_a_file_a_rollback_is_writing(false, Meanwhile::Truncate);
+}
+
+#[test]
+fn a_process_truncating_a_file_a_rollback_is_making_comes_after_it() {
+    a_process_writing_a_file_a_rollback_is_writing(true, Meanwhile::Truncate);
+}
+
+/// The workspace's own disk fills up while a rollback writes a file back (a tmpfs of 24 MiB
+/// mounted on the workspace's folder before rewind mounts over it): the rollback fails with
+/// the file named and why (the disk is full, how much of the content it holds), not with the
+/// stored content's hash; the history says what the file holds (a restore of the part
+/// written), and nothing is lost: the content it had before the rollback is still in the
+/// history, and rolling that back puts it there again.
+#[test]
+fn a_rollback_filling_the_workspaces_disk_names_the_file_and_loses_nothing() {
+    let ws = Workspace::new();
+    let dir = ws.path();
+    // The workspace is unmounted (dropped) before the tmpfs under it.
+    let mut on = OnTmpfs {
+        _tmpfs: Tmpfs::on(&dir, 24),
+        ws,
+    };
+    let ws = &mut on.ws;
+    ws.mount();
+    let content = noise(16 << 20, 3);
+    fs::write(dir.join("big"), &content).unwrap();
+    let p = point(ws);
+    fs::write(dir.join("big"), "small now\n").unwrap();
+    fs::write(dir.join("filler"), noise(12 << 20, 4)).unwrap();
+    let before = point(ws);
+    let out = rw(ws, &["rollback", "--file", "big", "--to", &p, "--force"]);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(!out.status.success(), "the rollback did not fail:\n{said}");
+    assert!(
+        said.contains("big")
+            && said.contains("No space left on device")
+            && said.contains("holds the first")
+            && !said.contains("<blob"),
+        "the rollback's failure does not name big and why:\n{said}"
+    );
+    rw_ok(ws, &["sync"]);
+    assert_chain_ends_in_the_present(ws, "a rollback filling the workspace's disk");
+    let kept = rw(ws, &["cat", "--at", &before, "big"]);
+    assert!(kept.status.success(), "{}", stderr(&kept));
+    assert_eq!(stdout(&kept), "small now\n");
+    fs::remove_file(dir.join("filler")).unwrap();
+    rw_ok(
+        ws,
+        &["rollback", "--file", "big", "--to", &before, "--force"],
+    );
+    assert_eq!(fs::read_to_string(dir.join("big")).unwrap(), "small now\n");
+    rw_ok(ws, &["rollback", "--file", "big", "--to", &p, "--force"]);
+    assert!(
+        fs::read(dir.join("big")).unwrap() == content,
+        "big is not its point's content"
+    );
+    ws.unmount();
+}
+
+/// A tmpfs mounted on a folder for a test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+/// A workspace whose folder is a tmpfs: dropped in this order.
+struct OnTmpfs {
+    ws: Workspace,
+    _tmpfs: Tmpfs,
+}
+
+impl Tmpfs {
+    fn on(dir: &Path, mib: u32) -> Tmpfs {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot mount a tmpfs on {} (needs root)", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
 }

@@ -165,6 +165,11 @@ static SLOW_END: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_END"
 /// How long reading the history waits for the RELEASE of a file whose writers are gone.
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a write waits for a rollback writing its file (see [`Recorder::restoring`])
+/// before it goes on beside it: far longer than a rollback takes to write any one file, short
+/// enough that a rollback stuck on a file (its store's disk hung) does not hang every writer.
+const RESTORE_WAIT: Duration = Duration::from_secs(120);
+
 impl Episode {
     /// Every thread that opened the file in this episode is gone: its handles are only waiting
     /// for the kernel's RELEASE, which comes after close() has returned, at a time of the
@@ -274,22 +279,65 @@ impl Recorder {
         // begins from its content.
         self.finish_closed_of(key)?;
         SLOW_LOOKED.pause();
-        // Held until the episode is open: an episode of this file that is ending is recorded
-        // first (a new file's held-back create included, flushed below), and none can end
-        // between the check for one and the capture of the content before. Dropped at once,
-        // an end of the last episode could slip in after the check, and this write would be
-        // recorded as a modify before the file's create.
-        let _held = self.hold(&[key]);
-        // The caller's `st` is from before the file was held: a chmod by name may have been
-        // recorded in between, and the content before must have the mode it left (a rollback's
-        // rewrite began from 644 after a chmod to 600 was recorded). Another file at the name
-        // now (a save) is the caller's to look at again, as one the capture finds gone.
-        let st = match self.source.lstat(path) {
-            Ok(now) if key_of(&now) == key => now,
-            Ok(_) => return Err(hidden(path, std::io::ErrorKind::NotFound.into())),
-            Err(e) => return Err(hidden(path, e)),
-        };
-        self.begin_write_held(path, &st, by, mark_now, None)
+        let mut waited_out = false;
+        loop {
+            // Held until the episode is open: an episode of this file that is ending is
+            // recorded first (a new file's held-back create included, flushed below), and none
+            // can end between the check for one and the capture of the content before. Dropped
+            // at once, an end of the last episode could slip in after the check, and this
+            // write would be recorded as a modify before the file's create.
+            let held = self.hold(&[key]);
+            // A rollback writing the file: this write comes after it (see `restoring`).
+            if !waited_out && self.restoring(key, by.pid) {
+                drop(held);
+                waited_out = !self.await_restored(key, by.pid);
+                continue;
+            }
+            // The caller's `st` is from before the file was held: a chmod by name may have
+            // been recorded in between, and the content before must have the mode it left (a
+            // rollback's rewrite began from 644 after a chmod to 600 was recorded). Another
+            // file at the name now (a save) is the caller's to look at again, as one the
+            // capture finds gone.
+            let st = match self.source.lstat(path) {
+                Ok(now) if key_of(&now) == key => now,
+                Ok(_) => return Err(hidden(path, std::io::ErrorKind::NotFound.into())),
+                Err(e) => return Err(hidden(path, e)),
+            };
+            return self.begin_write_held(path, &st, by, mark_now, None);
+        }
+    }
+
+    /// Whether a rollback is writing the file `key` now: an episode it began (of a file it
+    /// rewrites in place, or makes), which `pid` is not part of. A write that joined it (an
+    /// open for writing, a truncate) landed in the middle of the rollback's: an append was
+    /// written over by the rest of the content, a truncate tore the file, and a write made
+    /// after the content was folded into the restore. Such a write waits for the end of the
+    /// rollback's episode ([`await_restored`](Self::await_restored)) and comes after it, as
+    /// it would after a program's rewrite that had the file to itself. Asked with the file
+    /// held: a rollback begins its episode with the file held too. One the rollback has left
+    /// (its end kept for the store to take, `keep_unended`) is written by no one.
+    pub fn restoring(&self, key: Key, pid: u32) -> bool {
+        lock(&self.episodes).get(&key).is_some_and(|ep| {
+            ep.who.restore && ep.opens > 0 && !ep.orphaned && !ep.openers.contains(&pid)
+        })
+    }
+
+    /// Wait until the rollback writing the file `key` has ended its episode (see
+    /// [`restoring`](Self::restoring)), the file not held. False if it was still going after
+    /// [`RESTORE_WAIT`]: the write then goes on beside it rather than hang.
+    pub fn await_restored(&self, key: Key, pid: u32) -> bool {
+        let give_up = Instant::now() + RESTORE_WAIT;
+        while self.restoring(key, pid) {
+            if Instant::now() >= give_up {
+                tracing::warn!(
+                    "a rollback has been writing a file for {} s; a write to it goes on beside it",
+                    RESTORE_WAIT.as_secs()
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// Hold the file `key` at its name `path`, so that no rename, link or unlink through the
