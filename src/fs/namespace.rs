@@ -335,6 +335,12 @@ impl Core {
         if folder && !names.exclusive() {
             return Ok(false);
         }
+        // A rename makes its target's name, and may free the file there: a rollback's making
+        // of a name waits for it (`Core::removing`, taken before `pause_endings`, as an unlink
+        // takes it before anything its recording holds). A rollback that linked a new file at
+        // the target after it was looked at again below had it replaced unseen: the rename
+        // was recorded as making the name, after the rollback's create of it.
+        let removing = self.removing();
         let _endings = match &self.recorder {
             Some(rec) if folder => Some(rec.pause_endings()),
             _ => None,
@@ -348,7 +354,7 @@ impl Core {
                 let dst_now = self.backing.stat_at(new_parent, new_name).ok();
                 if key(&src_now) != key(&src) || dst_now.as_ref().map(key) != dst.as_ref().map(key)
                 {
-                    drop((held, _endings));
+                    drop((held, _endings, removing));
                     return self.rename_at(
                         caller,
                         parent,
@@ -364,7 +370,7 @@ impl Core {
             }
             false => (src, dst),
         };
-        let _held = held;
+        let _held = (held, removing);
         let recorded = match &self.recorder {
             Some(rec) => rec
                 .before_rename(

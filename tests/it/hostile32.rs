@@ -1768,3 +1768,103 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// What a process does to a file a rollback has just made, while the rollback goes on.
+#[derive(Clone, Copy, Debug)]
+enum Then {
+    Rename,
+    Chmod,
+    Unlink,
+}
+
+/// A forced rollback makes `a` and then `big` again (both gone since the point); while it
+/// writes `big` (paused after its first write), a process renames, chmods or removes `a`
+/// through the mount. The history must have the rollback's restore of `a` and then the
+/// process's change, each by whom it was: the rollback made `a`, not `c`, and with the
+/// point's mode, not the process's.
+fn a_process_changing_a_file_a_rollback_made(then: Then) {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_RESTORE_WRITE", "1500")],
+    );
+    let dir = ws.path();
+    let content = noise(4 << 20, 9);
+    fs::write(dir.join("a"), "a at the point\n").unwrap();
+    fs::write(dir.join("big"), &content).unwrap();
+    let p = point(&ws);
+    for name in ["a", "big"] {
+        fs::rename(dir.join(name), dir.join("gone")).unwrap();
+        fs::remove_file(dir.join("gone")).unwrap();
+    }
+    rw_ok(&ws, &["sync"]);
+    let underneath = underneath(&ws);
+    let len = content.len() as u64;
+    std::thread::scope(|s| {
+        let rollback = s.spawn(|| rw_ok(&ws, &["rollback", "--to", &p, "--force"]));
+        assert!(
+            wait_for(20, || fs::metadata(underneath.join("big"))
+                .is_ok_and(|m| m.len() > 0 && m.len() < len)),
+            "the rollback never was half way through big"
+        );
+        match then {
+            Then::Rename => fs::rename(dir.join("a"), dir.join("c")).unwrap(),
+            Then::Chmod => fs::set_permissions(
+                dir.join("a"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .unwrap(),
+            Then::Unlink => fs::remove_file(dir.join("a")).unwrap(),
+        }
+        rollback.join().unwrap();
+    });
+    rw_ok(&ws, &["sync"]);
+    let what = format!("{then:?} of a file a rollback made");
+    let changes = assert_chain_ends_in_the_present(&ws, &what);
+    let after: Vec<String> = changes
+        .iter()
+        .filter(|c| c["id"].as_u64().unwrap() > p.parse::<u64>().unwrap())
+        .filter(|c| c["path"] != "big" && c["path"] != "gone")
+        .map(|c| {
+            let from = c["from"]
+                .as_str()
+                .map(|f| format!(" <- {f}"))
+                .unwrap_or_default();
+            let mode = c["after"]["mode"]
+                .as_str()
+                .map(|m| format!(" {m}"))
+                .unwrap_or_default();
+            format!(
+                "{} {}{from}{mode}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let want = match then {
+        Then::Rename => ["restore a 644", "rename c <- a 644"],
+        Then::Chmod => ["restore a 644", "chmod a 600"],
+        Then::Unlink => ["restore a 644", "delete a"],
+    };
+    assert!(
+        after.iter().map(String::as_str).eq(want.iter().copied()),
+        "{what}: after the point {after:?}, not {want:?}\n{}",
+        whole(&changes)
+    );
+    ws.unmount();
+}
+
+#[test]
+fn a_process_renaming_a_file_a_rollback_made_comes_after_its_restore() {
+    a_process_changing_a_file_a_rollback_made(Then::Rename);
+}
+
+#[test]
+fn a_process_chmodding_a_file_a_rollback_made_comes_after_its_restore() {
+    a_process_changing_a_file_a_rollback_made(Then::Chmod);
+}
+
+#[test]
+fn a_process_removing_a_file_a_rollback_made_comes_after_its_restore() {
+    a_process_changing_a_file_a_rollback_made(Then::Unlink);
+}

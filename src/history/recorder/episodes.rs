@@ -777,6 +777,22 @@ impl Recorder {
     /// Called with the file's stripe held.
     fn end_or_keep(&self, key: Key, ep: Episode, file: Option<Through>) -> Result<()> {
         match self.finish_episode(key, &ep, file.as_ref().map(Through::file)) {
+            // A rollback's new file is recorded at once, not held back: held back, what a
+            // process did to it before the create was recorded was folded into it (a rename
+            // recorded as the rollback's making of the new name, a chmod as the mode it made
+            // the file with, an unlink as neither having happened). A rollback makes no
+            // temporary file to save over another, which is what holding back is for.
+            Ok(Finished::Held(p)) if p.who.restore => {
+                match self.record_create_or_keep(&ep.path, *p) {
+                    // Kept held back, for the pending thread to try again.
+                    Err(e) if out_of_sight(&e) => Ok(()),
+                    Err(e) => Err(e),
+                    Ok(()) => {
+                        self.back_in_sight(&ep.path);
+                        Ok(())
+                    }
+                }
+            }
             Ok(Finished::Held(p)) => {
                 let replaced = lock(&self.pending).insert(ep.path, *p);
                 if let Some(old) = replaced {

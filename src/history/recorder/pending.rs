@@ -72,7 +72,7 @@ impl Recorder {
 
     /// Record a held-back create; if the store cannot take it (a full disk), it stays held
     /// back, to be recorded once the store takes writes again.
-    fn record_create_or_keep(&self, path: &[u8], p: Pending) -> Result<()> {
+    pub(super) fn record_create_or_keep(&self, path: &[u8], p: Pending) -> Result<()> {
         let kept = p.clone();
         let result = self.record_create(path, p);
         match &result {
