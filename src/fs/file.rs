@@ -56,6 +56,12 @@ pub(super) struct Opened {
     pub(super) flags: FopenFlags,
 }
 
+/// Tests only: `REWIND_TEST_SLOW_CREATE_LOOKED=MS` makes a create that found no file at its
+/// name wait that long before it opens it (`O_CREAT`), so that a test can have a rollback make
+/// the file in between.
+static SLOW_CREATE_LOOKED: crate::TestDelay =
+    crate::TestDelay::new("REWIND_TEST_SLOW_CREATE_LOOKED");
+
 /// How many times an open for writing looks again at a name whose file was replaced while
 /// its content was being stored ([`Core::begin_write_as`], [`Core::begin_and_open`]).
 const REPLACED_TRIES: u32 = 8;
@@ -535,6 +541,9 @@ impl Core {
         let path = join(&parent_path, name);
         // An existing file opened through create (O_CREAT without O_EXCL) is a write.
         let existing = self.backing.stat(&path).ok();
+        if existing.is_none() {
+            SLOW_CREATE_LOOKED.pause();
+        }
         let mut episode = None;
         if let Some(st) = existing
             && flags & libc::O_EXCL == 0

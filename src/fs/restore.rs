@@ -73,7 +73,8 @@ impl Write for Target<'_> {
                 Ok(n)
             }
             Err(e) => {
-                if self.refused.is_none() {
+                // `write_all` tries again after an interrupted write.
+                if self.refused.is_none() && e.kind() != std::io::ErrorKind::Interrupted {
                     self.refused = Some(std::io::Error::new(e.kind(), e.to_string()));
                 }
                 Err(e)
@@ -563,8 +564,15 @@ impl Apply for Restorer {
             } else {
                 // A file a process is unlinking is recorded gone first (see `Core::removing`).
                 let removing = self.core.removing_none();
-                let (mut f, episode) = self.make_file(path, mode)?;
-                drop(removing);
+                // And a process's create of the name that looked before the file was there
+                // opens it (`O_CREAT` without `O_EXCL`) only once its episode is begun, and
+                // waits for the rollback's content (`Core::making`, `Recorder::restoring`): a
+                // create that found no file and then opened this one joined the rollback's
+                // edit, unchecked.
+                let making = self.core.making_none();
+                let made = self.make_file(path, mode);
+                drop((making, removing));
+                let (mut f, episode) = made?;
                 let written = write_content(path, &mut f, content);
                 // Closed after the end, as above.
                 self.core.end_write(episode);

@@ -1696,7 +1696,6 @@ fn a_process_truncating_a_file_a_rollback_is_making_comes_after_it() {
 fn a_rollback_filling_the_workspaces_disk_names_the_file_and_loses_nothing() {
     let ws = Workspace::new();
     let dir = ws.path();
-    // The workspace is unmounted (dropped) before the tmpfs under it.
     let mut on = OnTmpfs {
         _tmpfs: Tmpfs::on(&dir, 24),
         ws,
@@ -1741,10 +1740,27 @@ fn a_rollback_filling_the_workspaces_disk_names_the_file_and_loses_nothing() {
 /// A tmpfs mounted on a folder for a test, unmounted when dropped.
 struct Tmpfs(std::path::PathBuf);
 
-/// A workspace whose folder is a tmpfs: dropped in this order.
+/// A workspace whose folder is a tmpfs. Dropped, rewind's mount goes first, then the tmpfs,
+/// then the workspace's folders.
 struct OnTmpfs {
-    ws: Workspace,
     _tmpfs: Tmpfs,
+    ws: Workspace,
+}
+
+impl Drop for OnTmpfs {
+    fn drop(&mut self) {
+        let path = self.ws.path();
+        if crate::common::is_mounted(&path) {
+            let _ = self
+                .ws
+                .command(&[
+                    std::ffi::OsStr::new("unmount"),
+                    "--force".as_ref(),
+                    path.as_os_str(),
+                ])
+                .output();
+        }
+    }
 }
 
 impl Tmpfs {
@@ -1867,4 +1883,130 @@ fn a_process_chmodding_a_file_a_rollback_made_comes_after_its_restore() {
 #[test]
 fn a_process_removing_a_file_a_rollback_made_comes_after_its_restore() {
     a_process_changing_a_file_a_rollback_made(Then::Unlink);
+}
+
+/// A process creates `f` (`O_CREAT|O_APPEND`, no `O_EXCL`) just as a forced rollback makes it
+/// again: the create found no file (`REWIND_TEST_SLOW_CREATE_LOOKED` holds it there), and the
+/// rollback linked its new file at the name before the create opened it. The create then
+/// opened the rollback's file, gave it to its caller, and began a create of a file whose
+/// create the rollback had begun. Now one of the two comes first: the process's file, which
+/// the rollback then cannot make (`File exists`), or the rollback's, which the process then
+/// appends to; the history says which.
+#[test]
+fn a_process_creating_a_file_a_rollback_is_making_comes_before_or_after_it() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(
+        &[] as &[&str],
+        &[("REWIND_TEST_SLOW_CREATE_LOOKED", "1500")],
+    );
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    fs::write(dir.join("p"), "p\n").unwrap();
+    let p = point(&ws);
+    fs::rename(dir.join("f"), dir.join("gone")).unwrap();
+    fs::remove_file(dir.join("gone")).unwrap();
+    rw_ok(&ws, &["sync"]);
+    let rolled = std::thread::scope(|s| {
+        let process = s.spawn(|| {
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(dir.join("f"))
+                .unwrap();
+            std::io::Write::write_all(&mut f, b"the process's line\n").unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        let rolled = rw(&ws, &["rollback", "--to", &p, "--force"]);
+        process.join().unwrap();
+        rolled
+    });
+    rw_ok(&ws, &["sync"]);
+    let changes = assert_chain_ends_in_the_present(&ws, "a create racing a rollback's making");
+    let of_f: Vec<String> = changes
+        .iter()
+        .filter(|c| c["path"] == "f" && c["id"].as_u64().unwrap() > p.parse::<u64>().unwrap())
+        .map(|c| format!("{} {}", c["kind"].as_str().unwrap(), c["pid"]))
+        .collect();
+    let content = fs::read_to_string(dir.join("f")).unwrap();
+    let said = stdout(&rolled);
+    let first_the_process = content == "the process's line\n"
+        && !rolled.status.success()
+        && said.contains("File exists");
+    let first_the_rollback =
+        content == "at the point\nthe process's line\n" && rolled.status.success();
+    assert!(
+        first_the_process || first_the_rollback,
+        "f holds {content:?}; the rollback ({}) said:\n{said}{}",
+        rolled.status,
+        stderr(&rolled)
+    );
+    let kinds: Vec<&str> = of_f.iter().map(|k| k.split(' ').next().unwrap()).collect();
+    let want: &[&str] = if first_the_process {
+        &["create"]
+    } else {
+        &["restore", "modify"]
+    };
+    assert_eq!(
+        kinds,
+        want,
+        "the changes of f: {of_f:?}\n{}",
+        whole(&changes)
+    );
+    ws.unmount();
+}
+
+/// A process wrote `f` and exited, leaving its handle to a child that keeps it (`sleep`); a
+/// forced rollback then rewrites `f`, taking over that edit (its writer is gone). The edit
+/// outlives the rollback, held by the child. A write to `f` after the rollback must not wait
+/// for it: taken for the rollback's own (a rollback writing the file), every open for writing
+/// waited 120 s for the child to let go (`Recorder::restoring`).
+#[test]
+fn a_write_after_a_rollback_took_over_an_abandoned_edit_does_not_wait() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    let p = point(&ws);
+    let out = python_command(
+        &dir,
+        r#"
+import os, subprocess
+fd = os.open("f", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"after\n")
+child = subprocess.Popen(["sleep", "60"], pass_fds=[fd], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(child.pid)
+"#,
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let child: i32 = stdout(&out).trim().parse().unwrap();
+    // A checkpoint records what the open edit wrote so far: the rollback has it to undo.
+    rw_ok(&ws, &["checkpoint", "written"]);
+    rw_ok(&ws, &["rollback", "--to", &p, "--force"]);
+    let started = std::time::Instant::now();
+    let appended = crate::full_disk::run_within(
+        {
+            let mut sh = std::process::Command::new("sh");
+            sh.args(["-c", "echo later >> f"]).current_dir(&dir);
+            sh
+        },
+        60,
+        "an append after the rollback",
+    );
+    let took = started.elapsed();
+    // SAFETY: kill(2) of the child this test made.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    assert!(appended.status.success(), "{}", stderr(&appended));
+    assert!(
+        took < Duration::from_secs(20),
+        "an append after the rollback took {took:?}: it waited for the edit the rollback took over"
+    );
+    rw_ok(&ws, &["sync"]);
+    assert_eq!(
+        fs::read_to_string(dir.join("f")).unwrap(),
+        "at the point\nlater\n"
+    );
+    ws.unmount();
 }

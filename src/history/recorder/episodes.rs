@@ -51,6 +51,11 @@ pub(super) struct Episode {
     /// cut, a move to another name, which the history does not name its content before under)
     /// sets it to `None`.
     pub(super) unmarked: Option<Unmarked>,
+    /// A rollback began it (a file it rewrites in place or makes) and no one else has joined
+    /// it: a write to the file waits for its end ([`Recorder::restoring`]). Not one the
+    /// rollback joined or took over (a process had the file open, or its writer was gone with
+    /// a child still holding the handle), which could outlast the rollback.
+    pub(super) restoring: bool,
 }
 
 /// The marker of an edit of a file whose content the history names as its last version (the
@@ -185,6 +190,7 @@ impl Episode {
 
     fn opened_by(&mut self, pid: u32) {
         self.opens += 1;
+        self.restoring = false;
         self.awaited = false;
         if self.openers.len() < MAX_OPENERS && !self.openers.contains(&pid) {
             self.openers.push(pid);
@@ -315,10 +321,11 @@ impl Recorder {
     /// rollback's episode ([`await_restored`](Self::await_restored)) and comes after it, as
     /// it would after a program's rewrite that had the file to itself. Asked with the file
     /// held: a rollback begins its episode with the file held too. One the rollback has left
-    /// (its end kept for the store to take, `keep_unended`) is written by no one.
+    /// (its end kept for the store to take, `keep_unended`) is written by no one, and one
+    /// another opener joined is not the rollback's alone (`Episode::restoring`).
     pub fn restoring(&self, key: Key, pid: u32) -> bool {
         lock(&self.episodes).get(&key).is_some_and(|ep| {
-            ep.who.restore && ep.opens > 0 && !ep.orphaned && !ep.openers.contains(&pid)
+            ep.restoring && ep.opens > 0 && !ep.orphaned && !ep.openers.contains(&pid)
         })
     }
 
@@ -518,6 +525,7 @@ impl Recorder {
                 return Ok(());
             }
             std::collections::hash_map::Entry::Vacant(e) => e.insert(Episode {
+                restoring: who.restore,
                 path: path.to_vec(),
                 before,
                 opens: 1,
