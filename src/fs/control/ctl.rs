@@ -391,7 +391,8 @@ impl Actor for DaemonActor<'_> {
         );
         progress.end(caller);
         who.end_restore(tid);
-        // New files it made are held back like any others: record them now.
+        // Record what is still held back (its new files are recorded as each is written, but
+        // a process's held-back creates and queued deletes may be waiting).
         self.recorder().settle()?;
         Ok(Applied { session, failed })
     }
