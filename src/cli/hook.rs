@@ -222,6 +222,7 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
             if let Some(id) = prompt_id {
                 turn += &format!(" --prompt-id={}", quote(&id));
             }
+            turn += &format!(" --pid {}", agent_pid());
             vec![start(&session_id), turn]
         }
         HookEvent::ToolStart {
@@ -229,8 +230,9 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
             tool,
             tool_id,
         } => vec![format!(
-            "tool begin --session {}{} -- {}",
+            "tool begin --session {} --pid {}{} -- {}",
             quote(&session_name(agent, &session_id)),
+            agent_pid(),
             tool_id
                 .map(|i| format!(" --id={}", quote(&i)))
                 .unwrap_or_default(),
@@ -241,8 +243,9 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
             tool,
             tool_id,
         } => vec![format!(
-            "tool end --session {}{} -- {}",
+            "tool end --session {} --pid {}{} -- {}",
             quote(&session_name(agent, &session_id)),
+            agent_pid(),
             tool_id
                 .map(|i| format!(" --id={}", quote(&i)))
                 .unwrap_or_default(),
@@ -251,8 +254,9 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         // The daemon reads the transcript (after it answers: a slow or missing one never
         // holds the hook), and keeps it with the turn.
         HookEvent::Stop { session_id } => vec![format!(
-            "turn end --session {}{}",
+            "turn end --session {} --pid {}{}",
             quote(&session_name(agent, &session_id)),
+            agent_pid(),
             transcript
                 .map(|t| format!(" --transcript={}", quote(&t)))
                 .unwrap_or_default()
@@ -261,11 +265,12 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         // agent's process (else the shells under it go on recording as the agent's session).
         HookEvent::SessionEnd { session_id } => vec![
             format!(
-                "turn end --session {}",
-                quote(&session_name(agent, &session_id))
+                "turn end --session {} --pid {}",
+                quote(&session_name(agent, &session_id)),
+                agent_pid()
             ),
             format!(
-                "session end --session {} --pid {}",
+                "session end --session {} --pid {} --exclusive",
                 quote(&session_name(agent, &session_id)),
                 agent_pid()
             ),

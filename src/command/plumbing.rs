@@ -32,6 +32,10 @@ pub enum SessionCommand {
         /// registration of another session is left, and none is not an error.
         #[arg(long, value_parser = |s: &str| Name::parse("session", s))]
         session: Option<Name>,
+        /// Only a registration of --pid itself (as `rewind hook` ends what its agent's session
+        /// start registered): a process under the agent that never registered ends nothing.
+        #[arg(long)]
+        exclusive: bool,
     },
 }
 
@@ -49,6 +53,10 @@ pub enum TurnCommand {
         /// The agent's own id for the prompt.
         #[arg(long)]
         prompt_id: Option<String>,
+        /// The agent's process (what `rewind hook` found above itself): only a claim of the
+        /// session by it, or by a process between it and the writer, counts.
+        #[arg(long)]
+        pid: Option<u32>,
     },
     /// The agent stopped: the session's open turn ends.
     End {
@@ -58,6 +66,10 @@ pub enum TurnCommand {
         /// kept with the turn as its conversation.
         #[arg(long)]
         transcript: Option<std::path::PathBuf>,
+        /// The agent's process (what `rewind hook` found above itself): only a claim of the
+        /// session by it, or by a process between it and the writer, counts.
+        #[arg(long)]
+        pid: Option<u32>,
     },
 }
 
@@ -70,6 +82,10 @@ pub enum ToolCommand {
         name: String,
         #[arg(long)]
         id: Option<String>,
+        /// The agent's process (what `rewind hook` found above itself): only a claim of the
+        /// session by it, or by a process between it and the writer, counts.
+        #[arg(long)]
+        pid: Option<u32>,
     },
     End {
         #[arg(long)]
@@ -77,5 +93,9 @@ pub enum ToolCommand {
         name: String,
         #[arg(long)]
         id: Option<String>,
+        /// The agent's process (what `rewind hook` found above itself): only a claim of the
+        /// session by it, or by a process between it and the writer, counts.
+        #[arg(long)]
+        pid: Option<u32>,
     },
 }

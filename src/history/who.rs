@@ -82,6 +82,24 @@ pub enum Claim {
 pub struct Foreign {
     pub session: String,
     pub owner: u32,
+    /// The agent process the command was from, when it is under the owner (it never claimed
+    /// the session itself).
+    pub under: Option<u32>,
+}
+
+/// Whether `pid` is `ancestor` or runs under it.
+fn descends(pid: u32, ancestor: u32) -> bool {
+    let mut cur = pid;
+    for _ in 0..64 {
+        if cur == ancestor {
+            return true;
+        }
+        match stat(cur) {
+            Some((ppid, _)) if cur > 1 => cur = ppid,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The name a process tree is registered under when `name` belongs to another tree.
@@ -281,9 +299,20 @@ impl Attributor {
     /// registered apart in); `asked` itself when no live tree holds it (an agent's last hook
     /// may run after the agent exited); refused when another live tree holds it and the
     /// caller's never claimed it.
-    pub fn session_for(&self, asked: &str, caller: u32) -> Result<String, Foreign> {
+    ///
+    /// `agent`, when given, is the agent process the command is from (what `rewind hook`
+    /// found above itself): only a claim by it or by a process between it and the caller
+    /// counts. A process under the owner whose own claim was never recorded (its hook gave up
+    /// waiting) would otherwise be taken for the owner, and its Stop would end the owner's turn.
+    pub fn session_for(
+        &self,
+        asked: &str,
+        caller: u32,
+        agent: Option<u32>,
+    ) -> Result<String, Foreign> {
         let regs = self.lock_registrations();
         let mut cur = process_of(caller);
+        let mut passed_agent = false;
         for _ in 0..64 {
             let Some((ppid, start)) = stat(cur) else {
                 break;
@@ -293,7 +322,8 @@ impl Attributor {
             {
                 return Ok(r.session.clone());
             }
-            if cur <= 1 {
+            if cur <= 1 || agent == Some(cur) {
+                passed_agent = agent == Some(cur);
                 break;
             }
             cur = ppid;
@@ -302,6 +332,7 @@ impl Attributor {
             Some(owner) if alive(*owner) => Err(Foreign {
                 session: asked.to_string(),
                 owner: owner.0,
+                under: (passed_agent && descends(cur, owner.0)).then_some(cur),
             }),
             _ => Ok(asked.to_string()),
         }
@@ -335,10 +366,29 @@ impl Attributor {
         })
     }
 
+    /// As [`unregister_session`](Attributor::unregister_session), but only a registration of
+    /// `pid` itself.
+    pub fn unregister_session_of(&self, pid: u32, asked: &str) -> Option<String> {
+        self.unregister_where_up_to(pid, 1, |r| {
+            r.session == asked || r.asked.as_deref() == Some(asked)
+        })
+    }
+
     fn unregister_where(&self, pid: u32, wanted: impl Fn(&Registration) -> bool) -> Option<String> {
+        self.unregister_where_up_to(pid, 64, wanted)
+    }
+
+    /// The nearest of `pid` and its ancestors, `levels` of them at most, whose registration is
+    /// `wanted`, unregistered.
+    fn unregister_where_up_to(
+        &self,
+        pid: u32,
+        levels: usize,
+        wanted: impl Fn(&Registration) -> bool,
+    ) -> Option<String> {
         let mut regs = self.lock_registrations();
         let mut cur = process_of(pid);
-        for _ in 0..64 {
+        for _ in 0..levels {
             let (ppid, start) = stat(cur)?;
             if regs.by_process.get(&(cur, start)).is_some_and(&wanted)
                 && let Some(r) = regs.by_process.remove(&(cur, start))
@@ -564,20 +614,24 @@ mod tests {
         );
         assert_eq!(a.who(By { pid: p2, uid: 0 }).session, apart);
         assert_eq!(a.who(By { pid: p1, uid: 0 }).session, "s");
-        assert_eq!(a.session_for("s", p1).as_deref(), Ok("s"));
-        assert_eq!(a.session_for("s", p2), Ok(apart.clone()));
+        assert_eq!(a.session_for("s", p1, None).as_deref(), Ok("s"));
+        assert_eq!(a.session_for("s", p2, None), Ok(apart.clone()));
         // This process is in neither tree and claimed nothing.
         assert_eq!(
-            a.session_for("s", std::process::id()),
+            a.session_for("s", std::process::id(), None),
             Err(Foreign {
                 session: "s".into(),
-                owner: p1
+                owner: p1,
+                under: None
             })
         );
         // The first tree is gone: the id passes on, to whoever claims it next.
         first.kill().unwrap();
         first.wait().unwrap();
-        assert_eq!(a.session_for("s", std::process::id()).as_deref(), Ok("s"));
+        assert_eq!(
+            a.session_for("s", std::process::id(), None).as_deref(),
+            Ok("s")
+        );
         let third = sleeper();
         assert_eq!(a.claim(third.id(), "s".into(), None), Some(Claim::Own));
         assert_eq!(
@@ -614,8 +668,8 @@ mod tests {
         );
         // The agent's next hook (each prompt claims again) keeps its own session.
         assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
-        assert_eq!(a.session_for("s", child.id()), Ok(apart));
-        assert_eq!(a.session_for("s", owner).as_deref(), Ok("s"));
+        assert_eq!(a.session_for("s", child.id(), None), Ok(apart));
+        assert_eq!(a.session_for("s", owner, None).as_deref(), Ok("s"));
         let _ = child.kill();
         let _ = child.wait();
     }

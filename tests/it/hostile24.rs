@@ -43,13 +43,15 @@ use crate::record::log;
 
 /// Python helpers (as hostile23's): `edit(path, text)` rewrites a file in place (no O_TRUNC);
 /// `hook(event, **kw)` runs `rewind hook claude EVENT` as Claude Code would (this process is
-/// the agent), with the payload of session `SID`, and returns how long it took.
+/// the agent), with the payload of session `SID`, and returns how long it took; the events
+/// whose hook said something on stderr (it gave up, or was refused) are listed in `MISSED`.
 pub(crate) const PY: &str = r#"
 import json, os, signal, subprocess, sys, threading, time
 def edit(p, text):
     with open(p, "r+") as f:
         f.write(text); f.truncate()
 SID = "5e55a0b1-0000-4000-8000-00000000bbbb"
+MISSED = []
 def hook(event, **kw):
     p = {"session_id": SID, "transcript_path": "/tmp/none.jsonl", "cwd": os.getcwd(),
          "hook_event_name": event}
@@ -59,6 +61,8 @@ def hook(event, **kw):
                        capture_output=True, timeout=30)
     took = time.monotonic() - t
     assert r.returncode == 0, (event, r)
+    if r.stderr:
+        MISSED.append(event)
     return took
 def prompt(n):
     return hook("UserPromptSubmit", prompt=f"prompt {n}", prompt_id=f"p-{n}",

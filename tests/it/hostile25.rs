@@ -835,6 +835,8 @@ n = random.randint(100, 1000)
 prompt(n)
 open("c%d.txt" % os.getpid(), "w").write("x\\n")
 stop(n)
+if MISSED:
+    print("gave up: c%d.txt %s" % (os.getpid(), " ".join(MISSED)), flush=True)
 '''
 t = time.monotonic()
 kids = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(64)]
@@ -880,7 +882,23 @@ print(json.dumps([took, s]))
     ) + "\nhook log:\n"
         + &hook_log(&ws);
     assert_eq!(turns(&ws).len(), 1, "{what}");
-    assert_eq!(paths(&turn_log(&ws, 1)), ["w.txt"], "{what}");
+    // A child whose hooks gave up waiting (a loaded machine: 64 of them at once) may have
+    // made its file before its own session was recorded, and so as a process of the agent's
+    // tree, in its turn; no other child's file may be there.
+    let gave_up: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("gave up: "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let strays: Vec<String> = paths(&turn_log(&ws, 1))
+        .into_iter()
+        .filter(|p| p != "w.txt" && !gave_up.contains(&p.as_str()))
+        .collect();
+    assert!(
+        paths(&turn_log(&ws, 1)).contains(&"w.txt".to_string()),
+        "{what}"
+    );
+    assert!(strays.is_empty(), "{strays:?} in turn 1: {what}");
     let (_, end) = bounds(&ws, 1);
     assert!(
         cat_at(&ws, "w.txt", end).ends_with("end of turn one\n"),
@@ -889,6 +907,70 @@ print(json.dumps([took, s]))
     let z = all.iter().rfind(|c| c["path"] == "z.txt").expect(&what);
     assert!(z["turn"].is_null(), "{what}");
     assert!(wrong.is_empty(), "{what}");
+    ws.unmount();
+}
+
+/// A process under the agent whose own SessionStart was never recorded (its hook gave up
+/// waiting, as 64 at once on a loaded machine do) sends hooks naming the agent's session id:
+/// a tool call, a Stop, a SessionEnd. It claimed nothing, so none of them may touch the
+/// agent's turn or registration: the agent's turn 1 holds its edits before and after them,
+/// and its edit after the child's SessionEnd is still its session's.
+// Failed before the hook named its agent's process (`--pid` on turn and tool commands,
+// `session end --exclusive`): the daemon looked for a claim from the writer up and found the
+// agent's own, so the child's Stop ended the agent's turn 1 (seen in a CI run of
+// `a_flood_of_hooks_from_64_processes_naming_the_agents_session`: turn 1 ended by a child,
+// the agent's own later write of `w.txt` in no turn) and its SessionEnd unregistered the agent.
+#[test]
+fn hooks_from_a_process_under_the_agent_that_never_registered_touch_nothing_of_its() {
+    let mut ws = Workspace::new();
+    mounted(
+        &mut ws,
+        &[("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n")],
+        &[],
+    );
+    let out = agent(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "by the agent in turn one\n")
+child = PY_SRC + '''
+hook("PreToolUse", tool_name="Bash", tool_use_id="t-1", tool_input={})
+hook("PostToolUse", tool_name="Bash", tool_use_id="t-1", tool_input={}, tool_response={})
+stop(7)
+hook("SessionEnd", reason="other")
+'''
+subprocess.run([sys.executable, "-c", child], check=True)
+edit("b.txt", "by the agent after the child's hooks\n")
+time.sleep(0.3)
+stop(1)
+edit("c.txt", "by the agent between turns\n")
+"#
+        .replace("PY_SRC", &format!("{:?}", crate::hostile24::PY))
+        .as_str(),
+    );
+    sync(&ws);
+    let all = log(&ws);
+    let what = format!(
+        "{out}\nturns: {:?}\nchanges:\n{}\nhook log:\n{}",
+        turns(&ws),
+        lines(&all),
+        hook_log(&ws)
+    );
+    assert_eq!(turns(&ws).len(), 1, "{what}");
+    assert_eq!(paths(&turn_log(&ws, 1)), ["a.txt", "b.txt"], "{what}");
+    let c = all.iter().rfind(|c| c["path"] == "c.txt").expect(&what);
+    assert_eq!(
+        c["session"], SESSION,
+        "the agent is still registered: {what}"
+    );
+    assert!(c["turn"].is_null(), "{what}");
+    assert!(
+        hook_log(&ws).contains("never started it"),
+        "the child's Stop was refused and logged: {what}"
+    );
+    let (wrong, _) = misplaced(&ws);
+    assert!(wrong.is_empty(), "{what}\n{wrong:?}");
     ws.unmount();
 }
 

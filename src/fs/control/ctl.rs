@@ -415,20 +415,26 @@ impl Actor for DaemonActor<'_> {
         let rec = self.recorder();
         // A turn or tool command is about the session the caller's process tree holds under
         // that name: another agent's hook naming it opens, ends and marks nothing of it.
-        let own = |asked: &str| {
-            rec.attributor()
-                .session_for(asked, caller)
-                .map_err(|Foreign { session, owner }| {
-                    tracing::warn!(
-                        "process {caller} named session {session}, which belongs to process \
-                         {owner} and its children; refused"
-                    );
-                    Error::Usage(format!(
-                        "session {session} belongs to process {owner} and its children, and \
-                         process {caller} is not one of them: nothing done"
-                    ))
+        let own =
+            |asked: &str, agent: &Option<u32>| {
+                rec.attributor()
+                .session_for(asked, caller, *agent)
+                .map_err(|Foreign { session, owner, under }| {
+                    let who = agent.unwrap_or(caller);
+                    let why = match under {
+                        Some(agent) => format!(
+                            "session {session} belongs to process {owner}, and process {agent}, \
+                             under it, never started it (its session start was not recorded)"
+                        ),
+                        None => format!(
+                            "session {session} belongs to process {owner} and its children, and \
+                             process {who} is not one of them"
+                        ),
+                    };
+                    tracing::warn!("{why}; refused");
+                    Error::Usage(format!("{why}: nothing done"))
                 })
-        };
+            };
         match command {
             Command::Sync { for_reading } => {
                 if *for_reading {
@@ -470,14 +476,22 @@ impl Actor for DaemonActor<'_> {
                     "session {name} started for process {pid} and its children\n"
                 ))
             }
-            Command::Session(SessionCommand::End { pid, session }) => {
+            Command::Session(SessionCommand::End {
+                pid,
+                session,
+                exclusive,
+            }) => {
                 let pid = pid.unwrap_or(caller);
                 match session {
                     None => match rec.attributor().unregister(pid) {
                         Some(s) => Ok(format!("session {s} ended\n")),
                         None => Err(Error::NoSessionStarted),
                     },
-                    Some(name) => match rec.attributor().unregister_session(pid, name.as_str()) {
+                    Some(name) => match if *exclusive {
+                        rec.attributor().unregister_session_of(pid, name.as_str())
+                    } else {
+                        rec.attributor().unregister_session(pid, name.as_str())
+                    } {
                         Some(s) => Ok(format!("session {s} ended\n")),
                         None => Ok(format!(
                             "session {name} was not registered for process {pid}\n"
@@ -490,8 +504,9 @@ impl Actor for DaemonActor<'_> {
                 agent,
                 prompt,
                 prompt_id,
+                pid,
             }) => {
-                let session = Name::parse("session", &own(session)?)?;
+                let session = Name::parse("session", &own(session, pid)?)?;
                 // The turn begins at once, bounded by the ids of everything done before the
                 // prompt; what the session did before it is then recorded before the hook is
                 // answered (other sessions' saves in progress are left alone). Settled first,
@@ -517,8 +532,9 @@ impl Actor for DaemonActor<'_> {
             Command::Turn(TurnCommand::End {
                 session,
                 transcript,
+                pid,
             }) => {
-                let session = &own(session)?;
+                let session = &own(session, pid)?;
                 // Ended at once, then settled (as a turn begins, above).
                 let ended = rec.bound_turn(session, |point| rec.turns().end(session, point))?;
                 let settled = settled_after_bound(rec, session);
@@ -532,9 +548,14 @@ impl Actor for DaemonActor<'_> {
                     None => format!("no turn was open\n{settled}"),
                 })
             }
-            Command::Tool(ToolCommand::Begin { session, name, id }) => {
+            Command::Tool(ToolCommand::Begin {
+                session,
+                name,
+                id,
+                pid,
+            }) => {
                 rec.turns().tool_begin(
-                    &own(session)?,
+                    &own(session, pid)?,
                     Tool {
                         name: name.clone(),
                         id: id.clone(),
@@ -542,8 +563,13 @@ impl Actor for DaemonActor<'_> {
                 );
                 Ok("ok\n".into())
             }
-            Command::Tool(ToolCommand::End { session, name, id }) => {
-                let session = &own(session)?;
+            Command::Tool(ToolCommand::End {
+                session,
+                name,
+                id,
+                pid,
+            }) => {
+                let session = &own(session, pid)?;
                 // Forgotten at once: what the tool did carries it already (each change is
                 // labelled when it is made), and is recorded before the hook is answered.
                 rec.turns().tool_end(session, name, id.as_deref());
