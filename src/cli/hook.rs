@@ -382,7 +382,16 @@ fn exchange(cwd: &Path, event: &str) -> CliResult {
             for line in input.split('\0').filter(|l| !l.is_empty()) {
                 // Said before the request is made, so the hook knows one may be in flight.
                 let _ = steps.write_all(&[SENDING]).and_then(|()| steps.flush());
-                let answer = ctx.ctl(line)?;
+                let answer = match ctx.ctl(line) {
+                    // A daemon of an older rewind (still mounted across an upgrade) knows
+                    // every command a hook sends but not each of its flags: said again
+                    // without the flag, the command is done as that daemon did it before.
+                    Err(f) => match for_an_older_daemon(line, &f.message) {
+                        Some(older) => ctx.ctl(&older)?,
+                        None => return Err(f),
+                    },
+                    Ok(answer) => answer,
+                };
                 let _ = steps.write_all(&[ANSWERED]).and_then(|()| steps.flush());
                 // Another agent process holds this session id: ours was recorded apart (the
                 // daemon said so); worth a line in the log, not a failure.
@@ -402,6 +411,25 @@ fn exchange(cwd: &Path, event: &str) -> CliResult {
     }
 }
 
+/// Flags a hook adds that an older daemon's grammar may lack; each is left out (with its
+/// value, if it takes one) when that daemon says it does not know it.
+const NEWER_FLAGS: [(&str, bool); 2] = [("--pid", true), ("--exclusive", false)];
+
+/// `line` without the flag an older daemon refused as unknown (`message`, clap's "unexpected
+/// argument '--pid' found"), or None when the refusal is not of such a flag. Only words before
+/// a `--` are flags: a tool's name or a quoted prompt that says `--pid` is left alone.
+fn for_an_older_daemon(line: &str, message: &str) -> Option<String> {
+    let (flag, takes_value) = NEWER_FLAGS
+        .into_iter()
+        .find(|(flag, _)| message.contains(&format!("unexpected argument '{flag}' found")))?;
+    let mut words = shlex::split(line)?;
+    let end = words.iter().position(|w| w == "--").unwrap_or(words.len());
+    let at = words[..end].iter().position(|w| w == flag)?;
+    let to = if takes_value { at + 2 } else { at + 1 };
+    words.drain(at..to.min(end));
+    shlex::try_join(words.iter().map(String::as_str)).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +443,47 @@ mod tests {
 
     /// The message never says more than was done: nothing recorded only when no request was
     /// made or every one made failed; a request in flight is "not confirmed".
+    /// A daemon of an older rewind refuses a flag it does not know: the hook says the command
+    /// again without it, and without nothing else (a prompt or a tool's name that says
+    /// `--pid` is not a flag).
+    #[test]
+    fn a_line_for_an_older_daemon_leaves_out_only_the_flag_it_refused() {
+        let refused = |flag: &str| format!("unexpected argument '{flag}' found\n\nUsage: ...");
+        assert_eq!(
+            for_an_older_daemon(
+                "turn begin --session s --agent claude '--prompt=say --pid 7' --pid 42",
+                &refused("--pid")
+            )
+            .as_deref(),
+            Some("turn begin --session s --agent claude '--prompt=say --pid 7'")
+        );
+        assert_eq!(
+            for_an_older_daemon(
+                "tool begin --session s --pid 42 -- --pid",
+                &refused("--pid")
+            )
+            .as_deref(),
+            Some("tool begin --session s -- --pid")
+        );
+        assert_eq!(
+            for_an_older_daemon(
+                "session end --session s --pid 42 --exclusive",
+                &refused("--exclusive")
+            )
+            .as_deref(),
+            Some("session end --session s --pid 42")
+        );
+        assert_eq!(
+            for_an_older_daemon("turn end --session s --pid 42", "no such session"),
+            None
+        );
+        assert_eq!(
+            for_an_older_daemon("turn end --session s", &refused("--pid")),
+            None,
+            "nothing to leave out"
+        );
+    }
+
     #[test]
     fn a_hooks_message_says_what_is_known_to_be_recorded() {
         assert_eq!(said(0, 0, 2), "why; nothing recorded");

@@ -128,8 +128,9 @@ fn rollback_alone_agrees(ws: &Workspace, id: &str, what: &str) {
 
 /// Files at the point, all deleted after it; a forced rollback makes them again while threads
 /// unlink, save over (rename), `O_CREAT|O_TRUNC`-write, `O_EXCL`-create and chmod those names
-/// as fast as they can. The rollback makes each file underneath (`O_EXCL`) and only then
-/// begins its create: a request through the mount may find the new file in between.
+/// as fast as they can. The rollback writes each file nameless (`O_TMPFILE`), links it at its
+/// name holding `Core::making` and `Core::removing`, and records its create when its edit
+/// ends: a request through the mount comes wholly before or after the link.
 fn rollback_making_files_racing(ops: &str, rounds: u32) {
     for round in 0..rounds {
         let mut ws = Workspace::new();
