@@ -19,6 +19,10 @@ pub struct Extra<'a> {
     /// The change's new content, not stored yet: written with it (see
     /// [`Store::prepare_file_reader`](store::Store::prepare_file_reader)).
     pub content: Option<&'a store::NewContent>,
+    /// The marker of an episode that goes on from this change (a cut), written in its batch:
+    /// written after it, a crash between the two left the old marker, and the next mount
+    /// recorded the change again from it.
+    pub marker: Option<(&'a [u8], &'a OpenEpisode)>,
 }
 
 /// What a retraction writes in its batch besides taking the changes back (see
@@ -224,14 +228,20 @@ impl History {
                     .collect()
             })
             .collect();
+        let markers: Vec<Option<(&[u8], store::EpisodeRecord)>> = items
+            .iter()
+            .map(|(_, e, _)| e.marker.map(|(p, m)| (p, m.into())))
+            .collect();
         let extras: Vec<store::Extra<'_>> = items
             .iter()
             .zip(&manifests)
-            .map(|((_, e, _), manifest)| store::Extra {
+            .zip(&markers)
+            .map(|(((_, e, _), manifest), marker)| store::Extra {
                 finish_episode: e.finish_episode,
                 manifest,
                 move_under: e.move_under,
                 content: e.content,
+                marker: marker.as_ref().map(|(p, m)| (*p, m)),
             })
             .collect();
         let records = items

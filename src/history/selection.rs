@@ -267,6 +267,7 @@ mod tests {
             manifest: &[],
             move_under: None,
             content: None,
+            marker: None,
         };
         for (session, turn, path) in [
             ("fix-login", Some(1), "src/a"),

@@ -94,6 +94,9 @@ pub struct Extra<'a> {
     pub move_under: Option<(&'a [u8], &'a [u8])>,
     /// The content the change records, if not stored yet: written in the same batch.
     pub content: Option<&'a NewContent>,
+    /// An open-episode marker to write (after `finish_episode`'s drop): that of an episode
+    /// going on from this change (a cut).
+    pub marker: Option<(&'a [u8], &'a EpisodeRecord)>,
 }
 
 impl Store {
@@ -503,6 +506,9 @@ impl Store {
             batch.put_cf(db.cf(CF_BY_TIME), keys::time(change.time_ns, id), b"");
             if let Some(path) = extra.finish_episode {
                 batch.delete_cf(db.cf(CF_EPISODES), path);
+            }
+            if let Some((path, marker)) = extra.marker {
+                batch.put_cf(db.cf(CF_EPISODES), path, marker.encode());
             }
             if let Some((from, to)) = extra.move_under {
                 move_manifest_under(&db, &mut batch, from, to)?;

@@ -943,6 +943,51 @@ fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
     }
 }
 
+/// A writer keeps `a` open, fsynced (its edit has its marker), and chmods it: the chmod cuts
+/// the edit, and the daemon is SIGKILLed while `REWIND_TEST_SLOW_CUT` holds it after the
+/// cut's record. The next mount must not record the cut's modify a second time.
+///
+/// FAILED before the cut wrote its new marker in its change's batch (with the knob's pause
+/// moved between the two writes, where the kill has to land): the change was written, then
+/// the marker of the episode going on from it; killed between the two, the old marker (the
+/// edit's before, its writer) was still there, and recovery recorded the same modify again
+/// (same pid, same before and after, `links []`), as
+/// `names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain` did once in CI.
+#[test]
+fn a_cut_sigkilled_right_after_its_record_is_not_recorded_again() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_CUT", "3000")]);
+    let dir = ws.path();
+    fs::write(dir.join("a"), "a\n").unwrap();
+    rw_ok(&ws, &["sync"]);
+    let (mut child, _out) = holder(
+        &dir,
+        r#"
+import os, sys
+fd = os.open("a", os.O_WRONLY | os.O_APPEND)
+os.write(fd, b"more\n")
+os.fsync(fd)
+print("ready", flush=True)
+try: os.chmod("a", 0o600)
+except OSError: pass
+sys.stdin.readline()
+"#,
+    );
+    // The chmod's cut is recorded and held by the knob.
+    std::thread::sleep(Duration::from_millis(800));
+    ws.kill_daemon(daemon_pid(&ws));
+    let _ = child.stdin.as_mut().unwrap().write_all(b"\n");
+    let _ = child.wait();
+    ws.mount();
+    let changes = assert_chain_ends_in_the_present(&ws, "a cut SIGKILLed after its record");
+    let modifies = log(&ws)
+        .iter()
+        .filter(|c| c["kind"] == "modify" && c["path"] == "a")
+        .count();
+    assert_eq!(modifies, 1, "{}", whole(&changes));
+    ws.unmount();
+}
+
 /// An open of `l`, a second name of `a`, held in `hold_at` while `a` is exchanged with
 /// `b`. The process opened `l`, which still names the same file (now also at `b`): on a plain
 /// disk what it writes lands in that file, so `l` and `b` end with "more" and `a` (the other

@@ -1135,6 +1135,7 @@ impl Recorder {
                 manifest: &manifest,
                 move_under: None,
                 content: captured.content.as_ref(),
+                marker: None,
             },
             Some(id),
         )?;
@@ -1355,7 +1356,10 @@ impl Recorder {
             Found::Hidden(source) => return Err(hidden(&ep_path, source)),
         };
         let now = self.capture_fresh_as(&ep_path, &st, &ep_path, reader.as_deref())?;
-        if before.as_ref() != Some(&now) {
+        // The marker of the episode going on from `now`.
+        let goes_on = marker(Some(now.clone()), &who, None, None);
+        let changed = before.as_ref() != Some(&now);
+        if changed {
             let kind = if created {
                 ChangeKind::Create
             } else {
@@ -1366,7 +1370,20 @@ impl Recorder {
             change.after = Some(now.clone());
             change.links = self.other_names(key, &ep_path);
             let manifest = self.manifest_of_names(&ep_path, &change.links, seen_of(&st));
-            self.record_one(change, &manifest)?;
+            // Its marker goes in the change's batch: written after it, a crash between the two
+            // left the old marker (the edit's before, its writer), and the next mount recorded
+            // this change a second time from it (`hostile28::a_cut_sigkilled_right_after_its_
+            // record_is_not_recorded_again`).
+            self.record(
+                change,
+                &Extra {
+                    finish_episode: None,
+                    manifest: &manifest,
+                    move_under: None,
+                    content: None,
+                    marker: Some((&ep_path, &goes_on)),
+                },
+            )?;
         }
         // The episode goes on from what was just recorded even if the store then refuses its
         // marker: its end must not record that part again (a second create of a new file).
@@ -1377,7 +1394,9 @@ impl Recorder {
             ep.fsynced = None;
             ep.unmarked = None;
         }
-        self.put_marker(&ep_path, Some(now.clone()), &who, None)?;
+        if !changed {
+            self.history.put_open_episode(&ep_path, &goes_on)?;
+        }
         SLOW_CUT.pause();
         Ok(Some(now))
     }

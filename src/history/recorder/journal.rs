@@ -259,6 +259,7 @@ impl Recorder {
                 manifest,
                 move_under: None,
                 content: None,
+                marker: None,
             },
         )
     }
@@ -529,6 +530,7 @@ impl Recorder {
                 manifest: &p.manifest,
                 move_under: None,
                 content: None,
+                marker: None,
             })
             .collect();
         let result = self.history.record_many(

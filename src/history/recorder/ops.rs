@@ -576,6 +576,7 @@ impl Recorder {
                 manifest: &manifest,
                 move_under,
                 content: None,
+                marker: None,
             };
             if exchange && let Some(dst_before) = dst_before {
                 let mut back = self.change(ChangeKind::Rename, src, &who);
@@ -663,6 +664,7 @@ impl Recorder {
                 manifest: &manifest,
                 move_under: None,
                 content: None,
+                marker: None,
             },
         )?])
     }

@@ -173,6 +173,7 @@ impl Recorder {
                 manifest: &manifest,
                 move_under: None,
                 content: captured.content.as_ref(),
+                marker: None,
             },
             Some(p.id),
         )?;

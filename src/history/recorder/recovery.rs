@@ -141,6 +141,7 @@ impl Recorder {
                     manifest: &manifest,
                     move_under: None,
                     content: None,
+                    marker: None,
                 };
                 self.record_as(change, &extra, id)?;
                 report.episodes += 1;
@@ -387,6 +388,7 @@ impl Recorder {
                     manifest: &manifest,
                     move_under: Some((&from, &to)),
                     content: None,
+                    marker: None,
                 },
             )?;
             gone.retain(|p| !at_or_under(p, &from));
