@@ -944,11 +944,11 @@ fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
 }
 
 /// A writer keeps `a` open, fsynced (its edit has its marker), and chmods it: the chmod cuts
-/// the edit, and the daemon is SIGKILLed while `REWIND_TEST_SLOW_CUT` holds it after the
-/// cut's record. The next mount must not record the cut's modify a second time.
+/// the edit, and the daemon is SIGKILLed while `REWIND_TEST_SLOW_CUT_RECORDED` holds it right
+/// after the cut's change is in the store. The next mount must not record the cut's modify a
+/// second time.
 ///
-/// FAILED before the cut wrote its new marker in its change's batch (with the knob's pause
-/// moved between the two writes, where the kill has to land): the change was written, then
+/// FAILED before the cut wrote its new marker in its change's batch: the change was written, then
 /// the marker of the episode going on from it; killed between the two, the old marker (the
 /// edit's before, its writer) was still there, and recovery recorded the same modify again
 /// (same pid, same before and after, `links []`), as
@@ -956,7 +956,7 @@ fn names_that_stay_sigkilled_mid_run_then_a_remount_keep_the_chain() {
 #[test]
 fn a_cut_sigkilled_right_after_its_record_is_not_recorded_again() {
     let mut ws = Workspace::new();
-    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_CUT", "3000")]);
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_CUT_RECORDED", "3000")]);
     let dir = ws.path();
     fs::write(dir.join("a"), "a\n").unwrap();
     rw_ok(&ws, &["sync"]);

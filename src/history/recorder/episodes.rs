@@ -238,6 +238,11 @@ static SLOW_LOOKED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_L
 /// once it has recorded what the episode wrote, before the operation that cut it goes on.
 static SLOW_CUT: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CUT");
 
+/// Tests only: `REWIND_TEST_SLOW_CUT_RECORDED=MS` makes a cut that found the file changed wait
+/// that long right after its change is in the store, before anything else (so that a test can
+/// SIGKILL the daemon there).
+static SLOW_CUT_RECORDED: crate::TestDelay = crate::TestDelay::new("REWIND_TEST_SLOW_CUT_RECORDED");
+
 /// The file a name holds, held there (see [`Recorder::hold_at`]).
 pub struct Named<'a> {
     st: libc::stat,
@@ -1384,6 +1389,7 @@ impl Recorder {
                     marker: Some((&ep_path, &goes_on)),
                 },
             )?;
+            SLOW_CUT_RECORDED.pause();
         }
         // The episode goes on from what was just recorded even if the store then refuses its
         // marker: its end must not record that part again (a second create of a new file).
