@@ -198,11 +198,13 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
     let (parsed, transcript) = agent::read_with_transcript(agent, event, stdin)
         .map_err(|e| Missed::Payload(e.to_string()))?;
     let a = agent.as_str();
+    // Once: every line of one hook names the same agent process.
+    let agent_pid = agent_pid();
     let start = |id: &str| {
         format!(
             "session start {} --agent {a} --pid {} --exclusive",
             quote(&session_name(agent, id)),
-            agent_pid()
+            agent_pid
         )
     };
     Ok(match parsed {
@@ -222,7 +224,7 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
             if let Some(id) = prompt_id {
                 turn += &format!(" --prompt-id={}", quote(&id));
             }
-            turn += &format!(" --pid {}", agent_pid());
+            turn += &format!(" --pid {agent_pid}");
             vec![start(&session_id), turn]
         }
         HookEvent::ToolStart {
@@ -232,7 +234,7 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         } => vec![format!(
             "tool begin --session {} --pid {}{} -- {}",
             quote(&session_name(agent, &session_id)),
-            agent_pid(),
+            agent_pid,
             tool_id
                 .map(|i| format!(" --id={}", quote(&i)))
                 .unwrap_or_default(),
@@ -245,7 +247,7 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         } => vec![format!(
             "tool end --session {} --pid {}{} -- {}",
             quote(&session_name(agent, &session_id)),
-            agent_pid(),
+            agent_pid,
             tool_id
                 .map(|i| format!(" --id={}", quote(&i)))
                 .unwrap_or_default(),
@@ -256,7 +258,7 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         HookEvent::Stop { session_id } => vec![format!(
             "turn end --session {} --pid {}{}",
             quote(&session_name(agent, &session_id)),
-            agent_pid(),
+            agent_pid,
             transcript
                 .map(|t| format!(" --transcript={}", quote(&t)))
                 .unwrap_or_default()
@@ -267,12 +269,12 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
             format!(
                 "turn end --session {} --pid {}",
                 quote(&session_name(agent, &session_id)),
-                agent_pid()
+                agent_pid
             ),
             format!(
                 "session end --session {} --pid {} --exclusive",
                 quote(&session_name(agent, &session_id)),
-                agent_pid()
+                agent_pid
             ),
         ],
         HookEvent::Ignored if !agent::known_events(agent).contains(&event) => {
@@ -441,8 +443,6 @@ mod tests {
         }
     }
 
-    /// The message never says more than was done: nothing recorded only when no request was
-    /// made or every one made failed; a request in flight is "not confirmed".
     /// A daemon of an older rewind refuses a flag it does not know: the hook says the command
     /// again without it, and without nothing else (a prompt or a tool's name that says
     /// `--pid` is not a flag).
@@ -484,6 +484,8 @@ mod tests {
         );
     }
 
+    /// The message never says more than was done: nothing recorded only when no request was
+    /// made or every one made failed; a request in flight is "not confirmed".
     #[test]
     fn a_hooks_message_says_what_is_known_to_be_recorded() {
         assert_eq!(said(0, 0, 2), "why; nothing recorded");

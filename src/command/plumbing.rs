@@ -34,7 +34,7 @@ pub enum SessionCommand {
         session: Option<Name>,
         /// Only a registration of --pid itself (as `rewind hook` ends what its agent's session
         /// start registered): a process under the agent that never registered ends nothing.
-        #[arg(long)]
+        #[arg(long, requires = "session")]
         exclusive: bool,
     },
 }

@@ -302,37 +302,51 @@ impl Attributor {
     ///
     /// `agent`, when given, is the agent process the command is from (what `rewind hook`
     /// found above itself): only a claim by it or by a process between it and the caller
-    /// counts. A process under the owner whose own claim was never recorded (its hook gave up
-    /// waiting) would otherwise be taken for the owner, and its Stop would end the owner's turn.
+    /// counts, and none if it is not above the caller (the hook's exchange, left waiting when
+    /// the hook gave up, has since been given another parent). A process under the owner
+    /// whose own claim was never recorded (its hook gave up waiting) would otherwise be taken
+    /// for the owner, and its Stop would end the owner's turn.
     pub fn session_for(
         &self,
         asked: &str,
         caller: u32,
         agent: Option<u32>,
     ) -> Result<String, Foreign> {
+        let agent = agent.map(process_of);
         let regs = self.lock_registrations();
         let mut cur = process_of(caller);
-        let mut passed_agent = false;
+        let mut claimed = None;
+        let mut reached = agent.is_none();
         for _ in 0..64 {
             let Some((ppid, start)) = stat(cur) else {
                 break;
             };
             if let Some(r) = regs.by_process.get(&(cur, start))
                 && r.asked.as_deref() == Some(asked)
+                && claimed.is_none()
             {
-                return Ok(r.session.clone());
+                claimed = Some(r.session.clone());
+                if agent.is_none() {
+                    break;
+                }
             }
-            if cur <= 1 || agent == Some(cur) {
-                passed_agent = agent == Some(cur);
+            if agent == Some(cur) {
+                reached = true;
+                break;
+            }
+            if cur <= 1 {
                 break;
             }
             cur = ppid;
+        }
+        if reached && let Some(session) = claimed {
+            return Ok(session);
         }
         match regs.owners.get(asked) {
             Some(owner) if alive(*owner) => Err(Foreign {
                 session: asked.to_string(),
                 owner: owner.0,
-                under: (passed_agent && descends(cur, owner.0)).then_some(cur),
+                under: agent.filter(|a| reached && *a != owner.0 && descends(*a, owner.0)),
             }),
             _ => Ok(asked.to_string()),
         }
@@ -647,6 +661,49 @@ mod tests {
             let _ = c.wait();
         }
         assert!(apart_name(&"é".repeat(64), u32::MAX).len() <= super::super::name::MAX_LEN);
+    }
+
+    /// A command from an agent process under the owner that never claimed the session (its
+    /// hook gave up) is refused, though the owner's claim is above it; the owner's own, named
+    /// as the agent, is taken; an agent that is not above the writer counts no claim; only the
+    /// agent's own registration is ended by `unregister_session_of`.
+    #[test]
+    fn a_command_naming_its_agent_counts_only_claims_up_to_it() {
+        let a = Attributor::new("default".into());
+        let owner = std::process::id();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let kid = child.id();
+        assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
+        // From the owner's tree with no agent named: the owner's claim, as before.
+        assert_eq!(a.session_for("s", kid, None).as_deref(), Ok("s"));
+        assert_eq!(
+            a.session_for("s", kid, Some(kid)),
+            Err(Foreign {
+                session: "s".into(),
+                owner,
+                under: Some(kid)
+            })
+        );
+        assert_eq!(a.session_for("s", kid, Some(owner)).as_deref(), Ok("s"));
+        assert_eq!(a.session_for("s", owner, Some(owner)).as_deref(), Ok("s"));
+        // The named agent is not above the writer: no claim counts.
+        assert_eq!(
+            a.session_for("s", owner, Some(kid)),
+            Err(Foreign {
+                session: "s".into(),
+                owner,
+                under: None
+            })
+        );
+        assert_eq!(a.unregister_session_of(kid, "s"), None);
+        assert_eq!(a.who(By { pid: kid, uid: 0 }).session, "s");
+        assert_eq!(a.unregister_session_of(owner, "s").as_deref(), Some("s"));
+        assert_eq!(a.who(By { pid: kid, uid: 0 }).session, "default");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]
