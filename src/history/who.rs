@@ -87,19 +87,22 @@ pub struct Foreign {
     pub under: Option<u32>,
 }
 
+/// The process `pid` and its ancestors, nearest first, each with its start time: at most 64,
+/// up to init or the first one gone.
+fn ancestry(pid: u32) -> impl Iterator<Item = ProcKey> {
+    let mut next = Some(pid);
+    std::iter::from_fn(move || {
+        let cur = next.take()?;
+        let (ppid, start) = stat(cur)?;
+        next = (cur > 1).then_some(ppid);
+        Some((cur, start))
+    })
+    .take(64)
+}
+
 /// Whether `pid` is `ancestor` or runs under it.
 fn descends(pid: u32, ancestor: u32) -> bool {
-    let mut cur = pid;
-    for _ in 0..64 {
-        if cur == ancestor {
-            return true;
-        }
-        match stat(cur) {
-            Some((ppid, _)) if cur > 1 => cur = ppid,
-            _ => return false,
-        }
-    }
-    false
+    ancestry(pid).any(|(p, _)| p == ancestor)
 }
 
 /// The name a process tree is registered under when `name` belongs to another tree.
@@ -313,40 +316,27 @@ impl Attributor {
         agent: Option<u32>,
     ) -> Result<String, Foreign> {
         let agent = agent.map(process_of);
-        let regs = self.lock_registrations();
-        let mut cur = process_of(caller);
-        let mut claimed = None;
-        let mut reached = agent.is_none();
-        for _ in 0..64 {
-            let Some((ppid, start)) = stat(cur) else {
-                break;
-            };
-            if let Some(r) = regs.by_process.get(&(cur, start))
-                && r.asked.as_deref() == Some(asked)
-                && claimed.is_none()
-            {
-                claimed = Some(r.session.clone());
-                if agent.is_none() {
-                    break;
-                }
-            }
-            if agent == Some(cur) {
-                reached = true;
-                break;
-            }
-            if cur <= 1 {
-                break;
-            }
-            cur = ppid;
+        let mut up: Vec<ProcKey> = ancestry(process_of(caller)).collect();
+        if let Some(agent) = agent {
+            let to = up
+                .iter()
+                .position(|(p, _)| *p == agent)
+                .map_or(0, |i| i + 1);
+            up.truncate(to);
         }
-        if reached && let Some(session) = claimed {
-            return Ok(session);
+        let regs = self.lock_registrations();
+        if let Some(r) = up.iter().find_map(|key| {
+            regs.by_process
+                .get(key)
+                .filter(|r| r.asked.as_deref() == Some(asked))
+        }) {
+            return Ok(r.session.clone());
         }
         match regs.owners.get(asked) {
             Some(owner) if alive(*owner) => Err(Foreign {
                 session: asked.to_string(),
                 owner: owner.0,
-                under: agent.filter(|a| reached && *a != owner.0 && descends(*a, owner.0)),
+                under: agent.filter(|a| !up.is_empty() && *a != owner.0 && descends(*a, owner.0)),
             }),
             _ => Ok(asked.to_string()),
         }
@@ -401,23 +391,14 @@ impl Attributor {
         wanted: impl Fn(&Registration) -> bool,
     ) -> Option<String> {
         let mut regs = self.lock_registrations();
-        let mut cur = process_of(pid);
-        for _ in 0..levels {
-            let (ppid, start) = stat(cur)?;
-            if regs.by_process.get(&(cur, start)).is_some_and(&wanted)
-                && let Some(r) = regs.by_process.remove(&(cur, start))
-            {
-                regs.owners.retain(|_, owner| *owner != (cur, start));
-                drop(regs);
-                self.forget_lookups();
-                return Some(r.session);
-            }
-            if cur <= 1 {
-                return None;
-            }
-            cur = ppid;
-        }
-        None
+        let key = ancestry(process_of(pid))
+            .take(levels)
+            .find(|key| regs.by_process.get(key).is_some_and(&wanted))?;
+        let r = regs.by_process.remove(&key)?;
+        regs.owners.retain(|_, owner| *owner != key);
+        drop(regs);
+        self.forget_lookups();
+        Some(r.session)
     }
 
     /// Attribute everything thread `tid` (of this process) does to rollback `session`, until
@@ -536,24 +517,14 @@ impl Attributor {
         let regs = self.lock_registrations();
         let regs = &regs.by_process;
         if !regs.is_empty() {
-            // Walk up from the thread's process (its own parent is the process's parent).
-            let mut cur = process_of(pid);
-            for _ in 0..64 {
-                let Some((ppid, start)) = stat(cur) else {
-                    break;
-                };
-                if let Some(r) = regs.get(&(cur, start)) {
-                    let agent = r
-                        .agent
-                        .clone()
-                        .or(env_agent)
-                        .unwrap_or_else(|| "unknown".into());
-                    return (r.session.clone(), agent);
-                }
-                if cur <= 1 {
-                    break;
-                }
-                cur = ppid;
+            // Up from the thread's process (its own parent is the process's parent).
+            if let Some(r) = ancestry(process_of(pid)).find_map(|key| regs.get(&key)) {
+                let agent = r
+                    .agent
+                    .clone()
+                    .or(env_agent)
+                    .unwrap_or_else(|| "unknown".into());
+                return (r.session.clone(), agent);
             }
         }
         (
@@ -605,15 +576,17 @@ mod tests {
         }
     }
 
+    /// A child process that lives long enough for a test.
+    fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap()
+    }
+
     #[test]
     fn a_claimed_session_belongs_to_its_tree_until_it_is_gone() {
         let a = Attributor::new("default".into());
-        let sleeper = || {
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .unwrap()
-        };
         let (mut first, second) = (sleeper(), sleeper());
         let (p1, p2) = (first.id(), second.id());
         assert_eq!(a.claim(p1, "s".into(), None), Some(Claim::Own));
@@ -671,10 +644,7 @@ mod tests {
     fn a_command_naming_its_agent_counts_only_claims_up_to_it() {
         let a = Attributor::new("default".into());
         let owner = std::process::id();
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut child = sleeper();
         let kid = child.id();
         assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
         // From the owner's tree with no agent named: the owner's claim, as before.
@@ -710,10 +680,7 @@ mod tests {
     fn a_child_of_the_owner_naming_its_session_is_apart_and_the_owner_keeps_it() {
         let a = Attributor::new("default".into());
         let owner = std::process::id();
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
+        let mut child = sleeper();
         assert_eq!(a.claim(owner, "s".into(), None), Some(Claim::Own));
         let apart = apart_name("s", child.id());
         assert_eq!(

@@ -22,6 +22,30 @@ use crate::history::rollback::{self, OpenFiles, Plan};
 use crate::history::who::{By, Claim, Foreign};
 use crate::history::{AsRecorded, Error, Name, Recorder, Result, Source, time};
 
+/// Why a turn or tool command from process `from` naming a session another process tree holds
+/// was refused (logged, and said to the hook).
+fn refused(
+    Foreign {
+        session,
+        owner,
+        under,
+    }: Foreign,
+    from: u32,
+) -> Error {
+    let why = match under {
+        Some(agent) => format!(
+            "session {session} belongs to process {owner}, and process {agent}, under it, never \
+             started it (its session start was not recorded)"
+        ),
+        None => format!(
+            "session {session} belongs to process {owner} and its children, and process {from} \
+             is not one of them"
+        ),
+    };
+    tracing::warn!("{why}; refused");
+    Error::Usage(format!("{why}: nothing done"))
+}
+
 /// The line that ends the output of a command done in part (exit status 1 in the CLI).
 pub const PARTIAL: &str = "exit status 1";
 
@@ -414,27 +438,13 @@ impl Actor for DaemonActor<'_> {
         use crate::command::plumbing::{SessionCommand, ToolCommand, TurnCommand};
         let rec = self.recorder();
         // A turn or tool command is about the session the caller's process tree holds under
-        // that name: another agent's hook naming it opens, ends and marks nothing of it.
-        let own =
-            |asked: &str, agent: &Option<u32>| {
-                rec.attributor()
+        // that name, up to the agent process a hook names: another agent's hook naming it, or
+        // one from under the agent that never claimed it, opens, ends and marks nothing of it.
+        let own = |asked: &str, agent: &Option<u32>| {
+            rec.attributor()
                 .session_for(asked, caller, *agent)
-                .map_err(|Foreign { session, owner, under }| {
-                    let who = agent.unwrap_or(caller);
-                    let why = match under {
-                        Some(agent) => format!(
-                            "session {session} belongs to process {owner}, and process {agent}, \
-                             under it, never started it (its session start was not recorded)"
-                        ),
-                        None => format!(
-                            "session {session} belongs to process {owner} and its children, and \
-                             process {who} is not one of them"
-                        ),
-                    };
-                    tracing::warn!("{why}; refused");
-                    Error::Usage(format!("{why}: nothing done"))
-                })
-            };
+                .map_err(|foreign| refused(foreign, agent.unwrap_or(caller)))
+        };
         match command {
             Command::Sync { for_reading } => {
                 if *for_reading {
