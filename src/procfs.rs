@@ -98,6 +98,18 @@ impl Status {
         self.field("Uid")?.split_whitespace().nth(3)?.parse().ok()
     }
 
+    /// `NSpid`: the process's pid in each PID namespace it is in, from the outermost one
+    /// this `/proc` shows to its own.
+    pub fn ns_pids(&self) -> Vec<u32> {
+        self.field("NSpid")
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The supplementary groups.
     pub fn groups(&self) -> Vec<u32> {
         self.field("Groups")
@@ -108,6 +120,21 @@ impl Status {
             })
             .unwrap_or_default()
     }
+}
+
+/// The PID namespace a process is in (the inode `/proc/PID/ns/pid` links to).
+pub fn pid_namespace(pid: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|l| l.to_string_lossy().into_owned())
+}
+
+/// Every process `/proc` shows.
+pub fn processes() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
 }
 
 /// `/proc/PID/environ`: `NAME=value` entries.
@@ -184,6 +211,10 @@ mod tests {
         let status = status(me).unwrap();
         assert_eq!(status.tgid(), Some(me));
         assert_eq!(status.fs_uid(), Some(rustix::process::geteuid().as_raw()));
+        assert_eq!(status.ns_pids().last(), Some(&me));
+        assert_eq!(pid_namespace(me), pid_namespace(std::process::id()));
+        assert!(pid_namespace(me).is_some_and(|ns| ns.starts_with("pid:[")));
+        assert!(processes().any(|p| p == me));
         assert!(environ(me).is_some());
         assert!(stat_of_a_name_with_parens().is_some());
     }

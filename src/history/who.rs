@@ -159,6 +159,32 @@ pub fn process_of(tid: u32) -> u32 {
         .unwrap_or(tid)
 }
 
+/// The process that `caller` (a pid as this daemon sees it) knows as `pid`, as this daemon
+/// sees it. A hook or a shell in a PID namespace of its own (an agent run in a container whose
+/// workspace is the mount, a tool in a `bwrap --unshare-pid` or `unshare -p` sandbox) names
+/// its agent or itself by the pid it sees there, which is another process's pid here (`1` is
+/// init): registered as given, that process and everything under it would be recorded in the
+/// session. The process is looked for among the caller and its ancestors first, then among
+/// every process in the caller's namespace. `None`: the caller's namespace has no process
+/// `pid` (or the caller is gone).
+pub fn pid_as_seen_here(caller: u32, pid: u32) -> Option<u32> {
+    let theirs = crate::procfs::pid_namespace(caller)?;
+    if crate::procfs::pid_namespace(std::process::id()).as_ref() == Some(&theirs) {
+        return Some(pid);
+    }
+    let depth = crate::procfs::status(caller)?.ns_pids().len();
+    let is_it = |p: u32| {
+        crate::procfs::status(p).is_some_and(|s| {
+            let pids = s.ns_pids();
+            pids.len() == depth && pids.last() == Some(&pid)
+        }) && crate::procfs::pid_namespace(p).as_ref() == Some(&theirs)
+    };
+    ancestry(caller)
+        .map(|(p, _)| p)
+        .find(|p| is_it(*p))
+        .or_else(|| crate::procfs::processes().find(|p| is_it(*p)))
+}
+
 /// The filesystem uid of a process (from `/proc/PID/status`), for a caller known only by pid
 /// (the writer of a `.rewind/ctl` line); recording takes the uid from the FUSE request
 /// instead.
@@ -555,6 +581,14 @@ mod tests {
         let (ppid, start) = stat(std::process::id()).unwrap();
         assert!(ppid > 0 && start > 0);
         assert!(stat(u32::MAX).is_none());
+    }
+
+    /// A caller in the daemon's own PID namespace means the pid it gives; one that is gone
+    /// means none (the namespace case is `hostile25::an_agent_in_a_pid_namespace_*`).
+    #[test]
+    fn a_pid_from_the_daemons_own_namespace_is_taken_as_given() {
+        assert_eq!(pid_as_seen_here(std::process::id(), 4242), Some(4242));
+        assert_eq!(pid_as_seen_here(u32::MAX, 1), None);
     }
 
     #[test]

@@ -1232,3 +1232,91 @@ os.unlink("stop.flag")
     );
     ws.unmount();
 }
+
+/// An agent run in a PID namespace of its own (in a container whose workspace is the mount, or
+/// under `unshare -p`, as sandboxes run tools) names itself to the daemon, in each hook's
+/// `--pid`, by the pid it has there: here 1. The daemon takes it as the process the caller
+/// knows by that number, the agent, and refuses a number the namespace does not have.
+// Failed before pids were translated (`who::pid_as_seen_here`): the agent's SessionStart
+// registered the daemon's pid 1, init, so every process on the machine was recorded in the
+// agent's session (the test's own write of `c.txt`, after the agent exited, among them), and
+// `session start --pid 4242` registered whatever process had that number, or said it was gone.
+#[test]
+fn an_agent_in_a_pid_namespace_of_its_own_is_registered_as_itself() {
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("a.txt", "a\n"), ("b.txt", "b\n")], &[]);
+    let script = format!(
+        "{}\n{}",
+        crate::hostile24::PY,
+        r#"
+assert os.getpid() == 1, os.getpid()
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "by the agent in turn one\n")
+stop(1)
+edit("b.txt", "by the agent between turns\n")
+r = subprocess.run(["rewind", "session", "start", "stray", "--pid", "4242"],
+                   capture_output=True, text=True)
+print("stray:", r.returncode, r.stderr.strip())
+print("missed:", MISSED)
+"#
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "python3", "-c", &script])
+        .current_dir(ws.path())
+        .env("PATH", crate::common::path_with_rewind())
+        .env("XDG_DATA_HOME", crate::hostile24::data_home(&ws))
+        .env_remove("REWIND_SESSION")
+        .env_remove("REWIND_AGENT")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the agent failed: {said}");
+    fs::write(
+        ws.path().join("c.txt"),
+        "by the test, outside the namespace\n",
+    )
+    .unwrap();
+    sync(&ws);
+    let all = log(&ws);
+    let what = format!(
+        "{said}\nturns: {:?}\nchanges:\n{}\nhook log:\n{}",
+        turns(&ws),
+        lines(&all),
+        hook_log(&ws)
+    );
+    assert!(
+        said.contains("missed: []"),
+        "every hook was answered: {what}"
+    );
+    assert!(
+        said.contains("stray: 2") && said.contains("process 4242"),
+        "a pid the namespace does not have is refused: {what}"
+    );
+    assert_eq!(turns(&ws).len(), 1, "{what}");
+    assert_eq!(paths(&turn_log(&ws, 1)), ["a.txt"], "{what}");
+    let last = |path: &str| {
+        all.iter()
+            .rfind(|c| c["path"] == path)
+            .expect(&what)
+            .clone()
+    };
+    let b = last("b.txt");
+    assert_eq!(b["session"], SESSION, "{what}");
+    assert!(b["turn"].is_null(), "{what}");
+    let c = last("c.txt");
+    assert_ne!(
+        c["session"], SESSION,
+        "a process outside the namespace: {what}"
+    );
+    assert_ne!(c["session"], "stray", "{what}");
+    assert!(
+        !all.iter().any(|c| c["session"] == "stray"),
+        "nothing is recorded in the refused session: {what}"
+    );
+    ws.unmount();
+}

@@ -440,9 +440,18 @@ impl Actor for DaemonActor<'_> {
         // A turn or tool command is about the session the caller's process tree holds under
         // that name, up to the agent process a hook names: another agent's hook naming it, or
         // one from under the agent that never claimed it, opens, ends and marks nothing of it.
+        // A pid given is as the caller sees it: translated when it runs in a PID namespace of
+        // its own (`who::pid_as_seen_here`).
+        let here = |pid: &Option<u32>| -> Result<Option<u32>> {
+            pid.map(|p| {
+                crate::history::who::pid_as_seen_here(caller, p).ok_or(Error::ProcessGone(p))
+            })
+            .transpose()
+        };
         let own = |asked: &str, agent: &Option<u32>| {
+            let agent = here(agent)?;
             rec.attributor()
-                .session_for(asked, caller, *agent)
+                .session_for(asked, caller, agent)
                 .map_err(|foreign| refused(foreign, agent.unwrap_or(caller)))
         };
         match command {
@@ -460,7 +469,7 @@ impl Actor for DaemonActor<'_> {
                 pid,
                 exclusive,
             }) => {
-                let pid = pid.unwrap_or(caller);
+                let pid = here(pid)?.unwrap_or(caller);
                 // rewind's own agent names are mapped, as from the environment.
                 let agent = agent
                     .as_ref()
@@ -491,7 +500,7 @@ impl Actor for DaemonActor<'_> {
                 session,
                 exclusive,
             }) => {
-                let pid = pid.unwrap_or(caller);
+                let pid = here(pid)?.unwrap_or(caller);
                 match session {
                     None => match rec.attributor().unregister(pid) {
                         Some(s) => Ok(format!("session {s} ended\n")),
