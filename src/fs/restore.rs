@@ -241,17 +241,29 @@ impl Restorer {
             (parent_ino, child)
         };
         let name = name.as_bytes().to_vec();
-        self.notice(match (removed, child) {
-            (Some(_), Some(child)) => Notice::Deleted {
+        match (removed, child) {
+            // The kernel takes a deleted entry's inode to have no links left (`clear_nlink`):
+            // a file with other names is told as a name gone and attributes changed, or those
+            // names would show a link count of 0.
+            (Some(st), Some(child))
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 =>
+            {
+                self.notice(Notice::Entry {
+                    parent: parent_ino,
+                    name,
+                });
+                self.notice(Notice::Inode(child));
+            }
+            (Some(_), Some(child)) => self.notice(Notice::Deleted {
                 parent: parent_ino,
                 child,
                 name,
-            },
-            _ => Notice::Entry {
+            }),
+            _ => self.notice(Notice::Entry {
                 parent: parent_ino,
                 name,
-            },
-        });
+            }),
+        }
     }
 
     /// Tell the kernel a file's content or attributes changed.

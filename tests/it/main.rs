@@ -27,6 +27,7 @@ mod hostile29;
 mod hostile30;
 mod hostile31;
 mod hostile32;
+mod hostile33;
 mod hunk;
 mod model;
 mod mount;
