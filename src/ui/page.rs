@@ -273,6 +273,72 @@ fn strip_side(p: &str) -> String {
     p.to_string()
 }
 
+/// The two paths of a `diff --git a/OLD b/NEW` line (after `diff --git `). Git quotes a
+/// name with a quote, a backslash, a control or a non-ASCII character (`"b/caf\303\251 1.txt"`,
+/// C escapes, bytes in octal); the page's buttons need it as the CLI takes it.
+fn git_paths(rest: &str) -> (String, String) {
+    if rest.starts_with('"') {
+        let (a, tail) = unquote(rest);
+        let tail = tail.strip_prefix(' ').unwrap_or(tail);
+        let b = if tail.starts_with('"') {
+            unquote(tail).0
+        } else {
+            tail.to_string()
+        };
+        return (strip_side(&a), strip_side(&b));
+    }
+    match rest.split_once(" b/") {
+        Some((a, b)) if b.starts_with('"') => (strip_side(a), strip_side(&unquote(b).0)),
+        Some((a, b)) => (strip_side(a), b.to_string()),
+        // `a/x "b/y"`: only the new name quoted.
+        None => match rest.split_once(" \"") {
+            Some((a, b)) => (strip_side(a), strip_side(&unquote(&format!("\"{b}")).0)),
+            None => (strip_side(rest), strip_side(rest)),
+        },
+    }
+}
+
+/// A C-quoted string at the start of `s` (which begins with `"`), unescaped (a name not valid
+/// UTF-8 lossily), and what follows it.
+fn unquote(s: &str) -> (String, &str) {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < b.len() {
+        match b[i] {
+            b'"' => return (String::from_utf8_lossy(&out).into_owned(), &s[i + 1..]),
+            b'\\' if i + 1 < b.len() => {
+                let c = b[i + 1];
+                let oct = b
+                    .get(i + 1..i + 4)
+                    .filter(|d| d.iter().all(|d| (b'0'..=b'7').contains(d)));
+                if let Some(d) = oct {
+                    let v = d.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
+                    out.push(v as u8);
+                    i += 4;
+                    continue;
+                }
+                out.push(match c {
+                    b'n' => b'\n',
+                    b't' => b'\t',
+                    b'r' => b'\r',
+                    b'a' => 7,
+                    b'b' => 8,
+                    b'f' => 12,
+                    b'v' => 11,
+                    other => other,
+                });
+                i += 2;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), "")
+}
+
 /// A diff without the encoded lines of its `GIT binary patch` sections (the page shows no
 /// binary content, and they would take its room), keeping the `GIT binary patch` line.
 pub fn without_binary_patches(diff: &[u8]) -> Vec<u8> {
@@ -302,10 +368,10 @@ fn parse(text: &str) -> Vec<Piece> {
             if let Some(f) = file.take() {
                 pieces.push(Piece::File(f));
             }
-            let (a, b) = rest.split_once(" b/").unwrap_or((rest, rest));
+            let (old, new) = git_paths(rest);
             file = Some(FileDiff {
-                old: strip_side(a),
-                new: b.to_string(),
+                old,
+                new,
                 ..FileDiff::default()
             });
             continue;
@@ -380,6 +446,22 @@ pub fn diff(
     truncated: bool,
 ) -> Markup {
     let pieces = parse(text);
+    // Hunks are numbered per path, as `rewind rollback --hunk K` counts them: on from one
+    // section of a path to the next (a turn's diff has one per stretch of its changes, between
+    // `#` lines).
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let firsts: Vec<usize> = pieces
+        .iter()
+        .map(|p| match p {
+            Piece::File(f) => {
+                let n = seen.entry(f.new.as_str()).or_default();
+                let first = *n;
+                *n += f.hunks.len();
+                first
+            }
+            Piece::Note(_) => 0,
+        })
+        .collect();
     let files = pieces
         .iter()
         .filter(|p| matches!(p, Piece::File(_)))
@@ -398,10 +480,10 @@ pub fn diff(
                 }
             }
         }
-        @for p in &pieces {
+        @for (p, first) in pieces.iter().zip(firsts) {
             @match p {
                 Piece::Note(n) => div.note { (n) },
-                Piece::File(f) => (file(f, split, at, hunks_of)),
+                Piece::File(f) => (file(f, split, at, hunks_of, first)),
             }
         }
         @if truncated {
@@ -410,7 +492,14 @@ pub fn diff(
     }
 }
 
-fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &str)>) -> Markup {
+/// One file's section of a diff; its hunks are numbered from `first + 1`.
+fn file(
+    f: &FileDiff,
+    split: bool,
+    at: Option<&str>,
+    hunks_of: Option<(&str, &str)>,
+    first: usize,
+) -> Markup {
     let (a, d) = file_counts(f);
     let renamed = f.old != f.new;
     html! {
@@ -426,7 +515,9 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &st
                 }
                 span.spacer {}
                 @if let Some(at) = at {
-                    button.ghost.small data-whole=(f.new) data-at=(at) title="Show the whole file as it was then" { "Whole file" }
+                    // A turn's, session's or agent's diff (`at` empty) shows the file as it is now.
+                    button.ghost.small data-whole=(f.new) data-at=(at)
+                        title=(if at.is_empty() { "Show the whole file as it is now" } else { "Show the whole file as it was then" }) { "Whole file" }
                 }
                 button.ghost.small.danger data-plan="file" data-value=(f.new) title="Roll this file back (its last change)" { "Roll back file…" }
             }
@@ -437,12 +528,12 @@ fn file(f: &FileDiff, split: bool, at: Option<&str>, hunks_of: Option<(&str, &st
             } @else if split {
                 table.diff.split {
                     colgroup { col.lnc; col; col.lnc; col; }
-                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of, 4)) (split_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, first + k + 1, hunks_of, 4)) (split_hunk(h)) }
                 }
             } @else {
                 table.diff.unified {
                     colgroup { col.lnc; col.lnc; col; }
-                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, k + 1, hunks_of, 3)) (unified_hunk(h)) }
+                    @for (k, h) in f.hunks.iter().enumerate() { (hunk_bar(&f.new, first + k + 1, hunks_of, 3)) (unified_hunk(h)) }
                 }
             }
             @if f.lines > MAX_FILE_LINES {
@@ -698,5 +789,43 @@ pub fn files(counts: &std::collections::BTreeMap<String, usize>, scanned: usize)
             }
         }
         p.muted.small { "in the newest " (scanned) " changes" }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_of_a_diff_line_as_the_cli_takes_them() {
+        let p = |l: &str| git_paths(l);
+        assert_eq!(p("a/x.txt b/x.txt"), ("x.txt".into(), "x.txt".into()));
+        assert_eq!(
+            p("a/with space.txt b/with space.txt"),
+            ("with space.txt".into(), "with space.txt".into())
+        );
+        assert_eq!(
+            p(r#""a/caf\303\251 \"q\".txt" "b/caf\303\251 \"q\".txt""#),
+            ("café \"q\".txt".into(), "café \"q\".txt".into())
+        );
+        assert_eq!(
+            p(r#"a/old.txt "b/new\tname""#),
+            ("old.txt".into(), "new\tname".into())
+        );
+        // A name cut short, or an escape at its end, does not panic.
+        assert_eq!(p(r#""a/\30"#).0, "30");
+        assert_eq!(p("\"a/\\").0, "\\");
+    }
+
+    /// A path's hunks are numbered on across its sections, as the CLI counts them.
+    #[test]
+    fn hunks_of_one_path_are_numbered_across_its_sections() {
+        let text = "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -2 +2 @@\n-a\n+b\n\
+                    # by another session between\n\
+                    diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -38 +38 @@\n-c\n+d\n";
+        let html = diff(text, false, None, Some(("turn", "s:1")), false).into_string();
+        assert!(html.contains("Revert hunk 1…"), "{html}");
+        assert!(html.contains("Revert hunk 2…"), "{html}");
+        assert!(html.contains(r#"data-value="2""#), "{html}");
     }
 }

@@ -353,7 +353,7 @@ async fn files(State(state): State<Shared>) -> Html {
     let rows = json_lines(&out.output);
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for c in &rows {
-        if c["before"]["kind"] == "dir" || c["after"]["kind"] == "dir" {
+        if c["before"]["type"] == "dir" || c["after"]["type"] == "dir" {
             continue;
         }
         if let Some(p) = c["path"].as_str() {
@@ -642,11 +642,13 @@ async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     let text = String::from_utf8_lossy(&out.output).into_owned();
     let nothing =
         text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
-    // `rollback-N: restored …` names the session that undoes it.
-    let session = text
-        .lines()
-        .rev()
-        .find_map(|l| l.split_once(": restored").map(|(s, _)| s.to_string()));
+    // `rollback-N: restored …` (or `rollback-N: reverted 1 hunk …`) names the session that
+    // undoes it.
+    let session = text.lines().rev().find_map(|l| {
+        l.split_once(": restored")
+            .or_else(|| l.split_once(": reverted "))
+            .map(|(s, _)| s.to_string())
+    });
     Ok(html! {
         div.plan-box.done {
             h2 { @if nothing { "Nothing rolled back" } @else if out.partial { "Rolled back, in part" } @else { "Rolled back" } }

@@ -679,3 +679,108 @@ fn ui_shows_binary_and_huge_files_sensibly() {
     assert!(!r.contains("larger than the page shows"), "{r}");
     assert!(!r.contains("literal "));
 }
+
+/// A turn whose file has two sections in the turn's diff (another process changed it between
+/// the agent's edits): the page numbers the second section's hunk 2, as the CLI does, and its
+/// button reverts that hunk, not the first; the result offers the hunk revert's undo. A folder
+/// the turn made is not in the page's list of files.
+// Failed before the page numbered hunks per path (`page::diff`): both sections' buttons said
+// "Revert hunk 1", and the second one's reverted line 2 instead of line 38; the result of a
+// hunk revert (`rollback-N: reverted 1 hunk`) had no "Undo this rollback…"; and `/frag/files`
+// listed `made` (it looked for a folder's `kind`, the log's field is `type`).
+#[test]
+fn ui_numbers_a_paths_hunks_across_its_sections_and_reverts_the_one_asked() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let lines = |changed: &[(usize, &str)]| {
+        (1..=40)
+            .map(|n| {
+                changed
+                    .iter()
+                    .find(|(at, _)| *at == n)
+                    .map_or(format!("line {n}\n"), |(_, s)| format!("{s}\n"))
+            })
+            .collect::<String>()
+    };
+    let f = ws.path().join("f.txt");
+    std::fs::write(&f, lines(&[])).unwrap();
+    let agent = |text: String| {
+        let out = ws
+            .command(&[
+                "run",
+                "--session",
+                "s1",
+                "--agent",
+                "claude",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(r#"printf '%s' "$1" > f.txt && mkdir -p made"#)
+            .arg("sh")
+            .arg(text)
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let sync = || crate::common::sync(&ws);
+    sync();
+    ctl(
+        &ws,
+        "turn begin --session s1 --agent claude --prompt 'two edits'",
+    );
+    agent(lines(&[(2, "TWO")]));
+    sync();
+    std::fs::write(&f, lines(&[(2, "TWO"), (20, "twenty, by a person")])).unwrap();
+    sync();
+    agent(lines(&[
+        (2, "TWO"),
+        (20, "twenty, by a person"),
+        (38, "THIRTY-EIGHT"),
+    ]));
+    ctl(&ws, "turn end --session s1");
+    sync();
+    let stat = crate::common::rw_ok(&ws, &["diff", "--turn", "s1:1"]);
+    assert!(
+        stat.matches("diff --git a/f.txt b/f.txt").count() == 2,
+        "{stat}"
+    );
+
+    let ui = Ui::start(&ws);
+    let (s, page) = ui.get("/frag/diff?turn=s1:1", "");
+    assert_eq!(s, 200, "{page}");
+    assert!(
+        page.contains("Revert hunk 1…") && page.contains("Revert hunk 2…"),
+        "{page}"
+    );
+    let (s, files) = ui.get("/frag/files", "");
+    assert_eq!(s, 200, "{files}");
+    assert!(files.contains("f.txt"), "{files}");
+    assert!(!files.contains("made"), "a folder is not a file: {files}");
+
+    let with_csrf = format!(
+        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+        ui.host(),
+        ui.csrf()
+    );
+    let form = "what=hunk&value=2&of=turn&ofv=s1%3A1&path=f.txt";
+    let (s, plan) = ui.post("/act/plan", form, &with_csrf);
+    assert_eq!(s, 200, "{plan}");
+    assert!(plan.contains("f.txt"), "{plan}");
+    let (s, done) = ui.post("/act/rollback", form, &with_csrf);
+    assert_eq!(s, 200, "{done}");
+    assert!(done.contains("reverted 1 hunk"), "{done}");
+    assert!(done.contains("Undo this rollback…"), "{done}");
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        lines(&[(2, "TWO"), (20, "twenty, by a person")]),
+        "hunk 2 is line 38's: {done}"
+    );
+    drop(ui);
+    ws.unmount();
+}
