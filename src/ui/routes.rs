@@ -534,6 +534,27 @@ struct Act {
     ofv: Option<String>,
     #[serde(default)]
     path: Option<String>,
+    /// The plan the person confirmed ([`plan_digest`] of its dry run's text): the rollback is
+    /// run only if its dry run still says the same.
+    #[serde(default)]
+    planned: Option<String>,
+}
+
+/// What a plan said, in short: a rollback confirmed on the page runs only if its dry run
+/// still prints this (no change landed meanwhile that it would take back too).
+fn plan_digest(text: &str) -> String {
+    blake3::hash(text.as_bytes()).to_hex()[..32].to_string()
+}
+
+/// A relative point (`15m`) planned now names the instant it meant when the plan was made, so
+/// that confirming later rolls back to the same point.
+fn pinned(mut a: Act) -> Act {
+    if a.what == "to"
+        && let Some(ago) = crate::history::time::parse_duration(a.value.trim())
+    {
+        a.value = crate::history::time::rfc3339(crate::history::time::now_ns().saturating_sub(ago));
+    }
+    a
 }
 
 /// The command of a rollback button: `rollback --WHAT VALUE`, or one hunk's.
@@ -599,16 +620,26 @@ fn shown(command: &Command) -> Result<String, Bad> {
 }
 
 async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
-    let command = rollback_command(&a, true)?;
-    let shown = shown(&command)?;
-    let out = run(&state, command).await?;
+    let a = pinned(a);
+    let out = run(&state, rollback_command(&a, true)?).await?;
+    plan_box(&state, &a, &out, false)
+}
+
+/// The dry run's plan of `a` (`out`), with the button that runs it as planned; `changed`: this
+/// plan is not the one a confirmation was for.
+fn plan_box(state: &Shared, a: &Act, out: &Answer, changed: bool) -> Html {
+    let shown = shown(&rollback_command(a, true)?)?;
     let text = String::from_utf8_lossy(&out.output).into_owned();
     let nothing =
         text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
     let mounted = state.backend.mounted();
     let force = a.force.as_deref() == Some("1");
+    let digest = plan_digest(&text);
     Ok(html! {
         div.plan-box {
+            @if changed {
+                p.warn { "Nothing was rolled back: the plan changed since you saw it (changes landed meanwhile). This is the plan now." }
+            }
             @if a.what == "hunk" {
                 h2 { "Revert hunk " (a.value) " of " code { (a.path.as_deref().unwrap_or("")) } " in " (a.of.as_deref().unwrap_or("")) " " code { (a.ofv.as_deref().unwrap_or("")) } }
             } @else {
@@ -625,7 +656,8 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
                 @if !nothing {
                     @if mounted {
                         button.danger #confirm data-what=(a.what) data-value=(a.value) data-force=(if force {"1"} else {""})
-                            data-of=[a.of.as_deref()] data-ofv=[a.ofv.as_deref()] data-path=[a.path.as_deref()] { "Roll back now" }
+                            data-of=[a.of.as_deref()] data-ofv=[a.ofv.as_deref()] data-path=[a.path.as_deref()]
+                            data-planned=(digest) { "Roll back now" }
                     } @else {
                         span.muted { "Rolling back needs the mount: mount the workspace, then restart " code{"rewind ui"} "." }
                     }
@@ -636,6 +668,12 @@ async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
 }
 
 async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
+    if let Some(planned) = &a.planned {
+        let again = run(&state, rollback_command(&a, true)?).await?;
+        if plan_digest(&String::from_utf8_lossy(&again.output)) != *planned {
+            return plan_box(&state, &a, &again, true);
+        }
+    }
     let command = rollback_command(&a, false)?;
     let shown = shown(&command)?;
     let out = run(&state, command).await?;

@@ -784,3 +784,77 @@ fn ui_numbers_a_paths_hunks_across_its_sections_and_reverts_the_one_asked() {
     drop(ui);
     ws.unmount();
 }
+
+/// A rollback planned on the page with a relative point (`to` 1 minute ago) is confirmed as
+/// that instant, and runs only if its dry run still says what was shown: a change that lands
+/// between the plan and the confirmation (which the rollback would take back too) stops it,
+/// and the new plan is shown to confirm instead.
+// Failed before the page pinned the point and the plan (`routes.rs` `pinned`, `plan_digest`):
+// the confirmation ran `rollback --since 1m` again by its words, and took back `late.txt`,
+// made after the plan, which the plan never showed.
+#[test]
+fn ui_runs_a_rollback_only_as_planned() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    some_history(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = format!(
+        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+        ui.host(),
+        ui.csrf()
+    );
+    let attr = |html: &str, name: &str| {
+        let at = html
+            .find(&format!("{name}=\""))
+            .unwrap_or_else(|| panic!("no {name} in {html}"))
+            + name.len()
+            + 2;
+        html[at..at + html[at..].find('"').unwrap()].to_string()
+    };
+    let (s, plan) = ui.post("/act/plan", "what=to&value=1m", &with_csrf);
+    assert_eq!(s, 200, "{plan}");
+    assert!(plan.contains("greet.rs"), "{plan}");
+    let value = attr(&plan, "data-value");
+    assert!(
+        value.ends_with('Z') && value.len() > 20,
+        "pinned to a time: {plan}"
+    );
+    let planned = attr(&plan, "data-planned");
+
+    std::fs::write(ws.path().join("late.txt"), "made after the plan\n").unwrap();
+    crate::common::sync(&ws);
+    let form = format!(
+        "what=to&value={}&planned={planned}",
+        value.replace(':', "%3A").replace('+', "%2B")
+    );
+    let (s, changed) = ui.post("/act/rollback", &form, &with_csrf);
+    assert_eq!(s, 200, "{changed}");
+    assert!(changed.contains("the plan changed"), "{changed}");
+    assert!(
+        changed.contains("late.txt"),
+        "the new plan shows it: {changed}"
+    );
+    assert!(
+        ws.path().join("late.txt").exists(),
+        "nothing ran: {changed}"
+    );
+    assert!(
+        std::fs::read_to_string(ws.path().join("greet.rs"))
+            .unwrap()
+            .contains("HELLO"),
+        "{changed}"
+    );
+
+    let form = format!(
+        "what=to&value={}&planned={}",
+        value.replace(':', "%3A").replace('+', "%2B"),
+        attr(&changed, "data-planned")
+    );
+    let (s, done) = ui.post("/act/rollback", &form, &with_csrf);
+    assert_eq!(s, 200, "{done}");
+    assert!(done.contains("Rolled back"), "{done}");
+    assert!(!ws.path().join("late.txt").exists(), "{done}");
+    assert!(!ws.path().join("greet.rs").exists(), "{done}");
+    drop(ui);
+    ws.unmount();
+}

@@ -211,8 +211,14 @@
     try {
       openDialog(await post("/act/rollback", {
         what: btn.dataset.what, value: btn.dataset.value, force: btn.dataset.force,
-        ...Object.fromEntries(["of", "ofv", "path"].filter((k) => btn.dataset[k] !== undefined).map((k) => [k, btn.dataset[k]])),
+        ...Object.fromEntries(["of", "ofv", "path", "planned"].filter((k) => btn.dataset[k] !== undefined).map((k) => [k, btn.dataset[k]])),
       }));
+      if (!$("#dialog-body .plan-box.done")) {
+        // The plan changed since it was shown: nothing ran; the new plan is shown instead.
+        const c = $("#confirm");
+        if (c) c.focus();
+        return;
+      }
       toast("Rolled back");
       liveRows();
       if (current) showDiff(current);
