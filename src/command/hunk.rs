@@ -174,6 +174,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
             separate: false,
         }],
         skipped: Vec::new(),
+        in_place: true,
     };
     let applied = env.actor("rollback")?.rollback(&plan)?;
     let session = &applied.session;

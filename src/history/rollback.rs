@@ -84,6 +84,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// Paths left alone, and why.
     pub skipped: Vec<(Vec<u8>, String)>,
+    /// Every file rewritten in place, whatever other names it has: a hunk revert changes the
+    /// file as it is now, seen through every name, as an editor's save would.
+    pub in_place: bool,
 }
 
 /// The changes a rollback of `selection` undoes, oldest first. A rollback names one thing:
@@ -928,7 +931,11 @@ pub fn execute(
         .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
     let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
-    let detach = must_detach(&puts, &in_plan, apply);
+    let detach = if plan.in_place {
+        HashSet::new()
+    } else {
+        must_detach(&puts, &in_plan, apply)
+    };
     for s in puts {
         step_done();
         if halt.here(&s.path, &mut failed) {

@@ -43,3 +43,41 @@ fn a_rollback_removing_one_name_of_a_hard_linked_file_leaves_the_others_their_li
     assert_eq!(fs::read_to_string(p("z1")).unwrap(), "z\n");
     ws.unmount();
 }
+
+/// A hunk revert of a file that has another name now (a hard link made after the change) puts
+/// the hunk back in the file as it is, seen through both names, as one change (a `restore`).
+// Failed before a hunk revert's plan was written in place (`Plan::in_place`): the rollback
+// gave `a.txt` a file of its own (a delete and a create, two changes), `b.txt` kept `FIVE`,
+// and `undo` of the revert's last change deleted `a.txt`.
+#[test]
+fn a_hunk_revert_of_a_hard_linked_file_rewrites_it_in_place() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let p = |name: &str| ws.path().join(name);
+    let ten: String = (1..=10).map(|n| format!("{n}\n")).collect();
+    fs::write(p("a.txt"), &ten).unwrap();
+    sync(&ws);
+    crate::common::sh(&ws.path(), "sed -i 's/^5$/FIVE/' a.txt");
+    sync(&ws);
+    let change = last_id(&ws, "a.txt");
+    fs::hard_link(p("a.txt"), p("b.txt")).unwrap();
+    let before = log(&ws).len();
+    rw_ok(
+        &ws,
+        &["rollback", "--change", &change.to_string(), "--hunk", "1"],
+    );
+    assert_eq!(fs::read_to_string(p("a.txt")).unwrap(), ten);
+    assert_eq!(fs::read_to_string(p("b.txt")).unwrap(), ten);
+    let (a, b) = (
+        fs::metadata(p("a.txt")).unwrap(),
+        fs::metadata(p("b.txt")).unwrap(),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "still one file");
+    let all = log(&ws);
+    let made: Vec<_> = all[before..]
+        .iter()
+        .map(|c| format!("{} {}", c["kind"], c["path"]))
+        .collect();
+    assert_eq!(made, [r#""restore" "a.txt""#], "{made:?}");
+    ws.unmount();
+}
