@@ -3,6 +3,7 @@
 
 use std::io::BufRead;
 use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -146,6 +147,7 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
             store.display(),
             child.id()
         );
+        warn_of_those_underneath(&config.workspace);
         return Ok(ExitCode::SUCCESS);
     }
     // The daemon's own exit status says whether the input was bad (a damaged store: 2).
@@ -162,6 +164,46 @@ fn daemonize(config: &MountConfig, store: &Path, args: &MountArgs) -> CliResult 
         code,
         message: format!("cannot mount {}: {why}", config.workspace.display()),
     })
+}
+
+/// Processes whose current folder is in the workspace but on the folder underneath the mount
+/// (a shell that ran `rewind mount .`, an agent started before the mount): what they write
+/// there by a relative path is not recorded, and nothing says so. Named on stderr, with the way
+/// out.
+fn warn_of_those_underneath(workspace: &Path) {
+    let Ok(mount) = std::fs::metadata(workspace) else {
+        return;
+    };
+    let me = std::process::id();
+    let mut under: Vec<String> = crate::procfs::processes()
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| {
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            let on = std::fs::metadata(format!("/proc/{pid}/cwd")).ok()?;
+            (cwd.starts_with(workspace) && on.dev() != mount.dev()).then(|| {
+                let name = crate::procfs::stat(pid).map_or_else(|| "?".into(), |s| s.name);
+                format!("{name}[{pid}]")
+            })
+        })
+        .collect();
+    if under.is_empty() {
+        return;
+    }
+    under.sort();
+    let n = under.len();
+    eprintln!(
+        "note: {} in {} from before the mount, on the folder underneath it: what {} there \
+         is not recorded ({}). In a shell there, `cd .` moves onto the mount; start other \
+         programs again from there.",
+        if n == 1 {
+            "a process is".to_string()
+        } else {
+            format!("{n} processes are")
+        },
+        workspace.display(),
+        if n == 1 { "it writes" } else { "they write" },
+        under.join(", ")
+    );
 }
 
 /// The retention limits for this mount: `rewind.toml` in the store, overridden by flags.

@@ -81,3 +81,45 @@ fn a_hunk_revert_of_a_hard_linked_file_rewrites_it_in_place() {
     assert_eq!(made, [r#""restore" "a.txt""#], "{made:?}");
     ws.unmount();
 }
+
+/// `rewind mount` run from inside the workspace (`cd proj && rewind mount .`) names the
+/// processes still in the folder underneath the mount, whose writes by a relative path go
+/// unrecorded, and says how to move onto the mount; a shell that does (`cd .`) is recorded.
+// Failed before the mount looked (`cli/mount.rs` `warn_of_those_underneath`): nothing was
+// said, and a new user's first agent run went unrecorded.
+#[test]
+fn mounting_the_folder_a_shell_is_in_names_it_and_cd_dot_moves_it_onto_the_mount() {
+    let mut ws = Workspace::new();
+    let mut shell = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "echo before > a.txt; while [ ! -e go ]; do sleep 0.05; done; \
+             echo unrecorded > b.txt; cd .; echo recorded > c.txt",
+        ])
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    let out = ws
+        .command(&["mount"])
+        .arg(ws.path())
+        .arg("--store")
+        .arg(ws.store())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ws.mark_mounted();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        said.contains(&format!("bash[{}]", shell.id())) && said.contains("`cd .`"),
+        "{said}"
+    );
+    fs::write(ws.path().join("go"), "").unwrap();
+    assert!(shell.wait().unwrap().success());
+    let paths: Vec<String> = log(&ws)
+        .iter()
+        .map(|c| c["path"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(paths.contains(&"c.txt".to_string()), "{paths:?}\n{said}");
+    assert!(!paths.contains(&"b.txt".to_string()), "{paths:?}\n{said}");
+    ws.unmount();
+}
