@@ -374,29 +374,34 @@ pub struct RolledBack {
 }
 
 /// Which rollbacks undid a turn, read from the history: a path the turn changed counts as put
-/// back when a change of a `rollback-N` session after the turn's last change to it left it as
-/// it was before the turn's first. (What a later rollback of that rollback did is its own
-/// story.) `restores`: every rollback change, by path ([`restores`]).
+/// back when the last change of a `rollback-N` session to it after the turn's last change left
+/// it as it was before the turn's first (so a rollback that was itself rolled back no longer
+/// counts). A path the turn left as it found it (a file made and removed again) has nothing to
+/// put back and does not count either way. `restores`: every rollback change, by path
+/// ([`restores`]), oldest first.
 pub fn rolled_back(
     turn: &[Change],
     restores: &BTreeMap<&[u8], Vec<&Change>>,
 ) -> Option<RolledBack> {
-    // Each path the turn changed: its state before the turn, and the turn's last change to it.
-    let mut paths: BTreeMap<&[u8], (Option<&FileState>, u64)> = BTreeMap::new();
+    // Each path the turn changed: its state before the turn, the turn's last change to it, and
+    // the state that change left.
+    type Span<'a> = (Option<&'a FileState>, u64, Option<&'a FileState>);
+    let mut paths: BTreeMap<&[u8], Span<'_>> = BTreeMap::new();
     for c in turn {
         for p in std::iter::once(&c.path).chain(&c.from) {
-            let entry = paths
-                .entry(p.as_slice())
-                .or_insert((c.states_of(p).0, c.id));
-            entry.1 = c.id;
+            let (before, after) = c.states_of(p);
+            let entry = paths.entry(p.as_slice()).or_insert((before, c.id, after));
+            (entry.1, entry.2) = (c.id, after);
         }
     }
+    paths.retain(|_, (before, _, after)| !same(*before, *after));
     let mut by: Vec<String> = Vec::new();
     let mut put_back = 0;
-    for (path, (before, last)) in &paths {
+    for (path, (before, last, _)) in &paths {
         let undo = restores.get(path).and_then(|rs| {
             rs.iter()
-                .find(|r| r.id > *last && same(r.states_of(path).1, *before))
+                .rfind(|r| r.id > *last)
+                .filter(|r| same(r.states_of(path).1, *before))
         });
         if let Some(r) = undo {
             put_back += 1;

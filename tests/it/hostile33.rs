@@ -123,3 +123,63 @@ fn mounting_the_folder_a_shell_is_in_names_it_and_cd_dot_moves_it_onto_the_mount
     assert!(!paths.contains(&"b.txt".to_string()), "{paths:?}\n{said}");
     ws.unmount();
 }
+
+/// `rewind turns` says a turn is rolled back only while it is: once its rollback is itself
+/// undone, the turn is no longer marked. A file the turn made and removed again has nothing to
+/// put back, and does not make a whole rollback look partial.
+// Failed before the last rollback of each path decided, and such paths were left out
+// (`turns::rolled_back`): the turn still said "(rolled back by rollback-1)" after
+// `rollback --session rollback-1`, and "partly" while every file was put back.
+#[test]
+fn turns_says_rolled_back_only_while_it_is() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("a.txt"), "before\n").unwrap();
+    sync(&ws);
+    let ctl = |line: &str| fs::write(ws.path().join(".rewind/ctl"), format!("{line}\n")).unwrap();
+    ctl("turn begin --session s1 --agent claude --prompt 'edit a'");
+    let out = ws
+        .command(&[
+            "run",
+            "--session",
+            "s1",
+            "--agent",
+            "claude",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("echo after > a.txt && seq 1 50 > scratch.txt && sleep 0.8 && rm scratch.txt")
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    ctl("turn end --session s1");
+    sync(&ws);
+    let turn = |ws: &Workspace| -> serde_json::Value {
+        let json = rw_ok(ws, &["turns", "--session", "s1", "--json"]);
+        serde_json::from_str(json.lines().next().unwrap()).unwrap()
+    };
+    assert!(turn(&ws)["rolled_back"].is_null(), "{}", turn(&ws));
+
+    let undo = rw_ok(&ws, &["rollback", "--turn", "s1:1"]);
+    assert_eq!(
+        fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "before\n"
+    );
+    let t = turn(&ws);
+    assert_eq!(t["rolled_back"], "whole", "{t}\n{undo}");
+    assert_eq!(t["rolled_back_by"][0], "rollback-1", "{t}");
+    assert!(rw_ok(&ws, &["turns"]).contains("(rolled back by rollback-1)"));
+
+    rw_ok(&ws, &["rollback", "--session", "rollback-1"]);
+    assert_eq!(
+        fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "after\n"
+    );
+    let t = turn(&ws);
+    assert!(t["rolled_back"].is_null(), "{t}");
+    assert_eq!(t["rolled_back_by"], serde_json::json!([]), "{t}");
+    assert!(!rw_ok(&ws, &["turns"]).contains("rolled back"));
+    ws.unmount();
+}
