@@ -214,22 +214,37 @@ async fn timeline_page(state: &Shared, f: &Filter) -> Result<(Vec<Value>, Option
         let full = rows.len() == batch;
         scanned += rows.len();
         before = rows.last().and_then(|c| c["id"].as_u64());
+        // A match beyond the page's last: the next page starts after the last one shown.
+        let mut more = false;
         for c in rows {
             let hit = q.as_ref().is_none_or(|q| {
                 ["path", "from", "session", "agent", "process"]
                     .iter()
                     .any(|k| c[*k].as_str().is_some_and(|v| v.to_lowercase().contains(q)))
             });
-            if hit && found.len() < PAGE {
-                found.push(c);
+            if !hit {
+                continue;
             }
+            if found.len() < PAGE {
+                found.push(c);
+            } else {
+                more = true;
+                break;
+            }
+        }
+        let last_shown = found.last().and_then(|c| c["id"].as_u64());
+        if more && f.after.is_none() {
+            return Ok((found, last_shown));
         }
         if !full || f.after.is_some() {
             return Ok((found, None));
         }
-        if found.len() >= PAGE || scanned >= SEARCH_SCAN {
-            let next = found.last().and_then(|c| c["id"].as_u64());
-            return Ok((found, if q.is_some() { before } else { next }));
+        if found.len() >= PAGE {
+            return Ok((found, last_shown));
+        }
+        if scanned >= SEARCH_SCAN {
+            // Searched this far without a page's worth: the next look goes on from here.
+            return Ok((found, before));
         }
     }
 }
