@@ -119,6 +119,15 @@ impl Backend {
                 self.ctx.workspace.display()
             )));
         }
+        // Mounted since the page started: the store it read is no longer the whole history
+        // (the daemon writes what it records from now on), so it answers nothing more.
+        if crate::fs::is_rewind_mount(&self.ctx.workspace) {
+            return Err(Refusal::Failed(format!(
+                "{} was mounted after this page started, which shows the history as it was \
+                 then: restart `rewind ui` to follow it",
+                self.ctx.workspace.display()
+            )));
+        }
         let history = self.history.as_ref().expect("unmounted: opened");
         let source = self.ctx.source().map_err(|f| Refusal::Failed(f.message))?;
         let rules = self.ctx.ignore_rules(&source);

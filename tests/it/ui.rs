@@ -310,6 +310,20 @@ fn ui_unmounted_is_read_only() {
     let (s, r) = ui.post("/act/rollback", "what=turn&value=s1:1", &with_csrf);
     assert_eq!(s, 409, "{r}");
     assert!(r.contains("not mounted"), "{r}");
+
+    // Mounted since: the store it read is no longer the whole history, and it says so
+    // rather than answer from it (it showed no change made since, and said change 6 did not
+    // exist).
+    ws.mount();
+    std::fs::write(ws.path().join("new.txt"), "after the page started\n").unwrap();
+    crate::common::sync(&ws);
+    for path in ["/frag/changes", "/frag/diff?id=6"] {
+        let (s, r) = ui.get(path, "");
+        assert_ne!(s, 200, "{path}: {r}");
+        assert!(r.contains("was mounted after this page started"), "{path}: {r}");
+    }
+    drop(ui);
+    ws.unmount();
 }
 
 /// The tree at a point never goes through a symlink of that tree: `etc -> /etc` in the history
