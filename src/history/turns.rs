@@ -87,10 +87,29 @@ impl TurnRef {
                         .cloned())
                 },
             )?,
-            TurnRef::PromptId(id) => all
-                .iter()
-                .find(|t| t.prompt_id.as_deref() == Some(id.as_str()))
-                .cloned(),
+            TurnRef::PromptId(id) => {
+                // An agent's prompt id, in `session` if given; one several turns carry (two
+                // sessions' agents use the same ids) is refused, naming them.
+                let matching: Vec<&Turn> = all
+                    .iter()
+                    .filter(|t| t.prompt_id.as_deref() == Some(id.as_str()))
+                    .filter(|t| session.is_none_or(|s| t.session == s))
+                    .collect();
+                match matching.as_slice() {
+                    [] => None,
+                    [one] => Some((*one).clone()),
+                    _ => {
+                        return Err(Error::Usage(format!(
+                            "prompt {id} is in several turns; say which: {}",
+                            matching
+                                .iter()
+                                .map(|t| format!("{}:{}", t.session, t.number))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                }
+            }
         };
         given.ok_or_else(|| {
             Error::NoTurn(match self {

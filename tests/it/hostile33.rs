@@ -197,3 +197,26 @@ fn turns_says_rolled_back_only_while_it_is() {
     assert!(!rw_ok(&ws, &["turns"]).contains("rolled back"));
     ws.unmount();
 }
+
+/// A prompt id two sessions' agents both used names neither turn on its own: the command is
+/// refused, naming both; `SESSION:N` picks one.
+// Failed before a prompt id was looked for in every turn (`TurnRef::resolve`): `--turn p0`
+// meant the first session's turn, silently, where a bare number lists the choices.
+#[test]
+fn a_prompt_id_in_two_sessions_is_refused_naming_both() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let ctl = |line: &str| fs::write(ws.path().join(".rewind/ctl"), format!("{line}\n")).unwrap();
+    for s in ["s1", "s2"] {
+        ctl(&format!(
+            "turn begin --session {s} --agent claude --prompt 'same id' --prompt-id p0"
+        ));
+        ctl(&format!("turn end --session {s}"));
+    }
+    let out = crate::common::rw(&ws, &["log", "--turn", "p0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("s1:1") && err.contains("s2:1"), "{err}");
+    rw_ok(&ws, &["log", "--turn", "s2:1"]);
+    ws.unmount();
+}

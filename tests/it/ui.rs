@@ -320,7 +320,10 @@ fn ui_unmounted_is_read_only() {
     for path in ["/frag/changes", "/frag/diff?id=6"] {
         let (s, r) = ui.get(path, "");
         assert_ne!(s, 200, "{path}: {r}");
-        assert!(r.contains("was mounted after this page started"), "{path}: {r}");
+        assert!(
+            r.contains("was mounted after this page started"),
+            "{path}: {r}"
+        );
     }
     drop(ui);
     ws.unmount();
