@@ -186,6 +186,33 @@ fn agent_pid() -> u32 {
     pid
 }
 
+/// Claude Code runs each Bash command after sourcing the file its SessionStart hooks get as
+/// `CLAUDE_ENV_FILE`: exported there, the session's name reaches every shell command and what
+/// it leaves running. A background job whose tool call's shell has exited is no longer under
+/// the agent, and the daemon attributes it by this (`REWIND_HOOK_SESSION`, below any
+/// registration: `who.rs` `EnvNames`).
+fn name_shell_commands(session: &str, agent: &str) {
+    let Some(path) = std::env::var_os("CLAUDE_ENV_FILE") else {
+        return;
+    };
+    let lines = format!(
+        "export REWIND_HOOK_SESSION={}\nexport REWIND_HOOK_AGENT={}\n",
+        quote(session),
+        quote(agent)
+    );
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(lines.as_bytes()));
+    if let Err(e) = written {
+        log(&format!(
+            "{agent} SessionStart: cannot name the session in {}: {e}",
+            Path::new(&path).display()
+        ));
+    }
+}
+
 fn quote(s: &str) -> String {
     shlex::try_quote(s)
         .map(|q| q.into_owned())
@@ -208,7 +235,12 @@ fn lines(agent: Agent, event: &str) -> Result<Vec<String>, Missed> {
         )
     };
     Ok(match parsed {
-        HookEvent::SessionStart { session_id } => vec![start(&session_id)],
+        HookEvent::SessionStart { session_id } => {
+            if agent == Agent::Claude {
+                name_shell_commands(&session_name(agent, &session_id), a);
+            }
+            vec![start(&session_id)]
+        }
         HookEvent::Prompt {
             session_id,
             prompt,

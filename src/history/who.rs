@@ -215,21 +215,36 @@ fn alive(key: ProcKey) -> bool {
     proc_key(key.0) == Some(key)
 }
 
-/// `REWIND_SESSION` and `REWIND_AGENT` from a process's environment.
-fn env_vars(pid: u32) -> (Option<String>, Option<String>) {
+/// What a process's environment names it: `REWIND_SESSION` and `REWIND_AGENT` (set by a
+/// person or `rewind run`: they come first), and `REWIND_HOOK_SESSION` and `REWIND_HOOK_AGENT`
+/// (what an agent's hook gives every shell command of the agent, Claude Code's through its
+/// `CLAUDE_ENV_FILE`: they count only for a process no registration covers, a background job
+/// of a tool call whose shell has exited, reparented away from the agent).
+#[derive(Default)]
+struct EnvNames {
+    session: Option<String>,
+    agent: Option<String>,
+    hook_session: Option<String>,
+    hook_agent: Option<String>,
+}
+
+fn env_vars(pid: u32) -> EnvNames {
+    let mut names = EnvNames::default();
     let Some(env) = crate::procfs::environ(pid) else {
-        return (None, None);
+        return names;
     };
-    let mut session = None;
-    let mut agent = None;
     for var in &env {
         if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
-            session = Some(named("session", pid, v));
+            names.session = Some(named("session", pid, v));
         } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
-            agent = Some(named("agent", pid, v));
+            names.agent = Some(named("agent", pid, v));
+        } else if let Some(v) = var.strip_prefix(b"REWIND_HOOK_SESSION=") {
+            names.hook_session = Some(named("session", pid, v));
+        } else if let Some(v) = var.strip_prefix(b"REWIND_HOOK_AGENT=") {
+            names.hook_agent = Some(named("agent", pid, v));
         }
     }
-    (session, agent)
+    names
 }
 
 /// The name a value from the environment is recorded under: the value itself when it is a valid
@@ -536,8 +551,9 @@ impl Attributor {
     }
 
     fn resolve(&self, pid: u32) -> (String, String) {
-        let (env_session, env_agent) = env_vars(pid);
-        if let Some(session) = env_session {
+        let env = env_vars(pid);
+        let env_agent = env.agent;
+        if let Some(session) = env.session {
             return (session, env_agent.unwrap_or_else(|| "unknown".into()));
         }
         let regs = self.lock_registrations();
@@ -552,6 +568,10 @@ impl Attributor {
                     .unwrap_or_else(|| "unknown".into());
                 return (r.session.clone(), agent);
             }
+        }
+        if let Some(session) = env.hook_session {
+            let agent = env_agent.or(env.hook_agent);
+            return (session, agent.unwrap_or_else(|| "unknown".into()));
         }
         (
             self.default_session.clone(),

@@ -220,3 +220,62 @@ fn a_prompt_id_in_two_sessions_is_refused_naming_both() {
     rw_ok(&ws, &["log", "--turn", "s2:1"]);
     ws.unmount();
 }
+
+/// A background job an agent's shell command leaves running (`(sleep; codegen) &`) outlives
+/// the command's shell and is reparented away from the agent; what the programs it starts
+/// write is still the agent's, in the turn they write in, through the session name Claude
+/// Code's SessionStart hook exports to every Bash command (`CLAUDE_ENV_FILE`, sourced before
+/// each). A job started without it is not.
+// Failed before the hook exported `REWIND_HOOK_SESSION` (`cli/hook.rs`
+// `name_shell_commands`, `who.rs` `EnvNames`): `gen.txt` was recorded in the mount's
+// session, in no turn, and `rollback --turn` left it.
+#[test]
+fn a_background_job_of_an_agents_shell_command_is_the_agents() {
+    use crate::hostile24::{SESSION, agent_with_env, mounted, turn_log};
+    let mut ws = Workspace::new();
+    mounted(&mut ws, &[("a.txt", "a\n")], &[]);
+    let env_file = ws.store().parent().unwrap().join("claude-env");
+    let env_path = env_file.to_str().unwrap().to_string();
+    agent_with_env(
+        &ws,
+        r#"
+hook("SessionStart", source="startup", model="m")
+prompt(1)
+edit("a.txt", "by the agent\n")
+job = "(sleep 0.5; sh -c 'echo generated > gen.txt') &"
+subprocess.run(["bash", "-c", 'source "$CLAUDE_ENV_FILE"; ' + job], check=True)
+subprocess.run(["bash", "-c", job.replace("generated > gen", "plain > plain")], check=True)
+time.sleep(1.5)
+stop(1)
+"#,
+        &[("CLAUDE_ENV_FILE", env_path.as_str())],
+    );
+    sync(&ws);
+    let exported = fs::read_to_string(&env_file).unwrap_or_default();
+    assert!(
+        exported.contains(&format!("REWIND_HOOK_SESSION={SESSION}")),
+        "{exported}"
+    );
+    let all = log(&ws);
+    let last = |path: &str| all.iter().rfind(|c| c["path"] == path).expect(path).clone();
+    let gen_ = last("gen.txt");
+    assert_eq!(gen_["session"], SESSION, "{gen_}");
+    assert_eq!(gen_["agent"], "claude", "{gen_}");
+    assert_eq!(gen_["turn"], 1, "{gen_}");
+    assert_ne!(
+        last("plain.txt")["session"],
+        SESSION,
+        "reparented away, unnamed"
+    );
+    let in_turn: Vec<String> = turn_log(&ws, 1)
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(in_turn, ["a.txt", "gen.txt"], "{in_turn:?}");
+    let dry = rw_ok(
+        &ws,
+        &["rollback", "--turn", &format!("{SESSION}:1"), "--dry-run"],
+    );
+    assert!(dry.contains("gen.txt"), "{dry}");
+    ws.unmount();
+}
