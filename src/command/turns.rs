@@ -43,7 +43,7 @@ fn show(args: &TurnsArgs, t: &str, env: &mut Env<'_>) -> Result<Outcome> {
         return Err(crate::history::Error::NoTurn(t.to_string()));
     };
     let changes = changes_of(env, &turn)?;
-    let (files, added, removed) = turns::line_counts(&env.view(), &changes)?;
+    let (files, added, removed) = turns::line_counts(env.history, &changes)?;
     let conversation = turns::conversation(env.history, &turn)?;
     let text = conversation
         .as_deref()
@@ -145,7 +145,7 @@ pub fn run(args: &TurnsArgs, env: &mut Env<'_>) -> Result<Outcome> {
             env.history.check_whole_turn(&t.session, t.number),
             Err(crate::history::Error::Cut { .. })
         );
-        let (files, added, removed) = turns::line_counts(&env.view(), &changes)?;
+        let (files, added, removed) = turns::line_counts(env.history, &changes)?;
         let undone = turns::rolled_back(&changes, &restores);
         let line = if args.json {
             json!({

@@ -10,7 +10,6 @@ use std::sync::Mutex;
 
 use super::change::{Change, FileKind, FileState, Tool, Turn};
 use super::db::unique_prefix;
-use super::view::View;
 use super::{Error, History, Result, diff, time};
 
 /// The longest prompt line kept with a turn, in bytes.
@@ -331,39 +330,9 @@ impl Turns {
 
 // ---- what a turn did ------------------------------------------------------------------
 
-/// Files changed, lines added and removed by a turn's `changes`, as `rewind diff --turn
-/// --stat` counts them: from what the turn found to what it left (a file made and removed
-/// again counts nothing), without what others did in between. Where that diff cannot be made
-/// (content not recorded), each change counted on its own instead.
-pub fn line_counts(view: &View<'_>, changes: &[Change]) -> Result<(usize, usize, usize)> {
-    let Ok(pieces) = super::netdiff::of_changes(view, changes, &[]) else {
-        return per_change_line_counts(view.history, changes);
-    };
-    let mut files = BTreeSet::new();
-    let (mut added, mut removed) = (0, 0);
-    for p in &pieces {
-        let super::netdiff::Piece::Section { old, new, .. } = p else {
-            continue;
-        };
-        let Some(path) = new.as_deref().or(old.as_deref()).map(|v| v.path.clone()) else {
-            continue;
-        };
-        files.insert(path);
-        let s = diff::Stat::from_sides(
-            old.as_deref().map(super::netdiff::as_side),
-            new.as_deref().map(super::netdiff::as_side),
-            &diff::Options::default(),
-        );
-        if !s.binary {
-            added += s.added as usize;
-            removed += s.deleted as usize;
-        }
-    }
-    Ok((files.len(), added, removed))
-}
-
-/// [`line_counts`] change by change, as `diff --stat` counts each.
-fn per_change_line_counts(history: &History, changes: &[Change]) -> Result<(usize, usize, usize)> {
+/// Files changed, lines added and removed by changes (a turn's), as `diff --stat` counts
+/// them for each change.
+pub fn line_counts(history: &History, changes: &[Change]) -> Result<(usize, usize, usize)> {
     let mut files = BTreeSet::new();
     let (mut added, mut removed) = (0, 0);
     let content = |s: Option<&FileState>| -> Vec<u8> {
