@@ -171,14 +171,16 @@ pub fn session_name(agent: Agent, id: &str) -> String {
     )
 }
 
-/// The agent: the nearest ancestor of this process that is not a shell.
+/// The agent: the nearest ancestor of this process that is not a shell, up to the first
+/// process of its PID namespace: in a container's (or `unshare -p`'s) that is the agent,
+/// whose hook runs through `sh -c`. (The daemon never registers its own namespace's init.)
 fn agent_pid() -> u32 {
     let mut pid = std::os::unix::process::parent_id();
     for _ in 0..16 {
         let Some(stat) = crate::procfs::stat(pid) else {
             break;
         };
-        if !SHELLS.contains(&stat.name.as_str()) || stat.ppid <= 1 {
+        if !SHELLS.contains(&stat.name.as_str()) || stat.ppid == 0 {
             break;
         }
         pid = stat.ppid;

@@ -178,9 +178,14 @@ fn warn_of_those_underneath(workspace: &Path) {
     let mut under: Vec<String> = crate::procfs::processes()
         .filter(|pid| *pid != me)
         .filter_map(|pid| {
+            // The path first: a `stat` of another process's folder could hang (a dead FUSE
+            // or NFS mount elsewhere).
             let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+            if !cwd.starts_with(workspace) {
+                return None;
+            }
             let on = std::fs::metadata(format!("/proc/{pid}/cwd")).ok()?;
-            (cwd.starts_with(workspace) && on.dev() != mount.dev()).then(|| {
+            (on.dev() != mount.dev()).then(|| {
                 let name = crate::procfs::stat(pid).map_or_else(|| "?".into(), |s| s.name);
                 format!("{name}[{pid}]")
             })

@@ -105,6 +105,13 @@ fn descends(pid: u32, ancestor: u32) -> bool {
     ancestry(pid).any(|(p, _)| p == ancestor)
 }
 
+/// Whether `pid` (a process, or a thread of one) is `caller`'s process, one above it, or one
+/// under it.
+pub fn related(caller: u32, pid: u32) -> bool {
+    let (caller, pid) = (process_of(caller), process_of(pid));
+    descends(caller, pid) || descends(pid, caller)
+}
+
 /// The name a process tree is registered under when `name` belongs to another tree.
 pub fn apart_name(name: &str, pid: u32) -> String {
     let suffix = format!("~pid{pid}");

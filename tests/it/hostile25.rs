@@ -1241,6 +1241,8 @@ os.unlink("stop.flag")
 // registered the daemon's pid 1, init, so every process on the machine was recorded in the
 // agent's session (the test's own write of `c.txt`, after the agent exited, among them), and
 // `session start --pid 4242` registered whatever process had that number, or said it was gone.
+// Then, through `sh -c`, the hook named the shell rather than the agent, the namespace's pid 1
+// (`agent_pid` stopped below init): the agent's edit was the mount's.
 #[test]
 fn an_agent_in_a_pid_namespace_of_its_own_is_registered_as_itself() {
     let mut ws = Workspace::new();
@@ -1250,6 +1252,16 @@ fn an_agent_in_a_pid_namespace_of_its_own_is_registered_as_itself() {
         crate::hostile24::PY,
         r#"
 assert os.getpid() == 1, os.getpid()
+# Through a shell, as agents run their hooks: the hook walks up past it to the agent.
+def hook(event, **kw):
+    p = {"session_id": SID, "transcript_path": "/tmp/none.jsonl", "cwd": os.getcwd(),
+         "hook_event_name": event}
+    p.update(kw)
+    r = subprocess.run(["sh", "-c", "rewind hook claude " + event],
+                       input=json.dumps(p).encode(), capture_output=True, timeout=30)
+    assert r.returncode == 0, (event, r)
+    if r.stderr:
+        MISSED.append(event)
 hook("SessionStart", source="startup", model="m")
 prompt(1)
 edit("a.txt", "by the agent in turn one\n")

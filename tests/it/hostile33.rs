@@ -265,3 +265,37 @@ stop(1)
     assert!(dry.contains("gen.txt"), "{dry}");
     ws.unmount();
 }
+
+/// `session start --pid N` names the process that sends it, one above it, or one it started;
+/// never init (above every process: everything on the machine would be recorded as the
+/// session), nor an unrelated process (the daemon here).
+// Failed before the daemon checked (`ctl.rs`, `who::related`): `--pid 1` registered init,
+// and the next change anyone made was recorded in that session.
+#[test]
+fn session_start_names_only_the_writer_its_parents_or_what_it_started() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let daemon = crate::common::daemon_pid(&ws).to_string();
+    for pid in ["1", daemon.as_str()] {
+        let out = crate::common::rw(&ws, &["session", "start", "grab", "--pid", pid]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--pid {pid}: {err}");
+        assert!(err.contains(&format!("process {pid} is neither")), "{err}");
+    }
+    // A process this one started (as `rewind mcp`'s parent registers it).
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let line = format!("session start mine --pid {}\n", child.id());
+    fs::write(ws.path().join(".rewind/ctl"), line).unwrap();
+    fs::write(ws.path().join("a.txt"), "by the test\n").unwrap();
+    let a = log(&ws)
+        .into_iter()
+        .rfind(|c| c["path"] == "a.txt")
+        .unwrap();
+    assert_ne!(a["session"], "grab", "{a}");
+    let _ = child.kill();
+    let _ = child.wait();
+    ws.unmount();
+}

@@ -470,6 +470,14 @@ impl Actor for DaemonActor<'_> {
                 exclusive,
             }) => {
                 let pid = here(pid)?.unwrap_or(caller);
+                // Only the writer, a process above it or one it started: another's would be
+                // attributed by a command it never sent. Never init, above every process.
+                if pid == 1 || !crate::history::who::related(caller, pid) {
+                    return Err(Error::Usage(format!(
+                        "process {pid} is neither the process that sent this command, one of \
+                         its parents (init excepted), nor one it started"
+                    )));
+                }
                 // rewind's own agent names are mapped, as from the environment.
                 let agent = agent
                     .as_ref()
