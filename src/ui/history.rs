@@ -71,18 +71,44 @@ pub struct Backend {
     ctx: Ctx,
     /// Unmounted: the store, opened read-only once.
     history: Option<Arc<History>>,
+    /// Unmounted: what the store's write-ahead logs and manifest were then
+    /// ([`store_written`]). A store written since (mounted meanwhile, even if unmounted
+    /// again; a gc) holds history that the opened one does not show.
+    written: Vec<(String, u64)>,
+}
+
+/// The store's files that any write changes (its write-ahead logs, its manifest, `CURRENT`),
+/// with their sizes: a read-only open changes none of them.
+fn store_written(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kept = name.ends_with(".log") || name.starts_with("MANIFEST-") || name == "CURRENT";
+            kept.then(|| (name, e.metadata().map_or(0, |m| m.len())))
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 impl Backend {
     /// Unmounted, the store is opened read-only here: why it cannot be is the CLI's failure,
     /// with its exit status.
     pub fn open(ctx: Ctx) -> Result<Backend, Failure> {
-        let history = if ctx.mounted {
-            None
+        let (history, written) = if ctx.mounted {
+            (None, Vec::new())
         } else {
-            Some(Arc::new(ctx.read_history()?))
+            let written = store_written(&ctx.store_dir);
+            (Some(Arc::new(ctx.read_history()?)), written)
         };
-        Ok(Backend { ctx, history })
+        Ok(Backend {
+            ctx,
+            history,
+            written,
+        })
     }
 
     pub fn mounted(&self) -> bool {
@@ -111,20 +137,22 @@ impl Backend {
                 partial: answer.partial,
             });
         }
+        // Mounted since the page started (or written by a command): the store it read is no
+        // longer the whole history, so it answers nothing more.
+        if crate::fs::is_rewind_mount(&self.ctx.workspace)
+            || store_written(&self.ctx.store_dir) != self.written
+        {
+            return Err(Refusal::Failed(format!(
+                "{} was mounted or its history written after this page started, which shows \
+                 the history as it was then: restart `rewind ui` to follow it",
+                self.ctx.workspace.display()
+            )));
+        }
         if cli.command.changes_something() {
             return Err(Refusal::NeedsMount(format!(
                 "`rewind {}` changes the workspace: it runs in the daemon, and {} is not mounted \
                  (mount it with `rewind mount`, then restart `rewind ui`)",
                 cli.command.name(),
-                self.ctx.workspace.display()
-            )));
-        }
-        // Mounted since the page started: the store it read is no longer the whole history
-        // (the daemon writes what it records from now on), so it answers nothing more.
-        if crate::fs::is_rewind_mount(&self.ctx.workspace) {
-            return Err(Refusal::Failed(format!(
-                "{} was mounted after this page started, which shows the history as it was \
-                 then: restart `rewind ui` to follow it",
                 self.ctx.workspace.display()
             )));
         }

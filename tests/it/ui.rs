@@ -317,16 +317,24 @@ fn ui_unmounted_is_read_only() {
     ws.mount();
     std::fs::write(ws.path().join("new.txt"), "after the page started\n").unwrap();
     crate::common::sync(&ws);
-    for path in ["/frag/changes", "/frag/diff?id=6"] {
-        let (s, r) = ui.get(path, "");
-        assert_ne!(s, 200, "{path}: {r}");
-        assert!(
-            r.contains("was mounted after this page started"),
-            "{path}: {r}"
-        );
-    }
-    drop(ui);
+    let refused = |ui: &Ui| {
+        for path in ["/frag/changes", "/frag/diff?id=6"] {
+            let (s, r) = ui.get(path, "");
+            assert_ne!(s, 200, "{path}: {r}");
+            assert!(
+                r.contains("was mounted or its history written after this page started"),
+                "{path}: {r}"
+            );
+        }
+        let (s, r) = ui.post("/act/plan", "what=turn&value=s1:1", &with_csrf);
+        assert_ne!(s, 200, "{r}");
+        assert!(r.contains("restart `rewind ui`"), "{r}");
+    };
+    refused(&ui);
+    // And unmounted again: the store it opened still does not hold change 6.
     ws.unmount();
+    refused(&ui);
+    drop(ui);
 }
 
 /// The tree at a point never goes through a symlink of that tree: `etc -> /etc` in the history
