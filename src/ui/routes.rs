@@ -561,6 +561,39 @@ fn plan_digest(text: &str) -> String {
     blake3::hash(text.as_bytes()).to_hex()[..32].to_string()
 }
 
+/// The newest change id (0: none yet).
+async fn newest_id(state: &Shared) -> Result<u64, Bad> {
+    let log = LogArgs {
+        json: true,
+        limit: Some(1),
+        ..LogArgs::of(&Selection::default()).map_err(Refusal::from)?
+    };
+    let rows = json_lines(&run(state, Command::Log(log)).await?.output);
+    Ok(rows.last().and_then(|c| c["id"].as_u64()).unwrap_or(0))
+}
+
+/// Whether a change after `since` touched a path the plan `text` names: the plan may read the
+/// same (`revert a.txt`) and yet take back a change it never showed.
+async fn touched_since(state: &Shared, since: u64, text: &str) -> Result<bool, Bad> {
+    let log = LogArgs {
+        json: true,
+        limit: Some(10_000),
+        ..LogArgs::of(&Selection {
+            since: Some(since.to_string()),
+            ..Selection::default()
+        })
+        .map_err(Refusal::from)?
+    };
+    let rows = json_lines(&run(state, Command::Log(log)).await?.output);
+    Ok(rows.len() >= 10_000
+        || rows.iter().any(|c| {
+            ["path", "from"]
+                .iter()
+                .filter_map(|k| c[*k].as_str())
+                .any(|p| text.contains(p))
+        }))
+}
+
 /// A relative point (`15m`) planned now names the instant it meant when the plan was made, so
 /// that confirming later rolls back to the same point.
 fn pinned(mut a: Act) -> Act {
@@ -636,20 +669,21 @@ fn shown(command: &Command) -> Result<String, Bad> {
 
 async fn plan(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     let a = pinned(a);
+    let newest = newest_id(&state).await?;
     let out = run(&state, rollback_command(&a, true)?).await?;
-    plan_box(&state, &a, &out, false)
+    plan_box(&state, &a, &out, newest, false)
 }
 
-/// The dry run's plan of `a` (`out`), with the button that runs it as planned; `changed`: this
-/// plan is not the one a confirmation was for.
-fn plan_box(state: &Shared, a: &Act, out: &Answer, changed: bool) -> Html {
+/// The dry run's plan of `a` (`out`, made when `newest` was the newest change), with the button
+/// that runs it as planned; `changed`: this plan is not the one a confirmation was for.
+fn plan_box(state: &Shared, a: &Act, out: &Answer, newest: u64, changed: bool) -> Html {
     let shown = shown(&rollback_command(a, true)?)?;
     let text = String::from_utf8_lossy(&out.output).into_owned();
     let nothing =
         text.starts_with("nothing to roll back") || text.contains("\nnothing to roll back");
     let mounted = state.backend.mounted();
     let force = a.force.as_deref() == Some("1");
-    let digest = plan_digest(&text);
+    let digest = format!("{}.{newest}", plan_digest(&text));
     Ok(html! {
         div.plan-box {
             @if changed {
@@ -684,9 +718,18 @@ fn plan_box(state: &Shared, a: &Act, out: &Answer, changed: bool) -> Html {
 
 async fn rollback(State(state): State<Shared>, Form(a): Form<Act>) -> Html {
     if let Some(planned) = &a.planned {
+        let (digest, since) = planned.split_once('.').unwrap_or((planned, "0"));
+        let since: u64 = since.parse().map_err(|_| {
+            Bad(
+                StatusCode::BAD_REQUEST,
+                "a plan's digest is DIGEST.ID".into(),
+            )
+        })?;
+        let newest = newest_id(&state).await?;
         let again = run(&state, rollback_command(&a, true)?).await?;
-        if plan_digest(&String::from_utf8_lossy(&again.output)) != *planned {
-            return plan_box(&state, &a, &again, true);
+        let text = String::from_utf8_lossy(&again.output).into_owned();
+        if plan_digest(&text) != digest || touched_since(&state, since, &text).await? {
+            return plan_box(&state, &a, &again, newest, true);
         }
     }
     let command = rollback_command(&a, false)?;

@@ -870,10 +870,32 @@ fn ui_runs_a_rollback_only_as_planned() {
         "{changed}"
     );
 
+    // A change to a path the plan already names leaves its words as they were (`remove
+    // greet.rs`), and would be taken back unseen: that stops it too.
+    std::fs::write(
+        ws.path().join("greet.rs"),
+        "fn main() { println!(\"changed after the plan\"); }\n",
+    )
+    .unwrap();
+    crate::common::sync(&ws);
     let form = format!(
         "what=to&value={}&planned={}",
         value.replace(':', "%3A").replace('+', "%2B"),
         attr(&changed, "data-planned")
+    );
+    let (s, again) = ui.post("/act/rollback", &form, &with_csrf);
+    assert_eq!(s, 200, "{again}");
+    assert!(again.contains("the plan changed"), "{again}");
+    assert!(
+        std::fs::read_to_string(ws.path().join("greet.rs"))
+            .unwrap()
+            .contains("changed after the plan"),
+        "nothing ran: {again}"
+    );
+    let form = format!(
+        "what=to&value={}&planned={}",
+        value.replace(':', "%3A").replace('+', "%2B"),
+        attr(&again, "data-planned")
     );
     let (s, done) = ui.post("/act/rollback", &form, &with_csrf);
     assert_eq!(s, 200, "{done}");
