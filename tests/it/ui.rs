@@ -92,6 +92,15 @@ impl Ui {
         ))
     }
 
+    /// The headers an action from the page carries: its origin and CSRF token.
+    fn csrf_headers(&self) -> String {
+        format!(
+            "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
+            self.host(),
+            self.csrf()
+        )
+    }
+
     fn csrf(&self) -> String {
         let (_, page) = self.get("/", "");
         let at = page.find("name=\"rewind-csrf\" content=\"").unwrap() + 28;
@@ -296,11 +305,7 @@ fn ui_unmounted_is_read_only() {
         diff.contains("src/lib.rs") && diff.contains("pub fn two"),
         "{diff}"
     );
-    let with_csrf = format!(
-        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
-        ui.host(),
-        ui.csrf()
-    );
+    let with_csrf = ui.csrf_headers();
     let (s, r) = ui.post("/act/plan", "what=turn&value=s1:1", &with_csrf);
     assert_eq!(s, 200, "{r}");
     assert!(
@@ -367,11 +372,7 @@ fn ui_rollback_of_nothing_does_not_say_rolled_back() {
     ws.mount();
     some_history(&ws);
     let ui = Ui::start(&ws);
-    let with_csrf = format!(
-        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
-        ui.host(),
-        ui.csrf()
-    );
+    let with_csrf = ui.csrf_headers();
     let (s, r) = ui.post("/act/rollback", "what=session&value=nosuch", &with_csrf);
     assert_eq!(s, 200, "{r}");
     assert!(r.contains("nothing to roll back"), "{r}");
@@ -788,11 +789,7 @@ fn ui_numbers_a_paths_hunks_across_its_sections_and_reverts_the_one_asked() {
     assert!(files.contains("f.txt"), "{files}");
     assert!(!files.contains("made"), "a folder is not a file: {files}");
 
-    let with_csrf = format!(
-        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
-        ui.host(),
-        ui.csrf()
-    );
+    let with_csrf = ui.csrf_headers();
     let form = "what=hunk&value=2&of=turn&ofv=s1%3A1&path=f.txt";
     let (s, plan) = ui.post("/act/plan", form, &with_csrf);
     assert_eq!(s, 200, "{plan}");
@@ -823,11 +820,7 @@ fn ui_runs_a_rollback_only_as_planned() {
     ws.mount();
     some_history(&ws);
     let ui = Ui::start(&ws);
-    let with_csrf = format!(
-        "Origin: http://{}\r\nx-rewind-csrf: {}\r\n",
-        ui.host(),
-        ui.csrf()
-    );
+    let with_csrf = ui.csrf_headers();
     let attr = |html: &str, name: &str| {
         let at = html
             .find(&format!("{name}=\""))
