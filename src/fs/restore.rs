@@ -526,6 +526,12 @@ impl Apply for Restorer {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let io = |e: std::io::Error| failed(path, e.into());
+            // A process's create that made the file and has not yet begun its episode ends
+            // that first, and none begins until this rollback's own episode has (see
+            // `Core::making`): found there before its create was recorded, the file was
+            // rewritten in place and its restore recorded from the process's empty file,
+            // before the create that made it.
+            let mut making = Some(self.core.making_none());
             let now = match self.core.backing.stat(path) {
                 Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => Some(st),
                 Ok(_) => return Err(failed(path, Errno::EEXIST)),
@@ -538,6 +544,7 @@ impl Apply for Restorer {
             };
             if existing && (detach || replace) {
                 // A file of its own: this name goes, and is made again below.
+                making = None;
                 self.remove(path, false)?;
                 existing = false;
             }
@@ -545,10 +552,9 @@ impl Apply for Restorer {
                 // In place, so every name of a hard-linked file gets it. A process that holds it
                 // open for writing (a forced rollback) keeps writing to it: what it wrote so far
                 // is its own change, the rewrite the rollback's.
-                let (mut f, st, written, episode) = self
-                    .core
-                    .open_to_restore(path, self.by())
-                    .map_err(|e| failed(path, e))?;
+                let opened = self.core.open_to_restore(path, self.by());
+                drop(making);
+                let (mut f, st, written, episode) = opened.map_err(|e| failed(path, e))?;
                 let writer = self.core.recorder.as_ref().filter(|_| written);
                 if let Some(rec) = writer
                     && let Err(e) = rec.cut_for_restore(path, &st)
@@ -574,6 +580,8 @@ impl Apply for Restorer {
                 recorded?;
                 self.content_changed(path);
             } else {
+                // Taken again below, after `removing` (the order every rollback step takes them).
+                drop(making);
                 // A file a process is unlinking is recorded gone first (see `Core::removing`).
                 let removing = self.core.removing_none();
                 // And a process's create of the name that looked before the file was there

@@ -1501,6 +1501,57 @@ fn a_process_opening_a_file_a_rollback_is_making_comes_after_its_create() {
     ws.unmount();
 }
 
+/// FAILED in CI (round 2 of 4 of the test above): `change 377 ("restore" "d/f117") breaks the
+/// chain of d/f117 (its own before): it was None, the change says Some(("file", Some(af1349b9
+/// …: empty)))`. A process's `O_CREAT` open had made the file underneath and not yet begun its
+/// episode when the rollback looked: it found a file there, rewrote it in place and recorded
+/// its restore from the empty file, and the process's create was recorded after it. Made
+/// deterministic here: the create waits between making the file and beginning its episode
+/// (`REWIND_TEST_SLOW_MADE`) while the rollback runs.
+#[test]
+fn a_rollback_rewriting_a_file_a_process_is_creating_comes_after_its_create() {
+    let mut ws = Workspace::new();
+    ws.mount_with_env(&[] as &[&str], &[("REWIND_TEST_SLOW_MADE", "1500")]);
+    let dir = ws.path();
+    fs::write(dir.join("f"), "at the point\n").unwrap();
+    let p = point(&ws);
+    fs::remove_file(dir.join("f")).unwrap();
+    rw_ok(&ws, &["sync"]);
+    let underneath = underneath(&ws);
+    std::thread::scope(|s| {
+        let create = s.spawn(|| {
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.join("f"))
+                .map(drop)
+        });
+        assert!(
+            wait_for(20, || underneath.join("f").exists()),
+            "the process never made f"
+        );
+        rw_ok(&ws, &["rollback", "--to", &p, "--force"]);
+        create.join().unwrap().unwrap();
+    });
+    rw_ok(&ws, &["sync"]);
+    let changes =
+        assert_chain_ends_in_the_present(&ws, "a rollback rewriting a file being created");
+    let kinds: Vec<&str> = changes
+        .iter()
+        .filter(|c| c["path"] == "f")
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["create", "delete", "create", "restore"],
+        "{}",
+        whole(&changes)
+    );
+    assert_eq!(fs::read_to_string(dir.join("f")).unwrap(), "at the point\n");
+    ws.unmount();
+}
+
 /// The workspace's directory underneath the mount, through the daemon's fd on it (a path
 /// that reaches it without going through the mount).
 fn underneath(ws: &Workspace) -> std::path::PathBuf {
@@ -1891,8 +1942,9 @@ fn a_process_removing_a_file_a_rollback_made_comes_after_its_restore() {
 /// rollback linked its new file at the name before the create opened it. The create then
 /// opened the rollback's file, gave it to its caller, and began a create of a file whose
 /// create the rollback had begun. Now one of the two comes first: the process's file, which
-/// the rollback then cannot make (`File exists`), or the rollback's, which the process then
-/// appends to; the history says which.
+/// the rollback then cannot make (`File exists`) or rewrites in place once its create is
+/// recorded, or the rollback's; the process then appends to what is there, and the history
+/// says which.
 #[test]
 fn a_process_creating_a_file_a_rollback_is_making_comes_before_or_after_it() {
     let mut ws = Workspace::new();
@@ -1942,15 +1994,14 @@ fn a_process_creating_a_file_a_rollback_is_making_comes_before_or_after_it() {
         stderr(&rolled)
     );
     let kinds: Vec<&str> = of_f.iter().map(|k| k.split(' ').next().unwrap()).collect();
-    let want: &[&str] = if first_the_process {
-        &["create"]
+    let want: &[&[&str]] = if first_the_process {
+        &[&["create"]]
     } else {
-        &["restore", "modify"]
+        &[&["restore", "modify"], &["create", "restore", "modify"]]
     };
-    assert_eq!(
-        kinds,
-        want,
-        "the changes of f: {of_f:?}\n{}",
+    assert!(
+        want.contains(&kinds.as_slice()),
+        "the changes of f: {of_f:?}, not one of {want:?}\n{}",
         whole(&changes)
     );
     ws.unmount();
