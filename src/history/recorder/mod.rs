@@ -450,7 +450,24 @@ impl Recorder {
     }
 
     /// Make everything recorded so far durable (for `fsync` in the workspace, and unmount).
+    ///
+    /// Tried once more if the store refused it and takes writes again at once: RocksDB can
+    /// report a flush that ran out of space while the disk was full after recording resumed,
+    /// and then refuses every write until it is reopened. `rewind sync` failed with `No space
+    /// left on device` on a disk with room again; the recovery thread would have reopened
+    /// the store within a second.
     pub fn sync(&self) -> Result<()> {
+        let store = self.history.store();
+        match self.sync_once() {
+            Err(e) if !store.writable() && store.recover().is_ok() && store.writable() => {
+                tracing::info!("sync again, now that the store takes writes again: {e}");
+                self.sync_once()
+            }
+            synced => synced,
+        }
+    }
+
+    fn sync_once(&self) -> Result<()> {
         // What still waits (a create whose path cannot be looked up now) has its marker from
         // when it began to wait (`mark_waiting`): the next mount records it in its place.
         // A settle, with its waits: without them, an unmount would end the daemon while the
