@@ -43,6 +43,11 @@ pub trait Actor {
     /// The files processes hold open for writing now (through the mount), and whether the
     /// data path keeps their size in the kernel.
     fn open_files(&self) -> OpenFiles;
+    /// The paths of `plan` its run would make files of their own, the files having other
+    /// names now (see [`rollback::detached`](crate::history::rollback::detached)).
+    fn detached(&self, _plan: &Plan) -> std::collections::HashSet<Vec<u8>> {
+        std::collections::HashSet::new()
+    }
     /// The daemon's own answer to a plumbing command (sessions, turns, tool calls).
     fn plumbing(&self, command: &super::Command, caller: u32) -> Result<String>;
     /// The session a process's changes are recorded in (its environment, or a registration of

@@ -167,7 +167,14 @@ fn roll_back(
     }
     let selected = rollback::select(env.history, selection)?;
     let open = env.actor.map(|a| a.open_files()).unwrap_or_default();
-    let plan = rollback::plan(&env.view(), &selected, force, &open)?;
+    let mut plan = rollback::plan(&env.view(), &selected, force, &open)?;
+    // Said as it will be done: a file linked since is made a file of its own.
+    if let Some(actor) = env.actor {
+        let detached = actor.detached(&plan);
+        for s in plan.steps.iter_mut().filter(|s| detached.contains(&s.path)) {
+            s.separate = true;
+        }
+    }
     let mut out = String::new();
     for (p, why) in &plan.skipped {
         out += &format!("skip     {}: {why}\n", escape_path(p));

@@ -18,7 +18,7 @@ use super::backing::{self, split};
 use super::{Caller, Core};
 use crate::history::change::Node;
 use crate::history::recorder::Key;
-use crate::history::rollback::Apply;
+use crate::history::rollback::{Apply, Names};
 use crate::history::who::By;
 use crate::history::{Error, Result, show_path};
 
@@ -658,16 +658,32 @@ impl Apply for Restorer {
     fn set_mode(&self, path: &[u8], mode: u32) -> Result<()> {
         self.step(|| self.chmod(path, mode))
     }
+}
 
+impl Names for Restorer {
     fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>> {
-        match (&self.core.recorder, self.core.backing.stat(path)) {
+        NamesNow(&self.core).other_names(path)
+    }
+
+    fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)> {
+        NamesNow(&self.core).shared_file(path)
+    }
+}
+
+/// The names files have now, underneath the mount and in the recorder's table of links: for
+/// a plan to say which files its run makes files of their own ([`detached`](crate::history::rollback::detached)).
+pub struct NamesNow<'a>(pub &'a Core);
+
+impl Names for NamesNow<'_> {
+    fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>> {
+        match (&self.0.recorder, self.0.backing.stat(path)) {
             (Some(recorder), Ok(st)) => recorder.names_of(path, &st),
             _ => Vec::new(),
         }
     }
 
     fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)> {
-        let st = self.core.backing.stat(path).ok()?;
+        let st = self.0.backing.stat(path).ok()?;
         (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1)
             .then_some((st.st_dev, st.st_ino))
     }

@@ -725,9 +725,18 @@ fn what(step: &Step) -> String {
     }
 }
 
+/// Which files have several names now, as the daemon knows them: what decides which files a
+/// rollback makes files of their own ([`detached`]).
+pub trait Names {
+    /// Which file a path is now (device, inode), if it is not a folder and has other names.
+    fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)>;
+    /// The other names the file at a path has now.
+    fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>>;
+}
+
 /// How a plan is carried out: on the workspace underneath the mount, recorded. Every method
 /// acts on exactly the path given, relative to the workspace, following no symlink on the way.
-pub trait Apply {
+pub trait Apply: Names {
     /// Remove a file, symlink or empty folder.
     fn remove(&self, path: &[u8], dir: bool) -> Result<()>;
     /// Make a folder (or keep the one there) with this mode.
@@ -741,10 +750,6 @@ pub trait Apply {
         detach: bool,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()>;
-    /// Which file a path is now (device, inode), if it is not a folder and has other names.
-    fn shared_file(&self, path: &[u8]) -> Option<(u64, u64)>;
-    /// The other names the file at a path has now.
-    fn other_names(&self, path: &[u8]) -> Vec<Vec<u8>>;
     /// Make a symlink, replacing what is at the path.
     fn make_symlink(&self, path: &[u8], target: &[u8]) -> Result<()>;
     /// Make a FIFO, socket or device node with this mode, replacing what is at the path.
@@ -1025,6 +1030,22 @@ pub fn execute(
     failed
 }
 
+/// The paths of `plan` that its run makes files of their own, as it stands now (see
+/// [`must_detach`]), for the plan to say so: the run looks again when it gets to them. A dry
+/// run said `revert a.txt` of a file linked since the point, and the run separated it.
+pub fn detached(plan: &Plan, names: &dyn Names) -> HashSet<Vec<u8>> {
+    if plan.in_place {
+        return HashSet::new();
+    }
+    let puts: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| s.target.is_some() && s.link_to.is_none())
+        .collect();
+    let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
+    must_detach(&puts, &in_plan, names)
+}
+
 /// The files to restore as files of their own: those that are now hard links of another file
 /// the plan gives different content. Written in place, the last write would win for every
 /// name (`a` and `c` were two files, are now two names of one, and each goes back to its own
@@ -1032,7 +1053,7 @@ pub fn execute(
 /// keeps what it has (a selected change to a linked file lists every name it had, so each
 /// of those is in the plan). Names that go back to the same content stay linked: a rollback
 /// of one name of a linked file gives every name its earlier content.
-fn must_detach(puts: &[&Step], in_plan: &HashSet<&[u8]>, apply: &dyn Apply) -> HashSet<Vec<u8>> {
+fn must_detach(puts: &[&Step], in_plan: &HashSet<&[u8]>, apply: &dyn Names) -> HashSet<Vec<u8>> {
     let files = |st: &Option<FileState>| st.as_ref().is_some_and(|f| f.kind == FileKind::File);
     let hash = |st: &Option<FileState>| st.as_ref().and_then(|f| f.hash);
     let mut by_file: HashMap<(u64, u64), Vec<&Step>> = HashMap::new();

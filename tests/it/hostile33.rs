@@ -299,3 +299,40 @@ fn session_start_names_only_the_writer_its_parents_or_what_it_started() {
     let _ = child.wait();
     ws.unmount();
 }
+
+/// The dry run of a rollback of one file that gained a hard link since the point says what
+/// the run does: the file gets its earlier content as a file of its own, and the new name
+/// keeps what it has.
+// Failed before the plan asked the daemon which files must be made files of their own
+// (`Actor::detached`): the dry run said `revert a.txt (file)`, and the run separated it.
+#[test]
+fn a_rollback_of_a_file_linked_since_says_in_its_dry_run_that_it_separates_it() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let p = |name: &str| ws.path().join(name);
+    fs::write(p("a.txt"), "one\n").unwrap();
+    sync(&ws);
+    let point = last_id(&ws, "a.txt").to_string();
+    fs::write(p("a.txt"), "two\n").unwrap();
+    fs::hard_link(p("a.txt"), p("b.txt")).unwrap();
+    sync(&ws);
+    let args = ["rollback", "--file", "a.txt", "--to", &point];
+    let dry = rw_ok(&ws, &[&args[..], &["--dry-run"]].concat());
+    let run = rw_ok(&ws, &args);
+    let steps = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| !l.starts_with("dry run:") && !l.starts_with("rollback-"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(steps(&dry), steps(&run), "dry run:\n{dry}run:\n{run}");
+    assert!(
+        steps(&dry).iter().any(|l| l.starts_with("separate a.txt")),
+        "{dry}"
+    );
+    assert_eq!(fs::read_to_string(p("a.txt")).unwrap(), "one\n");
+    assert_eq!(fs::read_to_string(p("b.txt")).unwrap(), "two\n");
+    assert_eq!(fs::metadata(p("a.txt")).unwrap().nlink(), 1);
+    assert_eq!(fs::metadata(p("b.txt")).unwrap().nlink(), 1);
+    ws.unmount();
+}

@@ -428,6 +428,10 @@ impl Actor for DaemonActor<'_> {
         }
     }
 
+    fn detached(&self, plan: &Plan) -> std::collections::HashSet<Vec<u8>> {
+        rollback::detached(plan, &crate::fs::restore::NamesNow(&self.job.core))
+    }
+
     fn session_of(&self, pid: u32) -> Option<String> {
         let pid = crate::history::who::process_of(pid);
         let uid = crate::history::who::fs_uid(pid)?;
