@@ -18,7 +18,7 @@ use super::backing::{self, split};
 use super::{Caller, Core};
 use crate::history::change::Node;
 use crate::history::recorder::Key;
-use crate::history::rollback::{Apply, Names};
+use crate::history::rollback::{Apply, Names, Put};
 use crate::history::who::By;
 use crate::history::{Error, Result, show_path};
 
@@ -520,7 +520,7 @@ impl Apply for Restorer {
         &self,
         path: &[u8],
         mode: u32,
-        detach: bool,
+        how: Put,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()> {
         self.step(|| {
@@ -537,6 +537,10 @@ impl Apply for Restorer {
                 Ok(_) => return Err(failed(path, Errno::EEXIST)),
                 Err(_) => None,
             };
+            if now.is_some() && how == Put::New {
+                return Err(failed(path, Errno::EEXIST));
+            }
+            let detach = how == Put::Detach;
             let mut existing = now.is_some();
             let replace = match &now {
                 Some(st) if !detach => self.cached_size_is_kept(path, st)?,

@@ -725,6 +725,20 @@ fn what(step: &Step) -> String {
     }
 }
 
+/// How [`Apply::write_file`] puts a file's content at its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Written in place, so other names of it see it.
+    InPlace,
+    /// The path gets a file of its own, and its other names keep theirs.
+    Detach,
+    /// The plan found nothing at the path: a file there now was made since (a process's
+    /// create racing the rollback), and it is not overwritten (`File exists`). Rewritten in
+    /// place, what the process was writing through it landed inside the rollback's rewrite,
+    /// and was recorded as part of the restore.
+    New,
+}
+
 /// Which files have several names now, as the daemon knows them: what decides which files a
 /// rollback makes files of their own ([`detached`]).
 pub trait Names {
@@ -741,13 +755,12 @@ pub trait Apply: Names {
     fn remove(&self, path: &[u8], dir: bool) -> Result<()>;
     /// Make a folder (or keep the one there) with this mode.
     fn make_dir(&self, path: &[u8], mode: u32) -> Result<()>;
-    /// Give a file its content and mode: written in place, so other names of it see it, unless
-    /// `detach`, when the path gets a file of its own and its other names keep theirs.
+    /// Give a file its content and mode, as `how` says.
     fn write_file(
         &self,
         path: &[u8],
         mode: u32,
-        detach: bool,
+        how: Put,
         content: &mut dyn FnMut(&mut dyn Write) -> Result<u64>,
     ) -> Result<()>;
     /// Make a symlink, replacing what is at the path.
@@ -964,8 +977,14 @@ pub fn execute(
             FileKind::File if same_content => apply.set_mode(&s.path, t.mode),
             FileKind::File => {
                 let hash = t.hash.expect("checked above");
-                let detach = s.separate || detach.contains(&s.path);
-                apply.write_file(&s.path, t.mode, detach, &mut |out| {
+                let how = if s.now.is_none() {
+                    Put::New
+                } else if s.separate || detach.contains(&s.path) {
+                    Put::Detach
+                } else {
+                    Put::InPlace
+                };
+                apply.write_file(&s.path, t.mode, how, &mut |out| {
                     let mut out = out;
                     Ok(store.read_blob_to(&hash, &mut out)?)
                 })
