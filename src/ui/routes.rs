@@ -120,10 +120,25 @@ fn param(v: &Option<String>, what: &str) -> Result<Option<String>, Bad> {
     }
 }
 
-/// A path inside the workspace, relative to its root: never `..`, never absolute.
+/// A path inside the workspace, relative to its root: never `..`, never absolute. Taken as
+/// given, neither trimmed nor refused for control characters: a file may be named `x ` or
+/// hold a tab, and `x ` answered for `x`.
 fn path_param(v: &Option<String>) -> Result<Option<String>, Bad> {
-    let Some(p) = param(v, "the path")? else {
-        return Ok(None);
+    let p = match v.as_deref() {
+        None | Some("") => return Ok(None),
+        Some(p) if p.len() > MAX_PARAM => {
+            return Err(Bad(
+                StatusCode::BAD_REQUEST,
+                format!("the path is too long ({} bytes)", p.len()),
+            ));
+        }
+        Some(p) if p.contains('\0') => {
+            return Err(Bad(
+                StatusCode::BAD_REQUEST,
+                "a path has no NUL byte".into(),
+            ));
+        }
+        Some(p) => p,
     };
     let p = p.trim_start_matches("./").trim_end_matches('/').to_string();
     if p.starts_with('/') || p.split('/').any(|c| c == "..") {
@@ -607,8 +622,11 @@ fn pinned(mut a: Act) -> Act {
 
 /// The command of a rollback button: `rollback --WHAT VALUE`, or one hunk's.
 fn rollback_command(a: &Act, dry: bool) -> Result<Command, Bad> {
-    let value = param(&Some(a.value.clone()), "the value")?
-        .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say what to roll back".into()))?;
+    let value = match a.what.as_str() {
+        "file" => path_param(&Some(a.value.clone()))?,
+        _ => param(&Some(a.value.clone()), "the value")?,
+    }
+    .ok_or_else(|| Bad(StatusCode::BAD_REQUEST, "say what to roll back".into()))?;
     let mut sel = Selection::default();
     if a.what == "hunk" {
         let k: usize = value
@@ -643,7 +661,7 @@ fn rollback_command(a: &Act, dry: bool) -> Result<Command, Bad> {
                     .map_err(|_| Bad(StatusCode::BAD_REQUEST, "a change id is a number".into()))?,
             );
         }
-        "file" => sel.path = path_param(&Some(value))?.map(String::into_bytes),
+        "file" => sel.path = Some(value.into_bytes()),
         "turn" => sel.turn = Some(value),
         "session" => sel.session = Some(value),
         "agent" => sel.agent = Some(value),

@@ -940,3 +940,52 @@ fn ui_search_pages_through_every_match() {
     drop(ui);
     ws.unmount();
 }
+
+/// A file whose name ends in a space or holds a tab is shown, planned for and rolled back by
+/// the page like any other: its name is taken exactly, not trimmed or refused.
+// Failed before `path_param` took the name as given (it trimmed it and refused control
+// characters): `x ` answered for `x`, `a\tb` was "the path has control characters".
+#[test]
+fn ui_acts_on_names_with_spaces_and_tabs_exactly() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let dir = ws.path();
+    for name in ["x", "x ", "a\tb"] {
+        std::fs::write(dir.join(name), format!("first of {name:?}\n")).unwrap();
+    }
+    crate::common::sync(&ws);
+    for name in ["x ", "a\tb"] {
+        std::fs::write(dir.join(name), format!("second of {name:?}\n")).unwrap();
+    }
+    crate::common::sync(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = ui.csrf_headers();
+    for (name, encoded) in [("x ", "x%20"), ("a\tb", "a%09b")] {
+        let (s, file) = ui.get(&format!("/frag/file?path={encoded}"), "");
+        assert_eq!(s, 200, "{file}");
+        assert!(file.contains("second of"), "{name:?}: {file}");
+        let (s, plan) = ui.post(
+            "/act/plan",
+            &format!("what=file&value={encoded}"),
+            &with_csrf,
+        );
+        assert_eq!(s, 200, "{plan}");
+        let (s, done) = ui.post(
+            "/act/rollback",
+            &format!("what=file&value={encoded}&force=1"),
+            &with_csrf,
+        );
+        assert_eq!(s, 200, "{done}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(name)).unwrap(),
+            format!("first of {name:?}\n"),
+            "{name:?}: {plan}\n{done}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("x")).unwrap(),
+        "first of \"x\"\n"
+    );
+    drop(ui);
+    ws.unmount();
+}
