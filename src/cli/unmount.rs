@@ -41,10 +41,15 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
     match result {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            let by = holders(&dir, daemon);
+            let by = if by.is_empty() {
+                format!("see `fuser -vm {}`", dir.display())
+            } else {
+                format!("by {}", by.join(", "))
+            };
             return Err(Failure::failed(format!(
-                "{} is busy: files in it are still open (see `fuser -vm {}`). Close them, or \
-                 force with `rewind unmount --force {}` (open files keep working until closed).",
-                dir.display(),
+                "{} is busy: files in it are still open ({by}). Close them, or force with \
+                 `rewind unmount --force {}` (open files keep working until closed).",
                 dir.display(),
                 dir.display()
             )));
@@ -103,4 +108,50 @@ const FORCE_WAIT: Duration = Duration::from_secs(3);
 /// Whether process `pid` is a rewind (the registration's pid may have been reused since).
 fn is_rewind(pid: u32) -> bool {
     crate::procfs::status(pid).is_some_and(|s| s.field("Name") == Some("rewind"))
+}
+
+/// How many processes a busy unmount names.
+const HOLDERS_NAMED: usize = 8;
+
+/// The processes that keep the mount at `dir` busy, as `name[pid]`: a current folder, a root
+/// or an open file on it (a `rewind ui` reading `.rewind/events`, an editor, a shell). Those
+/// this user may not look at are not named. A process on the folder underneath the mount (from
+/// before it) is not on it, nor is the daemon's own hold of that folder.
+fn holders(dir: &Path, daemon: Option<u32>) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(mount) = std::fs::metadata(dir) else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    // The path first: a `stat` of another process's file could hang (a dead FUSE or NFS mount
+    // elsewhere).
+    let on_mount = |link: &Path| {
+        std::fs::read_link(link).is_ok_and(|to| to.starts_with(dir))
+            && std::fs::metadata(link).is_ok_and(|m| m.dev() == mount.dev())
+    };
+    let mut named: Vec<(u32, String)> = crate::procfs::processes()
+        .filter(|pid| *pid != me && Some(*pid) != daemon)
+        .filter(|pid| {
+            let base = Path::new("/proc").join(pid.to_string());
+            on_mount(&base.join("cwd"))
+                || on_mount(&base.join("root"))
+                || std::fs::read_dir(base.join("fd"))
+                    .is_ok_and(|fds| fds.filter_map(|fd| fd.ok()).any(|fd| on_mount(&fd.path())))
+        })
+        .map(|pid| {
+            let name = crate::procfs::stat(pid).map_or_else(|| "?".into(), |s| s.name);
+            (pid, format!("{name}[{pid}]"))
+        })
+        .collect();
+    named.sort();
+    let more = named.len().saturating_sub(HOLDERS_NAMED);
+    let mut out: Vec<String> = named
+        .into_iter()
+        .take(HOLDERS_NAMED)
+        .map(|(_, n)| n)
+        .collect();
+    if more > 0 {
+        out.push(format!("{more} more"));
+    }
+    out
 }

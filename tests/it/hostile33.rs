@@ -336,3 +336,36 @@ fn a_rollback_of_a_file_linked_since_says_in_its_dry_run_that_it_separates_it() 
     assert_eq!(fs::metadata(p("b.txt")).unwrap().nlink(), 1);
     ws.unmount();
 }
+
+/// A busy unmount names the processes that keep it busy: one reading a file in it, one whose
+/// current folder is in it.
+// Failed before `unmount` named them (`holders`): it said only "see `fuser -vm`", and a
+// running `rewind ui` (it reads `.rewind/events`) kept the mount busy without a word.
+#[test]
+fn a_busy_unmount_names_who_keeps_it_busy() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("f"), "f\n").unwrap();
+    let mut reading = std::process::Command::new("sleep")
+        .arg("60")
+        .stdin(fs::File::open(ws.path().join("f")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut inside = std::process::Command::new("tail")
+        .args(["-f", "/dev/null"])
+        .current_dir(ws.path())
+        .spawn()
+        .unwrap();
+    let out = crate::common::rw(&ws, &["unmount", ws.path().to_str().unwrap()]);
+    let said = crate::common::stderr(&out);
+    let _ = (reading.kill(), inside.kill());
+    let _ = (reading.wait(), inside.wait());
+    assert!(!out.status.success(), "{said}");
+    for named in [
+        format!("sleep[{}]", reading.id()),
+        format!("tail[{}]", inside.id()),
+    ] {
+        assert!(said.contains(&named), "{named} not in: {said}");
+    }
+    ws.unmount();
+}
