@@ -116,18 +116,19 @@ const HOLDERS_NAMED: usize = 8;
 /// The processes that keep the mount at `dir` busy, as `name[pid]`: a current folder, a root
 /// or an open file on it (a `rewind ui` reading `.rewind/events`, an editor, a shell). Those
 /// this user may not look at are not named. A process on the folder underneath the mount (from
-/// before it) is not on it, nor is the daemon's own hold of that folder.
+/// before it) is not on it, nor is the daemon's own hold of that folder. Nothing here asks the
+/// daemon (a `stat` through the mount would hang with it): the mount each file is on is read
+/// with `AT_STATX_DONT_SYNC`.
 fn holders(dir: &Path, daemon: Option<u32>) -> Vec<String> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(mount) = std::fs::metadata(dir) else {
+    let Some(mount) = mount_id(dir) else {
         return Vec::new();
     };
     let me = std::process::id();
-    // The path first: a `stat` of another process's file could hang (a dead FUSE or NFS mount
-    // elsewhere).
+    // The path first: a `statx` of another process's file on a dead NFS mount elsewhere could
+    // still wait.
     let on_mount = |link: &Path| {
         std::fs::read_link(link).is_ok_and(|to| to.starts_with(dir))
-            && std::fs::metadata(link).is_ok_and(|m| m.dev() == mount.dev())
+            && mount_id(link) == Some(mount)
     };
     let mut named: Vec<(u32, String)> = crate::procfs::processes()
         .filter(|pid| *pid != me && Some(*pid) != daemon)
@@ -154,4 +155,13 @@ fn holders(dir: &Path, daemon: Option<u32>) -> Vec<String> {
         out.push(format!("{more} more"));
     }
     out
+}
+
+/// The id of the mount `path` is on, from what the kernel has cached of it.
+fn mount_id(path: &Path) -> Option<u64> {
+    use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
+    statx(CWD, path, AtFlags::STATX_DONT_SYNC, StatxFlags::MNT_ID)
+        .ok()
+        .filter(|st| st.stx_mask & StatxFlags::MNT_ID.bits() != 0)
+        .map(|st| st.stx_mnt_id)
 }
