@@ -128,6 +128,9 @@ pub struct Store {
     read_only: bool,
     /// Why writes are refused, after a failed one (and whether the disk was full).
     unwritable: Mutex<Option<(String, bool)>>,
+    /// Held through a [`recover`](Store::recover): two at once (the recovery thread and a
+    /// sync) each reopened the database, the second closing the one the first had just opened.
+    recovering: Mutex<()>,
     /// When [`Store::check_room`] last asked the disk, and what it found.
     room_seen: Mutex<Option<(std::time::Instant, Room)>>,
     /// Why writes stopped for good: a panic in the daemon ([`Store::halt`]). Never cleared.

@@ -465,6 +465,7 @@ impl Store {
             dir: dir.to_owned(),
             read_only,
             unwritable: Mutex::new(None),
+            recovering: Mutex::new(()),
             room_seen: Mutex::new(None),
             halted: std::sync::OnceLock::new(),
             writer: Mutex::new(0),
@@ -575,6 +576,7 @@ impl Store {
     /// the store stays unwritable, and reads go on (from a read-only instance if the reopen
     /// failed).
     pub fn recover(&self) -> Result<()> {
+        let _alone = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
         if self.read_only || self.writable() || self.halted.get().is_some() {
             return Ok(());
         }
