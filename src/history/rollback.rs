@@ -691,9 +691,10 @@ fn same(a: &Option<FileState>, b: &Option<FileState>) -> bool {
 pub fn describe(step: &Step) -> String {
     let mut line = what(step);
     for w in &step.open_by {
-        let replaced = step.target.as_ref().is_none_or(|t| {
-            t.kind != FileKind::File || step.now.as_ref().is_none_or(|n| n.kind != t.kind)
-        });
+        let replaced = step.separate
+            || step.target.as_ref().is_none_or(|t| {
+                t.kind != FileKind::File || step.now.as_ref().is_none_or(|n| n.kind != t.kind)
+            });
         line += &if replaced {
             format!(
                 " [{w} holds it open for writing: what it writes from now on goes to the removed file]"

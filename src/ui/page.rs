@@ -690,7 +690,8 @@ pub fn plan_lines(text: &str) -> Markup {
                 @let word = line.split_whitespace().next().unwrap_or("");
                 @let class = match word {
                     "restore" => "restore", "revert" => "revert", "remove" => "remove",
-                    "chmod" => "revert", "skip" => "skip", "failed" => "skip", _ => "summary",
+                    "chmod" => "revert", "separate" => "revert", "link" => "restore",
+                    "skip" => "skip", "failed" => "skip", _ => "summary",
                 };
                 li.{(class)} { (line) }
             }
