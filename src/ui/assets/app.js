@@ -40,7 +40,10 @@
   // ---- timeline ----
   function filters() {
     const p = new URLSearchParams();
-    for (const el of $$("#filters input")) if (el.value.trim()) p.set(el.name, el.value.trim());
+    // A path is taken exactly (a file may be named "x "); the other filters are trimmed.
+    for (const el of $$("#filters input")) {
+      if (el.value.trim()) p.set(el.name, el.name === "path" ? el.value : el.value.trim());
+    }
     return p;
   }
 
