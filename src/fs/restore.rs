@@ -538,7 +538,13 @@ impl Apply for Restorer {
                 Err(_) => None,
             };
             if now.is_some() && how == Put::New {
-                return Err(failed(path, Errno::EEXIST));
+                return Err(Error::Io {
+                    path: show_path(path).into(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AlreadyExists,
+                        "File exists: made since the rollback was planned, and left as it is",
+                    ),
+                });
             }
             let detach = how == Put::Detach;
             let mut existing = now.is_some();
