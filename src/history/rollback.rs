@@ -949,12 +949,6 @@ pub fn execute(
         .filter(|s| s.target.is_some() && s.link_to.is_none() && !unreadable.contains(&s.path))
         .collect();
     puts.sort_by(|a, b| a.path.cmp(&b.path));
-    let in_plan: HashSet<&[u8]> = plan.steps.iter().map(|s| s.path.as_slice()).collect();
-    let detach = if plan.in_place {
-        HashSet::new()
-    } else {
-        must_detach(&puts, &in_plan, apply)
-    };
     for s in puts {
         step_done();
         if halt.here(&s.path, &mut failed) {
@@ -978,9 +972,10 @@ pub fn execute(
             FileKind::File if same_content => apply.set_mode(&s.path, t.mode),
             FileKind::File => {
                 let hash = t.hash.expect("checked above");
+                // A file linked since is separated as its plan says (`detached`).
                 let how = if s.now.is_none() {
                     Put::New
-                } else if s.separate || detach.contains(&s.path) {
+                } else if s.separate {
                     Put::Detach
                 } else {
                     Put::InPlace
@@ -1050,9 +1045,10 @@ pub fn execute(
     failed
 }
 
-/// The paths of `plan` that its run makes files of their own, as it stands now (see
-/// [`must_detach`]), for the plan to say so: the run looks again when it gets to them. A dry
-/// run said `revert a.txt` of a file linked since the point, and the run separated it.
+/// The paths of `plan` that its run must make files of their own, as the workspace stands now
+/// (see [`must_detach`]): the plan marks them `separate`, and the run does what it says. Worked
+/// out again at the run, a dry run said `revert a.txt` of a file linked since the point, and
+/// the run separated it.
 pub fn detached(plan: &Plan, names: &dyn Names) -> HashSet<Vec<u8>> {
     if plan.in_place {
         return HashSet::new();
