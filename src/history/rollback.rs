@@ -176,7 +176,19 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
         let (then, place) = view.located(path, first - 1)?;
         let target = then.state().cloned();
         let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
-        let now = view.state_at(path, u64::MAX)?.state().cloned();
+        let (now, unrecorded) = view.now(path)?;
+        // Something the ignore rules left unrecorded is there now (a build made `out/x` again
+        // once `.gitignore` named `out/`): putting the recorded file back would destroy what
+        // no history holds, forced or not.
+        if unrecorded && target.is_some() {
+            plan.skipped.push((
+                path.clone(),
+                "something the ignore rules leave unrecorded is there now; move it away to \
+                 restore the recorded one"
+                    .into(),
+            ));
+            continue;
+        }
         let open_by: Vec<Writer> = open
             .writers
             .iter()

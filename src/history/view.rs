@@ -96,6 +96,22 @@ impl View<'_> {
         self.located_with(path, at, true)
     }
 
+    /// What `path` holds now as the history sees it (as [`state_at`](Self::state_at) the
+    /// latest point), and whether something it does not know is there instead: a file or
+    /// folder the ignore rules leave unrecorded, which the history reads as absent.
+    pub fn now(&self, path: &[u8]) -> Result<(Option<FileState>, bool)> {
+        let (then, now) = self.locate(path, u64::MAX, true)?;
+        if let Then::Current(s) = &then
+            && (self.ignored)(&now, s.kind == FileKind::Dir)
+            && !self
+                .history
+                .in_manifest_at_or_under(&now, s.kind == FileKind::Dir)?
+        {
+            return Ok((None, true));
+        }
+        Ok((then.state().cloned(), false))
+    }
+
     /// What decides who could read `path` right after change `at`: its state's kind, mode and
     /// owner. A state still current is not read for its hash (which is `None` here).
     pub fn access_at(&self, path: &[u8], at: u64) -> Result<Option<FileState>> {

@@ -28,6 +28,7 @@ mod hostile30;
 mod hostile31;
 mod hostile32;
 mod hostile33;
+mod hostile34;
 mod hunk;
 mod model;
 mod mount;
