@@ -601,12 +601,55 @@ async fn touched_since(state: &Shared, since: u64, text: &str) -> Result<bool, B
     };
     let rows = json_lines(&run(state, Command::Log(log)).await?.output);
     Ok(rows.len() >= 10_000
-        || rows.iter().any(|c| {
-            ["path", "from"]
-                .iter()
-                .filter_map(|k| c[*k].as_str())
-                .any(|p| text.contains(p))
-        }))
+        || rows
+            .iter()
+            .flat_map(names_of)
+            .any(|p| plan_names(text, &crate::history::format::escape_path(&p))))
+}
+
+/// Every name a change in `log --json` touched, as exact bytes.
+fn names_of(c: &Value) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let exact = |text: &Value, bytes: &Value| match bytes.as_str() {
+        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
+        None => text.as_str().map(|t| t.as_bytes().to_vec()),
+    };
+    let mut names: Vec<Vec<u8>> = [("path", "path_bytes"), ("from", "from_bytes")]
+        .iter()
+        .filter_map(|(t, b)| exact(&c[*t], &c[*b]))
+        .collect();
+    if let Some(links) = c["links"].as_array() {
+        let bytes = c["links_bytes"].as_array();
+        for (i, l) in links.iter().enumerate() {
+            let b = bytes.and_then(|b| b.get(i)).unwrap_or(&Value::Null);
+            names.extend(exact(l, b));
+        }
+    }
+    names
+}
+
+/// Whether the plan `text` (a rollback's dry run: a kind in a column of nine, then the path
+/// as `escape_path` shows it) has a line for the path shown as `shown`, or links a name to it.
+/// A name is matched whole: `a` is not named by `data.txt`, nor by the words of the summary.
+fn plan_names(text: &str, shown: &str) -> bool {
+    text.lines().any(|line| {
+        const KINDS: [&str; 8] = [
+            "skip", "restore", "remove", "revert", "chmod", "link", "separate", "failed",
+        ];
+        let (Some(kind), Some(rest)) = (line.get(..9), line.get(9..)) else {
+            return false;
+        };
+        if !KINDS.contains(&kind.trim_end_matches(' ')) || !kind.ends_with(' ') {
+            return false;
+        }
+        // What follows a path: ` (file)`, `: why`, ` [who holds it]`, a hunk's ` lines 2-4`.
+        // A longer name that begins with this one and a space (`a b` for `a`) matches too,
+        // which only asks for a confirmation again.
+        let whole = rest
+            .strip_prefix(shown)
+            .is_some_and(|after| after.is_empty() || after.starts_with([' ', ':']));
+        whole || rest.contains(&format!(" (to {shown})"))
+    })
 }
 
 /// A relative point (`15m`) planned now names the instant it meant when the plan was made, so
@@ -868,4 +911,22 @@ async fn comments(State(state): State<Shared>) -> Html {
         "Open comments",
         &String::from_utf8_lossy(&out.output),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_names;
+
+    #[test]
+    fn a_plan_names_a_path_whole_and_as_it_shows_it() {
+        let plan = "skip     \"q\\\"uote.txt\": changed since by s\nrevert   data.txt (file)\n\
+                    link     b.txt (to a b.txt)\nrevert   h.rs lines 2-4: hunk 1 of 2 of change 7\n\
+                    dry run: 3 paths would be restored, 1 skipped\n";
+        for named in ["\"q\\\"uote.txt\"", "data.txt", "b.txt", "a b.txt", "h.rs"] {
+            assert!(plan_names(plan, named), "{named}");
+        }
+        for not in ["a", "t", "q\"uote.txt", "data", "run", "3"] {
+            assert!(!plan_names(plan, not), "{not}");
+        }
+    }
 }

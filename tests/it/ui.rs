@@ -899,6 +899,63 @@ fn ui_runs_a_rollback_only_as_planned() {
     ws.unmount();
 }
 
+/// A confirmation on the page stops for a change since the plan to a path the plan names as
+/// it shows it (quoted: `"q\"uote.txt"`), and only for such a change: one to a file named `t`
+/// lets a plan that never names `t` run.
+// Failed before the page matched names whole and as the plan shows them (`routes.rs`
+// `plan_names`): it looked for the raw name in the plan's text, so the quoted name's change
+// was taken back unseen, and `t` (in "restored") stopped every confirmation.
+#[test]
+fn ui_confirmation_matches_the_plans_names_whole() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let q = ws.path().join("q\"uote.txt");
+    std::fs::write(&q, "one\n").unwrap();
+    crate::common::sync(&ws);
+    let point = crate::record::log(&ws).last().unwrap()["id"].to_string();
+    std::fs::write(&q, "two\n").unwrap();
+    crate::common::sync(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = ui.csrf_headers();
+    let planned = |html: &str| {
+        let at = html
+            .find("data-planned=\"")
+            .unwrap_or_else(|| panic!("{html}"))
+            + 14;
+        html[at..at + html[at..].find('"').unwrap()].to_string()
+    };
+    let (s, plan) = ui.post("/act/plan", &format!("what=to&value={point}"), &with_csrf);
+    assert_eq!(s, 200, "{plan}");
+    assert!(plan.contains("uote.txt"), "{plan}");
+    std::fs::write(&q, "three, after the plan\n").unwrap();
+    crate::common::sync(&ws);
+    let form = format!("what=to&value={point}&planned={}", planned(&plan));
+    let (s, changed) = ui.post("/act/rollback", &form, &with_csrf);
+    assert_eq!(s, 200, "{changed}");
+    assert!(changed.contains("the plan changed"), "{changed}");
+    assert_eq!(
+        std::fs::read_to_string(&q).unwrap(),
+        "three, after the plan\n"
+    );
+
+    let (s, plan) = ui.post("/act/plan", "what=file&value=q%22uote.txt", &with_csrf);
+    assert_eq!(s, 200, "{plan}");
+    std::fs::write(ws.path().join("t"), "not in the plan\n").unwrap();
+    crate::common::sync(&ws);
+    let form = format!("what=file&value=q%22uote.txt&planned={}", planned(&plan));
+    let (s, done) = ui.post("/act/rollback", &form, &with_csrf);
+    assert_eq!(s, 200, "{done}");
+    assert!(done.contains("Rolled back"), "{done}");
+    assert_eq!(
+        std::fs::read_to_string(&q).unwrap(),
+        "two\n",
+        "its last change taken back: {done}"
+    );
+    assert!(ws.path().join("t").exists(), "{done}");
+    drop(ui);
+    ws.unmount();
+}
+
 /// A search matching more changes than a page holds offers the older ones, and the next page
 /// has the rest: 150 files made under `many/`, searched for `many`, come in pages of 100 and 50.
 // Failed before the page went on from its last match (`routes.rs` `timeline_page`): the
