@@ -83,7 +83,7 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
             }
         }
     };
-    let shown = escape_path(&path);
+    let mut shown = escape_path(&path);
     let sections = netdiff::sections_of(&env.view(), &selected, &path)?;
     if sections.is_empty() {
         return Err(Error::Usage(format!(
@@ -109,21 +109,40 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
             count(n, "hunk")
         )));
     };
-    let label = format!("hunk {k} of {n} of {what}");
+    // Where the file is now: a folder above it may have been renamed since.
+    let last = selected.iter().map(|c| c.id).max().unwrap_or(0);
+    let place = env.view().place_now(&path, last)?;
+    let mut label = format!("hunk {k} of {n} of {what}");
+    if let Some(p) = place.as_ref().filter(|p| **p != path) {
+        label += &format!(", at {shown} then");
+        shown = escape_path(p);
+    }
     let skip = |env: &mut Env<'_>, why: String| {
         env.print(&format!("skip     {shown}: {label}: {why}\n"))?;
         Ok(Outcome::Skipped)
     };
-    // The file as it is now.
+    let gone = |env: &mut Env<'_>| {
+        let why = if sections.iter().all(|s| s.deleted) {
+            "the change deleted it; restore the file with `rewind undo ID`".into()
+        } else {
+            "it does not exist now".into()
+        };
+        skip(env, why)
+    };
+    let Some(path) = place else {
+        return gone(env);
+    };
+    // The file as it is now. A folder above it that is a symlink or a file now leaves no file
+    // at its path (`ELOOP`, `ENOTDIR`): the workspace's names are not followed through links.
     let st = match env.source.lstat(&path) {
         Ok(st) => st,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let why = if sections.iter().all(|s| s.deleted) {
-                "the change deleted it; restore the file with `rewind undo ID`".into()
-            } else {
-                "it does not exist now".into()
-            };
-            return skip(env, why);
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+            ) =>
+        {
+            return gone(env);
         }
         Err(e) => return Err(e).with_path(show_path(&path)),
     };

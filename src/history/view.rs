@@ -213,6 +213,34 @@ impl View<'_> {
         Err(Error::TooDeep)
     }
 
+    /// Where what was at `path` right after change `at` is now: its path, following renames
+    /// of it and of folders above it, or `None` if a later change took it away (a delete, or
+    /// what was under a folder's new name before the rename).
+    pub fn place_now(&self, path: &[u8], at: u64) -> Result<Option<Vec<u8>>> {
+        let mut path = path.to_vec();
+        let mut at = at;
+        for _ in 0..10_000 {
+            let Some(c) = self.deciding_change(&path, at)? else {
+                return Ok(Some(path));
+            };
+            if c.touches(&path) {
+                let renamed_away = c.from.as_deref() == Some(path.as_slice()) && c.path != path;
+                if renamed_away {
+                    path = c.path.clone();
+                } else if c.states_of(&path).1.is_none() {
+                    return Ok(None);
+                }
+                at = self.exchanged_with(&c)?.map_or(c.id, |back| back.id);
+                continue;
+            }
+            match self.moved_by(&c, &path)? {
+                Some((moved, next)) => (path, at) = (moved, next),
+                None => return Ok(None),
+            }
+        }
+        Err(Error::TooDeep)
+    }
+
     /// The change that gave `path` the state it had at `at` (the last one at or before it),
     /// for the time a past file shows as its modification time.
     pub fn made_by(&self, path: &[u8], at: u64) -> Result<Option<Change>> {

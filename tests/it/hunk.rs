@@ -279,3 +279,41 @@ fn a_turns_hunk_goes_back_through_ctl_too_and_binary_files_are_refused() {
         b"\0bin\nmore\n"
     );
 }
+
+/// A hunk of a file whose folder was renamed since is reverted where the file is now, and the
+/// plan names both paths; a folder replaced by a symlink at the old name does not lead it
+/// astray.
+// Failed before the revert looked for the file where it is now (`View::place_now`): it read
+// the old path, and with a symlink there failed with `Too many levels of symbolic links (os
+// error 40)` and no plan line.
+#[test]
+fn a_hunk_of_a_file_whose_folder_moved_is_reverted_where_it_is_now() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let before = numbered(10);
+    std::fs::create_dir(ws.path().join("d")).unwrap();
+    std::fs::write(ws.path().join("d/f.txt"), &before).unwrap();
+    crate::common::sync(&ws);
+    sh(&ws.path(), "sed -i 's/^line 5$/FIVE/' d/f.txt");
+    crate::common::sync(&ws);
+    let change = crate::record::log(&ws).last().unwrap()["id"].to_string();
+    sh(&ws.path(), "mv d e && ln -s e d");
+    crate::common::sync(&ws);
+    let args = ["rollback", "--change", &change, "--hunk", "1"];
+    let dry = expect(rw(&ws, &[&args[..], &["--dry-run"]].concat()), 0);
+    assert!(
+        dry.starts_with(&format!(
+            "revert   e/f.txt lines 2-8: hunk 1 of 1 of change {change}, at d/f.txt then\n"
+        )),
+        "{dry}"
+    );
+    let run = expect(rw(&ws, &args), 0);
+    assert_eq!(plan(&dry), plan(&run), "dry run:\n{dry}run:\n{run}");
+    assert_eq!(read(&ws, "e/f.txt"), before);
+    // Taken away since: a skip that says so.
+    std::fs::remove_file(ws.path().join("e/f.txt")).unwrap();
+    crate::common::sync(&ws);
+    let gone = expect(rw(&ws, &[&args[..], &["--dry-run"]].concat()), 1);
+    assert!(gone.contains("it does not exist now"), "{gone}");
+    ws.unmount();
+}
