@@ -259,6 +259,13 @@ impl Core {
         self.end_write_through(episode, None, None);
     }
 
+    /// [`end_write`](Self::end_write) of a file the daemon made and wrote through `file`
+    /// (a rollback's): kept to read it from if the daemon cannot open it by its name.
+    pub(super) fn end_write_of_made(&self, episode: Option<Key>, file: &File) {
+        let reader = episode.and_then(|_| self.reader_if_unreadable(file));
+        self.end_write_through(episode, None, reader);
+    }
+
     /// [`end_write`](Self::end_write) at the release of a handle whose fd is `file`: if the
     /// episode ends there and `file` may be read, the new content is read through it (what
     /// the kernel wrote through passthrough and what the daemon wrote are in the same file)

@@ -408,7 +408,9 @@ impl Restorer {
         let f = match self
             .core
             .backing
-            .open_tmpfile(parent, libc::O_WRONLY, mode & 0o7777)
+            // Read-write: a daemon that is not root reads a file it makes unreadable (0200)
+            // through it when it records its create (`Core::end_write_of_made`).
+            .open_tmpfile(parent, libc::O_RDWR, mode & 0o7777)
         {
             Ok(f) => f,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
@@ -443,7 +445,7 @@ impl Restorer {
             .backing
             .open_file(
                 path,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
                 mode & 0o7777,
             )
             .map_err(|e| failed(path, e.into()))?;
@@ -605,7 +607,7 @@ impl Apply for Restorer {
                 let (mut f, episode) = made?;
                 let written = write_content(path, &mut f, content);
                 // Closed after the end, as above.
-                self.core.end_write(episode);
+                self.core.end_write_of_made(episode, &f);
                 drop(f);
                 written?;
                 self.entry_changed(parent, name, None);

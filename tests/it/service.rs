@@ -1463,3 +1463,34 @@ fn a_create_waiting_for_its_folder_keeps_its_writer_over_a_crash() {
         "c/new's writer lost over a crash: {log}"
     );
 }
+
+/// A daemon that is not root records a file its owner makes unreadable (0200, 0000) right
+/// after writing it, while its create is held back, and a rollback that deletes and brings
+/// it back records that too: each change's content is in the history.
+// Failed before a chmod kept a handle to read such a file through
+// (`Recorder::keep_reader_of_pending`): its create waited for a read by name that never came,
+// and `rm` left no history of it at all. And before a rollback's new file was made read-write
+// and read through its fd (`Core::end_write_of_made`): its restore was not recorded.
+#[test]
+fn a_rollback_by_a_non_root_daemon_records_the_unreadable_files_it_makes() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(true);
+    tree.sh("echo secret > w200 && chmod 200 w200 && echo none > w000 && chmod 000 w000");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.rewind(&["-C", ws_arg, "checkpoint", "both"]);
+    tree.sh("rm -f w200 w000");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    let out = tree.rewind(&["-C", ws_arg, "rollback", "--to", "both"]);
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    for (path, content, mode) in [("w200", "secret\n", "200"), ("w000", "none\n", "0")] {
+        let (changes, log) = tree.log(path);
+        let last = changes.last().unwrap();
+        assert_eq!(last["kind"], "restore", "{path}: {out}\n{log}");
+        let hash = rewind::store::Hash::of(content.as_bytes()).to_string();
+        assert_eq!(last["after"]["hash"], hash.as_str(), "{path}: {log}");
+        assert_eq!(last["after"]["mode"], mode, "{path}: {log}");
+    }
+    tree.unmount();
+}

@@ -372,6 +372,35 @@ impl Recorder {
 
     /// `path` is about to get mode `mode`. Returns the change to retract if chmod fails. The
     /// caller holds the file until the chmod is done.
+    /// A held-back new file a chmod is about to make unreadable to a daemon that is not root
+    /// (`echo x > f && chmod 200 f`, its RELEASE handled before the chmod): a handle to read
+    /// it is kept now, while it may be opened, or its create, recorded later by its name, would
+    /// wait for a read that never comes, and a delete would leave no history of it at all.
+    fn keep_reader_of_pending(&self, path: &[u8], st: &libc::stat, mode: u32) {
+        let uid = Self::mount_uid();
+        let readable = |m: u32| m & 0o004 != 0 || (st.st_uid == uid && m & 0o400 != 0);
+        if uid == 0 || !readable(st.st_mode) || readable(mode) {
+            return;
+        }
+        let needs = lock(&self.pending)
+            .get(path)
+            .is_some_and(|p| p.key == key_of(st) && p.reader.is_none());
+        if !needs {
+            return;
+        }
+        let Ok(file) = self.source.open_read(path) else {
+            return;
+        };
+        if super::capture::fstat(&file).map(|f| key_of(&f)).ok() != Some(key_of(st)) {
+            return;
+        }
+        if let Some(p) = lock(&self.pending).get_mut(path)
+            && p.key == key_of(st)
+        {
+            p.reader.get_or_insert_with(|| std::sync::Arc::new(file));
+        }
+    }
+
     pub fn before_chmod(
         &self,
         path: &[u8],
@@ -391,6 +420,7 @@ impl Recorder {
         let new_file = lock(&self.pending).get(path).is_some_and(|p| p.key == key)
             || lock(&self.episodes).get(&key).is_some_and(|ep| ep.created);
         if new_file {
+            self.keep_reader_of_pending(path, st, mode);
             return Ok(None);
         }
         self.flush_pending(path)?;
