@@ -76,7 +76,12 @@ pub fn run(cwd: &Path, command: &Command, verb: HistoryVerb<'_>) -> CliResult {
             )
         }
         Place::Write => forward(&ctx, command),
-        Place::Daemon => ctx.with_mount(|ctx| forward(ctx, command)),
+        Place::Daemon => {
+            if !ctx.mounted {
+                preview_here(&ctx, verb)?;
+            }
+            ctx.with_mount(|ctx| forward(ctx, command))
+        }
         Place::Plumbing | Place::Preview if ctx.mounted => forward(&ctx, command),
         Place::Preview => local(&ctx, verb, &ctx.read_history()?, None),
         Place::Plumbing => Err(Failure::usage(format!(
@@ -85,6 +90,54 @@ pub fn run(cwd: &Path, command: &Command, verb: HistoryVerb<'_>) -> CliResult {
             ctx.workspace.display()
         ))),
     }
+}
+
+/// Before a rollback mounts the workspace for the occasion: its dry run here, as `--dry-run`
+/// would give it, whose refusal it gives too. The mount records first what changed while the
+/// workspace was not mounted (as `external`), and the run then rolled back a plan no preview
+/// had shown, where the dry run refused: `f changed while the workspace was not mounted`.
+fn preview_here(ctx: &Ctx, verb: HistoryVerb<'_>) -> Result<(), Failure> {
+    let (rollback, undo);
+    let dry = match verb {
+        HistoryVerb::Rollback(a) => {
+            rollback = command::rollback::RollbackArgs {
+                dry_run: true,
+                ..a.clone()
+            };
+            HistoryVerb::Rollback(&rollback)
+        }
+        HistoryVerb::Undo(a) => {
+            undo = command::rollback::UndoArgs {
+                dry_run: true,
+                ..a.clone()
+            };
+            HistoryVerb::Undo(&undo)
+        }
+        _ => return Ok(()),
+    };
+    let history = ctx.read_history()?;
+    let source = ctx.source()?;
+    let rules = ctx.ignore_rules(&source);
+    let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
+    let last_mounted = AsLastMounted {
+        source: &source,
+        history: &history,
+    };
+    let mut sink = std::io::sink();
+    let mut env = Env {
+        history: &history,
+        source: &last_mounted,
+        ignored: &ignored,
+        workspace: ctx.workspace.clone(),
+        base: ctx.base.clone(),
+        actor: None,
+        caller: std::os::unix::process::parent_id(),
+        color: false,
+        width: terminal_width(),
+        out: &mut sink,
+    };
+    command::run(dry, &mut env)?;
+    Ok(())
 }
 
 /// Run the command here, on the store.

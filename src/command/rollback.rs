@@ -18,7 +18,7 @@ use crate::history::{Error, Result, Selection};
 /// With --hunk K, only hunk K of a file in the diff of --change N or --turn T (as `rewind diff`
 /// numbers them) is put back, in the file as it is now: only where the hunk's lines are still
 /// there unchanged (perhaps moved up or down), else it is skipped (exit status 1).
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 #[command(group(ArgGroup::new("what").required(true).multiple(true).args(["session", "agent", "turn", "to_turn", "since", "file", "to", "change"])))]
 pub struct RollbackArgs {
     #[command(flatten)]
@@ -58,7 +58,7 @@ const LIST_ALL_UP_TO: usize = 100;
 const LISTED: usize = 10;
 
 /// Undo one change.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct UndoArgs {
     pub id: u64,
     /// Print exactly what would happen and change nothing.

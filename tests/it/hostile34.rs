@@ -42,3 +42,41 @@ fn a_rollback_over_a_file_the_ignore_rules_left_unrecorded_skips_it_in_preview_a
     assert_eq!(fs::read_to_string(p("out/x")).unwrap(), "built\n");
     ws.unmount();
 }
+
+/// An unmounted rollback whose dry run refuses (a file changed while the workspace was not
+/// mounted) refuses too, with the same words, and neither mounts nor changes anything.
+// Failed before the run asked its dry run first (`cli/history.rs` `preview_here`): it
+// mounted the workspace, which recorded the outside edit, and rolled it back, exit 0, where
+// the dry run had said `f changed while the workspace was not mounted`.
+#[test]
+fn an_unmounted_rollback_refuses_as_its_dry_run_does() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("f"), "v1\n").unwrap();
+    sync(&ws);
+    rw_ok(&ws, &["checkpoint", "c1"]);
+    fs::write(ws.path().join("f"), "v2\n").unwrap();
+    sync(&ws);
+    ws.unmount();
+    fs::write(ws.path().join("f"), "outside\n").unwrap();
+    let dry = rw(&ws, &["rollback", "--to", "c1", "--dry-run"]);
+    let run = rw(&ws, &["rollback", "--to", "c1"]);
+    assert!(
+        stderr(&dry).contains("changed while the workspace was not mounted"),
+        "{}",
+        stderr(&dry)
+    );
+    assert_eq!(
+        (run.status.code(), stderr(&run)),
+        (dry.status.code(), stderr(&dry))
+    );
+    assert_eq!(
+        fs::read_to_string(ws.path().join("f")).unwrap(),
+        "outside\n"
+    );
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains(ws.path().to_str().unwrap()),
+        "not mounted for the run"
+    );
+}
