@@ -167,7 +167,8 @@ fn roll_back(
     }
     let selected = rollback::select(env.history, selection)?;
     let open = env.actor.map(|a| a.open_files()).unwrap_or_default();
-    let mut plan = rollback::plan(&env.view(), &selected, force, &open)?;
+    let writing = rollback::open_writes_selected(env.history, selection, &open)?;
+    let mut plan = rollback::plan(&env.view(), &selected, &writing, force, &open)?;
     // Said as it will be done: a file linked since is made a file of its own.
     if let Some(actor) = env.actor {
         let detached = actor.detached(&plan);
@@ -180,8 +181,10 @@ fn roll_back(
         out += &format!("skip     {}: {why}\n", escape_path(p));
     }
     if plan.steps.is_empty() {
-        out += &if selected.is_empty() {
+        out += &if selected.is_empty() && plan.skipped.is_empty() {
             "nothing to roll back: no change matches\n".to_string()
+        } else if selected.is_empty() {
+            "nothing to roll back: only edits in progress, skipped\n".to_string()
         } else {
             format!(
                 "nothing to roll back: {} selected, undone already{}\n",

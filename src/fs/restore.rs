@@ -468,6 +468,17 @@ impl Apply for Restorer {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
+            // A file a process is writing (a forced rollback): what it wrote so far is its own
+            // change first, a new file's create included; removed unrecorded, a file made and
+            // written since the point left no history at all.
+            if !dir
+                && let Some(rec) = &self.core.recorder
+                && let Ok(st) = self.core.backing.stat(path)
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && rec.is_open(&st)
+            {
+                rec.cut_for_restore(path, &st)?;
+            }
             // The table of names follows in `entry_changed`, with the kernel's notice. Nothing
             // is being made meanwhile (see `Core::making`).
             let making = self.core.making_none();

@@ -56,6 +56,18 @@ pub struct Writer {
     pub pid: u32,
     pub process: String,
     pub session: String,
+    /// What the file held when this edit began (`None`: the edit made it), as stored.
+    pub before: Option<FileState>,
+    /// What is at its path now, its content unknown (`hash: None`: it is being written).
+    pub now: Option<FileState>,
+}
+
+/// A file being written that a rollback takes in ([`open_writes_selected`]).
+#[derive(Clone, Debug)]
+pub struct Writing {
+    pub path: Vec<u8>,
+    pub before: Option<FileState>,
+    pub now: Option<FileState>,
 }
 
 impl std::fmt::Display for Writer {
@@ -130,12 +142,71 @@ pub fn select(history: &History, selection: &Selection) -> Result<Vec<Change>> {
     }
 }
 
+/// The files open for writing now whose unrecorded edits `selection` takes in: an edit in
+/// progress is a change still to come, by its writer's session, after every recorded one. So
+/// everything since a point, or a file since a point, takes in every such edit (of that file),
+/// and a session, or a session from a turn on, its own writers'. A change, a turn, an agent or
+/// a file's last change take in none. [`plan`] skips them as held open, or with `--force`
+/// records what they wrote first and puts back what was there before.
+pub fn open_writes_selected(
+    history: &History,
+    selection: &Selection,
+    open: &OpenFiles,
+) -> Result<Vec<Writing>> {
+    if open.writers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let r = selection.resolve(history)?;
+    let takes = |w: &Writer| {
+        if r.change.is_some() || r.turn.is_some() || r.agent.is_some() {
+            return false;
+        }
+        if let Some(t) = &r.to_turn {
+            return w.session == t.session;
+        }
+        if let Some(s) = &r.session {
+            return w.session == *s;
+        }
+        match (&r.path, r.after) {
+            (Some(p), Some(_)) => {
+                w.path == *p
+                    || (r.below && w.path.starts_with(p) && w.path.get(p.len()) == Some(&b'/'))
+                    || p.is_empty()
+            }
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    };
+    let mut paths: Vec<Writing> = open
+        .writers
+        .iter()
+        .filter(|w| takes(w))
+        .map(|w| Writing {
+            path: w.path.clone(),
+            before: w.before.clone(),
+            now: w.now.clone(),
+        })
+        .collect();
+    paths.sort_by(|a, b| a.path.cmp(&b.path));
+    paths.dedup_by(|a, b| a.path == b.path);
+    Ok(paths)
+}
+
 /// Work out what a rollback of `selected` would do. The plan is the whole of it: the dry run
 /// prints it and the run carries out exactly its steps, so everything known to stand in the
 /// way (someone else's change, an open writer, content that cannot be read, a folder that
 /// still holds entries the rollback leaves, a kind of file that is not restored) is a skip
 /// here, not a failure later. `open` says which files are open for writing now.
-pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles) -> Result<Plan> {
+/// `writing`: files whose edits in progress the selection takes in
+/// ([`open_writes_selected`]), each with what it held when its edit began: put back, unless
+/// a selected change to it came first.
+pub fn plan(
+    view: &View<'_>,
+    selected: &[Change],
+    writing: &[Writing],
+    force: bool,
+    open: &OpenFiles,
+) -> Result<Plan> {
     let history = view.history;
     let ids: HashSet<u64> = selected.iter().map(|c| c.id).collect();
     // Every path touched, with the earliest and latest selected change to it. A folder renamed
@@ -167,6 +238,20 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
             }
         }
     }
+    // An edit in progress comes after every recorded change: the state it began from is the
+    // target, where no selected change to the file came before it.
+    // What is there now is what the writer has made of it so far, whatever a reading view
+    // shows (the dry run's reads the file as recorded, the run's as it is): its content is
+    // unknown, so the file is never taken to hold what it should, and the dry run and the
+    // run plan alike.
+    let mut began_from: HashMap<&[u8], &Writing> = HashMap::new();
+    let after_all = history.last_id()? + 1;
+    for w in writing {
+        if !span.contains_key(&w.path) {
+            span.insert(w.path.clone(), (after_all, after_all));
+            began_from.insert(&w.path, w);
+        }
+    }
     let mut plan = Plan::default();
     // Paths that hold what they should, whose file may still have to be linked again (or
     // made one of its own again): a name can be put back as a file of its own with the same
@@ -174,9 +259,18 @@ pub fn plan(view: &View<'_>, selected: &[Change], force: bool, open: &OpenFiles)
     let mut kept: Vec<(Vec<u8>, FileState)> = Vec::new();
     for (path, (first, last)) in &span {
         let (then, place) = view.located(path, first - 1)?;
-        let target = then.state().cloned();
-        let moved_to = (matches!(then, Then::Current(_)) && place != *path).then_some(place);
-        let (now, unrecorded) = view.now(path)?;
+        let writing = began_from.get(path.as_slice());
+        let (target, moved_to) = match writing {
+            Some(w) => (w.before.clone(), None),
+            None => (
+                then.state().cloned(),
+                (matches!(then, Then::Current(_)) && place != *path).then_some(place),
+            ),
+        };
+        let (now, unrecorded) = match writing {
+            Some(w) => (w.now.clone(), false),
+            None => view.now(path)?,
+        };
         // Something the ignore rules left unrecorded is there now (a build made `out/x` again
         // once `.gitignore` named `out/`): putting the recorded file back would destroy what
         // no history holds, forced or not.
@@ -570,8 +664,16 @@ fn keep_tree_whole(view: &View<'_>, plan: &mut Plan) {
                         left.push(child);
                     }
                 }
+                // And what the plan skips below it: a file being written may not be listed
+                // by a reading view (a dry run's reads it as recorded, and its create is not).
+                for (skipped, _) in &plan.skipped {
+                    if skipped.starts_with(&s.path) && skipped.get(s.path.len()) == Some(&b'/') {
+                        left.push(skipped.clone());
+                    }
+                }
                 if !left.is_empty() {
                     left.sort();
+                    left.dedup();
                     skip.push((i, holds(&left)));
                     continue;
                 }

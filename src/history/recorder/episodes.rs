@@ -1154,11 +1154,20 @@ impl Recorder {
         let mut out = Vec::new();
         for (key, ep) in episodes.iter().filter(|(_, ep)| !ep.orphaned) {
             for path in std::iter::once(ep.path.clone()).chain(self.other_names(*key, &ep.path)) {
+                let now = self.source.lstat(&path).ok().map(|st| FileState {
+                    kind: kind_of(&st),
+                    size: st.st_size as u64,
+                    mode: st.st_mode & 0o7777,
+                    hash: None,
+                    owner: Some(crate::history::change::Owner::of(&st)),
+                });
                 out.push(Writer {
+                    now,
                     path,
                     pid: ep.who.pid,
                     process: ep.who.process.clone(),
                     session: ep.who.session.clone(),
+                    before: ep.before.clone(),
                 });
             }
         }
