@@ -107,14 +107,50 @@ pub fn serve(backend: Backend, port: u16, open: bool) -> Result<(), ServeError> 
     })
 }
 
-/// Open the page in the browser, if there is a way to; never fails.
+/// Open the page in the browser, if there is a way to; never fails. The browser is given a
+/// file only its user may read, which sends it on to `url`, not `url` itself: a command's
+/// arguments are there for every local user to read (`ps`), and the browser keeps them for
+/// as long as it runs, so the token in them let any other user in (Jupyter does the same).
+/// The file goes a minute later.
 fn open_browser(url: &str) {
+    let Some(file) = redirect_file(url) else {
+        return;
+    };
     let _ = std::process::Command::new("xdg-open")
-        .arg(url)
+        .arg(&file)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = std::fs::remove_file(&file);
+    });
+}
+
+/// A page that sends the browser to `url`, in a new file of mode 0600 in the user's runtime
+/// folder (else the temporary folder).
+fn redirect_file(url: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let name = format!("rewind-ui-{}.html", secret().ok()?.get(..16)?);
+    let path = dir.join(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .ok()?;
+    // `url` is `http://127.0.0.1:PORT/?token=HEX`: nothing in it to escape.
+    let page = format!(
+        "<!DOCTYPE html>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"refresh\" content=\"0;url={url}\">\n\
+         <title>rewind</title>\n<p><a href=\"{url}\">Open rewind</a></p>\n"
+    );
+    f.write_all(page.as_bytes()).ok()?;
+    Some(path)
 }
 
 /// Read `.rewind/events` on a thread of its own and pass each line on to the pages listening.

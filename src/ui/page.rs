@@ -244,6 +244,10 @@ struct FileDiff {
     binary: bool,
     hunks: Vec<Hunk>,
     lines: usize,
+    /// Lines added and removed, all of them (the page keeps only the first
+    /// [`MAX_FILE_LINES`]).
+    added: usize,
+    removed: usize,
 }
 
 struct Hunk {
@@ -395,6 +399,11 @@ fn parse(text: &str) -> Vec<Piece> {
             let tag = chars.next().unwrap_or(' ');
             if matches!(tag, '+' | '-' | ' ' | '\\') {
                 f.lines += 1;
+                match tag {
+                    '+' => f.added += 1,
+                    '-' => f.removed += 1,
+                    _ => {}
+                }
                 if f.lines <= MAX_FILE_LINES {
                     h.lines.push((tag, chars.as_str().to_string()));
                 }
@@ -422,18 +431,7 @@ fn lang(path: &str) -> &str {
 }
 
 fn file_counts(f: &FileDiff) -> (usize, usize) {
-    let mut a = 0;
-    let mut d = 0;
-    for h in &f.hunks {
-        for (t, _) in &h.lines {
-            match t {
-                '+' => a += 1,
-                '-' => d += 1,
-                _ => {}
-            }
-        }
-    }
-    (a, d)
+    (f.added, f.removed)
 }
 
 /// A diff, rendered: one section per file, unified or side by side. `at`: the point whose

@@ -956,6 +956,93 @@ fn ui_confirmation_matches_the_plans_names_whole() {
     ws.unmount();
 }
 
+/// `rewind ui` opens the browser on a file only its user may read, which sends it on to the
+/// page: the token is never in a command's arguments, which every local user can read.
+// Failed before the browser was given a redirect file (`ui/mod.rs` `redirect_file`): it was
+// given the URL with its token, and `ps` showed it to another user, who traded it for a
+// cookie and rolled back the workspace.
+#[test]
+fn ui_opens_the_browser_without_the_token_in_its_arguments() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut ws = Workspace::new();
+    ws.mount();
+    let scratch = tempfile::tempdir().unwrap();
+    let bin = scratch.path().join("fakebin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let said = scratch.path().join("xdg-open.args");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n", said.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = scratch.path().join("runtime");
+    std::fs::create_dir_all(&runtime).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut child = ws
+        .command(&["-C"])
+        .arg(ws.path())
+        .arg("ui")
+        .env("PATH", path)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let token = url.trim().split("token=").nth(1).unwrap().to_string();
+    assert!(
+        wait_for(10, || std::fs::read_to_string(&said)
+            .is_ok_and(|a| a.ends_with('\n'))),
+        "xdg-open was not run"
+    );
+    let args = std::fs::read_to_string(&said).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !args.contains(&token),
+        "the token in xdg-open's arguments: {args}"
+    );
+    let file = PathBuf::from(args.trim());
+    assert!(file.starts_with(&runtime), "{args}");
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{args}");
+    let page = std::fs::read_to_string(&file).unwrap();
+    assert!(page.contains(url.trim()), "it sends the browser on: {page}");
+    ws.unmount();
+}
+
+/// A file's `+N −M` in the diff view counts every line of its diff, also those past the
+/// 2,000 the page shows.
+// Failed before the counts were taken while reading the diff (`page.rs` `FileDiff::added`):
+// a 3,000-line new file said `+2000`, where `rewind diff --stat` and the timeline say 3000.
+#[test]
+fn ui_counts_every_line_of_a_long_files_diff() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    let text: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    std::fs::write(ws.path().join("long.txt"), text).unwrap();
+    crate::common::sync(&ws);
+    let id = crate::record::log(&ws).last().unwrap()["id"].to_string();
+    let ui = Ui::start(&ws);
+    let (s, diff) = ui.get(&format!("/frag/diff?id={id}"), "");
+    assert_eq!(s, 200, "{diff}");
+    assert!(
+        diff.contains(">+3000<"),
+        "{}",
+        &diff[..diff.len().min(2000)]
+    );
+    assert!(
+        diff.contains("1000 more lines not shown"),
+        "the page still shows 2000"
+    );
+    drop(ui);
+    ws.unmount();
+}
+
 /// A search matching more changes than a page holds offers the older ones, and the next page
 /// has the rest: 150 files made under `many/`, searched for `many`, come in pages of 100 and 50.
 // Failed before the page went on from its last match (`routes.rs` `timeline_page`): the
