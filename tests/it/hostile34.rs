@@ -2,6 +2,7 @@
 //! failed before the fix named in its comment.
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 
 use crate::common::{Workspace, rw, rw_ok, stderr, stdout, sync};
 
@@ -149,5 +150,46 @@ fn a_rollback_to_a_point_takes_in_the_edits_in_progress_since() {
     };
     assert_eq!(kinds("d/live.log"), ["create", "restore"], "{all:?}");
     assert_eq!(kinds("f"), ["create", "modify", "restore"], "{all:?}");
+    ws.unmount();
+}
+
+/// A FIFO, a socket and a device of the past are shown as what they were: their type (and a
+/// device's number) in `.rewind/at/`, and their mode in `rewind show`.
+// Failed before the past view and `show` knew special files (`tree::Kind::Special`,
+// `diff_mode`): each showed as an empty regular file (`new file mode 100644`).
+#[test]
+fn special_files_of_the_past_show_as_what_they_were() {
+    use std::os::unix::fs::FileTypeExt;
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("a"), "a\n").unwrap();
+    crate::common::sh(
+        &ws.path(),
+        "mkfifo p && mknod cdev c 1 3 && python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.bind('sock')\"",
+    );
+    sync(&ws);
+    rw_ok(&ws, &["checkpoint", "c1"]);
+    let fifo = crate::record::log(&ws)
+        .iter()
+        .find(|c| c["path"] == "p")
+        .and_then(|c| c["id"].as_u64())
+        .unwrap();
+    crate::common::sh(&ws.path(), "rm p cdev sock");
+    sync(&ws);
+    let at = ws.path().join(".rewind/at/c1");
+    let kind = |name: &str| fs::symlink_metadata(at.join(name)).unwrap().file_type();
+    assert!(kind("p").is_fifo());
+    assert!(kind("sock").is_socket());
+    assert!(kind("cdev").is_char_device());
+    let dev = fs::symlink_metadata(at.join("cdev")).unwrap();
+    assert_eq!(
+        (
+            libc::major(dev.rdev() as libc::dev_t),
+            libc::minor(dev.rdev() as libc::dev_t)
+        ),
+        (1, 3)
+    );
+    let show = rw_ok(&ws, &["show", &fifo.to_string()]);
+    assert!(show.contains("new file mode 010644"), "{show}");
     ws.unmount();
 }

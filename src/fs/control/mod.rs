@@ -208,6 +208,7 @@ impl Control {
 
     fn attr(&self, node: &Node) -> Result<FileAttr, Errno> {
         let ino = self.ino(node.clone());
+        let mut rdev = 0;
         let (kind, perm, size) = match self.kind(node).map_err(ctl_errno)? {
             tree::Kind::Dir => (FileType::Directory, 0o555, 0),
             tree::Kind::Symlink { size } => (FileType::Symlink, 0o777, size),
@@ -216,8 +217,15 @@ impl Control {
                 if writable { 0o600 } else { 0o444 },
                 size,
             ),
+            tree::Kind::Special(special) => {
+                rdev = special.rdev() as u32;
+                (special_type(special), 0o444, 0)
+            }
         };
         let perm = match self.past_state(node) {
+            // A device of the past is shown with its number, and opened by no one but root:
+            // its owner here is the mount's, not the device's.
+            _ if matches!(kind, FileType::CharDevice | FileType::BlockDevice) => 0,
             Some(s) if kind != FileType::Symlink => (s.mode & 0o555) as u16,
             _ if node.is_private() => perm & 0o700,
             _ => perm,
@@ -236,7 +244,7 @@ impl Control {
             nlink: if kind == FileType::Directory { 2 } else { 1 },
             uid: self.owner,
             gid: rustix::process::getegid().as_raw(),
-            rdev: 0,
+            rdev,
             blksize: 4096,
             flags: 0,
         })
@@ -467,6 +475,7 @@ impl Control {
             let kind = match self.kind(&child) {
                 Ok(tree::Kind::Dir) => FileType::Directory,
                 Ok(tree::Kind::Symlink { .. }) => FileType::Symlink,
+                Ok(tree::Kind::Special(special)) => special_type(special),
                 _ => FileType::RegularFile,
             };
             entries.push((name, child_ino, kind));
@@ -553,4 +562,16 @@ impl Control {
 
 fn tree_readlink(c: &Control, node: &Node) -> Result<Vec<u8>, Errno> {
     c.past_link(node).map_err(ctl_errno)
+}
+
+/// The type a FIFO, socket or device of the past shows as.
+fn special_type(special: crate::history::change::Node) -> FileType {
+    use crate::history::change::Node as Special;
+    match special {
+        Special::Fifo => FileType::NamedPipe,
+        Special::Socket => FileType::Socket,
+        Special::Char(_) => FileType::CharDevice,
+        Special::Block(_) => FileType::BlockDevice,
+        Special::Unknown => FileType::RegularFile,
+    }
 }

@@ -60,8 +60,16 @@ pub enum Node {
 /// What a node is to `stat`.
 pub enum Kind {
     Dir,
-    File { size: u64, writable: bool },
-    Symlink { size: u64 },
+    File {
+        size: u64,
+        writable: bool,
+    },
+    Symlink {
+        size: u64,
+    },
+    /// A FIFO, socket or device as it was (one recorded before its type was kept shows as an
+    /// empty file).
+    Special(crate::history::change::Node),
 }
 
 impl Node {
@@ -262,6 +270,12 @@ impl Control {
             Node::AtPath { at, path } => match self.view().state_at(path, *at)?.state() {
                 Some(s) if s.kind == FileKind::Dir => Kind::Dir,
                 Some(s) if s.kind == FileKind::Symlink => Kind::Symlink { size: s.size },
+                Some(s)
+                    if let FileKind::Special(node) = s.kind
+                        && node.type_bits().is_some() =>
+                {
+                    Kind::Special(node)
+                }
                 Some(s) => Kind::File {
                     size: s.size,
                     writable: false,

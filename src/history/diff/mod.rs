@@ -84,6 +84,12 @@ pub fn diff_mode(s: &super::change::FileState) -> u32 {
     use super::change::FileKind;
     match s.kind {
         FileKind::File => S_IFREG | (s.mode & 0o7777),
+        // A FIFO, socket or device with its own type bits (`010644`), which git has no mode
+        // for: shown as a regular file, it was told as one in `show` and `diff`.
+        FileKind::Special(node) => match node.type_bits() {
+            Some(bits) => bits | (s.mode & 0o7777),
+            None => git_mode(s),
+        },
         _ => git_mode(s),
     }
 }
