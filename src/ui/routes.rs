@@ -138,6 +138,19 @@ fn path_param(v: &Option<String>) -> Result<Option<String>, Bad> {
                 "a path has no NUL byte".into(),
             ));
         }
+        // The page shows a name that is not UTF-8 with U+FFFD for its bytes, and cannot send
+        // them back: asked for that text, it answered for no file ("nothing to roll back",
+        // "did not exist at that point").
+        Some(p) if p.contains('\u{FFFD}') => {
+            return Err(Bad(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "{p}: this name is not UTF-8 (the page shows its bytes as U+FFFD) and the \
+                     page cannot name it exactly; use `rewind` in a terminal, which takes it as \
+                     it is"
+                ),
+            ));
+        }
         Some(p) => p,
     };
     let p = p.trim_start_matches("./").trim_end_matches('/').to_string();

@@ -1043,6 +1043,32 @@ fn ui_counts_every_line_of_a_long_files_diff() {
     ws.unmount();
 }
 
+/// A file whose name is not UTF-8 is shown by the page with U+FFFD for its bytes; asked to
+/// act on that text, the page says it cannot name the file exactly, rather than answer for
+/// no file at all.
+// Failed before `path_param` refused such text: "Roll back file…" said "nothing to roll back:
+// no change matches", and "Whole file" said the file did not exist at that point.
+#[test]
+fn ui_says_it_cannot_name_a_file_whose_name_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut ws = Workspace::new();
+    ws.mount();
+    let name = std::ffi::OsStr::from_bytes(b"x\xfey.txt");
+    std::fs::write(ws.path().join(name), "x\n").unwrap();
+    crate::common::sync(&ws);
+    let ui = Ui::start(&ws);
+    let with_csrf = ui.csrf_headers();
+    let shown = "x%EF%BF%BDy.txt";
+    let (s, plan) = ui.post("/act/plan", &format!("what=file&value={shown}"), &with_csrf);
+    assert_eq!(s, 400, "{plan}");
+    assert!(plan.contains("not UTF-8"), "{plan}");
+    let (s, file) = ui.get(&format!("/frag/file?path={shown}&at=1"), "");
+    assert_eq!(s, 400, "{file}");
+    assert!(file.contains("not UTF-8"), "{file}");
+    drop(ui);
+    ws.unmount();
+}
+
 /// A search matching more changes than a page holds offers the older ones, and the next page
 /// has the rest: 150 files made under `many/`, searched for `many`, come in pages of 100 and 50.
 // Failed before the page went on from its last match (`routes.rs` `timeline_page`): the
