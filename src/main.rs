@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = rewind::cli::Cli::parse();
+    let cli = match rewind::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refused(e),
+    };
     match rewind::cli::run(cli) {
         Ok(code) => code,
         Err(failure) => {
@@ -13,4 +16,17 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code)
         }
     }
+}
+
+/// Arguments clap refused: its message and status 2, except for `rewind hook`, which never
+/// fails the agent's action (to Claude Code, status 2 means "block it"): a hook naming an
+/// agent or event this rewind does not know says so on stderr and exits 0.
+fn refused(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let hook = std::env::args().nth(1).as_deref() == Some("hook");
+    if hook && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    e.exit()
 }

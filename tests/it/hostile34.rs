@@ -193,3 +193,18 @@ fn special_files_of_the_past_show_as_what_they_were() {
     assert!(show.contains("new file mode 010644"), "{show}");
     ws.unmount();
 }
+
+/// `rewind hook` with an agent or event it does not know says so and exits 0: a hook never
+/// fails the agent's action (to Claude Code, exit status 2 means "block it").
+// Failed before `main` let a hook's bad arguments through (`refused`): clap exited 2.
+#[test]
+fn a_hook_with_arguments_it_does_not_know_exits_zero() {
+    let ws = Workspace::new();
+    for args in [&["hook", "nosuchagent", "Stop"][..], &["hook", "claude"]] {
+        let out = ws.rewind(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).is_empty(), "{args:?}: it says why");
+    }
+    let out = ws.rewind(&["rollback", "--nonsense"]);
+    assert_eq!(out.status.code(), Some(2), "other commands still refuse");
+}
