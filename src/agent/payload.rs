@@ -26,6 +26,15 @@ impl<'a> Payload<'a> {
         let mut values = serde_json::Deserializer::from_reader(input).into_iter::<Value>();
         match values.next() {
             None => Err(payload_err(agent, event, "empty payload".into())),
+            // Cut off: the agent closed its end early, or it is longer than a hook reads.
+            Some(Err(e)) if e.is_eof() => Err(payload_err(
+                agent,
+                event,
+                format!(
+                    "the payload ends before its JSON does ({e}): it was cut off, or is longer \
+                     than the 4 MiB a hook reads"
+                ),
+            )),
             Some(Err(e)) => Err(payload_err(agent, event, format!("not JSON: {e}"))),
             Some(Ok(v)) => Self::from_value(agent, event, v),
         }

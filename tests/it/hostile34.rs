@@ -208,3 +208,35 @@ fn a_hook_with_arguments_it_does_not_know_exits_zero() {
     let out = ws.rewind(&["rollback", "--nonsense"]);
     assert_eq!(out.status.code(), Some(2), "other commands still refuse");
 }
+
+/// A hook payload longer than a hook reads (a huge prompt) is said to be cut off, not to be
+/// something that is not JSON.
+// Failed before `Payload::read` told an early end from bad JSON: it said `not JSON: EOF while
+// parsing a string at line 1 column 4194304` of a valid payload.
+#[test]
+fn a_hook_payload_too_long_to_read_is_said_to_be_cut_off() {
+    use std::io::Write;
+    let mut ws = Workspace::new();
+    ws.mount();
+    let mut payload = br#"{"session_id": "s", "prompt": ""#.to_vec();
+    payload.extend(std::iter::repeat_n(b'a', 5 << 20));
+    payload.extend_from_slice(br#""}"#);
+    let mut child = ws
+        .command(&["-C"])
+        .arg(ws.path())
+        .args(["hook", "claude", "UserPromptSubmit"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&payload);
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = writer.join();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("longer than the 4 MiB"), "{err}");
+    ws.unmount();
+}
