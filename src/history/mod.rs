@@ -54,7 +54,7 @@ pub enum Error {
     #[error("there is no change {id} (the newest is {newest})")]
     NoChange { id: u64, newest: u64 },
     #[error(
-        "change {0} was taken back (its operation failed, or it was folded into an editor's save)"
+        "change {0} was taken back (its operation failed, it was folded into an editor's save, or it was made in a folder that came to be ignored moments later, such as a venv or a build folder)"
     )]
     Retracted(u64),
     #[error("change {0} was removed by retention (gc)")]

@@ -775,7 +775,16 @@ fn conflict(
                 "changed later by change {} ({}@{}); use --force",
                 c.id, c.agent, c.session
             ),
-            None => "changed since, outside the history; use --force".into(),
+            None => match view.place_now(path, last)? {
+                // Not changed: moved, with a folder above it, by a change outside the
+                // selection (no change names the path itself).
+                Some(moved) if moved != path => format!(
+                    "moved since to {} with a folder above it, a rename the selection does not \
+                     take in; use --force to put it back here",
+                    super::format::escape_path(&moved)
+                ),
+                _ => "changed since, outside the history; use --force".into(),
+            },
         },
     ))
 }
