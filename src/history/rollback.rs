@@ -769,6 +769,27 @@ fn conflict(
         after_id: Some(last),
         ..Query::default()
     })?;
+    // Changed since only by rollbacks that put it back to where the selection had it at some
+    // step (`rollback --turn S:2`, then `rollback --session S`): nobody's work is in the way.
+    let by_rollbacks_only = later
+        .iter()
+        .filter(|c| !ids.contains(&c.id))
+        .all(|c| c.kind == ChangeKind::Restore && c.session.starts_with("rollback-"));
+    if by_rollbacks_only {
+        let within = view.history.query(&Query {
+            path: Some(path.to_vec()),
+            after_id: Some(first.saturating_sub(1)),
+            until_id: Some(last),
+            ..Query::default()
+        })?;
+        let as_the_selection_had_it = within.iter().filter(|c| ids.contains(&c.id)).any(|c| {
+            let (before, after) = c.states_of(path);
+            same(&before.cloned(), now) || same(&after.cloned(), now)
+        });
+        if as_the_selection_had_it {
+            return Ok(None);
+        }
+    }
     Ok(Some(
         match later.iter().rev().find(|c| !ids.contains(&c.id)) {
             Some(c) => format!(

@@ -263,3 +263,38 @@ fn undo_of_an_edit_in_a_folder_renamed_since_says_where_it_went() {
     assert!(said.contains("skip     d/f: moved since to e/f"), "{said}");
     ws.unmount();
 }
+
+/// A session rolled back in part (its last change undone) and then whole puts the file back
+/// without `--force`: the only change since is the first rollback's, which left the file as
+/// the session had it at one of its steps.
+// Failed before such a change counted as no one's work in the way (`conflict`): the file
+// was skipped as `changed later by change N (rewind@rollback-1); use --force`.
+#[test]
+fn a_session_rolled_back_in_part_then_whole_needs_no_force() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("f"), "A\n").unwrap();
+    sync(&ws);
+    for v in ["B", "C"] {
+        crate::common::sh(
+            &ws.path(),
+            &format!("REWIND_SESSION=s REWIND_AGENT=claude sh -c 'echo {v} > f'"),
+        );
+        sync(&ws);
+    }
+    let last = crate::record::log(&ws).last().unwrap()["id"].to_string();
+    rw_ok(&ws, &["undo", &last]);
+    assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "B\n");
+    let out = rw(&ws, &["rollback", "--session", "s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "A\n");
+    // Undoing the first rollback now would take back the second's work on `f`: skipped.
+    let out = rw(&ws, &["rollback", "--session", "rollback-1", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("skip     f: changed later"),
+        "{}",
+        stdout(&out)
+    );
+    ws.unmount();
+}
