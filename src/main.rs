@@ -23,7 +23,7 @@ fn main() -> ExitCode {
 /// agent or event this rewind does not know says so on stderr and exits 0.
 fn refused(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    let hook = std::env::args().nth(1).as_deref() == Some("hook");
+    let hook = std::env::args_os().nth(1).is_some_and(|a| a == "hook");
     if hook && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return ExitCode::SUCCESS;

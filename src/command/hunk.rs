@@ -129,9 +129,9 @@ pub fn run(args: &RollbackArgs, k: usize, env: &mut Env<'_>) -> Result<Outcome> 
         };
         skip(env, why)
     };
-    let Some(path) = place else {
-        return gone(env);
-    };
+    // Taken away since (a delete, perhaps made again: `git checkout` deletes and makes
+    // files), the hunk is looked for in what is at its path now.
+    let path = place.unwrap_or(path);
     // The file as it is now. A folder above it that is a symlink or a file now leaves no file
     // at its path (`ELOOP`, `ENOTDIR`): the workspace's names are not followed through links.
     let st = match env.source.lstat(&path) {

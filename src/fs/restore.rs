@@ -272,6 +272,9 @@ impl Restorer {
     fn clear(&self, caller: &Caller, parent: &[u8], name: &OsStr, path: &[u8]) -> Result<()> {
         if let Ok(st) = self.core.backing.stat(path) {
             let dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            if !dir {
+                self.cut_writer(path)?;
+            }
             // The table of names follows in `entry_changed`, with the kernel's notice.
             let making = self.core.making_none();
             let st = self
@@ -280,6 +283,20 @@ impl Restorer {
                 .map_err(|e| failed(path, e))?;
             drop(making);
             self.entry_changed(parent, name, Some(&st));
+        }
+        Ok(())
+    }
+
+    /// A file at `path` a process is writing (a forced rollback removing or replacing it):
+    /// what it wrote so far is its own change first, a new file's create included. Removed
+    /// unrecorded, a file made and written since the point left no history at all.
+    fn cut_writer(&self, path: &[u8]) -> Result<()> {
+        if let Some(rec) = &self.core.recorder
+            && let Ok(st) = self.core.backing.stat(path)
+            && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            && rec.is_open(&st)
+        {
+            rec.cut_for_restore(path, &st)?;
         }
         Ok(())
     }
@@ -468,16 +485,8 @@ impl Apply for Restorer {
         self.step(|| {
             let (parent, name) = self.parts(path)?;
             let caller = self.caller_in(parent);
-            // A file a process is writing (a forced rollback): what it wrote so far is its own
-            // change first, a new file's create included; removed unrecorded, a file made and
-            // written since the point left no history at all.
-            if !dir
-                && let Some(rec) = &self.core.recorder
-                && let Ok(st) = self.core.backing.stat(path)
-                && st.st_mode & libc::S_IFMT == libc::S_IFREG
-                && rec.is_open(&st)
-            {
-                rec.cut_for_restore(path, &st)?;
+            if !dir {
+                self.cut_writer(path)?;
             }
             // The table of names follows in `entry_changed`, with the kernel's notice. Nothing
             // is being made meanwhile (see `Core::making`).

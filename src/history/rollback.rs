@@ -168,11 +168,8 @@ pub fn open_writes_selected(
             return w.session == *s;
         }
         match (&r.path, r.after) {
-            (Some(p), Some(_)) => {
-                w.path == *p
-                    || (r.below && w.path.starts_with(p) && w.path.get(p.len()) == Some(&b'/'))
-                    || p.is_empty()
-            }
+            // As `select` takes one file's changes: the path's own.
+            (Some(p), Some(_)) => w.path == *p,
             (None, Some(_)) => true,
             _ => false,
         }
@@ -240,10 +237,6 @@ pub fn plan(
     }
     // An edit in progress comes after every recorded change: the state it began from is the
     // target, where no selected change to the file came before it.
-    // What is there now is what the writer has made of it so far, whatever a reading view
-    // shows (the dry run's reads the file as recorded, the run's as it is): its content is
-    // unknown, so the file is never taken to hold what it should, and the dry run and the
-    // run plan alike.
     let mut began_from: HashMap<&[u8], &Writing> = HashMap::new();
     let after_all = history.last_id()? + 1;
     for w in writing {
@@ -267,9 +260,19 @@ pub fn plan(
                 (matches!(then, Then::Current(_)) && place != *path).then_some(place),
             ),
         };
-        let (now, unrecorded) = match writing {
-            Some(w) => (w.now.clone(), false),
-            None => view.now(path)?,
+        let open_by: Vec<Writer> = open
+            .writers
+            .iter()
+            .filter(|w| w.path == *path)
+            .cloned()
+            .collect();
+        // A file being written holds what its writer has made of it so far, whatever a reading
+        // view shows (the dry run's reads it as recorded, the run's as it is): its content is
+        // unknown, so the dry run and the run plan alike.
+        let (now, unrecorded) = match (writing, open_by.first()) {
+            (Some(w), _) => (w.now.clone(), false),
+            (None, Some(w)) => (w.now.clone(), false),
+            (None, None) => view.now(path)?,
         };
         // Something the ignore rules left unrecorded is there now (a build made `out/x` again
         // once `.gitignore` named `out/`): putting the recorded file back would destroy what
@@ -283,12 +286,6 @@ pub fn plan(
             ));
             continue;
         }
-        let open_by: Vec<Writer> = open
-            .writers
-            .iter()
-            .filter(|w| w.path == *path)
-            .cloned()
-            .collect();
         // Without passthrough, a file open for writing cannot be rewritten in place (see
         // `OpenFiles::cached`), forced or not: the writer is who to name.
         if open.cached
@@ -351,7 +348,7 @@ pub fn plan(
             separate: false,
         });
     }
-    keep_tree_whole(view, &mut plan);
+    keep_tree_whole(view, &mut plan, open);
     link_again(view, selected, &span, &kept, &mut plan)?;
     plan.skipped.sort();
     Ok(plan)
@@ -638,7 +635,7 @@ fn hash_now(view: &View<'_>, kind: FileKind, path: &[u8]) -> Option<crate::store
 /// replacement) of a folder that still holds entries the plan leaves there, and anything to
 /// put in a folder that will not be there. Repeated until nothing changes, since one skip can
 /// leave a folder above it full, or a path below it without its folder.
-fn keep_tree_whole(view: &View<'_>, plan: &mut Plan) {
+fn keep_tree_whole(view: &View<'_>, plan: &mut Plan, open: &OpenFiles) {
     let removes = |s: &Step| {
         s.now.is_some()
             && s.target
@@ -664,10 +661,13 @@ fn keep_tree_whole(view: &View<'_>, plan: &mut Plan) {
                         left.push(child);
                     }
                 }
-                // And what the plan skips below it: a file being written may not be listed
-                // by a reading view (a dry run's reads it as recorded, and its create is not).
+                // And a file being written below it that the plan skips: a reading view (a dry
+                // run's) may not list it, its create not recorded yet.
                 for (skipped, _) in &plan.skipped {
-                    if skipped.starts_with(&s.path) && skipped.get(s.path.len()) == Some(&b'/') {
+                    if skipped.starts_with(&s.path)
+                        && skipped.get(s.path.len()) == Some(&b'/')
+                        && open.writers.iter().any(|w| w.path == *skipped)
+                    {
                         left.push(skipped.clone());
                     }
                 }

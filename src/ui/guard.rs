@@ -75,10 +75,19 @@ pub async fn check(State(state): State<Shared>, req: Request, next: Next) -> Res
             "refused: a request from another site",
         );
     }
-    if headers
+    let cross_site = headers
         .get("sec-fetch-site")
-        .is_some_and(|s| s.as_bytes() == b"cross-site")
-    {
+        .is_some_and(|s| s.as_bytes() == b"cross-site");
+    // The one request from elsewhere let through: opening the page with its token from the
+    // file `rewind ui` gives the browser (a `file:` page, which browsers call another site),
+    // as a top-level navigation; the token proves it.
+    let opening = cross_site
+        && req.method() == Method::GET
+        && headers
+            .get("sec-fetch-mode")
+            .is_some_and(|m| m.as_bytes() == b"navigate")
+        && query_token(req.uri().query().unwrap_or("")).is_some();
+    if cross_site && !opening {
         return refuse(
             StatusCode::FORBIDDEN,
             "refused: a request from another site",
@@ -107,13 +116,29 @@ pub async fn check(State(state): State<Shared>, req: Request, next: Next) -> Res
             "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
             state.token
         );
-        let mut r = Response::new(Body::empty());
-        *r.status_mut() = StatusCode::SEE_OTHER;
-        if let (Ok(l), Ok(c)) = (
-            HeaderValue::from_str(&location),
-            HeaderValue::from_str(&cookie),
-        ) {
-            r.headers_mut().insert(header::LOCATION, l);
+        // Opened from elsewhere, a redirect would go on as part of a navigation from another
+        // site, which does not carry a `SameSite=Strict` cookie: a page of this site goes on
+        // instead (the address has only the path and the query without the token).
+        let mut r = if opening {
+            let mut r = Response::new(Body::from(format!(
+                "<!DOCTYPE html>\n<meta charset=\"utf-8\">\n\
+                 <meta http-equiv=\"refresh\" content=\"0;url={}\">\n<title>rewind</title>\n",
+                location.replace('&', "&amp;").replace('"', "&quot;")
+            )));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            r
+        } else {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::SEE_OTHER;
+            if let Ok(l) = HeaderValue::from_str(&location) {
+                r.headers_mut().insert(header::LOCATION, l);
+            }
+            r
+        };
+        if let Ok(c) = HeaderValue::from_str(&cookie) {
             r.headers_mut().insert(header::SET_COOKIE, c);
         }
         return r;

@@ -961,11 +961,14 @@ fn ui_confirmation_matches_the_plans_names_whole() {
 // Failed before the browser was given a redirect file (`ui/mod.rs` `redirect_file`): it was
 // given the URL with its token, and `ps` showed it to another user, who traded it for a
 // cookie and rolled back the workspace.
-#[test]
-fn ui_opens_the_browser_without_the_token_in_its_arguments() {
+#[tokio::test(flavor = "current_thread")]
+async fn ui_opens_the_browser_without_the_token_in_its_arguments() {
     use std::os::unix::fs::PermissionsExt;
+    let driver = Driver::start();
     let mut ws = Workspace::new();
     ws.mount();
+    std::fs::write(ws.path().join("greet.rs"), "fn main() {}\n").unwrap();
+    crate::common::sync(&ws);
     let scratch = tempfile::tempdir().unwrap();
     let bin = scratch.path().join("fakebin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -1000,8 +1003,6 @@ fn ui_opens_the_browser_without_the_token_in_its_arguments() {
         "xdg-open was not run"
     );
     let args = std::fs::read_to_string(&said).unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(
         !args.contains(&token),
         "the token in xdg-open's arguments: {args}"
@@ -1012,6 +1013,19 @@ fn ui_opens_the_browser_without_the_token_in_its_arguments() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{args}");
     let page = std::fs::read_to_string(&file).unwrap();
     assert!(page.contains(url.trim()), "it sends the browser on: {page}");
+    // And a real browser given that file gets to the page (a `file:` page is another site
+    // to it, and the guard let no such request through).
+    let c = browser(&driver, false).await;
+    c.goto(&format!("file://{}", file.display())).await.unwrap();
+    find(&c, "li.change[data-path='greet.rs']").await;
+    let at = c.current_url().await.unwrap();
+    assert!(
+        !at.as_str().contains("token="),
+        "the token left in the address: {at}"
+    );
+    c.close().await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
     ws.unmount();
 }
 
