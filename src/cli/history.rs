@@ -115,28 +115,7 @@ fn preview_here(ctx: &Ctx, verb: HistoryVerb<'_>) -> Result<(), Failure> {
         }
         _ => return Ok(()),
     };
-    let history = ctx.read_history()?;
-    let source = ctx.source()?;
-    let rules = ctx.ignore_rules(&source);
-    let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
-    let last_mounted = AsLastMounted {
-        source: &source,
-        history: &history,
-    };
-    let mut sink = std::io::sink();
-    let mut env = Env {
-        history: &history,
-        source: &last_mounted,
-        ignored: &ignored,
-        workspace: ctx.workspace.clone(),
-        base: ctx.base.clone(),
-        actor: None,
-        caller: std::os::unix::process::parent_id(),
-        color: false,
-        width: terminal_width(),
-        out: &mut sink,
-    };
-    command::run(dry, &mut env)?;
+    run_here(ctx, dry, &ctx.read_history()?, None, &mut std::io::sink())?;
     Ok(())
 }
 
@@ -147,6 +126,20 @@ fn local(
     history: &History,
     actor: Option<&dyn Actor>,
 ) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    let outcome = run_here(ctx, verb, history, actor, &mut out)?;
+    let _ = out.flush();
+    Ok(exit(outcome))
+}
+
+/// [`local`], its output to `out`.
+fn run_here(
+    ctx: &Ctx,
+    verb: HistoryVerb<'_>,
+    history: &History,
+    actor: Option<&dyn Actor>,
+    out: &mut dyn Write,
+) -> Result<Outcome, Failure> {
     let source = ctx.source()?;
     let rules = ctx.ignore_rules(&source);
     let ignored = |path: &[u8], dir: bool| rules.ignored(&source, path, dir).is_some();
@@ -156,8 +149,6 @@ fn local(
         history,
     };
     let now: &dyn Source = if ctx.mounted { &source } else { &last_mounted };
-    let color = color();
-    let mut out = std::io::stdout().lock();
     let mut env = Env {
         history,
         source: now,
@@ -166,13 +157,11 @@ fn local(
         base: ctx.base.clone(),
         actor,
         caller: std::os::unix::process::parent_id(),
-        color,
+        color: color(),
         width: terminal_width(),
-        out: &mut out,
+        out,
     };
-    let outcome = command::run(verb, &mut env)?;
-    let _ = out.flush();
-    Ok(exit(outcome))
+    Ok(command::run(verb, &mut env)?)
 }
 
 /// Run a reading command in the daemon, its output shaped for this terminal. Read beside it
