@@ -51,6 +51,8 @@ pub enum Error {
         "{0:?} is not a point: give a change id, a checkpoint name, an RFC 3339 time or a duration ago like 15m"
     )]
     BadPoint(String),
+    #[error("{point:?} is not a point: {why}")]
+    NotAPoint { point: String, why: &'static str },
     #[error("there is no change {id} (the newest is {newest})")]
     NoChange { id: u64, newest: u64 },
     #[error(
@@ -171,6 +173,7 @@ impl Error {
             Error::Store(e) => e.is_usage(),
             Error::BadName(_)
             | Error::BadPoint(_)
+            | Error::NotAPoint { .. }
             | Error::NoChange { .. }
             | Error::Retracted(_)
             | Error::Removed(_)

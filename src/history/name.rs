@@ -79,10 +79,10 @@ impl Name {
         if s.bytes().all(|b| b.is_ascii_digit()) {
             return bad("it is a number, which reads as a change id");
         }
-        if time::parse_duration(s).is_some() {
+        if time::duration_shaped(s) {
             return bad("it reads as a duration (a time ago)");
         }
-        if time::parse_point_time(s).is_some() {
+        if time::time_shaped(s) {
             return bad("it reads as a time");
         }
         if s == "now" {

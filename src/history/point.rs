@@ -25,13 +25,28 @@ impl Point {
         if s == "now" {
             return Ok(Point::Now);
         }
-        if let Ok(id) = s.parse::<u64>() {
-            return Ok(Point::Id(id));
+        // Digits only: `u64::from_str` also takes `+12`, a name a checkpoint may have.
+        if s.bytes().all(|b| b.is_ascii_digit()) {
+            return match s.parse::<u64>() {
+                Ok(id) => Ok(Point::Id(id)),
+                Err(_) => Err(Error::NotAPoint {
+                    point: s.to_string(),
+                    why: "no change id is that large",
+                }),
+            };
         }
         if let Some(ns) = time::parse_point_time(s) {
             return Ok(Point::Time(ns));
         }
-        if let Some(ago) = time::parse_duration(s) {
+        if time::time_shaped(s) {
+            return Err(Error::NotAPoint {
+                point: s.to_string(),
+                why: time::why_not_a_time(s),
+            });
+        }
+        if time::duration_shaped(s) {
+            // Longer ago than nanoseconds since 1970 count: before anything was recorded.
+            let ago = time::parse_duration(s).unwrap_or(u64::MAX);
             return Ok(Point::Time(time::now_ns().saturating_sub(ago)));
         }
         Ok(Point::Checkpoint(s.to_string()))
@@ -127,5 +142,21 @@ mod tests {
             Point::Checkpoint("before-refactor".into())
         );
         assert!(Point::parse("  ").is_err());
+    }
+
+    /// What only looks like an id, a time or a duration: a name, an error saying why, or the
+    /// time it means.
+    #[test]
+    fn near_points_are_names_errors_or_the_time_they_mean() {
+        assert_eq!(Point::parse("+1").unwrap(), Point::Checkpoint("+1".into()));
+        let why = |s| match Point::parse(s) {
+            Err(Error::NotAPoint { why, .. }) => why,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(why("99999999999999999999"), "no change id is that large");
+        assert!(why("2999-01-01T00:00:00Z").contains("1970 to 2554"));
+        assert!(why("2026-02-30T00:00:00Z").contains("no valid RFC 3339 time"));
+        assert!(why("2026-02-30 00:00:00").contains("no valid RFC 3339 time"));
+        assert_eq!(Point::parse("1000000d").unwrap(), Point::Time(0));
     }
 }

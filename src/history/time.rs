@@ -65,6 +65,41 @@ pub fn start_of_point_time(s: &str) -> Option<u64> {
     })
 }
 
+/// Whether `s` has the shape [`parse_point_time`] reads (`YYYY-MM-DDTHH:MM:SS…`, or the
+/// 19-character form `log` prints), valid or not: such a string is a time or a mistake, never a
+/// name.
+pub fn time_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    b.len() >= 19
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b'T' | b't' | b' ')
+}
+
+/// Why a [`time_shaped`] string is no time [`parse_point_time`] takes.
+pub fn why_not_a_time(s: &str) -> &'static str {
+    let full = if s.len() == 19 {
+        format!("{s}Z")
+    } else {
+        s.to_string()
+    };
+    match full.parse::<jiff::Timestamp>() {
+        Ok(_) => "rewind's times run from 1970 to 2554",
+        Err(_) => "it is no valid RFC 3339 time (a date that does not exist, or a part missing)",
+    }
+}
+
+/// Whether `s` has the shape of a duration (digits, then one of `s`, `m`, `h`, `d`, `w`),
+/// whether or not [`parse_duration`] can count it in nanoseconds.
+pub fn duration_shaped(s: &str) -> bool {
+    s.find(|c: char| !c.is_ascii_digit())
+        .is_some_and(|at| at > 0 && matches!(&s[at..], "s" | "m" | "h" | "d" | "w"))
+}
+
 /// Parse a duration such as `90s`, `15m`, `2h`, `3d`, `1w` into nanoseconds.
 pub fn parse_duration(s: &str) -> Option<u64> {
     let split = s.find(|c: char| !c.is_ascii_digit())?;

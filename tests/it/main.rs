@@ -29,6 +29,7 @@ mod hostile31;
 mod hostile32;
 mod hostile33;
 mod hostile34;
+mod hostile35;
 mod hunk;
 mod model;
 mod mount;
