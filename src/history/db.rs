@@ -381,10 +381,54 @@ impl History {
     /// UUID. A prefix of several is an error that lists them; a name that matches nothing is
     /// returned as given (it selects nothing).
     pub fn session_named(&self, given: &str) -> Result<String> {
+        unique_prefix(given, self.session_names()?.iter().map(String::as_str))
+    }
+
+    /// Every session with changes or turns.
+    fn session_names(&self) -> Result<std::collections::BTreeSet<String>> {
         let mut names: std::collections::BTreeSet<String> =
             self.store.sessions()?.into_iter().map(|s| s.name).collect();
         names.extend(self.store.turns(None)?.into_iter().map(|t| t.session));
-        unique_prefix(given, names.iter().map(String::as_str))
+        Ok(names)
+    }
+
+    /// [`session_named`](Self::session_named) for a selection: a name no session has is
+    /// refused (a typo would otherwise select nothing and read as "already rolled back"),
+    /// and an id as `REWIND_SESSION` gave it (`a/b`) names the session it was recorded
+    /// under (`%a%2Fb`).
+    pub fn existing_session(&self, given: &str) -> Result<String> {
+        let names = self.session_names()?;
+        let named = unique_prefix(given, names.iter().map(String::as_str))?;
+        if names.contains(&named) {
+            return Ok(named);
+        }
+        let mapped = Name::from_id("session", given.as_bytes()).to_string();
+        if names.contains(&mapped) {
+            return Ok(mapped);
+        }
+        Err(Error::NoSession(given.to_string()))
+    }
+
+    /// The agent a selection names: one that made a change in some session, or one of rewind's
+    /// own (`external`, `rewind`), or an id as `REWIND_AGENT` gave it; else refused.
+    pub fn existing_agent(&self, given: &str) -> Result<String> {
+        if crate::history::name::SYSTEM_AGENTS.contains(&given) {
+            return Ok(given.to_string());
+        }
+        let agents: std::collections::BTreeSet<String> = self
+            .store
+            .sessions()?
+            .into_iter()
+            .flat_map(|s| s.agents)
+            .collect();
+        if agents.contains(given) {
+            return Ok(given.to_string());
+        }
+        let mapped = Name::from_id("agent", given.as_bytes()).to_string();
+        if agents.contains(&mapped) {
+            return Ok(mapped);
+        }
+        Err(Error::NoAgent(given.to_string()))
     }
 
     pub fn session(&self, name: &str) -> Result<Option<SessionInfo>> {

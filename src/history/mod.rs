@@ -90,6 +90,10 @@ pub enum Error {
     CheckpointExists(String),
     #[error("there is no turn {0}; see `rewind turns`")]
     NoTurn(String),
+    #[error("there is no session {0:?}; see `rewind sessions`")]
+    NoSession(String),
+    #[error("no session has changes by agent {0:?}; see `rewind sessions`")]
+    NoAgent(String),
     #[error("the content of {path} at that point was never recorded ({why})")]
     NotRecorded { path: String, why: &'static str },
     #[error("--{0}")]
@@ -183,6 +187,8 @@ impl Error {
             | Error::NoCheckpoint(_)
             | Error::CheckpointExists(_)
             | Error::NoTurn(_)
+            | Error::NoSession(_)
+            | Error::NoAgent(_)
             | Error::NotRecorded { .. }
             | Error::BadLimit(_)
             | Error::Config { .. }

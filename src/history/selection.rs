@@ -88,7 +88,12 @@ impl Selection {
         let session = self
             .session
             .as_deref()
-            .map(|s| history.session_named(s))
+            .map(|s| history.existing_session(s))
+            .transpose()?;
+        let agent = self
+            .agent
+            .as_deref()
+            .map(|a| history.existing_agent(a))
             .transpose()?;
         let turn = |t: &Option<String>| {
             t.as_deref()
@@ -114,7 +119,7 @@ impl Selection {
         Ok(Resolved {
             change: self.change,
             session,
-            agent: self.agent.clone(),
+            agent,
             turn,
             to_turn,
             path,

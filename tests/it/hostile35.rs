@@ -62,3 +62,42 @@ fn points_shaped_as_times_that_are_none_say_why() {
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     ws.unmount();
 }
+
+/// A session or agent that made no change is refused by name (exit 2), where it used to
+/// select nothing and read as "already rolled back"; an id as `REWIND_SESSION` gave it names
+/// the session it was recorded under.
+// Failed before the selection asked for the session and agent (`existing_session`,
+// `existing_agent`): `rollback --session sessAA` said `nothing to roll back`, exit 0, and
+// `rollback --session a/b` too, although `rewind sessions` listed it (as `%a%2Fb`).
+#[test]
+fn a_session_or_agent_no_change_has_is_refused_by_name() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    crate::common::sh(
+        &ws.path(),
+        "echo base > f; REWIND_SESSION=sessA REWIND_AGENT=agentA sh -c 'echo a > f'; \
+         REWIND_SESSION=a/b sh -c 'echo b > g'; true",
+    );
+    sync(&ws);
+    for args in [
+        &["rollback", "--session", "sessAA", "--dry-run"][..],
+        &["rollback", "--session", "sessAA"],
+        &["log", "--session", "no-such-session"],
+        &["log", "--agent", "agentZ"],
+        &["export", "--session", "nope"],
+    ] {
+        let out = rw(&ws, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            stderr(&out).contains("there is no session") || stderr(&out).contains("agent"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(fs::read_to_string(ws.path().join("f")).unwrap(), "a\n");
+    let dry = rw_ok(&ws, &["rollback", "--session", "a/b", "--dry-run"]);
+    assert!(dry.contains("remove   g"), "{dry}");
+    assert!(rw_ok(&ws, &["log", "--agent", "agentA"]).contains("agentA@sessA"));
+    assert!(rw_ok(&ws, &["log", "--session", "sess"]).contains("agentA@sessA"));
+    ws.unmount();
+}
