@@ -373,6 +373,23 @@ impl Restorer {
         }
     }
 
+    /// A daemon that is not root may not open a file its owner made read-only (`chmod 444`)
+    /// for writing, as its owner may not: where the daemon's user owns it, its owner's write
+    /// bit is set first (a step of its own in the history; the rollback's last step gives the
+    /// file the mode it had). Whether it was set.
+    fn make_writable(&self, path: &[u8]) -> Result<bool> {
+        let st = self
+            .core
+            .backing
+            .stat(path)
+            .map_err(|e| failed(path, e.into()))?;
+        if self.core.euid == 0 || st.st_uid != self.core.euid || st.st_mode & 0o200 != 0 {
+            return Ok(false);
+        }
+        self.chmod(path, (st.st_mode | 0o200) & 0o7777)?;
+        Ok(true)
+    }
+
     fn chmod(&self, path: &[u8], mode: u32) -> Result<()> {
         let st = self
             .core
@@ -584,8 +601,12 @@ impl Apply for Restorer {
                 // In place, so every name of a hard-linked file gets it. A process that holds it
                 // open for writing (a forced rollback) keeps writing to it: what it wrote so far
                 // is its own change, the rewrite the rollback's.
-                let opened = self.core.open_to_restore(path, self.by());
+                let mut opened = self.core.open_to_restore(path, self.by());
                 drop(making);
+                if matches!(opened, Err(e) if e == Errno::EACCES) && self.make_writable(path)? {
+                    let _making = self.core.making_none();
+                    opened = self.core.open_to_restore(path, self.by());
+                }
                 let (mut f, st, written, episode) = opened.map_err(|e| failed(path, e))?;
                 let writer = self.core.recorder.as_ref().filter(|_| written);
                 if let Some(rec) = writer

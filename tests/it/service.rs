@@ -1494,3 +1494,39 @@ fn a_rollback_by_a_non_root_daemon_records_the_unreadable_files_it_makes() {
     }
     tree.unmount();
 }
+
+/// A non-root daemon rolls back an edit of a file its agent then made read-only (`chmod
+/// 444`), as its dry run says: the file gets its content and mode back, with and without
+/// passthrough.
+// Failed before the restorer set the owner's write bit of such a file first
+// (`Restorer::make_writable`): the dry run said `revert f (file)`, and the run `failed f:
+// Permission denied`, exit 1, leaving the agent's edit.
+#[test]
+fn a_non_root_rollback_puts_back_a_file_made_read_only_as_its_dry_run_says() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    for (passthrough, name) in [(false, "ro-cached"), (true, "ro-passthrough")] {
+        tree.mount(passthrough);
+        tree.sh(&format!("echo original > {name}"));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let session = format!("agent-{name}");
+        tree.sh(&format!(
+            "REWIND_SESSION={session} sh -c 'echo edited > {name}; chmod 444 {name}'; true"
+        ));
+        tree.rewind(&["-C", ws_arg, "sync"]);
+        let dry = tree.rewind(&["-C", ws_arg, "rollback", "--session", &session, "--dry-run"]);
+        assert!(dry.contains(&format!("revert   {name}")), "{dry}");
+        let run = tree.rewind(&["-C", ws_arg, "rollback", "--session", &session]);
+        assert!(
+            run.contains("restored 1 path, skipped 0, failed 0"),
+            "{run}"
+        );
+        assert_eq!(
+            tree.sh(&format!("cat {name}; stat -c %a {name}")),
+            "original\n644\n",
+            "{run}"
+        );
+        tree.unmount();
+    }
+}
