@@ -437,6 +437,27 @@ pub fn manifest_of(hash: &Hash, value: &[u8]) -> Result<Option<ManifestRecord>> 
     }
 }
 
+/// The size of `hash`'s stored value, if it is stored. A damaged table where its key would be
+/// (a block whose checksum fails) counts as not stored: what is being recorded is then written
+/// again, into a newer table that shadows the damaged one, where the read's error used to fail
+/// the recording (and an edit went unrecorded while the mount said it recorded).
+pub(super) fn stored_len(db: &super::Db<'_>, hash: &Hash) -> Result<Option<u64>> {
+    let cf = db.cf(CF_BLOBS);
+    if !db.key_may_exist_cf(cf, hash.0) {
+        return Ok(None);
+    }
+    match db.get_pinned_cf(cf, hash.0) {
+        Ok(value) => Ok(value.map(|v| v.len() as u64)),
+        Err(e) if e.kind() == rocksdb::ErrorKind::Corruption => {
+            tracing::warn!(
+                "the store's table that would hold {hash} is damaged ({e}): stored anew"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(Store::db_error("read blob")(e)),
+    }
+}
+
 /// The base of a delta's value and its depth; `None` for other content.
 pub fn delta_base(value: &[u8]) -> Option<(Hash, u8)> {
     match value {
@@ -512,14 +533,7 @@ impl Store {
         let mut new_counts = *counts;
         let db = self.db()?;
         let cf = db.cf(CF_BLOBS);
-        let old = if db.key_may_exist_cf(cf, hash.0) {
-            db.get_pinned_cf(cf, hash.0)
-                .map_err(Store::db_error("read blob"))?
-                .map(|v| v.len() as u64)
-        } else {
-            None
-        };
-        match old {
+        match stored_len(&db, hash)? {
             Some(_) if !replace => return Ok(0),
             Some(len) => {
                 new_counts.blob_bytes =
@@ -858,15 +872,7 @@ impl Store {
     }
 
     pub fn has_blob(&self, hash: &Hash) -> Result<bool> {
-        let db = self.db()?;
-        let cf = db.cf(CF_BLOBS);
-        if !db.key_may_exist_cf(cf, hash.0) {
-            return Ok(false);
-        }
-        Ok(db
-            .get_pinned_cf(cf, hash.0)
-            .map_err(Store::db_error("read blob"))?
-            .is_some())
+        Ok(stored_len(&self.db()?, hash)?.is_some())
     }
 
     /// A blob's stored value.

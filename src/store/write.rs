@@ -482,12 +482,7 @@ impl Store {
                 // `put_value` does).
                 let cf = db.cf(CF_BLOBS);
                 let key = content.hash().0;
-                let stored = db.key_may_exist_cf(cf, key)
-                    && db
-                        .get_pinned_cf(cf, key)
-                        .map_err(Store::db_error("read blob"))?
-                        .is_some();
-                if !stored {
+                if super::blobs::stored_len(&db, &content.hash())?.is_none() {
                     batch.put_cf(cf, key, content.value());
                     new_counts.blobs += 1;
                     new_counts.blob_bytes += content.value().len() as u64;
