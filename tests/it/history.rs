@@ -204,10 +204,14 @@ fn bad_input_gets_a_clear_error_and_exit_status_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(expected), "{args:?}: {err}");
     }
-    // A rollback with nothing to do says so, and that is not an error.
-    let out = rw(&ws, &["rollback", "--session", "no-such-session"]);
+    // A rollback with nothing to do says so, and that is not an error; a session that made
+    // no change is a mistake (a typo would otherwise read as "already rolled back").
+    let out = rw(&ws, &["rollback", "--since", "now"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to roll back"));
+    let out = rw(&ws, &["rollback", "--session", "no-such-session"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no session"));
     // Outside any workspace.
     let out = Command::new(crate::common::REWIND)
         .arg("log")
