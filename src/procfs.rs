@@ -41,6 +41,17 @@ pub fn running(pid: u32) -> bool {
         .is_some_and(|state| !matches!(state, "Z" | "X" | "x"))
 }
 
+/// The process is stopped (`SIGSTOP`, `^Z`) or held by a debugger: it runs nothing until it
+/// is let go.
+pub fn stopped(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    text.rfind(')')
+        .and_then(|close| text.get(close + 2..close + 3))
+        .is_some_and(|state| matches!(state, "T" | "t"))
+}
+
 /// The process or thread is gone, or going: exited, or killed. One killed while it waits on
 /// the mount for an answer stays until it gets one, with SIGKILL pending (a signal that
 /// terminates by default, sent to a process that does not handle it, arrives as SIGKILL).

@@ -44,8 +44,44 @@ pub fn store_line(status: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// A daemon stopped by a signal (`SIGSTOP`, `^Z`) or a debugger answers nothing until it is
+/// let go, and everything that touches its workspace waits for it, a command too: said at
+/// once instead (`None`: it runs, or its registration is not this user's to read).
+pub fn stopped_daemon(workspace: &Path) -> Option<Failure> {
+    let pid = Registration::read(workspace)?.pid;
+    crate::procfs::stopped(pid).then(|| {
+        Failure::failed(format!(
+            "the daemon serving {} (pid {pid}) is stopped (by SIGSTOP, ^Z or a debugger): the \
+             workspace and its `.rewind/` wait until it goes on, and so would this command. \
+             `kill -CONT {pid}` lets it go on",
+            workspace.display()
+        ))
+    })
+}
+
 impl Ctx {
+    /// The workspace `cwd` is in, refused while its daemon is stopped ([`stopped_daemon`]):
+    /// the command would wait for it.
     pub fn locate(cwd: &Path) -> Result<Ctx, Failure> {
+        let ctx = Ctx::find(cwd)?;
+        ctx.check_running()?;
+        Ok(ctx)
+    }
+
+    /// Refuse to wait on a stopped daemon ([`stopped_daemon`]).
+    fn check_running(&self) -> Result<(), Failure> {
+        match self
+            .mounted
+            .then(|| stopped_daemon(&self.workspace))
+            .flatten()
+        {
+            Some(stopped) => Err(stopped),
+            None => Ok(()),
+        }
+    }
+
+    /// The workspace `cwd` is in, whether its daemon runs or not.
+    pub fn find(cwd: &Path) -> Result<Ctx, Failure> {
         let workspace = super::find_workspace(cwd)?;
         let store_dir = Registration::read(&workspace)
             .map(|r| r.store)
@@ -71,6 +107,7 @@ impl Ctx {
     /// has happened, so what was just done shows, without cutting held-back new files short),
     /// directly otherwise.
     pub fn read_history(&self) -> Result<History, Failure> {
+        self.check_running()?;
         let store_dir = self.reading_store();
         if self.mounted {
             // Best effort: a daemon that died leaves its store readable as it is.
@@ -96,6 +133,7 @@ impl Ctx {
 
     /// The workspace as it is now (through the mount, if mounted).
     pub fn source(&self) -> Result<Backing, Failure> {
+        self.check_running()?;
         Backing::open(&self.workspace)
             .map_err(|e| Failure::failed(format!("{}: {e}", self.workspace.display())))
     }
@@ -128,6 +166,7 @@ impl Ctx {
 
     /// Run a command line through the daemon's `.rewind/ctl`.
     pub fn ctl(&self, line: &str) -> Result<Answer, Failure> {
+        self.check_running()?;
         let path = self.workspace.join(".rewind/ctl");
         let mut f = std::fs::OpenOptions::new()
             .read(true)

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 pub use crate::command::{Cli, Command};
 use crate::command::{ShellVerb, Verb};
-pub use context::Ctx;
+pub use context::{Ctx, stopped_daemon};
 
 /// A failure with the exit status it maps to: 2 for bad usage or input (a damaged store
 /// included), 1 for everything else.

@@ -3,10 +3,15 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::context::Ctx;
+use super::context::{Ctx, stopped_daemon};
 use super::{CliResult, Registration};
 
 fn health(workspace: &Path) -> &'static str {
+    if crate::fs::is_rewind_mount(workspace) && stopped_daemon(workspace).is_some() {
+        return "mounted, but its daemon is stopped (by SIGSTOP, ^Z or a debugger): the \
+                workspace waits until it goes on (`kill -CONT PID`; `rewind status` in it says \
+                the pid)";
+    }
     match std::fs::metadata(workspace.join(".rewind/status")) {
         _ if !crate::fs::is_rewind_mount(workspace) => "not mounted",
         Ok(_) => "mounted",
@@ -18,7 +23,7 @@ fn health(workspace: &Path) -> &'static str {
 }
 
 pub fn run(cwd: &Path) -> CliResult {
-    let Ok(ctx) = Ctx::locate(cwd) else {
+    let Ok(ctx) = Ctx::find(cwd) else {
         let all = Registration::all();
         if all.is_empty() {
             println!("no workspaces; mount one with `rewind mount DIR`");
@@ -34,6 +39,12 @@ pub fn run(cwd: &Path) -> CliResult {
         return Ok(ExitCode::SUCCESS);
     };
     println!("workspace: {}", ctx.workspace.display());
+    if ctx.mounted
+        && let Some(stopped) = stopped_daemon(&ctx.workspace)
+    {
+        println!("state: mounted, NOT ANSWERING");
+        return Err(stopped);
+    }
     println!("state: {}", health(&ctx.workspace));
     // The daemon's own view: its pid, whether it records, how data moves, retention; and the
     // store it records into, whatever this user's registration says (`daemon_store`).

@@ -22,6 +22,9 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
             dir.display()
         )));
     }
+    if let Some(stopped) = super::context::stopped_daemon(&dir) {
+        return Err(stopped);
+    }
     let daemon = Registration::read(&dir)
         .map(|r| r.pid)
         .filter(|pid| *pid != 0);

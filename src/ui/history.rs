@@ -199,6 +199,9 @@ impl Backend {
                     .into(),
             ));
         }
+        if let Some(stopped) = crate::cli::stopped_daemon(&self.ctx.workspace) {
+            return Err(Refusal::Failed(stopped.message));
+        }
         let at = self.ctx.workspace.join(".rewind/at").join(point);
         let shown = at.join(dir);
         let io = |e: rustix::io::Errno| {

@@ -173,3 +173,55 @@ fn edits_after_a_damaged_store_block_are_recorded_and_the_store_mounts_again() {
     assert_eq!(rw_ok(&ws, &["cat", "a.txt"]).as_bytes(), &now[..]);
     ws.unmount();
 }
+
+/// Sends SIGCONT to the daemon when dropped, so that a failing test leaves no stopped daemon
+/// for the workspace's unmount to wait on.
+struct LetGo(i32);
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the test's own daemon.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// With its daemon stopped (SIGSTOP), `status`, `log` and `unmount` say so at once, naming
+/// the pid and how to let it go on, instead of waiting with the workspace; once it goes on,
+/// everything answers again.
+// Failed before the CLI asked whether the daemon is stopped (`cli::stopped_daemon`): each
+// command waited in the kernel until the daemon was let go (over 120 s in the report).
+#[test]
+fn commands_on_a_stopped_daemon_say_so_at_once() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("f"), "v1\n").unwrap();
+    sync(&ws);
+    let pid = crate::common::daemon_pid(&ws);
+    // SAFETY: kill(2) of the test's own daemon.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let let_go = LetGo(pid);
+    assert!(
+        crate::common::wait_for(5, || fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.contains(") T "))),
+        "the daemon did not stop"
+    );
+    let ws_arg = ws.path().to_str().unwrap().to_string();
+    for args in [
+        vec!["status"],
+        vec!["log", "-n", "1"],
+        vec!["cat", "f"],
+        vec!["unmount", &ws_arg],
+    ] {
+        let out = crate::trust::rw_within(&ws, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(
+            stderr(&out).contains(&format!("(pid {pid}) is stopped"))
+                && stderr(&out).contains(&format!("kill -CONT {pid}")),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    drop(let_go);
+    assert_eq!(rw_ok(&ws, &["cat", "f"]), "v1\n");
+    ws.unmount();
+}
