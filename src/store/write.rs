@@ -482,7 +482,7 @@ impl Store {
                 // `put_value` does).
                 let cf = db.cf(CF_BLOBS);
                 let key = content.hash().0;
-                if super::blobs::stored_len(&db, &content.hash())?.is_none() {
+                if super::blobs::stored_len(&db, content.hash())?.is_none() {
                     batch.put_cf(cf, key, content.value());
                     new_counts.blobs += 1;
                     new_counts.blob_bytes += content.value().len() as u64;
