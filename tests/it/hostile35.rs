@@ -225,3 +225,69 @@ fn commands_on_a_stopped_daemon_say_so_at_once() {
     assert_eq!(rw_ok(&ws, &["cat", "f"]), "v1\n");
     ws.unmount();
 }
+
+/// Two sessions writing one file that both hold open: what the first wrote before the second
+/// joined is the first's change, the rest the second's, so rolling back the first session
+/// skips the file as changed later by the second instead of taking the second's write with
+/// it.
+// Failed before a writer of another session cut the episode it joined
+// (`begin_write_held`): the log had one change by agentA, sessB none at all, and `rollback
+// --session sessA` put the file back to `base`, B's line gone, exit 0.
+#[test]
+fn a_second_sessions_write_to_a_file_another_holds_open_is_its_own_change() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    fs::write(ws.path().join("shared.txt"), "base\n").unwrap();
+    sync(&ws);
+    let mut a = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, time\nf = open('shared.txt', 'a')\nf.write('from A\\n')\nf.flush()\n\
+             print('written', flush=True)\nsys.stdin.readline()\nf.close()",
+        ])
+        .current_dir(ws.path())
+        .env("REWIND_SESSION", "sessA")
+        .env("REWIND_AGENT", "agentA")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(a.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "written\n");
+    crate::common::sh(
+        &ws.path(),
+        "REWIND_SESSION=sessB REWIND_AGENT=agentB sh -c 'echo \"from B\" >> shared.txt'; true",
+    );
+    drop(a.stdin.take());
+    assert!(a.wait().unwrap().success());
+    sync(&ws);
+    let whose: Vec<String> = crate::record::log(&ws)
+        .iter()
+        .filter(|c| c["path"] == "shared.txt")
+        .map(|c| {
+            format!(
+                "{}@{}",
+                c["agent"].as_str().unwrap(),
+                c["session"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(whose[1..], ["agentA@sessA", "agentB@sessB"], "{whose:?}");
+    let out = rw(&ws, &["rollback", "--session", "sessA"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout(&out).contains("skip     shared.txt: changed later by"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(ws.path().join("shared.txt")).unwrap(),
+        "base\nfrom A\nfrom B\n"
+    );
+    ws.unmount();
+}

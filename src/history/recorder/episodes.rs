@@ -444,16 +444,30 @@ impl Recorder {
         // A thread that opened the episode and opens the file again is running: no need to ask
         // /proc about the others (a read of `/proc/PID/stat` each, the costliest part of a
         // small edit's second open).
-        let abandoned = lock(&self.episodes)
+        let joined = lock(&self.episodes)
             .get(&key)
-            .map(|ep| !ep.openers.contains(&by.pid) && ep.abandoned());
-        if abandoned == Some(true) {
-            // What the gone writers wrote is their change; this writer's begins here.
-            self.cut_episode(key, path)?;
+            .filter(|ep| !ep.openers.contains(&by.pid))
+            .map(|ep| {
+                (
+                    ep.abandoned(),
+                    (ep.who.session.clone(), ep.who.agent.clone()),
+                )
+            });
+        if let Some((abandoned, (session, agent))) = joined {
             let who = self.who(by);
-            if let Some(ep) = lock(&self.episodes).get_mut(&key) {
-                ep.who = who;
-                ep.openers.clear();
+            // What the gone writers wrote is their change; this writer's begins here. So too
+            // when the file's writer is another session's or agent's: what the first wrote so
+            // far is its change, and the rest of the edit is the newcomer's (both write
+            // through the one file, and which write is whose cannot be told apart). Credited
+            // whole to the first, the second's write went with the first's rollback, unseen.
+            if abandoned || who.session != session || who.agent != agent {
+                self.cut_episode(key, path)?;
+                if let Some(ep) = lock(&self.episodes).get_mut(&key) {
+                    ep.who = who;
+                    if abandoned {
+                        ep.openers.clear();
+                    }
+                }
             }
         }
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
