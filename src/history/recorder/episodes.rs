@@ -455,19 +455,15 @@ impl Recorder {
             });
         if let Some((abandoned, (session, agent))) = joined {
             let who = self.who(by);
-            // What the gone writers wrote is their change; this writer's begins here. So too
-            // when the file's writer is another session's or agent's: what the first wrote so
-            // far is its change, and the rest of the edit is the newcomer's (both write
-            // through the one file, and which write is whose cannot be told apart). Credited
-            // whole to the first, the second's write went with the first's rollback, unseen.
-            if abandoned || who.session != session || who.agent != agent {
+            if abandoned {
+                // What the gone writers wrote is their change; this writer's begins here.
                 self.cut_episode(key, path)?;
                 if let Some(ep) = lock(&self.episodes).get_mut(&key) {
                     ep.who = who;
-                    if abandoned {
-                        ep.openers.clear();
-                    }
+                    ep.openers.clear();
                 }
+            } else if !who.restore && (who.session != session || who.agent != agent) {
+                self.hand_over(key, path, st, who);
             }
         }
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
@@ -1294,6 +1290,41 @@ impl Recorder {
             }
         }
         Ok(())
+    }
+
+    /// A writer of another session or agent opens the file `key` (at `path`) while its
+    /// episode's writer still has it open: what the first wrote so far is its change, and the
+    /// rest of the edit is the newcomer's `who`, its marker saying so (both write through the
+    /// one file, and which write is whose cannot be told apart: with passthrough the daemon
+    /// sees opens, never writes). Credited whole to the first, the newcomer's write went with
+    /// the first's rollback, unseen. A rollback's rewrite is no newcomer (it cuts the writer's
+    /// edit itself, `cut_for_restore`). Not for a file larger than [`CUT_AT_BOUND_MAX`]
+    /// (reading it would hold up the newcomer's open, as a turn's bound does not), nor if the
+    /// first writer's part cannot be read: the edit stays the first's, as before.
+    fn hand_over(&self, key: Key, path: &[u8], st: &libc::stat, who: Who) {
+        if st.st_size as u64 > CUT_AT_BOUND_MAX {
+            return;
+        }
+        if let Err(e) = self.cut_episode(key, path) {
+            tracing::warn!(
+                "{}: its writer's part is not cut from another writer's: {e}",
+                super::super::show_path(path)
+            );
+            return;
+        }
+        let mut episodes = lock(&self.episodes);
+        let Some(ep) = episodes.get_mut(&key).filter(|ep| !ep.orphaned) else {
+            return;
+        };
+        ep.who = who;
+        if ep.unmarked.is_none()
+            && let Err(e) = self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)
+        {
+            tracing::warn!(
+                "{}: cannot note its new writer in its marker: {e}",
+                super::super::show_path(&ep.path)
+            );
+        }
     }
 
     /// `path`'s stat, if it is still the file `key` (not gone, not replaced).
