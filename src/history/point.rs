@@ -157,6 +157,19 @@ mod tests {
         assert!(why("2999-01-01T00:00:00Z").contains("1970 to 2554"));
         assert!(why("2026-02-30T00:00:00Z").contains("no valid RFC 3339 time"));
         assert!(why("2026-02-30 00:00:00").contains("no valid RFC 3339 time"));
+        assert!(why("2026-03-01T10:22:33").contains("no time zone"));
         assert_eq!(Point::parse("1000000d").unwrap(), Point::Time(0));
+        // Names that only start with a date stay names.
+        for name in [
+            "2026-03-01 refactor",
+            "2026-03-01T10-22-33",
+            "2026-03-01 before deploy",
+        ] {
+            assert_eq!(Point::parse(name).unwrap(), Point::Checkpoint(name.into()));
+            assert!(
+                crate::history::Name::parse("checkpoint", name).is_ok(),
+                "{name}"
+            );
+        }
     }
 }

@@ -67,7 +67,8 @@ pub fn start_of_point_time(s: &str) -> Option<u64> {
 
 /// Whether `s` has the shape [`parse_point_time`] reads (`YYYY-MM-DDTHH:MM:SS…`, or the
 /// 19-character form `log` prints), valid or not: such a string is a time or a mistake, never a
-/// name.
+/// name. (A name that merely starts with a date, `2026-03-01 refactor` or
+/// `2026-03-01T10-22-33`, is a name.)
 pub fn time_shaped(s: &str) -> bool {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
@@ -78,11 +79,21 @@ pub fn time_shaped(s: &str) -> bool {
         && b[7] == b'-'
         && digits(8..10)
         && matches!(b[10], b'T' | b't' | b' ')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
 }
 
 /// Why a [`time_shaped`] string is no time [`parse_point_time`] takes.
 pub fn why_not_a_time(s: &str) -> &'static str {
-    let full = if s.len() == 19 {
+    let b = s.as_bytes();
+    if b.len() == 19 && b[10] != b' ' {
+        return "it has no time zone: add Z (UTC) or an offset, or write it as `log` prints \
+                times (a space, not T: UTC)";
+    }
+    let full = if b.len() == 19 {
         format!("{s}Z")
     } else {
         s.to_string()
