@@ -49,7 +49,10 @@ pub fn store_line(status: &str) -> Option<PathBuf> {
 /// once instead (`None`: it runs, or its registration is not this user's to read).
 pub fn stopped_daemon(workspace: &Path) -> Option<Failure> {
     let pid = Registration::read(workspace)?.pid;
-    crate::procfs::stopped(pid).then(|| {
+    // The registration's pid may be another process's by now (a daemon that died, its pid
+    // handed out again): only a rewind is asked about.
+    let rewind = crate::procfs::stat(pid).is_some_and(|s| s.name == "rewind");
+    (rewind && crate::procfs::stopped(pid)).then(|| {
         Failure::failed(format!(
             "the daemon serving {} (pid {pid}) is stopped (by SIGSTOP, ^Z or a debugger): the \
              workspace and its `.rewind/` wait until it goes on, and so would this command. \

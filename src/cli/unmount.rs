@@ -22,7 +22,10 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
             dir.display()
         )));
     }
-    if let Some(stopped) = super::context::stopped_daemon(&dir) {
+    // `--force` goes on: a plain unmount, or a lazy one once the daemon is told to stop.
+    if !args.force
+        && let Some(stopped) = super::context::stopped_daemon(&dir)
+    {
         return Err(stopped);
     }
     let daemon = Registration::read(&dir)

@@ -395,38 +395,49 @@ impl History {
     /// [`session_named`](Self::session_named) for a selection: a name no session has is
     /// refused (a typo would otherwise select nothing and read as "already rolled back"),
     /// and an id as `REWIND_SESSION` gave it (`a/b`) names the session it was recorded
-    /// under (`%a%2Fb`).
+    /// under (`%a%2Fb`). A session has changes or turns, an edit in progress (its marker),
+    /// or had changes gc removed every one of (its cut, which the selection then says).
     pub fn existing_session(&self, given: &str) -> Result<String> {
         let names = self.session_names()?;
         let named = unique_prefix(given, names.iter().map(String::as_str))?;
-        if names.contains(&named) {
-            return Ok(named);
-        }
         let mapped = Name::from_id("session", given.as_bytes()).to_string();
-        if names.contains(&mapped) {
-            return Ok(mapped);
+        let open = self.store.open_episodes()?;
+        for name in [named, mapped] {
+            if names.contains(&name)
+                || open.iter().any(|(_, e)| e.session == name)
+                || self.store.cut(false, &name)?.is_some()
+            {
+                return Ok(name);
+            }
         }
         Err(Error::NoSession(given.to_string()))
     }
 
-    /// The agent a selection names: one that made a change in some session, or one of rewind's
-    /// own (`external`, `rewind`), or an id as `REWIND_AGENT` gave it; else refused.
+    /// The agent a selection names: one with a change, a turn or an edit in progress, one
+    /// whose every change gc removed, one of rewind's own (`external`, `rewind`), or an id as
+    /// `REWIND_AGENT` gave it; else refused.
     pub fn existing_agent(&self, given: &str) -> Result<String> {
         if crate::history::name::SYSTEM_AGENTS.contains(&given) {
             return Ok(given.to_string());
         }
-        let agents: std::collections::BTreeSet<String> = self
+        let mut agents: std::collections::BTreeSet<String> = self
             .store
             .sessions()?
             .into_iter()
             .flat_map(|s| s.agents)
             .collect();
-        if agents.contains(given) {
-            return Ok(given.to_string());
-        }
+        agents.extend(self.store.turns(None)?.into_iter().map(|t| t.agent));
+        agents.extend(
+            self.store
+                .open_episodes()?
+                .into_iter()
+                .map(|(_, e)| e.agent),
+        );
         let mapped = Name::from_id("agent", given.as_bytes()).to_string();
-        if agents.contains(&mapped) {
-            return Ok(mapped);
+        for name in [given.to_string(), mapped] {
+            if agents.contains(&name) || self.store.cut(true, &name)?.is_some() {
+                return Ok(name);
+            }
         }
         Err(Error::NoAgent(given.to_string()))
     }

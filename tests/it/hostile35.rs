@@ -291,3 +291,52 @@ fn a_second_sessions_write_to_a_file_another_holds_open_is_its_own_change() {
     );
     ws.unmount();
 }
+
+/// A session whose only work is an edit still in progress, and an agent gc removed every
+/// change of, are still named: the rollback of the first speaks of its file held open, and
+/// the log of the second says what gc removed, where "there is no session" would be wrong.
+// Failed with the first version of `existing_session`, which knew only sessions with changes
+// or turns (a review of it found these).
+#[test]
+fn sessions_with_only_an_edit_in_progress_or_only_removed_changes_are_named() {
+    let mut ws = Workspace::new();
+    ws.mount();
+    crate::common::sh(
+        &ws.path(),
+        "echo base > f; echo one > old.txt; \
+         REWIND_SESSION=old REWIND_AGENT=old-bot sh -c 'echo two > old.txt'; \
+         echo three > old.txt",
+    );
+    sync(&ws);
+    let gc = rw_ok(&ws, &["gc", "--keep", "0s"]);
+    assert!(gc.starts_with("removed "), "{gc}");
+    let log = rw(&ws, &["log", "--agent", "old-bot"]);
+    assert_eq!(log.status.code(), Some(0), "{log:?}");
+    assert!(stdout(&log).contains("gc removed"), "{log:?}");
+    let mut busy = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys\nf = open('f', 'a')\nf.write('busy\\n')\nf.flush()\n\
+             print('written', flush=True)\nsys.stdin.readline()\nf.close()",
+        ])
+        .current_dir(ws.path())
+        .env("REWIND_SESSION", "busy")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(busy.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    // Its marker is written once the edit has lasted a moment.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let dry = rw(&ws, &["rollback", "--session", "busy", "--dry-run"]);
+    drop(busy.stdin.take());
+    assert!(busy.wait().unwrap().success());
+    assert_eq!(dry.status.code(), Some(1), "{dry:?}");
+    assert!(stdout(&dry).contains("skip     f:"), "{dry:?}");
+    ws.unmount();
+}
