@@ -373,10 +373,15 @@ fn ui_rollback_of_nothing_does_not_say_rolled_back() {
     some_history(&ws);
     let ui = Ui::start(&ws);
     let with_csrf = ui.csrf_headers();
-    let (s, r) = ui.post("/act/rollback", "what=session&value=nosuch", &with_csrf);
+    let (s, r) = ui.post("/act/rollback", "what=to&value=now", &with_csrf);
     assert_eq!(s, 200, "{r}");
     assert!(r.contains("nothing to roll back"), "{r}");
     assert!(r.contains("Nothing rolled back"), "{r}");
+    assert!(!r.contains("<h2>Rolled back"), "{r}");
+    // A session no change has is a mistake, said as one (hostile35).
+    let (s, r) = ui.post("/act/rollback", "what=session&value=nosuch", &with_csrf);
+    assert_eq!(s, 400, "{r}");
+    assert!(r.contains("there is no session"), "{r}");
     assert!(!r.contains("<h2>Rolled back"), "{r}");
 }
 
