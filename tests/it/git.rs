@@ -870,7 +870,16 @@ fn execute(phases: &[Vec<Value>], trees: &[Tree], check: Check) -> Result<(), St
             }
         }
         Check::Session => {
-            let patch = ok_bytes(&git_rw(&ws, &["diff", "--session", "agent-s"]));
+            // A session none of whose steps recorded anything (none, or each left its path as
+            // it was) is unknown to the history: refused by name, and its diff is empty.
+            let out = git_rw(&ws, &["diff", "--session", "agent-s"]);
+            let patch = if out.status.code() == Some(2)
+                && String::from_utf8_lossy(&out.stderr).contains("there is no session")
+            {
+                Vec::new()
+            } else {
+                ok_bytes(&out)
+            };
             let show = || {
                 format!(
                     "the diff:\n{}",
