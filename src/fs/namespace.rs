@@ -568,7 +568,7 @@ impl Core {
         let new_parent_path = self.path(new_parent)?;
         let new_path = join(&new_parent_path, new_name);
         self.ready_for(&new_path, false)?;
-        let Ok(path) = self.reachable_path(ino) else {
+        let Ok(mut path) = self.reachable_path(ino) else {
             // No name yet: an O_TMPFILE given its first one. A new file, written from now on.
             let open = self.link_unnamed(ino, &new_parent_path, new_name)?;
             let attr = self.entry(new_parent, &new_parent_path, new_name)?;
@@ -578,16 +578,35 @@ impl Core {
         // The file stays locked until its link is recorded, so an episode of it that ends
         // meanwhile is recorded before the link (under the names it had) or after it.
         let file = self.inodes().key(ino.0);
-        let _held = self
-            .recorder
-            .as_ref()
-            .zip(file)
-            .map(|(rec, k)| rec.hold(&[k]));
-        self.backing.link(&path, &new_parent_path, new_name)?;
+        let mut tries = 0;
+        let _held = loop {
+            let held = self
+                .recorder
+                .as_ref()
+                .zip(file)
+                .map(|(rec, k)| rec.hold(&[k]));
+            let Err(e) = self.backing.link(&path, &new_parent_path, new_name) else {
+                break held;
+            };
+            // The name the table gave may be one of the file's that another operation is
+            // just taking away (a second link of it unlinked or renamed): its name is asked
+            // again, not holding the file, before an `ENOENT` is believed (the file itself is
+            // there: the kernel found it by the name this process gave).
+            if e.raw_os_error() != Some(libc::ENOENT) || tries >= LINK_TRIES {
+                return Err(e.into());
+            }
+            tries += 1;
+            drop(held);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            path = self.reachable_path(ino).map_err(|_| e)?;
+        };
         self.record_link(caller, &path, &new_parent_path, new_name)?;
         self.entry(new_parent, &new_parent_path, new_name)
     }
 }
+
+/// How often a link asks again for its file's name when the one it had is gone (see `link`).
+const LINK_TRIES: u32 = 5;
 
 /// Tests only: `REWIND_TEST_SLOW_MADE=MS` makes every create, mkdir, mknod, symlink and link
 /// wait that long between making its object (or name) and recording it, so a test can fill the store's disk
