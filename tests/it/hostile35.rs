@@ -239,32 +239,17 @@ fn a_second_sessions_write_to_a_file_another_holds_open_is_its_own_change() {
     ws.mount();
     fs::write(ws.path().join("shared.txt"), "base\n").unwrap();
     sync(&ws);
-    let mut a = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys, time\nf = open('shared.txt', 'a')\nf.write('from A\\n')\nf.flush()\n\
-             print('written', flush=True)\nsys.stdin.readline()\nf.close()",
-        ])
-        .current_dir(ws.path())
-        .env("REWIND_SESSION", "sessA")
-        .env("REWIND_AGENT", "agentA")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(a.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line, "written\n");
+    let a = Appending::start(
+        &ws,
+        "shared.txt",
+        "from A",
+        &[("REWIND_SESSION", "sessA"), ("REWIND_AGENT", "agentA")],
+    );
     crate::common::sh(
         &ws.path(),
         "REWIND_SESSION=sessB REWIND_AGENT=agentB sh -c 'echo \"from B\" >> shared.txt'; true",
     );
-    drop(a.stdin.take());
-    assert!(a.wait().unwrap().success());
+    a.close();
     sync(&ws);
     let whose: Vec<String> = crate::record::log(&ws)
         .iter()
@@ -313,30 +298,46 @@ fn sessions_with_only_an_edit_in_progress_or_only_removed_changes_are_named() {
     let log = rw(&ws, &["log", "--agent", "old-bot"]);
     assert_eq!(log.status.code(), Some(0), "{log:?}");
     assert!(stdout(&log).contains("gc removed"), "{log:?}");
-    let mut busy = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys\nf = open('f', 'a')\nf.write('busy\\n')\nf.flush()\n\
-             print('written', flush=True)\nsys.stdin.readline()\nf.close()",
-        ])
-        .current_dir(ws.path())
-        .env("REWIND_SESSION", "busy")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(busy.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let busy = Appending::start(&ws, "f", "busy", &[("REWIND_SESSION", "busy")]);
     // Its marker is written once the edit has lasted a moment.
     std::thread::sleep(std::time::Duration::from_millis(800));
     let dry = rw(&ws, &["rollback", "--session", "busy", "--dry-run"]);
-    drop(busy.stdin.take());
-    assert!(busy.wait().unwrap().success());
+    busy.close();
     assert_eq!(dry.status.code(), Some(1), "{dry:?}");
     assert!(stdout(&dry).contains("skip     f:"), "{dry:?}");
     ws.unmount();
+}
+
+/// A process holding `name` open for appending, in the environment `env`, once it has written
+/// `line` to it (flushed); [`close`](Appending::close) lets it close the file and end.
+struct Appending(std::process::Child);
+
+impl Appending {
+    fn start(ws: &Workspace, name: &str, line: &str, env: &[(&str, &str)]) -> Appending {
+        let script = format!(
+            "import sys\nf = open({name:?}, 'a')\nf.write({line:?} + '\\n')\nf.flush()\n\
+             print('written', flush=True)\nsys.stdin.readline()\nf.close()"
+        );
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .current_dir(ws.path())
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut said,
+        )
+        .unwrap();
+        assert_eq!(said, "written\n", "{name}");
+        Appending(child)
+    }
+
+    fn close(mut self) {
+        drop(self.0.stdin.take());
+        assert!(self.0.wait().unwrap().success());
+    }
 }
