@@ -51,8 +51,7 @@ pub fn stopped_daemon(workspace: &Path) -> Option<Failure> {
     let pid = Registration::read(workspace)?.pid;
     // The registration's pid may be another process's by now (a daemon that died, its pid
     // handed out again): only a rewind is asked about.
-    let rewind = crate::procfs::stat(pid).is_some_and(|s| s.name == "rewind");
-    (rewind && crate::procfs::stopped(pid)).then(|| {
+    (super::unmount::is_rewind(pid) && crate::procfs::stopped(pid)).then(|| {
         Failure::failed(format!(
             "the daemon serving {} (pid {pid}) is stopped (by SIGSTOP, ^Z or a debugger): the \
              workspace and its `.rewind/` wait until it goes on, and so would this command. \

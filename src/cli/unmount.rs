@@ -112,7 +112,7 @@ fn force(dir: &Path, daemon: Option<u32>) -> std::io::Result<()> {
 const FORCE_WAIT: Duration = Duration::from_secs(3);
 
 /// Whether process `pid` is a rewind (the registration's pid may have been reused since).
-fn is_rewind(pid: u32) -> bool {
+pub(super) fn is_rewind(pid: u32) -> bool {
     crate::procfs::status(pid).is_some_and(|s| s.field("Name") == Some("rewind"))
 }
 
