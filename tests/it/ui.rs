@@ -461,6 +461,35 @@ async fn shot(c: &fantoccini::Client, name: &str) {
     std::fs::write(screenshots().join(name), png).unwrap();
 }
 
+/// Click the element `css` names. The page re-renders its lists as events arrive, so an
+/// element found a moment ago can be replaced before the click lands: find it again then.
+async fn click(c: &fantoccini::Client, css: &str) {
+    for _ in 0..50 {
+        match find(c, css).await.click().await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
+    panic!("{css} kept being replaced before it could be clicked");
+}
+
+/// The text of the element `css` names, found again if it is replaced while being read.
+async fn text_of(c: &fantoccini::Client, css: &str) -> String {
+    for _ in 0..50 {
+        match find(c, css).await.text().await {
+            Ok(t) => return t,
+            Err(e) if e.is_stale_element_reference() => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("reading {css}: {e}"),
+        }
+    }
+    panic!("{css} kept being replaced before it could be read");
+}
+
 /// Wait (bounded) for an element; panic with the page's text if it never comes.
 async fn find(c: &fantoccini::Client, css: &str) -> fantoccini::elements::Element {
     match c
@@ -508,11 +537,7 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     find(&c, "li.change[data-path='notes.md'] span.stat.done .add").await;
     shot(&c, "timeline.png").await;
     // A change's diff beside the whole timeline.
-    find(&c, "li.change[data-path='src/lib.rs']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "li.change[data-path='src/lib.rs']").await;
     find(&c, "#detail .file[data-path='src/lib.rs'] .hljs-keyword").await;
     shot(&c, "overview.png").await;
     // The keyboard: `]` goes to the next turn, and shows its diff.
@@ -526,42 +551,31 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     find(&c, "#detail .file[data-path='greet.rs']").await;
 
     // A turn's diff.
-    find(&c, "li.turn[data-turn='s1:1']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "li.turn[data-turn='s1:1']").await;
     find(&c, "#detail .file[data-path='greet.rs']").await;
-    let text = find(&c, "#detail").await.text().await.unwrap();
+    let text = text_of(&c, "#detail").await;
     assert!(
         text.contains("HELLO, WORLD!") && text.contains("Turn s1:1"),
         "{text}"
     );
     shot(&c, "turn-diff.png").await;
     // Side by side.
-    find(&c, "#detail button[data-view='split']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#detail button[data-view='split']").await;
     find(&c, "#detail table.split").await;
     shot(&c, "turn-diff-split.png").await;
 
     // Revert one hunk of the turn's diff: its plan, then on confirmation.
-    find(
+    click(
         &c,
         "#detail .file[data-path='src/lib.rs'] button[data-plan='hunk']",
     )
-    .await
-    .click()
-    .await
-    .unwrap();
-    let plan = find(&c, "#dialog ul.plan").await.text().await.unwrap();
+    .await;
+    let plan = text_of(&c, "#dialog ul.plan").await;
     assert!(
         plan.contains("revert   src/lib.rs lines"),
         "the hunk's plan: {plan}"
     );
-    find(&c, "#confirm").await.click().await.unwrap();
+    click(&c, "#confirm").await;
     find(&c, "#dialog .plan-box.done").await;
     assert!(
         !std::fs::read_to_string(ws.path().join("src/lib.rs"))
@@ -569,15 +583,11 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
             .contains("two"),
         "the hunk is reverted on disk"
     );
-    find(&c, "#dialog #cancel").await.click().await.unwrap();
+    click(&c, "#dialog #cancel").await;
 
     // Roll the turn back: the plan first, then on confirmation.
-    find(&c, "#detail .detail-head button[data-plan='turn']")
-        .await
-        .click()
-        .await
-        .unwrap();
-    let plan = find(&c, "#dialog ul.plan").await.text().await.unwrap();
+    click(&c, "#detail .detail-head button[data-plan='turn']").await;
+    let plan = text_of(&c, "#dialog ul.plan").await;
     assert!(
         plan.contains("revert   greet.rs") && plan.contains("dry run"),
         "the CLI's plan: {plan}"
@@ -589,9 +599,9 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
             .contains("HELLO"),
         "the plan changed nothing"
     );
-    find(&c, "#confirm").await.click().await.unwrap();
+    click(&c, "#confirm").await;
     find(&c, "#dialog .plan-box.done").await;
-    let done = find(&c, "#dialog").await.text().await.unwrap();
+    let done = text_of(&c, "#dialog").await;
     assert!(
         done.contains("Rolled back") && done.contains("Undo this rollback"),
         "{done}"
@@ -603,11 +613,11 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
         "the file on disk is restored"
     );
     // The page shows the rollback: its changes arrive in the timeline.
-    find(&c, "#dialog #cancel").await.click().await.unwrap();
+    click(&c, "#dialog #cancel").await;
     // The turn is marked rolled back, and with the filter cleared the rollback's own changes
     // are in the timeline.
     find(&c, "li.turn[data-turn='s1:1'] .undone").await;
-    find(&c, "#clear").await.click().await.unwrap();
+    click(&c, "#clear").await;
     let rolled = c
         .wait()
         .at_most(Duration::from_secs(20))
@@ -623,19 +633,11 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     // The tree at a point, and a file as it was.
     let input = find(&c, "#travel input[name='at']").await;
     input.send_keys("3").await.unwrap();
-    find(&c, "#travel button").await.click().await.unwrap();
+    click(&c, "#travel button").await;
     find(&c, "ul.tree li.fileent[data-whole='greet.rs']").await;
-    find(&c, "ul.tree li.dir[data-dir='src']")
-        .await
-        .click()
-        .await
-        .unwrap();
-    find(&c, "ul.tree li.fileent[data-whole='src/lib.rs']")
-        .await
-        .click()
-        .await
-        .unwrap();
-    let file = find(&c, "#detail .file").await.text().await.unwrap();
+    click(&c, "ul.tree li.dir[data-dir='src']").await;
+    click(&c, "ul.tree li.fileent[data-whole='src/lib.rs']").await;
+    let file = text_of(&c, "#detail .file").await;
     assert!(file.contains("pub fn one"), "{file}");
     shot(&c, "tree-at-point.png").await;
     c.close().await.unwrap();
@@ -643,11 +645,7 @@ async fn ui_in_a_browser_live_turn_diff_and_rollback() {
     // Dark mode, for the eye.
     let c = browser(&driver, true).await;
     c.goto(&ui.url).await.unwrap();
-    find(&c, "li.turn[data-turn='s1:1']")
-        .await
-        .click()
-        .await
-        .unwrap();
+    click(&c, "li.turn[data-turn='s1:1']").await;
     find(&c, "#detail .file").await;
     shot(&c, "dark-turn-diff.png").await;
     c.close().await.unwrap();
