@@ -30,6 +30,9 @@ pub(super) struct OpenFile {
     /// The write episode this handle holds open, if it was opened for writing (or, for an
     /// `O_TMPFILE`, once it was given a name).
     episode: Mutex<Option<Key>>,
+    /// The thread that opened it (`By::pid`), for its episode to tell whose handle is
+    /// released.
+    opener: u32,
     /// `file` may be read through (opened for reading, not `O_DIRECT`): known from the flags it
     /// was opened with, which the daemon never changes, so its RELEASE need not ask.
     readable: bool,
@@ -256,14 +259,14 @@ impl Core {
     }
 
     pub(super) fn end_write(&self, episode: Option<Key>) {
-        self.end_write_through(episode, None, None);
+        self.end_write_through(episode, None, None, None);
     }
 
     /// [`end_write`](Self::end_write) of a file the daemon made and wrote through `file`
     /// (a rollback's): kept to read it from if the daemon cannot open it by its name.
     pub(super) fn end_write_of_made(&self, episode: Option<Key>, file: &File) {
         let reader = episode.and_then(|_| self.reader_if_unreadable(file));
-        self.end_write_through(episode, None, reader);
+        self.end_write_through(episode, None, reader, None);
     }
 
     /// [`end_write`](Self::end_write) at the release of a handle whose fd is `file`: if the
@@ -272,9 +275,15 @@ impl Core {
     /// instead of opening the file again by its path. `reader`: a handle to keep for a new
     /// file the daemon cannot open by its name (see
     /// [`reader_if_unreadable`](Core::reader_if_unreadable)).
-    fn end_write_through(&self, episode: Option<Key>, file: Option<Through>, reader: Option<File>) {
+    fn end_write_through(
+        &self,
+        episode: Option<Key>,
+        file: Option<Through>,
+        reader: Option<File>,
+        opener: Option<u32>,
+    ) {
         if let (Some(rec), Some(key)) = (&self.recorder, episode)
-            && let Err(e) = rec.end_write(key, file, reader)
+            && let Err(e) = rec.end_write(key, file, reader, opener)
         {
             tracing::error!("cannot record the end of a write: {e}");
         }
@@ -341,8 +350,10 @@ impl Core {
 
     /// Register an opened backing file as a handle. `direct`: data goes through the daemon
     /// (no passthrough), for writes the daemon must see.
+    #[allow(clippy::too_many_arguments)]
     fn finish_open(
         &self,
+        caller: &Caller,
         ino: u64,
         (file, backing_flags): (File, i32),
         episode: Option<Key>,
@@ -380,6 +391,7 @@ impl Core {
             ino,
             direct_align,
             episode: Mutex::new(episode),
+            opener: caller.by().pid,
             readable,
             _backing_id: id.clone(),
         });
@@ -468,6 +480,7 @@ impl Core {
         }
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
         self.finish_open(
+            caller,
             ino.0,
             (file, backing_flags),
             episode,
@@ -521,6 +534,7 @@ impl Core {
         let st = backing::stat_fd(file.as_fd())?;
         let direct = self.writes_must_clear_suid(caller, ino.0, flags, &st);
         self.finish_open(
+            caller,
             ino.0,
             (file, backing_flags),
             None,
@@ -620,6 +634,7 @@ impl Core {
         }
         let direct = existing.is_some() && self.writes_must_clear_suid(caller, ino, flags, &st);
         let opened = self.finish_open(
+            caller,
             ino,
             (file, backing_flags),
             episode,
@@ -652,8 +667,15 @@ impl Core {
         let st = backing::stat_fd(file.as_fd())?;
         let ino = self.inodes().unnamed(key(&st));
         self.note_no_caps(ino);
-        let opened =
-            self.finish_open(ino, (file, backing_flags), None, flags, false, open_backing)?;
+        let opened = self.finish_open(
+            caller,
+            ino,
+            (file, backing_flags),
+            None,
+            flags,
+            false,
+            open_backing,
+        )?;
         Ok((attr(ino, &st), opened))
     }
 
@@ -740,7 +762,7 @@ impl Core {
         }
         let key = *lock(&open.episode);
         match key {
-            Some(key) if rec.leave_if_shared(key) => {
+            Some(key) if rec.leave_if_shared(key, open.opener) => {
                 *lock(&open.episode) = None;
                 true
             }
@@ -761,16 +783,17 @@ impl Core {
                 Ok(OpenFile {
                     file,
                     readable,
+                    opener,
                     _backing_id,
                     ..
                 }) => {
                     let through = readable.then_some(Through::Given(file));
-                    self.end_write_through(episode, through, reader);
+                    self.end_write_through(episode, through, reader, Some(opener));
                     drop(_backing_id);
                 }
                 Err(open) => {
                     let through = open.readable.then_some(Through::Lent(&open.file));
-                    self.end_write_through(episode, through, reader);
+                    self.end_write_through(episode, through, reader, Some(open.opener));
                 }
             }
         }

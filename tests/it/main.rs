@@ -30,6 +30,7 @@ mod hostile32;
 mod hostile33;
 mod hostile34;
 mod hostile35;
+mod hostile36;
 mod hunk;
 mod model;
 mod mount;

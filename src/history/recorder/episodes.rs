@@ -56,6 +56,21 @@ pub(super) struct Episode {
     /// rollback joined or took over (a process had the file open, or its writer was gone with
     /// a child still holding the handle), which could outlast the rollback.
     pub(super) restoring: bool,
+    /// Another writer joined and the edit became theirs ([`Recorder::hand_over`]): when their
+    /// handles are released, what they wrote is cut as theirs and the edit goes back to
+    /// the writers still holding the file.
+    pub(super) hand_back: Option<HandBack>,
+}
+
+/// The writer an edit was handed over to, and the one it goes back to when that writer's
+/// handles are released (see [`Recorder::hand_over`]).
+pub(super) struct HandBack {
+    /// The thread that joined, as its opens are counted (`By::pid`).
+    pid: u32,
+    /// Its handles of the file still open.
+    opens: u32,
+    /// Who had the edit before it joined.
+    to: Who,
 }
 
 /// The marker of an edit of a file whose content the history names as its last version (the
@@ -190,6 +205,9 @@ impl Episode {
 
     fn opened_by(&mut self, pid: u32) {
         self.opens += 1;
+        if let Some(back) = self.hand_back.as_mut().filter(|b| b.pid == pid) {
+            back.opens += 1;
+        }
         self.restoring = false;
         self.awaited = false;
         if self.openers.len() < MAX_OPENERS && !self.openers.contains(&pid) {
@@ -463,7 +481,7 @@ impl Recorder {
                     ep.openers.clear();
                 }
             } else if !who.restore && (who.session != session || who.agent != agent) {
-                self.hand_over(key, path, st, who);
+                self.hand_over(key, path, st, who, by.pid);
             }
         }
         if let Some(ep) = lock(&self.episodes).get_mut(&key) {
@@ -553,6 +571,7 @@ impl Recorder {
                 begun,
                 reader: None,
                 unmarked,
+                hand_back: None,
             }),
         };
         // Written with the episode in the table, under its lock, as every marker of an open
@@ -731,8 +750,15 @@ impl Recorder {
     /// read through `file` if given (the released handle's fd, open for reading: no need to
     /// open the file again by its path), else from the path. `reader`, given when the daemon
     /// cannot open a new file by its name, is kept with the episode: its create's content is
-    /// read from it when the create is recorded, after the hold-back.
-    pub fn end_write(&self, key: Key, file: Option<Through>, reader: Option<File>) -> Result<()> {
+    /// read from it when the create is recorded, after the hold-back. `opener`: the thread
+    /// that opened the handle, if known (see [`hand_back`](Self::hand_back)).
+    pub fn end_write(
+        &self,
+        key: Key,
+        file: Option<Through>,
+        reader: Option<File>,
+        opener: Option<u32>,
+    ) -> Result<()> {
         let _pins = self.pin_scope();
         let _ending = self.ending.read().unwrap_or_else(|e| e.into_inner());
         let _held = self.hold(&[key]);
@@ -746,6 +772,10 @@ impl Recorder {
             }
             ep.opens -= 1;
             if ep.opens > 0 {
+                drop(episodes);
+                if let Some(pid) = opener {
+                    self.hand_back(key, pid);
+                }
                 return Ok(());
             }
             episodes.remove(&key).expect("present above")
@@ -766,12 +796,16 @@ impl Recorder {
     }
 
     /// A handle of the episode of `key` is released while others still hold it: one opener
-    /// less, nothing ends. False (and nothing done) if it is the last handle, or there is no
-    /// such episode: then [`end_write`](Self::end_write) it.
-    pub fn leave_if_shared(&self, key: Key) -> bool {
+    /// less, nothing ends. False (and nothing done) if it is the last handle, if there is no
+    /// such episode, or if `opener` (the thread that opened the handle) is the writer the edit
+    /// was handed over to: then [`end_write`](Self::end_write) it.
+    pub fn leave_if_shared(&self, key: Key, opener: u32) -> bool {
         // As `end_write` counts the handles.
         let _held = self.hold(&[key]);
         match lock(&self.episodes).get_mut(&key) {
+            // The writer the edit was handed to: its release records its part
+            // (`hand_back`), in its turn.
+            Some(ep) if ep.hand_back.as_ref().is_some_and(|b| b.pid == opener) => false,
             Some(ep) if ep.opens > 1 => {
                 ep.opens -= 1;
                 true
@@ -1301,7 +1335,11 @@ impl Recorder {
     /// edit itself, `cut_for_restore`). Not for a file larger than [`CUT_AT_BOUND_MAX`]
     /// (reading it would hold up the newcomer's open, as a turn's bound does not), nor if the
     /// first writer's part cannot be read: the edit stays the first's, as before.
-    fn hand_over(&self, key: Key, path: &[u8], st: &libc::stat, who: Who) {
+    ///
+    /// When the newcomer's handles are released, the edit is cut again and goes back to the
+    /// first writer ([`hand_back`](Self::hand_back)): a newcomer that wrote nothing (`touch`)
+    /// then has no change, and what the first writes after it is the first's.
+    fn hand_over(&self, key: Key, path: &[u8], st: &libc::stat, who: Who, pid: u32) {
         if st.st_size as u64 > CUT_AT_BOUND_MAX {
             return;
         }
@@ -1316,12 +1354,62 @@ impl Recorder {
         let Some(ep) = episodes.get_mut(&key).filter(|ep| !ep.orphaned) else {
             return;
         };
-        ep.who = who;
+        let to = std::mem::replace(&mut ep.who, who);
+        // A third writer joining takes the edit from the second, and gives it back to it.
+        ep.hand_back = Some(HandBack { pid, opens: 0, to });
         if ep.unmarked.is_none()
             && let Err(e) = self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)
         {
             tracing::warn!(
                 "{}: cannot note its new writer in its marker: {e}",
+                super::super::show_path(&ep.path)
+            );
+        }
+    }
+
+    /// A handle opened by thread `pid` of the open episode `key` is released, with other
+    /// handles still open: if `pid` is the writer the edit was handed over to and this was its
+    /// last handle, what it wrote is cut as its change, and the edit goes back to the writer
+    /// it was handed over from (see [`hand_over`](Self::hand_over)). Called with the file
+    /// held.
+    fn hand_back(&self, key: Key, pid: u32) {
+        let path = {
+            let mut episodes = lock(&self.episodes);
+            let Some(ep) = episodes.get_mut(&key) else {
+                return;
+            };
+            let Some(back) = ep.hand_back.as_mut().filter(|b| b.pid == pid) else {
+                return;
+            };
+            back.opens = back.opens.saturating_sub(1);
+            if back.opens > 0 {
+                return;
+            }
+            ep.path.clone()
+        };
+        if let Err(e) = self.cut_episode(key, &path) {
+            tracing::warn!(
+                "{}: the part of its edit written while another writer had it open is not \
+                 cut: {e}",
+                super::super::show_path(&path)
+            );
+        }
+        let mut episodes = lock(&self.episodes);
+        let Some(ep) = episodes.get_mut(&key) else {
+            return;
+        };
+        let Some(back) = ep.hand_back.take() else {
+            return;
+        };
+        if ep.orphaned {
+            return;
+        }
+        ep.who = back.to;
+        if ep.unmarked.is_none()
+            && let Err(e) = self.put_marker(&ep.path, ep.before.clone(), &ep.who, ep.fsynced)
+        {
+            tracing::warn!(
+                "{}: cannot note its writer in its marker again: {e}",
                 super::super::show_path(&ep.path)
             );
         }
