@@ -398,25 +398,34 @@ impl History {
     /// under (`%a%2Fb`). A session has changes or turns, an edit in progress (its marker),
     /// or had changes gc removed every one of (its cut, which the selection then says).
     pub fn existing_session(&self, given: &str) -> Result<String> {
+        // Every name begins with the empty one: an unset shell variable must select nothing.
+        if given.is_empty() {
+            return Err(Error::Usage("a session's name is empty".into()));
+        }
         let names = self.session_names()?;
         let named = unique_prefix(given, names.iter().map(String::as_str))?;
         let mapped = Name::from_id("session", given.as_bytes()).to_string();
         let open = self.store.open_episodes()?;
+        let mut known = Vec::new();
         for name in [named, mapped] {
-            if names.contains(&name)
-                || open.iter().any(|(_, e)| e.session == name)
-                || self.store.cut(false, &name)?.is_some()
+            if !known.contains(&name)
+                && (names.contains(&name)
+                    || open.iter().any(|(_, e)| e.session == name)
+                    || self.store.cut(false, &name)?.is_some())
             {
-                return Ok(name);
+                known.push(name);
             }
         }
-        Err(Error::NoSession(given.to_string()))
+        the_one("session", given, known).ok_or_else(|| Error::NoSession(given.to_string()))?
     }
 
     /// The agent a selection names: one with a change, a turn or an edit in progress, one
     /// whose every change gc removed, one of rewind's own (`external`, `rewind`), or an id as
     /// `REWIND_AGENT` gave it; else refused.
     pub fn existing_agent(&self, given: &str) -> Result<String> {
+        if given.is_empty() {
+            return Err(Error::Usage("an agent's name is empty".into()));
+        }
         if crate::history::name::SYSTEM_AGENTS.contains(&given) {
             return Ok(given.to_string());
         }
@@ -434,12 +443,15 @@ impl History {
                 .map(|(_, e)| e.agent),
         );
         let mapped = Name::from_id("agent", given.as_bytes()).to_string();
+        let mut known = Vec::new();
         for name in [given.to_string(), mapped] {
-            if agents.contains(&name) || self.store.cut(true, &name)?.is_some() {
-                return Ok(name);
+            if !known.contains(&name)
+                && (agents.contains(&name) || self.store.cut(true, &name)?.is_some())
+            {
+                known.push(name);
             }
         }
-        Err(Error::NoAgent(given.to_string()))
+        the_one("agent", given, known).ok_or_else(|| Error::NoAgent(given.to_string()))?
     }
 
     pub fn session(&self, name: &str) -> Result<Option<SessionInfo>> {
@@ -723,6 +735,24 @@ pub fn unique_prefix<'a>(given: &str, names: impl Iterator<Item = &'a str>) -> R
             )))
         }
     }
+}
+
+/// The one session or agent (`kind`) that `given` names among `known`, the name it is listed
+/// under and the one an id maps to (`a/b` is listed as `%a%2Fb`): `None` if neither is known,
+/// an error if both are, different ones.
+fn the_one(kind: &str, given: &str, mut known: Vec<String>) -> Option<Result<String>> {
+    let id = known.pop()?;
+    let Some(listed) = known.pop() else {
+        return Some(Ok(id));
+    };
+    Some(Err(Error::Usage(format!(
+        "{kind} {} is ambiguous: it is the name of {kind} {} and the id (as REWIND_{} gave \
+         it) of {kind} {}",
+        super::format::escape_text(given),
+        super::format::escape_text(&listed),
+        kind.to_uppercase(),
+        super::format::escape_text(&id),
+    ))))
 }
 
 #[cfg(test)]

@@ -241,6 +241,13 @@ fn env_vars(pid: u32) -> EnvNames {
         return names;
     };
     for var in &env {
+        // An empty value is unset, as `${VAR:-…}` treats `VAR=`: not a session named `%`.
+        let Some(at) = var.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        if at + 1 == var.len() {
+            continue;
+        }
         if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
             names.session = Some(named("session", pid, v));
         } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
