@@ -48,10 +48,10 @@ pub fn store_line(status: &str) -> Option<PathBuf> {
 /// let go, and everything that touches its workspace waits for it, a command too: said at
 /// once instead (`None`: it runs, or its registration is not this user's to read).
 pub fn stopped_daemon(workspace: &Path) -> Option<Failure> {
-    let pid = Registration::read(workspace)?.pid;
     // The registration's pid may be another process's by now (a daemon that died, its pid
-    // handed out again): only a rewind is asked about.
-    (super::unmount::is_rewind(pid) && crate::procfs::stopped(pid)).then(|| {
+    // handed out again): only the daemon is asked about.
+    let pid = Registration::read(workspace)?.live_daemon()?;
+    crate::procfs::stopped(pid).then(|| {
         Failure::failed(format!(
             "the daemon serving {} (pid {pid}) is stopped (by SIGSTOP, ^Z or a debugger): the \
              workspace and its `.rewind/` wait until it goes on, and so would this command. \

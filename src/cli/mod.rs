@@ -130,9 +130,25 @@ pub struct Registration {
     pub workspace: PathBuf,
     pub store: PathBuf,
     pub pid: u32,
+    /// The daemon's start time (clock ticks after boot, `/proc/PID/stat`), which tells it
+    /// from a process given its pid later, whatever its binary is called. Absent in a
+    /// registration written before it was kept.
+    #[serde(default)]
+    pub start: Option<u64>,
 }
 
 impl Registration {
+    /// The daemon's pid, if that process is the daemon that registered (its pid may have been
+    /// handed to another process since it died).
+    pub fn live_daemon(&self) -> Option<u32> {
+        let now = crate::procfs::stat(self.pid)?;
+        let same = match self.start {
+            Some(start) => now.start == start,
+            None => now.name == "rewind",
+        };
+        (self.pid != 0 && same).then_some(self.pid)
+    }
+
     pub fn read(workspace: &Path) -> Option<Registration> {
         let text = std::fs::read_to_string(registry_entry(workspace)).ok()?;
         serde_json::from_str(&text).ok()

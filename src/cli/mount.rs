@@ -22,6 +22,11 @@ const READY_FD: &str = "REWIND_READY_FD";
 
 pub fn run(cwd: &Path, args: &MountArgs) -> CliResult {
     let dir = cwd.join(&args.dir);
+    // Looking at a workspace mounted already waits for its daemon: a stopped one is said at
+    // once (the registry and `/proc` are read, not the mount).
+    if let Some(stopped) = super::context::stopped_daemon(&dir) {
+        return Err(stopped);
+    }
     let mut config = MountConfig::new(&dir)?;
     config.allow_other = args.allow_other;
     config.passthrough &= !args.no_passthrough;
@@ -61,6 +66,7 @@ pub fn run(cwd: &Path, args: &MountArgs) -> CliResult {
             workspace: workspace.clone(),
             store: store_dir.clone(),
             pid,
+            start: crate::procfs::stat(pid).map(|s| s.start),
         }
         .write()
     });

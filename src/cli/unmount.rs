@@ -28,9 +28,7 @@ pub fn run(cwd: &Path, args: &UnmountArgs) -> CliResult {
     {
         return Err(stopped);
     }
-    let daemon = Registration::read(&dir)
-        .map(|r| r.pid)
-        .filter(|pid| *pid != 0);
+    let daemon = Registration::read(&dir).and_then(|r| r.live_daemon());
     // A reader of .rewind/events that just went away holds its file for up to a second.
     let mut result = if args.force {
         force(&dir, daemon)
@@ -93,7 +91,7 @@ fn force(dir: &Path, daemon: Option<u32>) -> std::io::Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
         done => return done,
     }
-    if let Some(pid) = daemon.filter(|pid| is_rewind(*pid))
+    if let Some(pid) = daemon
         && let Some(pid) = rustix::process::Pid::from_raw(pid as i32)
         && rustix::process::kill_process(pid, rustix::process::Signal::TERM).is_ok()
     {
@@ -110,11 +108,6 @@ fn force(dir: &Path, daemon: Option<u32>) -> std::io::Result<()> {
 
 /// How long `unmount --force` waits for the daemon to detach the mount itself.
 const FORCE_WAIT: Duration = Duration::from_secs(3);
-
-/// Whether process `pid` is a rewind (the registration's pid may have been reused since).
-pub(super) fn is_rewind(pid: u32) -> bool {
-    crate::procfs::status(pid).is_some_and(|s| s.field("Name") == Some("rewind"))
-}
 
 /// How many processes a busy unmount names.
 const HOLDERS_NAMED: usize = 8;
