@@ -158,6 +158,9 @@ mod tests {
         assert!(why("2026-02-30T00:00:00Z").contains("no valid RFC 3339 time"));
         assert!(why("2026-02-30 00:00:00").contains("no valid RFC 3339 time"));
         assert!(why("2026-03-01T10:22:33").contains("no time zone"));
+        // jiff reads a leap second as :59; rewind refuses it.
+        assert!(why("2026-03-01T10:22:60Z").contains("leap second"));
+        assert!(why("2026-03-01 10:22:60").contains("leap second"));
         assert_eq!(Point::parse("1000000d").unwrap(), Point::Time(0));
         // Names that only start with a date stay names.
         for name in [

@@ -31,6 +31,11 @@ pub fn parse_rfc3339(s: &str) -> Option<u64> {
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
+    // jiff reads a leap second, `:60`, as `:59`: the same written point would name two
+    // instants. rewind's clock (Unix time) has no leap seconds.
+    if leap_second(b) {
+        return None;
+    }
     let t: jiff::Timestamp = s.parse().ok()?;
     u64::try_from(t.as_nanosecond()).ok()
 }
@@ -86,9 +91,18 @@ pub fn time_shaped(s: &str) -> bool {
         && digits(17..19)
 }
 
+/// The seconds of a time written `YYYY-MM-DDTHH:MM:SS…` are `60`.
+fn leap_second(b: &[u8]) -> bool {
+    b.get(17..19) == Some(b"60")
+}
+
 /// Why a [`time_shaped`] string is no time [`parse_point_time`] takes.
 pub fn why_not_a_time(s: &str) -> &'static str {
     let b = s.as_bytes();
+    if leap_second(b) {
+        return "its seconds are 60: a leap second, which rewind's clock (Unix time) does not \
+                have";
+    }
     if b.len() == 19 && b[10] != b' ' {
         return "it has no time zone: add Z (UTC) or an offset, or write it as `log` prints \
                 times (a space, not T: UTC)";
