@@ -245,8 +245,15 @@ fn roll_back(
         out += &format!("failed   {}: {e}\n", escape_path(p));
     }
     let session = &applied.session;
+    // A rollback whose every step failed may have recorded nothing: its session does not
+    // exist then, and is not offered as an undo.
+    let undo = if env.history.existing_session(session).is_ok() {
+        format!("undo it with `rewind rollback --session {session}`")
+    } else {
+        "nothing was changed".to_string()
+    };
     out += &format!(
-        "{session}: restored {}, skipped {}, failed {} (undo it with `rewind rollback --session {session}`)\n",
+        "{session}: restored {}, skipped {}, failed {} ({undo})\n",
         count(
             plan.steps.len() - applied.failed.len().min(plan.steps.len()),
             "path"

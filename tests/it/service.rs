@@ -1530,3 +1530,46 @@ fn a_non_root_rollback_puts_back_a_file_made_read_only_as_its_dry_run_says() {
         tree.unmount();
     }
 }
+
+/// A rollback whose every step fails (a daemon that is not root cannot remove a file from a
+/// folder its owner made read-only) changes nothing, and offers no undo of a rollback
+/// session it never made.
+// Failed before the summary asked whether the rollback's session exists: it said `undo it
+// with \`rewind rollback --session rollback-1\``, and that command answered that there is no
+// such session (exit 2).
+#[test]
+fn a_rollback_that_changed_nothing_offers_no_undo() {
+    let tree = UserTree::new();
+    let ws = tree.path("ws");
+    let ws_arg = ws.to_str().unwrap();
+    tree.mount(false);
+    tree.sh("mkdir d");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    tree.sh("REWIND_SESSION=maker sh -c 'echo q > d/q'; chmod 555 d");
+    tree.rewind(&["-C", ws_arg, "sync"]);
+    let bin = tree.path("bin/rewind");
+    let out = tree
+        .as_user(
+            false,
+            &[
+                bin.to_str().unwrap(),
+                "-C",
+                ws_arg,
+                "rollback",
+                "--session",
+                "maker",
+            ],
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        said.contains("failed   d/q")
+            && said.contains("nothing was changed")
+            && !said.contains("undo"),
+        "{said}"
+    );
+    tree.sh("chmod 755 d");
+    tree.unmount();
+}
