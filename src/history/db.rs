@@ -406,17 +406,18 @@ impl History {
         let named = unique_prefix(given, names.iter().map(String::as_str))?;
         let mapped = Name::from_id("session", given.as_bytes()).to_string();
         let open = self.store.open_episodes()?;
-        let mut known = Vec::new();
+        // The listed name first: it is what `rewind sessions` shows, and a session listed as
+        // `%a%2Fb` (id `a/b`) must stay reachable by it even if another's id is `%a%2Fb`
+        // (listed as `%%25a%252Fb`, by which that one is reached).
         for name in [named, mapped] {
-            if !known.contains(&name)
-                && (names.contains(&name)
-                    || open.iter().any(|(_, e)| e.session == name)
-                    || self.store.cut(false, &name)?.is_some())
+            if names.contains(&name)
+                || open.iter().any(|(_, e)| e.session == name)
+                || self.store.cut(false, &name)?.is_some()
             {
-                known.push(name);
+                return Ok(name);
             }
         }
-        the_one("session", given, known).ok_or_else(|| Error::NoSession(given.to_string()))?
+        Err(Error::NoSession(given.to_string()))
     }
 
     /// The agent a selection names: one with a change, a turn or an edit in progress, one
@@ -443,15 +444,12 @@ impl History {
                 .map(|(_, e)| e.agent),
         );
         let mapped = Name::from_id("agent", given.as_bytes()).to_string();
-        let mut known = Vec::new();
         for name in [given.to_string(), mapped] {
-            if !known.contains(&name)
-                && (agents.contains(&name) || self.store.cut(true, &name)?.is_some())
-            {
-                known.push(name);
+            if agents.contains(&name) || self.store.cut(true, &name)?.is_some() {
+                return Ok(name);
             }
         }
-        the_one("agent", given, known).ok_or_else(|| Error::NoAgent(given.to_string()))?
+        Err(Error::NoAgent(given.to_string()))
     }
 
     pub fn session(&self, name: &str) -> Result<Option<SessionInfo>> {
@@ -735,24 +733,6 @@ pub fn unique_prefix<'a>(given: &str, names: impl Iterator<Item = &'a str>) -> R
             )))
         }
     }
-}
-
-/// The one session or agent (`kind`) that `given` names among `known`, the name it is listed
-/// under and the one an id maps to (`a/b` is listed as `%a%2Fb`): `None` if neither is known,
-/// an error if both are, different ones.
-fn the_one(kind: &str, given: &str, mut known: Vec<String>) -> Option<Result<String>> {
-    let id = known.pop()?;
-    let Some(listed) = known.pop() else {
-        return Some(Ok(id));
-    };
-    Some(Err(Error::Usage(format!(
-        "{kind} {} is ambiguous: it is the name of {kind} {} and the id (as REWIND_{} gave \
-         it) of {kind} {}",
-        super::format::escape_text(given),
-        super::format::escape_text(&listed),
-        kind.to_uppercase(),
-        super::format::escape_text(&id),
-    ))))
 }
 
 #[cfg(test)]
