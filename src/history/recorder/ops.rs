@@ -474,15 +474,6 @@ impl Recorder {
         by: By,
     ) -> Result<Vec<Change>> {
         let _pins = self.pin_scope();
-        // An edit of either file closed but not recorded yet comes first, as for an unlink: its
-        // RELEASE, sent by the kernel after this rename, may have been handled before it, past
-        // the closed edits the rename's request recorded (`Core::in_order`). Recorded later at
-        // the name it had, it found another file there and gave its id back, and its writes
-        // were in no change.
-        self.finish_closed_held(key_of(src_st))?;
-        if let Some(st) = dst_st {
-            self.finish_closed_held(key_of(st))?;
-        }
         let src_dir = kind_of(src_st) == FileKind::Dir;
         // A folder exchanged for the source moves too.
         let dst_dir = exchange && dst_st.is_some_and(|st| kind_of(st) == FileKind::Dir);
