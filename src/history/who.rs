@@ -241,21 +241,20 @@ fn env_vars(pid: u32) -> EnvNames {
         return names;
     };
     for var in &env {
-        // An empty value is unset, as `${VAR:-…}` treats `VAR=`: not a session named `%`.
         let Some(at) = var.iter().position(|&b| b == b'=') else {
             continue;
         };
-        if at + 1 == var.len() {
+        let (name, v) = (&var[..at], &var[at + 1..]);
+        // An empty value is unset, as `${VAR:-…}` treats `VAR=`: not a session named `%`.
+        if v.is_empty() {
             continue;
         }
-        if let Some(v) = var.strip_prefix(b"REWIND_SESSION=") {
-            names.session = Some(named("session", pid, v));
-        } else if let Some(v) = var.strip_prefix(b"REWIND_AGENT=") {
-            names.agent = Some(named("agent", pid, v));
-        } else if let Some(v) = var.strip_prefix(b"REWIND_HOOK_SESSION=") {
-            names.hook_session = Some(named("session", pid, v));
-        } else if let Some(v) = var.strip_prefix(b"REWIND_HOOK_AGENT=") {
-            names.hook_agent = Some(named("agent", pid, v));
+        match name {
+            b"REWIND_SESSION" => names.session = Some(named("session", pid, v)),
+            b"REWIND_AGENT" => names.agent = Some(named("agent", pid, v)),
+            b"REWIND_HOOK_SESSION" => names.hook_session = Some(named("session", pid, v)),
+            b"REWIND_HOOK_AGENT" => names.hook_agent = Some(named("agent", pid, v)),
+            _ => {}
         }
     }
     names

@@ -176,7 +176,7 @@ fn edits_after_a_damaged_store_block_are_recorded_and_the_store_mounts_again() {
 
 /// Sends SIGCONT to the daemon when dropped, so that a failing test leaves no stopped daemon
 /// for the workspace's unmount to wait on.
-struct LetGo(i32);
+pub(crate) struct LetGo(pub(crate) i32);
 
 impl Drop for LetGo {
     fn drop(&mut self) {

@@ -76,14 +76,9 @@ fn whose(ws: &Workspace, path: &str) -> Vec<String> {
         .collect()
 }
 
-/// A second agent that only opens a file for writing (`touch`) while the first holds it open
-/// and writes on: nothing is the second's, everything written is the first's, and rolling
-/// back the second's session touches nothing.
-// Failed before the edit went back to the first writer when the newcomer's handle was
-// released (`Recorder::hand_back`): `A2`, written by A after B's `touch`, was recorded as
-// agentB's, and `rollback --session sessB` removed it, exit 0.
-#[test]
-fn a_newcomer_that_writes_nothing_leaves_the_edit_to_the_first_writer() {
+/// A mounted workspace whose `shared.txt` (`base`, recorded) agentA of sessA holds open,
+/// having appended `A1`.
+fn agent_a_writing() -> (Workspace, Writer) {
     let mut ws = Workspace::new();
     ws.mount();
     fs::write(ws.path().join("shared.txt"), "base\n").unwrap();
@@ -94,6 +89,18 @@ fn a_newcomer_that_writes_nothing_leaves_the_edit_to_the_first_writer() {
         &[("REWIND_SESSION", "sessA"), ("REWIND_AGENT", "agentA")],
     );
     a.write("A1");
+    (ws, a)
+}
+
+/// A second agent that only opens a file for writing (`touch`) while the first holds it open
+/// and writes on: nothing is the second's, everything written is the first's, and rolling
+/// back the second's session touches nothing.
+// Failed before the edit went back to the first writer when the newcomer's handle was
+// released (`Recorder::hand_back`): `A2`, written by A after B's `touch`, was recorded as
+// agentB's, and `rollback --session sessB` removed it, exit 0.
+#[test]
+fn a_newcomer_that_writes_nothing_leaves_the_edit_to_the_first_writer() {
+    let (mut ws, mut a) = agent_a_writing();
     crate::common::sh(
         &ws.path(),
         "REWIND_SESSION=sessB REWIND_AGENT=agentB touch shared.txt",
@@ -123,16 +130,7 @@ fn a_newcomer_that_writes_nothing_leaves_the_edit_to_the_first_writer() {
 // writer's pid, a process that no longer existed.
 #[test]
 fn what_the_first_writer_writes_after_a_newcomer_left_is_the_first_writers() {
-    let mut ws = Workspace::new();
-    ws.mount();
-    fs::write(ws.path().join("shared.txt"), "base\n").unwrap();
-    sync(&ws);
-    let mut a = Writer::start(
-        &ws,
-        "shared.txt",
-        &[("REWIND_SESSION", "sessA"), ("REWIND_AGENT", "agentA")],
-    );
-    a.write("A1");
+    let (mut ws, mut a) = agent_a_writing();
     crate::common::sh(
         &ws.path(),
         "REWIND_SESSION=sessB REWIND_AGENT=agentB sh -c 'echo B1 >> shared.txt'",
@@ -212,16 +210,6 @@ fn empty_session_and_agent_names_select_nothing() {
     ws.unmount();
 }
 
-/// SIGCONT for a stopped daemon when the test ends, passed or not.
-struct LetGo(i32);
-
-impl Drop for LetGo {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the test's own daemon.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
-
 /// A daemon started from a binary of another name (a copy, `rw`) and stopped is said to be
 /// stopped at once, by `status`, `unmount` and a second `mount` of the workspace alike.
 // Failed before the registration kept the daemon's start time (`Registration::live_daemon`):
@@ -253,7 +241,7 @@ fn a_stopped_daemon_is_told_whatever_its_binary_is_called() {
     );
     // SAFETY: kill(2) of the test's own daemon.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    let let_go = LetGo(pid);
+    let let_go = crate::hostile35::LetGo(pid);
     assert!(
         crate::common::wait_for(5, || fs::read_to_string(format!("/proc/{pid}/stat"))
             .is_ok_and(|s| s.contains(") T "))),
